@@ -1,0 +1,30 @@
+// Minimal structured logging hook for core.
+//
+// core/ performs no I/O of its own; the few events it must make loud (for
+// example "this noise source is NOT private") go through a process-wide sink
+// that the daemon or a tool installs. The default sink writes one
+// logfmt-style line to stderr so that nothing is lost when no sink is set.
+//
+// Privacy: callers must never pass values computed from private records.
+// Thread-safety: SetLogSink is not thread-safe with concurrent Log calls;
+// install the sink once at start-up. Log itself is thread-safe if the sink is.
+#pragma once
+
+#include <functional>
+#include <string_view>
+
+namespace vipsd {
+
+enum class LogLevel { kDebug, kInfo, kWarning, kError };
+
+std::string_view LogLevelName(LogLevel level);
+
+using LogSink = std::function<void(LogLevel, std::string_view component,
+                                   std::string_view message)>;
+
+// Replaces the sink; an empty function restores the default stderr sink.
+void SetLogSink(LogSink sink);
+
+void Log(LogLevel level, std::string_view component, std::string_view message);
+
+}  // namespace vipsd

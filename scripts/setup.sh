@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package vipsd needs to build, test and run.
+# Idempotent: packages already installed are left alone, and apt is not
+# touched at all when nothing is missing. Needs root (or sudo) only when
+# something must be installed.
+set -euo pipefail
+
+PACKAGES=(
+  # build
+  cmake ninja-build pkg-config g++
+  # core: linear algebra, secure randomness
+  libeigen3-dev libsodium-dev
+  # connectors / daemon / config
+  librdkafka-dev prometheus-cpp-dev libyaml-cpp-dev
+  # tests and benchmarks
+  googletest libgtest-dev libgmock-dev libbenchmark-dev libboost-math-dev
+  # independent clients and checkers used by integration tests
+  kcat prometheus
+  # reference release decoder
+  python3 python3-numpy
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Abbrev}' "$pkg" 2>/dev/null || true)
+  [[ "$status" == ii* ]] || missing+=("$pkg")
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "setup: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+SUDO=()
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "setup: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  SUDO=(sudo)
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${SUDO[@]}" apt-get update -qq
+"${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "setup: done"
