@@ -1,0 +1,123 @@
+// RdpAccountant: the budget of record for vipsd.
+//
+// Tracks the cumulative Rényi DP curve of every private step the daemon has
+// run. Each step is one Poisson-subsampled Gaussian mechanism (rdp.h); steps
+// with different (q, σ) compose by adding their RDP per order (Mironov 2017,
+// Proposition 1). ε is reported through the improved conversion of Balle et
+// al. (2020) by default, and through the classic one on request.
+//
+// Adaptivity. (q, σ) may be changed between steps by a reload, possibly
+// after an operator has seen earlier releases, and the daemon stops at a
+// fixed ε ceiling. Two regimes:
+//  * kFixedSchedule: the (q, σ) sequence is fixed in advance (no reload has
+//    changed it). Stopping at the ceiling is then stopping at a step count
+//    that is a deterministic function of public parameters, and the usual
+//    "minimum over orders" conversion is valid.
+//  * kAdaptiveFilter: (q, σ) were chosen adaptively. For each fixed order α,
+//    halting before Σ_t ε_t(α) passes a budget B_α is an RDP privacy filter
+//    (Feldman & Zrnic 2021, Theorem 3.1; Lécuyer 2021): the run up to that
+//    order's halting time is (α, B_α)-RDP. The daemon halts only when EVERY
+//    order's budget is exhausted, so its transcript extends each order's
+//    filter run, and its hockey-stick divergence is at most the sum over
+//    orders of theirs. Converting each order with δ/|Λ| (|Λ| = grid size)
+//    therefore makes the whole adaptive run (ε_ceiling, δ)-DP. This costs
+//    ln|Λ|/(α−1) in ε and is what CheckCeiling/GetEpsilon do in this mode.
+//  docs/privacy_accounting.md gives the argument in full.
+//
+// What is private: nothing here. The accountant sees only public parameters
+// (q, σ, step counts); it never sees records or statistics.
+//
+// Rounding: per-step RDP values are upper bounds (rdp.h); sums are exact up
+// to double rounding, which is negligible next to the series' error margins.
+//
+// Thread-safety: not thread-safe; the daemon owns one accountant and touches
+// it from the step thread only. Copies are independent.
+//
+// Failure: methods return a Status for invalid parameters; the accountant's
+// state is unchanged by a failed call.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/privacy/rdp.h"
+
+namespace vipsd::privacy {
+
+// Answer of "would this step cross the ceiling?".
+enum class Adaptivity { kFixedSchedule, kAdaptiveFilter };
+
+struct CeilingCheck {
+  bool would_exceed = false;
+  double epsilon_after = 0;  // ε if the step(s) had run
+  double order = 0;          // order achieving epsilon_after
+};
+
+class RdpAccountant {
+ public:
+  // Uses DefaultRdpOrders().
+  RdpAccountant();
+
+  // Custom grid: sorted or not, every order finite and > 1, no duplicates.
+  static StatusOr<RdpAccountant> Create(std::vector<double> orders);
+
+  // Adds `steps` Poisson-subsampled Gaussian steps with rate q and noise
+  // multiplier σ. steps ≥ 1.
+  Status Compose(double sampling_rate, double noise_multiplier, int64_t steps = 1);
+
+  // ε for δ from the cumulative curve. With no steps composed ε = 0.
+  StatusOr<EpsilonAtOrder> GetEpsilon(
+      double delta, RdpConversion conversion = RdpConversion::kImproved,
+      Adaptivity adaptivity = Adaptivity::kFixedSchedule) const;
+  StatusOr<DeltaAtOrder> GetDelta(
+      double epsilon, RdpConversion conversion = RdpConversion::kImproved) const;
+
+  // ε as if `steps` more steps with (q, σ) had been composed; no state change.
+  StatusOr<EpsilonAtOrder> EpsilonIfComposed(
+      double sampling_rate, double noise_multiplier, int64_t steps, double delta,
+      RdpConversion conversion = RdpConversion::kImproved,
+      Adaptivity adaptivity = Adaptivity::kFixedSchedule) const;
+
+  // Would composing `steps` more steps make ε exceed `epsilon_ceiling`?
+  // Only public parameters enter this decision.
+  StatusOr<CeilingCheck> CheckCeiling(
+      double sampling_rate, double noise_multiplier, int64_t steps, double delta,
+      double epsilon_ceiling,
+      RdpConversion conversion = RdpConversion::kImproved,
+      Adaptivity adaptivity = Adaptivity::kFixedSchedule) const;
+
+  const std::vector<double>& orders() const { return orders_; }
+  const std::vector<double>& rdp() const { return rdp_; }
+  // Total number of steps composed.
+  int64_t steps() const { return steps_; }
+
+  // Exact, versioned text form (hexadecimal floating point, so restore gives
+  // bit-identical values). Format in docs/privacy_accounting.md.
+  std::string Serialize() const;
+  static StatusOr<RdpAccountant> Deserialize(std::string_view text);
+
+  bool operator==(const RdpAccountant& other) const {
+    return orders_ == other.orders_ && rdp_ == other.rdp_ && steps_ == other.steps_;
+  }
+
+ private:
+  RdpAccountant(std::vector<double> orders, std::vector<double> rdp, int64_t steps);
+
+  // Per-step curve for (q, σ); the last one is cached because the daemon
+  // composes the same (q, σ) step after step.
+  StatusOr<std::vector<double>> StepCurve(double sampling_rate,
+                                          double noise_multiplier) const;
+
+  std::vector<double> orders_;
+  std::vector<double> rdp_;
+  int64_t steps_ = 0;
+
+  mutable double cached_sampling_rate_ = -1;
+  mutable double cached_noise_multiplier_ = -1;
+  mutable std::vector<double> cached_curve_;
+};
+
+}  // namespace vipsd::privacy
