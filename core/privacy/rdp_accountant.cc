@@ -66,15 +66,18 @@ StatusOr<RdpAccountant> RdpAccountant::Create(std::vector<double> orders) {
 
 StatusOr<std::vector<double>> RdpAccountant::StepCurve(double sampling_rate,
                                                        double noise_multiplier) const {
-  if (sampling_rate == cached_sampling_rate_ &&
-      noise_multiplier == cached_noise_multiplier_) {
-    return cached_curve_;
+  for (size_t i = 0; i < curve_cache_.size(); ++i) {
+    if (curve_cache_[i].sampling_rate == sampling_rate &&
+        curve_cache_[i].noise_multiplier == noise_multiplier) {
+      std::rotate(curve_cache_.begin() + i, curve_cache_.begin() + i + 1,
+                  curve_cache_.end());
+      return curve_cache_.back().curve;
+    }
   }
   VIPSD_ASSIGN_OR_RETURN(auto curve, SampledGaussianRdpCurve(sampling_rate,
                                                             noise_multiplier, orders_));
-  cached_sampling_rate_ = sampling_rate;
-  cached_noise_multiplier_ = noise_multiplier;
-  cached_curve_ = curve;
+  if (curve_cache_.size() == kCurveCacheSize) curve_cache_.erase(curve_cache_.begin());
+  curve_cache_.push_back({sampling_rate, noise_multiplier, curve});
   return curve;
 }
 

@@ -106,8 +106,9 @@ class RdpAccountant {
  private:
   RdpAccountant(std::vector<double> orders, std::vector<double> rdp, int64_t steps);
 
-  // Per-step curve for (q, σ); the last one is cached because the daemon
-  // composes the same (q, σ) step after step.
+  // Per-step curve for (q, σ). The last few are cached: the daemon composes
+  // the same (q, σ) step after step, and a what-if query usually precedes
+  // the matching Compose.
   StatusOr<std::vector<double>> StepCurve(double sampling_rate,
                                           double noise_multiplier) const;
 
@@ -115,9 +116,13 @@ class RdpAccountant {
   std::vector<double> rdp_;
   int64_t steps_ = 0;
 
-  mutable double cached_sampling_rate_ = -1;
-  mutable double cached_noise_multiplier_ = -1;
-  mutable std::vector<double> cached_curve_;
+  struct CachedCurve {
+    double sampling_rate;
+    double noise_multiplier;
+    std::vector<double> curve;
+  };
+  static constexpr size_t kCurveCacheSize = 4;
+  mutable std::vector<CachedCurve> curve_cache_;  // most recent last
 };
 
 }  // namespace vipsd::privacy
