@@ -1,0 +1,147 @@
+#include "core/privacy/gaussian_mechanism.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <string>
+#include <utility>
+
+namespace vipsd::privacy {
+namespace {
+
+// Noise std in the scaled space, σ·sqrt(B), rounded up: the two roundings
+// (sqrt, product) are each below DBL_EPSILON/2 relative.
+double ScaledNoiseStd(size_t num_blocks, double noise_multiplier) {
+  return noise_multiplier * std::sqrt(static_cast<double>(num_blocks)) *
+         (1.0 + 4.0 * DBL_EPSILON);
+}
+
+bool SameLayout(const BlockLayout& a, const BlockLayout& b) {
+  if (a.num_blocks() != b.num_blocks()) return false;
+  for (size_t index = 0; index < a.num_blocks(); ++index) {
+    const Block& x = a.block(index);
+    const Block& y = b.block(index);
+    if (x.name != y.name || x.kind != y.kind || x.dim != y.dim || x.offset != y.offset ||
+        x.size != y.size || x.clip_bound != y.clip_bound) {
+      return false;
+    }
+  }
+  return true;
+}
+
+Status AlreadyReleasedError() {
+  return FailedPreconditionError(
+      "this step's sum has already been released; call Reset() before the next step");
+}
+
+}  // namespace
+
+StatusOr<std::vector<double>> NoiseStdPerBlock(const BlockLayout& layout,
+                                               double noise_multiplier) {
+  if (!std::isfinite(noise_multiplier) || noise_multiplier < 0) {
+    return InvalidArgumentError("noise_multiplier must be finite and >= 0, got " +
+                                std::to_string(noise_multiplier));
+  }
+  const double scaled_std = ScaledNoiseStd(layout.num_blocks(), noise_multiplier);
+  std::vector<double> stds;
+  stds.reserve(layout.num_blocks());
+  for (const Block& block : layout.blocks()) stds.push_back(scaled_std * block.clip_bound);
+  return stds;
+}
+
+GaussianSumMechanism::GaussianSumMechanism(BlockLayout layout)
+    : layout_(std::move(layout)),
+      scaled_sum_(Eigen::VectorXd::Zero(static_cast<Eigen::Index>(layout_.total_size()))),
+      scratch_(static_cast<Eigen::Index>(layout_.total_size())) {}
+
+Status GaussianSumMechanism::Add(std::span<const double> record) {
+  if (released_) return AlreadyReleasedError();
+  if (record.size() != layout_.total_size()) {
+    ++counts_.rejected;
+    return InvalidArgumentError("record statistic has " + std::to_string(record.size()) +
+                                " coordinates but the block layout expects " +
+                                std::to_string(layout_.total_size()));
+  }
+  std::copy(record.begin(), record.end(), scratch_.data());
+  const std::span<double> clipped(scratch_.data(), layout_.total_size());
+  if (Status status = ClipRecordStatistic(layout_, clipped); !status.ok()) {
+    ++counts_.rejected;
+    return status;
+  }
+  for (const Block& block : layout_.blocks()) {
+    auto segment = scratch_.segment(static_cast<Eigen::Index>(block.offset),
+                                    static_cast<Eigen::Index>(block.size));
+    // Correctly rounded division; |values| ≤ C_b so nothing overflows.
+    segment /= block.clip_bound;
+    // The division may round the scaled norm a few ulps above 1.
+    ClipToL2Bound(clipped.subspan(block.offset, block.size), 1.0);
+  }
+  scaled_sum_ += scratch_;
+  ++counts_.accepted;
+  return Status::Ok();
+}
+
+Status GaussianSumMechanism::Merge(GaussianSumMechanism&& other) {
+  if (&other == this) return InvalidArgumentError("Merge: cannot merge a mechanism into itself");
+  if (released_ || other.released_) return AlreadyReleasedError();
+  if (!SameLayout(layout_, other.layout_)) {
+    return InvalidArgumentError("Merge: the two mechanisms have different block layouts");
+  }
+  scaled_sum_ += other.scaled_sum_;
+  counts_.accepted += other.counts_.accepted;
+  counts_.rejected += other.counts_.rejected;
+  other.Reset();
+  other.released_ = true;
+  return Status::Ok();
+}
+
+GaussianRelease GaussianSumMechanism::ScaleBack(Eigen::VectorXd scaled) const {
+  for (const Block& block : layout_.blocks()) {
+    scaled.segment(static_cast<Eigen::Index>(block.offset),
+                   static_cast<Eigen::Index>(block.size)) *= block.clip_bound;
+  }
+  GaussianRelease release;
+  release.noisy_sum = std::move(scaled);
+  return release;
+}
+
+StatusOr<GaussianRelease> GaussianSumMechanism::Release(NoiseSource& noise,
+                                                        double noise_multiplier) {
+  if (released_) return AlreadyReleasedError();
+  if (!std::isfinite(noise_multiplier) || noise_multiplier <= 0) {
+    return InvalidArgumentError(
+        "noise_multiplier must be finite and > 0, got " + std::to_string(noise_multiplier) +
+        "; the sigma = 0 baseline must use ReleaseNonPrivate()");
+  }
+  Eigen::VectorXd standard_normal(scaled_sum_.size());
+  noise.FillStandardNormal(
+      std::span<double>(standard_normal.data(), static_cast<size_t>(standard_normal.size())));
+  const double scaled_std = ScaledNoiseStd(layout_.num_blocks(), noise_multiplier);
+  Eigen::VectorXd noisy = scaled_sum_ + scaled_std * standard_normal;
+  released_ = true;
+  scaled_sum_.setZero();  // the private sum is no longer needed
+  GaussianRelease release = ScaleBack(std::move(noisy));
+  release.noise_multiplier = noise_multiplier;
+  release.is_private = noise.is_private();
+  release.noise_description = noise.description();
+  return release;
+}
+
+StatusOr<GaussianRelease> GaussianSumMechanism::ReleaseNonPrivate() {
+  if (released_) return AlreadyReleasedError();
+  released_ = true;
+  GaussianRelease release = ScaleBack(scaled_sum_);
+  scaled_sum_.setZero();
+  release.noise_multiplier = 0;
+  release.is_private = false;
+  release.noise_description = "none (sigma = 0, NOT PRIVATE)";
+  return release;
+}
+
+void GaussianSumMechanism::Reset() {
+  scaled_sum_.setZero();
+  counts_ = PrivateCounts{};
+  released_ = false;
+}
+
+}  // namespace vipsd::privacy

@@ -1,0 +1,134 @@
+// GaussianSumMechanism: the one Gaussian mechanism of a step (DESIGN.md 2.4).
+//
+// Records enter only through Add(), which clips every block b of the record
+// to its bound C_b (ClipRecordStatistic, block_layout.h), scales it by 1/C_b
+// and re-checks that the scaled block has L2 norm ≤ 1 (shrinking it by a few
+// ulps if rounding in the division pushed it over). Each accepted record
+// therefore contributes a scaled vector of L2 norm ≤ sqrt(B), B = #blocks,
+// and adding or removing one record changes the scaled sum by at most
+// sqrt(B) in L2 (exact arithmetic; see "Rounding").
+//
+// Release(noise, σ) adds N(0, σ²·B) independently to every coordinate of the
+// scaled sum and multiplies block b by C_b. The released block b therefore
+// carries per-coordinate noise of standard deviation σ·sqrt(B)·C_b
+// (NoiseStdPerBlock). Dividing the L2 sensitivity sqrt(B) by the noise std
+// σ·sqrt(B) gives an effective noise multiplier of exactly σ, so one release
+// is one Gaussian mechanism with noise multiplier σ: the accountant charges
+// one step of SampledGaussianRdp(q, σ, ·) (rdp.h) per release. The release
+// happens whether or not any record was added: an empty sum is noised just
+// the same, since skipping it would reveal that the batch was empty.
+//
+// σ = 0 (the non-private SVI baseline, DESIGN.md 3) is a separate method,
+// ReleaseNonPrivate(); Release() refuses σ ≤ 0. Each release result says
+// whether it is private (σ > 0 and a private NoiseSource).
+//
+// One mechanism instance = one step. After a release the accumulator refuses
+// further Add/Release calls until Reset(), so the same sum can never be
+// released twice with independent noise (which would be a second, uncharged
+// mechanism). For the same reason the class cannot be copied, and Merge
+// consumes its argument.
+//
+// What is private: the records, the running sum, and the counts of accepted
+// and rejected records (the realised Poisson batch size and how many E-step
+// outputs were non-finite). PrivateCounts exists for tests and internal
+// invariants; it must never be exported as a metric, log field or release
+// field (DESIGN.md 6). What is public: the layout, the bounds C_b, σ, the
+// per-block noise std, and the noisy released sum.
+//
+// Rounding. Clipping is pessimistic (block_layout.h). The noise scale
+// σ·sqrt(B) is rounded up by 4·DBL_EPSILON relative. The floating-point sum
+// itself is not exactly order-independent: adding a record to a non-zero sum
+// can change each coordinate by up to half an ulp of the running sum beyond
+// the record's own value; this and the floating-point sampler caveat
+// (secure_noise.h) are documented as known issues, not mitigated.
+//
+// Thread-safety: NOT thread-safe. Give each worker its own instance with the
+// same layout and combine them with Merge() before releasing.
+#pragma once
+
+#include <Eigen/Core>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/privacy/block_layout.h"
+#include "core/privacy/noise_source.h"
+
+namespace vipsd::privacy {
+
+// Per-coordinate noise std of each block, σ·sqrt(B)·C_b, in layout order
+// (with the same upward rounding as Release). Depends only on public
+// configuration. σ must be finite and ≥ 0.
+StatusOr<std::vector<double>> NoiseStdPerBlock(const BlockLayout& layout,
+                                               double noise_multiplier);
+
+struct GaussianRelease {
+  // The noisy sum in original units, in layout order (symmetric blocks
+  // packed; mirror them with UnpackSymmetric).
+  Eigen::VectorXd noisy_sum;
+  double noise_multiplier = 0;  // σ used; 0 for ReleaseNonPrivate
+  // True only if σ > 0 and the NoiseSource is private.
+  bool is_private = false;
+  // NoiseSource::description(), or "none (sigma = 0, NOT PRIVATE)".
+  std::string noise_description;
+};
+
+class GaussianSumMechanism {
+ public:
+  explicit GaussianSumMechanism(BlockLayout layout);
+
+  // Not copyable (a copy could be released a second time). Movable by
+  // construction only; a moved-from mechanism has an empty layout.
+  GaussianSumMechanism(const GaussianSumMechanism&) = delete;
+  GaussianSumMechanism& operator=(const GaussianSumMechanism&) = delete;
+  GaussianSumMechanism(GaussianSumMechanism&&) = default;
+  GaussianSumMechanism& operator=(GaussianSumMechanism&&) = delete;
+
+  const BlockLayout& layout() const { return layout_; }
+
+  // Clips a copy of `record`, scales it and adds it to the sum. A rejected
+  // record is not summed and is counted as rejected. Errors:
+  //   INVALID_ARGUMENT     record.size() != layout().total_size()
+  //   OUT_OF_RANGE         a NaN or infinite coordinate
+  //   FAILED_PRECONDITION  already released (call Reset)
+  Status Add(std::span<const double> record);
+
+  // Adds another accumulator's sum and counts (same layout, neither
+  // released). `other` is consumed: its sum and counts are cleared and it
+  // refuses Add/Release until Reset(), so its records cannot be released
+  // twice. On error neither side changes.
+  Status Merge(GaussianSumMechanism&& other);
+
+  // The private release: noise multiplier σ must be finite and > 0.
+  // FAILED_PRECONDITION if already released.
+  StatusOr<GaussianRelease> Release(NoiseSource& noise, double noise_multiplier);
+
+  // NOT PRIVATE: the exact (clipped) sum, σ = 0, is_private = false. Only
+  // for the explicit non-private baseline mode and for tests.
+  StatusOr<GaussianRelease> ReleaseNonPrivate();
+
+  // Empties the sum and the counts and allows a new step.
+  void Reset();
+
+  bool released() const { return released_; }
+
+  // PRIVATE counts — never export (see header comment).
+  struct PrivateCounts {
+    uint64_t accepted = 0;
+    uint64_t rejected = 0;
+  };
+  PrivateCounts private_counts() const { return counts_; }
+
+ private:
+  GaussianRelease ScaleBack(Eigen::VectorXd scaled) const;
+
+  BlockLayout layout_;
+  Eigen::VectorXd scaled_sum_;
+  Eigen::VectorXd scratch_;  // the record being clipped
+  PrivateCounts counts_;
+  bool released_ = false;
+};
+
+}  // namespace vipsd::privacy

@@ -1,0 +1,433 @@
+// Tests of the one-Gaussian-mechanism-per-step accumulator (DESIGN.md 2.4).
+//
+// Most layouts use power-of-two clip bounds: scaling by 1/C_b and back by C_b
+// is then exact, so the released sum divided by C_b is bit-for-bit the
+// internal scaled sum and exact equalities can be asserted.
+#include "core/privacy/gaussian_mechanism.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/privacy/secure_noise.h"
+#include "tests/testing/testing_noise.h"
+
+namespace vipsd::privacy {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Test fake: every "normal draw" is exactly 1, so release − sum is exactly
+// the per-coordinate noise scale. NOT PRIVATE.
+class OnesNoiseSource final : public NoiseSource {
+ public:
+  void FillStandardNormal(std::span<double> out) override {
+    std::fill(out.begin(), out.end(), 1.0);
+  }
+  void FillUniformBits(std::span<uint64_t> out) override {
+    std::fill(out.begin(), out.end(), 0);
+  }
+  bool is_private() const override { return false; }
+  std::string description() const override { return "ones (TEST ONLY)"; }
+};
+
+BlockLayout MakeLayout(std::vector<BlockSpec> specs) {
+  auto layout = BlockLayout::Create(std::move(specs));
+  EXPECT_TRUE(layout.ok()) << layout.status().ToString();
+  return std::move(layout).value();
+}
+
+// Three blocks (B = 3), power-of-two bounds, 5 + 6 + 4 = 15 coordinates.
+BlockLayout PowerOfTwoLayout() {
+  return MakeLayout({
+      {"a", BlockKind::kVector, 5, 2.0},
+      {"s", BlockKind::kSymmetricMatrix, 3, 0.5},
+      {"b", BlockKind::kVector, 4, 8.0},
+  });
+}
+
+std::unique_ptr<NoiseSource> Reproducible(uint64_t seed) {
+  auto source = SecureNoiseSource::CreateReproducible(seed);
+  EXPECT_TRUE(source.ok());
+  return std::move(source).value();
+}
+
+// Random records whose blocks are sometimes under, sometimes far over their
+// bounds (norms from ~1e-3 to ~1e3, so nothing underflows).
+std::vector<std::vector<double>> RandomRecords(const BlockLayout& layout, int count,
+                                               uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal;
+  std::uniform_real_distribution<double> log10_scale(-3.0, 3.0);
+  std::vector<std::vector<double>> records;
+  for (int r = 0; r < count; ++r) {
+    std::vector<double> record(layout.total_size());
+    for (const Block& block : layout.blocks()) {
+      const double scale = std::pow(10.0, log10_scale(rng));
+      for (size_t i = block.offset; i < block.offset + block.size; ++i) {
+        record[i] = normal(rng) * scale;
+      }
+    }
+    records.push_back(std::move(record));
+  }
+  return records;
+}
+
+Eigen::VectorXd ReleaseExactly(GaussianSumMechanism& mechanism) {
+  auto release = mechanism.ReleaseNonPrivate();
+  EXPECT_TRUE(release.ok()) << release.status().ToString();
+  return release->noisy_sum;
+}
+
+// The internal scaled sum, recovered exactly from a σ = 0 release when every
+// C_b is a power of two.
+Eigen::VectorXd ScaledFromRelease(const BlockLayout& layout, Eigen::VectorXd released) {
+  for (const Block& block : layout.blocks()) {
+    released.segment(block.offset, block.size) /= block.clip_bound;
+  }
+  return released;
+}
+
+long double Norm(const Eigen::VectorXd& v, size_t offset, size_t size) {
+  long double sum = 0;
+  for (size_t i = offset; i < offset + size; ++i) sum += static_cast<long double>(v[i]) * v[i];
+  return std::sqrt(sum);
+}
+
+TEST(GaussianMechanismTest, ZeroNoiseReleaseEqualsTheClippedSumExactly) {
+  const BlockLayout layout = PowerOfTwoLayout();
+  GaussianSumMechanism mechanism(layout);
+  Eigen::VectorXd expected = Eigen::VectorXd::Zero(layout.total_size());
+  for (std::vector<double> record : RandomRecords(layout, 500, 1)) {
+    ASSERT_TRUE(mechanism.Add(record).ok());
+    ASSERT_TRUE(ClipRecordStatistic(layout, record).ok());
+    expected += Eigen::Map<const Eigen::VectorXd>(record.data(), record.size());
+  }
+  testing::ZeroNoiseSource zero;
+  auto release = mechanism.Release(zero, 1.5);
+  ASSERT_TRUE(release.ok()) << release.status().ToString();
+  EXPECT_TRUE((release->noisy_sum.array() == expected.array()).all())
+      << "max difference " << (release->noisy_sum - expected).cwiseAbs().maxCoeff();
+  EXPECT_FALSE(release->is_private);  // the zero source is not private
+  EXPECT_EQ(mechanism.private_counts().accepted, 500u);
+}
+
+TEST(GaussianMechanismTest, ZeroNoiseReleaseMatchesClippedSumForGeneralBounds) {
+  const BlockLayout layout = MakeLayout({
+      {"a", BlockKind::kVector, 6, 0.3},
+      {"s", BlockKind::kSymmetricMatrix, 2, 1.7},
+      {"b", BlockKind::kVector, 3, 1e3},
+  });
+  GaussianSumMechanism mechanism(layout);
+  Eigen::VectorXd expected = Eigen::VectorXd::Zero(layout.total_size());
+  Eigen::VectorXd magnitude = Eigen::VectorXd::Zero(layout.total_size());
+  for (std::vector<double> record : RandomRecords(layout, 500, 2)) {
+    ASSERT_TRUE(mechanism.Add(record).ok());
+    ASSERT_TRUE(ClipRecordStatistic(layout, record).ok());
+    const Eigen::Map<const Eigen::VectorXd> clipped(record.data(), record.size());
+    expected += clipped;
+    magnitude += clipped.cwiseAbs();
+  }
+  testing::ZeroNoiseSource zero;
+  auto release = mechanism.Release(zero, 0.8);
+  ASSERT_TRUE(release.ok());
+  for (Eigen::Index i = 0; i < expected.size(); ++i) {
+    EXPECT_NEAR(release->noisy_sum[i], expected[i], 1e-13 * magnitude[i]) << i;
+  }
+}
+
+TEST(GaussianMechanismTest, NoiseScaleIsSigmaTimesSqrtBlocksTimesBound) {
+  const BlockLayout layout = PowerOfTwoLayout();
+  constexpr double kSigma = 1.3;
+  auto stds = NoiseStdPerBlock(layout, kSigma);
+  ASSERT_TRUE(stds.ok());
+  ASSERT_EQ(stds->size(), 3u);
+  for (size_t b = 0; b < 3; ++b) {
+    const double exact = kSigma * std::sqrt(3.0) * layout.block(b).clip_bound;
+    EXPECT_GE((*stds)[b], exact);  // rounded up, never down
+    EXPECT_NEAR((*stds)[b], exact, 1e-14 * exact);
+  }
+  // Deterministic check of the plumbing: with every draw equal to 1, each
+  // coordinate of block b moves by exactly its noise std.
+  GaussianSumMechanism mechanism(layout);
+  OnesNoiseSource ones;
+  auto release = mechanism.Release(ones, kSigma);
+  ASSERT_TRUE(release.ok());
+  for (size_t b = 0; b < 3; ++b) {
+    const Block& block = layout.block(b);
+    for (size_t i = block.offset; i < block.offset + block.size; ++i) {
+      EXPECT_EQ(release->noisy_sum[i], (*stds)[b]) << block.name << " " << i;
+    }
+  }
+}
+
+TEST(GaussianMechanismTest, EmpiricalNoiseStdPerBlockMatchesConfiguration) {
+  const BlockLayout layout = PowerOfTwoLayout();
+  constexpr double kSigma = 1.3;
+  constexpr int kReleases = 3000;
+  const auto records = RandomRecords(layout, 20, 3);
+  auto noise = Reproducible(77);
+  std::vector<std::vector<double>> noise_by_block(layout.num_blocks());
+  GaussianSumMechanism noisy(layout);
+  GaussianSumMechanism exact(layout);
+  for (int release_index = 0; release_index < kReleases; ++release_index) {
+    noisy.Reset();
+    exact.Reset();
+    if (release_index % 2 == 1) {  // half the releases carry records
+      for (const auto& record : records) {
+        ASSERT_TRUE(noisy.Add(record).ok());
+        ASSERT_TRUE(exact.Add(record).ok());
+      }
+    }
+    auto release = noisy.Release(*noise, kSigma);
+    ASSERT_TRUE(release.ok());
+    const Eigen::VectorXd sum = ReleaseExactly(exact);
+    for (size_t b = 0; b < layout.num_blocks(); ++b) {
+      const Block& block = layout.block(b);
+      for (size_t i = block.offset; i < block.offset + block.size; ++i) {
+        noise_by_block[b].push_back(release->noisy_sum[i] - sum[i]);
+      }
+    }
+  }
+  for (size_t b = 0; b < layout.num_blocks(); ++b) {
+    const double expected_std = kSigma * std::sqrt(3.0) * layout.block(b).clip_bound;
+    const auto& draws = noise_by_block[b];
+    const double n = static_cast<double>(draws.size());
+    double sum = 0, sum2 = 0;
+    for (const double d : draws) {
+      sum += d;
+      sum2 += d * d;
+    }
+    const double mean = sum / n;
+    const double std = std::sqrt(sum2 / n - mean * mean);
+    EXPECT_NEAR(mean, 0.0, 5.0 * expected_std / std::sqrt(n)) << layout.block(b).name;
+    // Standard error of the sample std of a normal: std / √(2n).
+    EXPECT_NEAR(std, expected_std, 5.0 * expected_std / std::sqrt(2.0 * n))
+        << layout.block(b).name;
+  }
+}
+
+TEST(GaussianMechanismTest, RejectedRecordsAreNeverSummed) {
+  const BlockLayout layout = PowerOfTwoLayout();
+  GaussianSumMechanism mechanism(layout);
+  GaussianSumMechanism reference(layout);
+  const auto valid = RandomRecords(layout, 2, 4);
+  const double specials[] = {std::numeric_limits<double>::quiet_NaN(),
+                             std::numeric_limits<double>::infinity(),
+                             -std::numeric_limits<double>::infinity()};
+  ASSERT_TRUE(mechanism.Add(valid[0]).ok());
+  for (const double special : specials) {
+    std::vector<double> bad(layout.total_size(), 1.0);
+    bad[7] = special;
+    const Status status = mechanism.Add(bad);
+    EXPECT_EQ(status.code(), StatusCode::kOutOfRange);
+  }
+  EXPECT_EQ(mechanism.Add(std::vector<double>(layout.total_size() + 1, 1.0)).code(),
+            StatusCode::kInvalidArgument);
+  ASSERT_TRUE(mechanism.Add(valid[1]).ok());
+  ASSERT_TRUE(reference.Add(valid[0]).ok());
+  ASSERT_TRUE(reference.Add(valid[1]).ok());
+
+  EXPECT_EQ(mechanism.private_counts().accepted, 2u);
+  EXPECT_EQ(mechanism.private_counts().rejected, 4u);
+  const Eigen::VectorXd released = ReleaseExactly(mechanism);
+  const Eigen::VectorXd expected = ReleaseExactly(reference);
+  EXPECT_TRUE((released.array() == expected.array()).all());
+  EXPECT_TRUE(released.allFinite());
+}
+
+TEST(GaussianMechanismTest, EmptySumIsStillNoised) {
+  const BlockLayout layout = PowerOfTwoLayout();
+  GaussianSumMechanism mechanism(layout);
+  auto noise = Reproducible(5);
+  auto release = mechanism.Release(*noise, 2.0);
+  ASSERT_TRUE(release.ok());
+  ASSERT_EQ(release->noisy_sum.size(), static_cast<Eigen::Index>(layout.total_size()));
+  for (Eigen::Index i = 0; i < release->noisy_sum.size(); ++i) {
+    EXPECT_NE(release->noisy_sum[i], 0.0) << "coordinate " << i << " was not noised";
+  }
+  EXPECT_EQ(mechanism.private_counts().accepted, 0u);
+}
+
+TEST(GaussianMechanismTest, AddingOneAdversarialRecordMovesTheScaledSumAtMostSqrtB) {
+  const BlockLayout layout = PowerOfTwoLayout();
+  const size_t n = layout.total_size();
+  const long double sqrt_blocks = std::sqrt(3.0L);
+  std::vector<std::vector<double>> adversarial;
+  adversarial.push_back(std::vector<double>(n, 1e308));
+  adversarial.push_back(std::vector<double>(n, -DBL_MAX));
+  adversarial.push_back(std::vector<double>(n, 1e-320));
+  adversarial.push_back(std::vector<double>(n, DBL_MIN));
+  std::vector<double> single(n, 0.0);
+  for (const Block& block : layout.blocks()) single[block.offset] = 1e308;
+  adversarial.push_back(single);
+  std::vector<double> on_bound(n, 0.0);  // each block exactly at C_b, no clipping
+  for (const Block& block : layout.blocks()) {
+    const double coordinate = block.clip_bound / std::sqrt(static_cast<double>(block.size));
+    for (size_t i = block.offset; i < block.offset + block.size; ++i) on_bound[i] = coordinate;
+  }
+  adversarial.push_back(on_bound);
+  for (auto& record : RandomRecords(layout, 200, 6)) {
+    for (double& value : record) value *= 1e3;  // mostly far above the bounds
+    adversarial.push_back(record);
+  }
+
+  const auto base_records = RandomRecords(layout, 100, 7);
+  GaussianSumMechanism base(layout);
+  for (const auto& record : base_records) ASSERT_TRUE(base.Add(record).ok());
+  const Eigen::VectorXd base_scaled = ScaledFromRelease(layout, ReleaseExactly(base));
+
+  for (size_t r = 0; r < adversarial.size(); ++r) {
+    SCOPED_TRACE("record " + std::to_string(r));
+    // Alone: the record's scaled contribution y, exactly.
+    GaussianSumMechanism alone(layout);
+    ASSERT_TRUE(alone.Add(adversarial[r]).ok());
+    const Eigen::VectorXd contribution = ScaledFromRelease(layout, ReleaseExactly(alone));
+    long double total_squared = 0;
+    for (const Block& block : layout.blocks()) {
+      const long double block_norm = Norm(contribution, block.offset, block.size);
+      EXPECT_LE(block_norm, 1.0L) << block.name;
+      total_squared += block_norm * block_norm;
+    }
+    EXPECT_LE(std::sqrt(total_squared), sqrt_blocks);
+
+    // Added to a non-empty sum S, the record contributes exactly y: the new
+    // sum is the correctly rounded S + y, coordinate by coordinate (so the
+    // change is y up to half an ulp of the new sum).
+    GaussianSumMechanism with_record(layout);
+    for (const auto& record : base_records) ASSERT_TRUE(with_record.Add(record).ok());
+    ASSERT_TRUE(with_record.Add(adversarial[r]).ok());
+    const Eigen::VectorXd new_scaled = ScaledFromRelease(layout, ReleaseExactly(with_record));
+    for (Eigen::Index i = 0; i < new_scaled.size(); ++i) {
+      EXPECT_EQ(new_scaled[i], base_scaled[i] + contribution[i]) << "coordinate " << i;
+    }
+  }
+}
+
+TEST(GaussianMechanismTest, ReleaseRequiresAPositiveFiniteNoiseMultiplier) {
+  const BlockLayout layout = PowerOfTwoLayout();
+  GaussianSumMechanism mechanism(layout);
+  auto noise = Reproducible(1);
+  for (const double sigma : {0.0, -1.0, std::numeric_limits<double>::quiet_NaN(),
+                             std::numeric_limits<double>::infinity()}) {
+    auto release = mechanism.Release(*noise, sigma);
+    ASSERT_FALSE(release.ok()) << sigma;
+    EXPECT_EQ(release.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(release.status().message(), HasSubstr("ReleaseNonPrivate()"));
+    EXPECT_FALSE(mechanism.released());
+  }
+  EXPECT_TRUE(mechanism.Release(*noise, 1.0).ok());
+}
+
+TEST(GaussianMechanismTest, PrivacyFlagOfEachReleasePath) {
+  const BlockLayout layout = PowerOfTwoLayout();
+  GaussianSumMechanism mechanism(layout);
+  auto secure = SecureNoiseSource::Create();
+  ASSERT_TRUE(secure.ok());
+  auto private_release = mechanism.Release(**secure, 1.0);
+  ASSERT_TRUE(private_release.ok());
+  EXPECT_TRUE(private_release->is_private);
+  EXPECT_EQ(private_release->noise_multiplier, 1.0);
+  EXPECT_EQ(private_release->noise_description, "chacha20-os-seeded");
+
+  mechanism.Reset();
+  auto seeded = Reproducible(2);
+  auto seeded_release = mechanism.Release(*seeded, 1.0);
+  ASSERT_TRUE(seeded_release.ok());
+  EXPECT_FALSE(seeded_release->is_private);
+
+  mechanism.Reset();
+  auto baseline = mechanism.ReleaseNonPrivate();
+  ASSERT_TRUE(baseline.ok());
+  EXPECT_FALSE(baseline->is_private);
+  EXPECT_EQ(baseline->noise_multiplier, 0.0);
+  EXPECT_THAT(baseline->noise_description, HasSubstr("NOT PRIVATE"));
+}
+
+TEST(GaussianMechanismTest, OneReleasePerStepUntilReset) {
+  const BlockLayout layout = PowerOfTwoLayout();
+  GaussianSumMechanism mechanism(layout);
+  const auto records = RandomRecords(layout, 3, 8);
+  ASSERT_TRUE(mechanism.Add(records[0]).ok());
+  auto noise = Reproducible(3);
+  ASSERT_TRUE(mechanism.Release(*noise, 1.0).ok());
+  EXPECT_TRUE(mechanism.released());
+  EXPECT_EQ(mechanism.Add(records[1]).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(mechanism.Release(*noise, 1.0).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(mechanism.ReleaseNonPrivate().status().code(), StatusCode::kFailedPrecondition);
+
+  mechanism.Reset();
+  EXPECT_FALSE(mechanism.released());
+  EXPECT_EQ(mechanism.private_counts().accepted, 0u);
+  EXPECT_EQ(mechanism.private_counts().rejected, 0u);
+  // The previous step's records are gone.
+  EXPECT_TRUE(ReleaseExactly(mechanism).isZero(0.0));
+}
+
+TEST(GaussianMechanismTest, MergeCombinesSumsAndCounts) {
+  const BlockLayout layout = PowerOfTwoLayout();
+  const auto records = RandomRecords(layout, 40, 9);
+  GaussianSumMechanism all(layout), first(layout), second(layout);
+  for (size_t r = 0; r < records.size(); ++r) {
+    ASSERT_TRUE(all.Add(records[r]).ok());
+    ASSERT_TRUE((r < 25 ? first : second).Add(records[r]).ok());
+  }
+  ASSERT_EQ(second.Add(std::vector<double>(3, 0.0)).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(first.Merge(std::move(second)).ok());
+  EXPECT_EQ(first.private_counts().accepted, 40u);
+  EXPECT_EQ(first.private_counts().rejected, 1u);
+  const Eigen::VectorXd merged = ReleaseExactly(first);
+  const Eigen::VectorXd sequential = ReleaseExactly(all);
+  EXPECT_TRUE(merged.isApprox(sequential, 1e-13));
+  EXPECT_GT(merged.norm(), 1.0);
+
+  // The merged-from accumulator is consumed: its records cannot be released
+  // a second time, and after Reset it starts empty.
+  EXPECT_TRUE(second.released());
+  EXPECT_EQ(second.ReleaseNonPrivate().status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(second.Add(records[0]).code(), StatusCode::kFailedPrecondition);
+  second.Reset();
+  EXPECT_TRUE(ReleaseExactly(second).isZero(0.0));
+
+  GaussianSumMechanism other_layout(MakeLayout({{"a", BlockKind::kVector, 15, 2.0}}));
+  GaussianSumMechanism fresh(layout);
+  ASSERT_TRUE(fresh.Add(records[0]).ok());
+  EXPECT_EQ(fresh.Merge(std::move(other_layout)).code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(other_layout.released());  // untouched on error
+  EXPECT_EQ(fresh.Merge(std::move(first)).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(fresh.Merge(std::move(fresh)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(fresh.private_counts().accepted, 1u);
+}
+
+TEST(GaussianMechanismTest, MovedFromMechanismIsEmpty) {
+  const BlockLayout layout = PowerOfTwoLayout();
+  GaussianSumMechanism original(layout);
+  ASSERT_TRUE(original.Add(RandomRecords(layout, 1, 10)[0]).ok());
+  GaussianSumMechanism moved(std::move(original));
+  EXPECT_EQ(moved.private_counts().accepted, 1u);
+  EXPECT_FALSE(ReleaseExactly(moved).isZero(0.0));
+  // NOLINTNEXTLINE(bugprone-use-after-move): checking the moved-from state.
+  EXPECT_EQ(original.layout().total_size(), 0u);
+  EXPECT_EQ(original.Add(std::vector<double>(layout.total_size(), 1.0)).code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(GaussianMechanismTest, NoiseStdPerBlockValidatesSigma) {
+  const BlockLayout layout = PowerOfTwoLayout();
+  EXPECT_EQ(NoiseStdPerBlock(layout, -0.1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(NoiseStdPerBlock(layout, std::numeric_limits<double>::quiet_NaN()).status().code(),
+            StatusCode::kInvalidArgument);
+  auto zero = NoiseStdPerBlock(layout, 0.0);
+  ASSERT_TRUE(zero.ok());
+  EXPECT_EQ(*zero, std::vector<double>(3, 0.0));
+}
+
+}  // namespace
+}  // namespace vipsd::privacy
