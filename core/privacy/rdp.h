@@ -23,7 +23,10 @@
 // Fractional α (Section 3.3): the two-series form split at
 //   z0 = σ² ln(1/q − 1) + 1/2, each term weighted by a Gaussian tail (erfc).
 //   Terms alternate in sign past k = α; positive and negative parts are
-//   summed separately in log space.
+//   summed separately in log space. The form cancels to 1 (terms near 1 − αq
+//   and αq), so for tiny A_α − 1 we also take the integer value at ⌈α⌉
+//   (valid because Rényi divergence grows with the order) and keep the
+//   smaller bound.
 // q = 1 uses the closed form ε(α) = α / (2σ²).
 //
 // Rounding: every series is summed in log space and a bound on its

@@ -13,15 +13,17 @@
 //    changed it). Stopping at the ceiling is then stopping at a step count
 //    that is a deterministic function of public parameters, and the usual
 //    "minimum over orders" conversion is valid.
-//  * kAdaptiveFilter: (q, σ) were chosen adaptively. For each fixed order α,
-//    halting before Σ_t ε_t(α) passes a budget B_α is an RDP privacy filter
-//    (Feldman & Zrnic 2021, Theorem 3.1; Lécuyer 2021): the run up to that
-//    order's halting time is (α, B_α)-RDP. The daemon halts only when EVERY
-//    order's budget is exhausted, so its transcript extends each order's
-//    filter run, and its hockey-stick divergence is at most the sum over
-//    orders of theirs. Converting each order with δ/|Λ| (|Λ| = grid size)
-//    therefore makes the whole adaptive run (ε_ceiling, δ)-DP. This costs
-//    ln|Λ|/(α−1) in ε and is what CheckCeiling/GetEpsilon do in this mode.
+//  * kAdaptiveFilter: (q, σ) were chosen adaptively. For each order α the
+//    process exp((α−1)(L_t − S_t(α))), L_t the privacy loss of the first t
+//    releases and S_t(α) the RDP composed so far, is a non-negative
+//    supermartingale even when ε_t(α) is chosen adaptively (Feldman & Zrnic
+//    2021; Lécuyer 2021). The daemon runs a step only if some order stays
+//    within its budget B_α, so the outcome space splits into parts on which
+//    one order α is within budget; bounding the hockey-stick divergence on
+//    each part with that order's supermartingale and summing gives δ =
+//    Σ_α δ_α. Converting every order with δ/|Λ| (|Λ| = grid size) therefore
+//    makes the whole adaptive run (ε_ceiling, δ)-DP, at a cost of
+//    ln|Λ|/(α−1) in ε. CheckCeiling/GetEpsilon do this in this mode.
 //  docs/privacy_accounting.md gives the argument in full.
 //
 // What is private: nothing here. The accountant sees only public parameters

@@ -1,0 +1,68 @@
+// Privacy planning: ε for a schedule, the noise multiplier σ a target ε
+// needs, and the number of steps a budget allows.
+//
+// Three accountants answer the same question with different bounds for the
+// same mechanism (T Poisson-subsampled Gaussian steps, rate q, noise σ,
+// add/remove adjacency):
+//   kRdp    – Rényi DP with the improved conversion (rdp.h); the budget of
+//             record for the daemon. Reports the optimal order.
+//   kPld    – privacy-loss distribution with pessimistic discretisation
+//             (pld_accountant.h); tighter, still a valid upper bound.
+//   kStrong – per-step analytic Gaussian, amplification by sampling and
+//             Dwork–Rothblum–Vadhan composition (strong_composition.h); the
+//             VIPS paper's baseline, for comparison experiments only.
+//
+// Searches rely on ε being non-increasing in σ and non-decreasing in T for
+// every accountant (tests check this).
+//   * NoiseMultiplierForEpsilon bisects on log σ, then rounds UP to three
+//     significant digits and walks down while the next-smaller 3-digit value
+//     still meets the target, so the answer is the smallest 3-digit σ that
+//     meets it (ε(σ) ≤ target is re-checked on the returned value).
+//   * MaxStepsForEpsilon doubles T, then bisects; returns 0 if even one step
+//     exceeds the target. Gives up above kMaxPlannedSteps.
+//
+// Thread-safety: pure functions; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "core/base/status.h"
+
+namespace vipsd::privacy {
+
+enum class AccountantKind { kRdp, kPld, kStrong };
+
+const char* AccountantName(AccountantKind kind);
+// "rdp", "pld" or "strong".
+std::optional<AccountantKind> ParseAccountantName(std::string_view name);
+
+struct PrivacyEstimate {
+  double epsilon = 0;
+  // RDP only: the optimal order, and ε by the classic conversion.
+  std::optional<double> order;
+  std::optional<double> epsilon_classic;
+};
+
+// Largest step count the planner will search up to.
+inline constexpr int64_t kMaxPlannedSteps = int64_t{1} << 40;
+
+// ε after `steps` steps. Validates q ∈ (0, 1], σ > 0, steps ≥ 1, δ ∈ (0, 1).
+StatusOr<PrivacyEstimate> EstimateEpsilon(AccountantKind kind, double sampling_rate,
+                                          double noise_multiplier, int64_t steps,
+                                          double delta);
+
+// Smallest σ, to three significant digits, with ε(σ) ≤ target_epsilon.
+// Searches σ ∈ [1e-2, 1e4]; OutOfRange if the target is not reachable there.
+StatusOr<double> NoiseMultiplierForEpsilon(AccountantKind kind, double target_epsilon,
+                                           double sampling_rate, int64_t steps,
+                                           double delta);
+
+// Largest T with ε(T) ≤ target_epsilon (0 if not even one step fits).
+// OutOfRange if more than kMaxPlannedSteps would fit.
+StatusOr<int64_t> MaxStepsForEpsilon(AccountantKind kind, double target_epsilon,
+                                     double sampling_rate, double noise_multiplier,
+                                     double delta);
+
+}  // namespace vipsd::privacy

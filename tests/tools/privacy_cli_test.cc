@@ -1,0 +1,239 @@
+#include "tools/privacy/privacy_cli.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/privacy/planner.h"
+
+namespace vipsd::tools {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct CliResult {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+CliResult RunCli(std::vector<std::string> args) {
+  std::ostringstream out, err;
+  const int code = RunPrivacyCli(args, out, err);
+  return {code, out.str(), err.str()};
+}
+
+// The number after "key": in a one-line JSON object.
+double JsonNumber(const std::string& json, const std::string& key) {
+  std::smatch match;
+  const std::regex pattern("\"" + key + "\": (-?[0-9.eE+-]+)");
+  if (!std::regex_search(json, match, pattern)) {
+    ADD_FAILURE() << "no numeric key " << key << " in " << json;
+    return NAN;
+  }
+  return std::stod(match[1]);
+}
+
+std::string JsonString(const std::string& json, const std::string& key) {
+  std::smatch match;
+  const std::regex pattern("\"" + key + "\": \"([^\"]*)\"");
+  if (!std::regex_search(json, match, pattern)) {
+    ADD_FAILURE() << "no string key " << key << " in " << json;
+    return "";
+  }
+  return match[1];
+}
+
+TEST(PrivacyCliTest, EpsilonHumanReadable) {
+  CliResult run = RunCli({"epsilon", "--sampling-rate", "0.004", "--noise-multiplier", "1",
+                    "--steps", "100", "--delta", "1e-3"});
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_TRUE(run.err.empty());
+  auto expected = privacy::EstimateEpsilon(privacy::AccountantKind::kRdp, 0.004, 1, 100, 1e-3);
+  ASSERT_TRUE(expected.ok());
+  char line[64];
+  std::snprintf(line, sizeof(line), "epsilon = %.6g at delta = 0.001", expected->epsilon);
+  EXPECT_THAT(run.out, HasSubstr(line));
+  EXPECT_THAT(run.out, HasSubstr("optimal order"));
+  EXPECT_THAT(run.out, HasSubstr("classic conversion"));
+}
+
+TEST(PrivacyCliTest, EpsilonJsonHasTheDocumentedKeys) {
+  CliResult run = RunCli({"epsilon", "--sampling-rate=0.02", "--noise-multiplier=1.24",
+                    "--steps=50", "--delta=1e-5", "--json"});
+  ASSERT_EQ(run.code, 0) << run.err;
+  auto expected = privacy::EstimateEpsilon(privacy::AccountantKind::kRdp, 0.02, 1.24, 50, 1e-5);
+  ASSERT_TRUE(expected.ok());
+  // Exact round trip of every number.
+  EXPECT_EQ(JsonNumber(run.out, "epsilon"), expected->epsilon);
+  EXPECT_EQ(JsonNumber(run.out, "order"), *expected->order);
+  EXPECT_EQ(JsonNumber(run.out, "epsilon_classic"), *expected->epsilon_classic);
+  EXPECT_EQ(JsonNumber(run.out, "delta"), 1e-5);
+  EXPECT_EQ(JsonNumber(run.out, "steps"), 50);
+  EXPECT_EQ(JsonNumber(run.out, "noise_multiplier"), 1.24);
+  EXPECT_EQ(JsonNumber(run.out, "sampling_rate"), 0.02);
+  EXPECT_EQ(JsonString(run.out, "accountant"), "rdp");
+  EXPECT_EQ(std::count(run.out.begin(), run.out.end(), '\n'), 1);
+  EXPECT_EQ(run.out.front(), '{');
+}
+
+TEST(PrivacyCliTest, EveryAccountantAnswers) {
+  double rdp = 0, pld = 0, strong = 0;
+  for (const char* name : {"rdp", "pld", "strong"}) {
+    CliResult run = RunCli({"epsilon", "--sampling-rate", "0.02", "--noise-multiplier", "1.24",
+                      "--steps", "50", "--delta", "1e-5", "--accountant", name, "--json"});
+    ASSERT_EQ(run.code, 0) << name << ": " << run.err;
+    EXPECT_EQ(JsonString(run.out, "accountant"), name);
+    const double epsilon = JsonNumber(run.out, "epsilon");
+    (std::string(name) == "rdp" ? rdp : std::string(name) == "pld" ? pld : strong) = epsilon;
+    if (std::string(name) != "rdp") {
+      EXPECT_THAT(run.out, ::testing::Not(HasSubstr("order")));
+    }
+  }
+  // PLD is the tightest valid bound; strong composition the loosest.
+  EXPECT_LT(pld, rdp);
+  EXPECT_LT(rdp, strong);
+}
+
+TEST(PrivacyCliTest, SigmaAndStepsRoundTrip) {
+  CliResult sigma = RunCli({"sigma", "--target-epsilon", "1", "--sampling-rate", "0.02", "--steps",
+                      "50", "--delta", "1e-5", "--json"});
+  ASSERT_EQ(sigma.code, 0) << sigma.err;
+  const double noise = JsonNumber(sigma.out, "noise_multiplier");
+  EXPECT_LE(JsonNumber(sigma.out, "epsilon"), 1.0);
+  EXPECT_EQ(JsonNumber(sigma.out, "target_epsilon"), 1.0);
+  // With that σ, the budget allows at least the 50 planned steps.
+  CliResult steps = RunCli({"steps", "--target-epsilon", "1", "--sampling-rate", "0.02",
+                      "--noise-multiplier", std::to_string(noise), "--delta", "1e-5"});
+  ASSERT_EQ(steps.code, 0) << steps.err;
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(steps.out, match, std::regex("steps = ([0-9]+)")));
+  EXPECT_GE(std::stoll(match[1]), 50);
+}
+
+TEST(PrivacyCliTest, StepsReportsZeroWhenNothingFits) {
+  CliResult run = RunCli({"steps", "--target-epsilon", "0.001", "--sampling-rate", "1",
+                    "--noise-multiplier", "0.5", "--delta", "1e-5", "--json"});
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_EQ(JsonNumber(run.out, "steps"), 0);
+  EXPECT_EQ(JsonNumber(run.out, "epsilon"), 0);
+}
+
+TEST(PrivacyCliTest, HelpExitsZero) {
+  for (std::vector<std::string> args :
+       {std::vector<std::string>{"--help"}, {"epsilon", "--help"}}) {
+    CliResult run = RunCli(args);
+    EXPECT_EQ(run.code, 0);
+    EXPECT_THAT(run.out, HasSubstr("vipsd-privacy epsilon --sampling-rate"));
+    EXPECT_THAT(run.out, HasSubstr("--accountant rdp|pld|strong"));
+  }
+}
+
+struct InvalidCase {
+  std::vector<std::string> args;
+  std::string must_name;  // the flag (or word) the one-line error must name
+};
+
+TEST(PrivacyCliTest, InvalidArgumentsGiveOneLineNamingTheFlagAndExitTwo) {
+  const std::vector<std::string> ok_tail = {"--noise-multiplier", "1", "--steps", "10",
+                                            "--delta", "1e-5"};
+  auto epsilon_with_rate = [&](const std::string& rate) {
+    std::vector<std::string> args = {"epsilon", "--sampling-rate", rate};
+    args.insert(args.end(), ok_tail.begin(), ok_tail.end());
+    return args;
+  };
+  const std::vector<InvalidCase> cases = {
+      {epsilon_with_rate("0"), "--sampling-rate"},
+      {epsilon_with_rate("1.5"), "--sampling-rate"},
+      {epsilon_with_rate("-0.1"), "--sampling-rate"},
+      {epsilon_with_rate("abc"), "--sampling-rate"},
+      {epsilon_with_rate("0.1x"), "--sampling-rate"},
+      {epsilon_with_rate("nan"), "--sampling-rate"},
+      {{"epsilon", "--sampling-rate", "0.1", "--noise-multiplier", "0", "--steps", "10",
+        "--delta", "1e-5"},
+       "--noise-multiplier"},
+      {{"epsilon", "--sampling-rate", "0.1", "--noise-multiplier", "-2", "--steps", "10",
+        "--delta", "1e-5"},
+       "--noise-multiplier"},
+      {{"epsilon", "--sampling-rate", "0.1", "--noise-multiplier", "1", "--steps", "10",
+        "--delta", "0"},
+       "--delta"},
+      {{"epsilon", "--sampling-rate", "0.1", "--noise-multiplier", "1", "--steps", "10",
+        "--delta", "1"},
+       "--delta"},
+      {{"epsilon", "--sampling-rate", "0.1", "--noise-multiplier", "1", "--steps", "2.5",
+        "--delta", "1e-5"},
+       "--steps"},
+      {{"epsilon", "--sampling-rate", "0.1", "--noise-multiplier", "1", "--steps", "0",
+        "--delta", "1e-5"},
+       "--steps"},
+      {{"epsilon", "--sampling-rate", "0.1", "--noise-multiplier", "1", "--delta", "1e-5"},
+       "--steps"},
+      {{"epsilon", "--sampling-rate", "0.1", "--noise-multiplier", "1", "--steps", "10",
+        "--delta", "1e-5", "--accountant", "moments"},
+       "--accountant"},
+      {{"epsilon", "--sampling-rate", "0.1", "--noise-multiplier", "1", "--steps", "10",
+        "--delta", "1e-5", "--target-epsilon", "1"},
+       "--target-epsilon"},
+      {{"sigma", "--target-epsilon", "zero", "--sampling-rate", "0.1", "--steps", "10",
+        "--delta", "1e-5"},
+       "--target-epsilon"},
+      {{"steps", "--target-epsilon", "1", "--sampling-rate", "0.1", "--noise-multiplier",
+        "1", "--delta"},
+       "--delta"},
+      {{"epsilon", "--sampling-rate", "0.1", "--sampling-rate", "0.2"}, "--sampling-rate"},
+      {{"budget"}, "budget"},
+      {{}, "command"},
+  };
+  for (const InvalidCase& c : cases) {
+    CliResult run = RunCli(c.args);
+    std::string joined;
+    for (const auto& a : c.args) joined += a + " ";
+    EXPECT_EQ(run.code, 2) << joined;
+    EXPECT_TRUE(run.out.empty()) << joined;
+    EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << joined << run.err;
+    EXPECT_THAT(run.err, HasSubstr(c.must_name)) << joined;
+    EXPECT_THAT(run.err, HasSubstr("vipsd-privacy: ")) << joined;
+  }
+}
+
+// The real executable: exit status and streams as a shell sees them.
+CliResult RunBinary(const std::string& args) {
+  const std::string err_file = ::testing::TempDir() + "vipsd_privacy_stderr.txt";
+  const std::string command = std::string(VIPSD_PRIVACY_BINARY) + " " + args + " 2>" + err_file;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return {-1, "", "popen failed"};
+  std::string out;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
+  const int status = pclose(pipe);
+  std::string err;
+  if (FILE* f = std::fopen(err_file.c_str(), "r")) {
+    while ((n = fread(buffer, 1, sizeof(buffer), f)) > 0) err.append(buffer, n);
+    std::fclose(f);
+  }
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out, err};
+}
+
+TEST(PrivacyCliBinaryTest, ValidAndInvalidInvocations) {
+  CliResult ok = RunBinary(
+      "epsilon --sampling-rate 0.004 --noise-multiplier 1 --steps 100 --delta 1e-3 --json");
+  EXPECT_EQ(ok.code, 0) << ok.err;
+  EXPECT_THAT(ok.out, HasSubstr("\"epsilon\": "));
+  EXPECT_TRUE(ok.err.empty()) << ok.err;
+  CliResult bad = RunBinary("epsilon --sampling-rate 2 --noise-multiplier 1 --steps 100 --delta 1e-3");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_TRUE(bad.out.empty());
+  EXPECT_THAT(bad.err, HasSubstr("--sampling-rate must be a number in (0, 1], got '2'"));
+}
+
+}  // namespace
+}  // namespace vipsd::tools

@@ -1,0 +1,388 @@
+#include "tools/privacy/privacy_cli.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string_view>
+#include <vector>
+
+#include "core/privacy/planner.h"
+
+namespace vipsd::tools {
+namespace {
+
+using privacy::AccountantKind;
+
+constexpr int kExitOk = 0;
+constexpr int kExitNoAnswer = 1;
+constexpr int kExitUsage = 2;
+
+// Shortest decimal that reads back as the same double ("0.004", not
+// "0.0040000000000000001").
+std::string Number(double value) {
+  if (std::isinf(value)) return value > 0 ? "Infinity" : "-Infinity";
+  char buffer[64];
+  auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  return std::string(buffer, result.ptr);
+}
+
+// Six significant digits for people.
+std::string Human(double value) {
+  if (std::isinf(value)) return "infinite";
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.6g", value);
+  return buffer;
+}
+
+// Ordered JSON object with number and string fields.
+class JsonObject {
+ public:
+  void Add(std::string key, double value) {
+    // JSON has no infinity; an unbounded ε is written as null.
+    fields_.emplace_back(std::move(key), std::isfinite(value) ? Number(value) : "null");
+  }
+  void AddInt(std::string key, int64_t value) {
+    fields_.emplace_back(std::move(key), std::to_string(value));
+  }
+  void AddString(std::string key, const std::string& value) {
+    // Values are fixed identifiers (no characters that need escaping).
+    fields_.emplace_back(std::move(key), "\"" + value + "\"");
+  }
+  std::string ToString() const {
+    std::string text = "{";
+    for (size_t i = 0; i < fields_.size(); ++i) {
+      if (i > 0) text += ", ";
+      text += "\"" + fields_[i].first + "\": " + fields_[i].second;
+    }
+    return text + "}";
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::string>> fields_;
+};
+
+struct UsageError {
+  std::string message;
+};
+
+struct Flags {
+  std::map<std::string, std::string> values;  // flag name (with --) → text
+  bool json = false;
+  bool help = false;
+};
+
+struct CommandSpec {
+  std::vector<std::string> required;
+  std::vector<std::string> optional;
+};
+
+const std::map<std::string, CommandSpec>& Commands() {
+  static const std::map<std::string, CommandSpec> commands = {
+      {"epsilon",
+       {{"--sampling-rate", "--noise-multiplier", "--steps", "--delta"}, {"--accountant"}}},
+      {"sigma",
+       {{"--target-epsilon", "--sampling-rate", "--steps", "--delta"}, {"--accountant"}}},
+      {"steps",
+       {{"--target-epsilon", "--sampling-rate", "--noise-multiplier", "--delta"},
+        {"--accountant"}}},
+  };
+  return commands;
+}
+
+std::optional<UsageError> ParseFlags(const std::string& command,
+                                     std::span<const std::string> args, Flags* flags) {
+  const CommandSpec& spec = Commands().at(command);
+  std::set<std::string> allowed(spec.required.begin(), spec.required.end());
+  allowed.insert(spec.optional.begin(), spec.optional.end());
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string arg = args[i];
+    if (arg == "--json") {
+      flags->json = true;
+      continue;
+    }
+    if (arg == "--help" || arg == "-h") {
+      flags->help = true;
+      continue;
+    }
+    if (arg.rfind("--", 0) != 0) {
+      return UsageError{"unexpected argument '" + arg + "' (flags start with --)"};
+    }
+    std::string value;
+    bool has_value = false;
+    if (const size_t eq = arg.find('='); eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+      has_value = true;
+    }
+    if (!allowed.count(arg)) {
+      std::string list;
+      for (const auto& name : spec.required) list += " " + name;
+      for (const auto& name : spec.optional) list += " " + name;
+      return UsageError{"unknown flag " + arg + " for '" + command + "' (allowed:" + list +
+                        " --json)"};
+    }
+    if (!has_value) {
+      if (i + 1 >= args.size()) return UsageError{arg + " needs a value"};
+      value = args[++i];
+    }
+    if (flags->values.count(arg)) return UsageError{arg + " given twice"};
+    flags->values[arg] = value;
+  }
+  if (flags->help) return std::nullopt;
+  for (const auto& name : spec.required) {
+    if (!flags->values.count(name)) {
+      return UsageError{"missing " + name + " (required by '" + command + "')"};
+    }
+  }
+  return std::nullopt;
+}
+
+// Parses a whole string as a finite double.
+std::optional<double> ParseDouble(const std::string& text) {
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0]))) return std::nullopt;
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (end != text.c_str() + text.size() || !std::isfinite(value)) return std::nullopt;
+  return value;
+}
+
+// Each parser returns the value or a UsageError naming the flag and range.
+struct Parsed {
+  double sampling_rate = 0;
+  double noise_multiplier = 0;
+  double delta = 0;
+  double target_epsilon = 0;
+  int64_t steps = 0;
+  AccountantKind accountant = AccountantKind::kRdp;
+};
+
+std::optional<UsageError> ParseValues(const Flags& flags, Parsed* parsed) {
+  auto bad = [](const std::string& flag, const std::string& allowed,
+                const std::string& got) {
+    return UsageError{flag + " must be " + allowed + ", got '" + got + "'"};
+  };
+  for (const auto& [flag, text] : flags.values) {
+    if (flag == "--accountant") {
+      auto kind = privacy::ParseAccountantName(text);
+      if (!kind) return bad(flag, "one of rdp, pld, strong", text);
+      parsed->accountant = *kind;
+      continue;
+    }
+    if (flag == "--steps") {
+      auto value = ParseDouble(text);
+      // Accept "100" and "1e7", but only whole numbers in range.
+      if (!value || *value < 1 || *value > 1e15 || std::floor(*value) != *value) {
+        return bad(flag, "a whole number in [1, 1e15]", text);
+      }
+      parsed->steps = static_cast<int64_t>(*value);
+      continue;
+    }
+    auto value = ParseDouble(text);
+    if (flag == "--sampling-rate") {
+      if (!value || !(*value > 0 && *value <= 1)) return bad(flag, "a number in (0, 1]", text);
+      parsed->sampling_rate = *value;
+    } else if (flag == "--noise-multiplier") {
+      if (!value || !(*value > 0)) return bad(flag, "a number > 0", text);
+      parsed->noise_multiplier = *value;
+    } else if (flag == "--delta") {
+      if (!value || !(*value > 0 && *value < 1)) return bad(flag, "a number in (0, 1)", text);
+      parsed->delta = *value;
+    } else if (flag == "--target-epsilon") {
+      if (!value || !(*value > 0)) return bad(flag, "a number > 0", text);
+      parsed->target_epsilon = *value;
+    }
+  }
+  return std::nullopt;
+}
+
+void AddSchedule(JsonObject* json, const Parsed& p, double epsilon, int64_t steps,
+                 double noise_multiplier) {
+  json->Add("epsilon", epsilon);
+  json->Add("delta", p.delta);
+  json->AddInt("steps", steps);
+  json->Add("noise_multiplier", noise_multiplier);
+  json->Add("sampling_rate", p.sampling_rate);
+  json->AddString("accountant", privacy::AccountantName(p.accountant));
+}
+
+void AddEstimateDetails(JsonObject* json, const privacy::PrivacyEstimate& estimate) {
+  if (estimate.order) {
+    json->Add("order", *estimate.order);
+    json->AddString("conversion", "improved");
+  }
+  if (estimate.epsilon_classic) json->Add("epsilon_classic", *estimate.epsilon_classic);
+}
+
+std::string AccountantLine(const Parsed& p, const privacy::PrivacyEstimate& estimate) {
+  std::string line = std::string("accountant: ") + privacy::AccountantName(p.accountant);
+  switch (p.accountant) {
+    case AccountantKind::kRdp:
+      line += " (improved conversion, Balle et al. 2020), optimal order " +
+              Human(*estimate.order) + "; classic conversion gives epsilon = " +
+              Human(*estimate.epsilon_classic);
+      break;
+    case AccountantKind::kPld:
+      line += " (privacy-loss distribution, pessimistic discretisation)";
+      break;
+    case AccountantKind::kStrong:
+      line += " (analytic Gaussian + amplification + Dwork-Rothblum-Vadhan; baseline only)";
+      break;
+  }
+  return line;
+}
+
+int Fail(std::ostream& err, const Status& status) {
+  err << "vipsd-privacy: " << status.message() << "\n";
+  return status.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitNoAnswer;
+}
+
+int RunEpsilon(const Parsed& p, bool json_output, std::ostream& out, std::ostream& err) {
+  auto estimate = privacy::EstimateEpsilon(p.accountant, p.sampling_rate, p.noise_multiplier,
+                                           p.steps, p.delta);
+  if (!estimate.ok()) return Fail(err, estimate.status());
+  if (json_output) {
+    JsonObject json;
+    json.AddString("command", "epsilon");
+    AddSchedule(&json, p, estimate->epsilon, p.steps, p.noise_multiplier);
+    AddEstimateDetails(&json, *estimate);
+    out << json.ToString() << "\n";
+    return kExitOk;
+  }
+  out << "epsilon = " << Human(estimate->epsilon) << " at delta = " << Human(p.delta) << "\n"
+      << "  " << AccountantLine(p, *estimate) << "\n"
+      << "  schedule: " << p.steps << " steps, sampling rate " << Human(p.sampling_rate)
+      << ", noise multiplier " << Human(p.noise_multiplier) << "\n";
+  return kExitOk;
+}
+
+int RunSigma(const Parsed& p, bool json_output, std::ostream& out, std::ostream& err) {
+  auto sigma = privacy::NoiseMultiplierForEpsilon(p.accountant, p.target_epsilon,
+                                                  p.sampling_rate, p.steps, p.delta);
+  if (!sigma.ok()) return Fail(err, sigma.status());
+  auto estimate =
+      privacy::EstimateEpsilon(p.accountant, p.sampling_rate, *sigma, p.steps, p.delta);
+  if (!estimate.ok()) return Fail(err, estimate.status());
+  if (json_output) {
+    JsonObject json;
+    json.AddString("command", "sigma");
+    AddSchedule(&json, p, estimate->epsilon, p.steps, *sigma);
+    json.Add("target_epsilon", p.target_epsilon);
+    AddEstimateDetails(&json, *estimate);
+    out << json.ToString() << "\n";
+    return kExitOk;
+  }
+  out << "noise multiplier = " << Human(*sigma)
+      << " (smallest 3-significant-digit value with epsilon <= " << Human(p.target_epsilon)
+      << ")\n"
+      << "  gives epsilon = " << Human(estimate->epsilon) << " at delta = " << Human(p.delta)
+      << " over " << p.steps << " steps at sampling rate " << Human(p.sampling_rate) << "\n"
+      << "  " << AccountantLine(p, *estimate) << "\n";
+  return kExitOk;
+}
+
+int RunSteps(const Parsed& p, bool json_output, std::ostream& out, std::ostream& err) {
+  auto steps = privacy::MaxStepsForEpsilon(p.accountant, p.target_epsilon, p.sampling_rate,
+                                           p.noise_multiplier, p.delta);
+  if (!steps.ok()) return Fail(err, steps.status());
+  privacy::PrivacyEstimate estimate;  // ε = 0 when no step fits
+  if (*steps > 0) {
+    auto computed = privacy::EstimateEpsilon(p.accountant, p.sampling_rate,
+                                             p.noise_multiplier, *steps, p.delta);
+    if (!computed.ok()) return Fail(err, computed.status());
+    estimate = *computed;
+  }
+  if (json_output) {
+    JsonObject json;
+    json.AddString("command", "steps");
+    AddSchedule(&json, p, estimate.epsilon, *steps, p.noise_multiplier);
+    json.Add("target_epsilon", p.target_epsilon);
+    AddEstimateDetails(&json, estimate);
+    out << json.ToString() << "\n";
+    return kExitOk;
+  }
+  if (*steps == 0) {
+    out << "steps = 0: a single step already exceeds epsilon = " << Human(p.target_epsilon)
+        << " at delta = " << Human(p.delta) << "\n";
+    return kExitOk;
+  }
+  out << "steps = " << *steps << " (largest count with epsilon <= " << Human(p.target_epsilon)
+      << ")\n"
+      << "  gives epsilon = " << Human(estimate.epsilon) << " at delta = " << Human(p.delta)
+      << ", sampling rate " << Human(p.sampling_rate) << ", noise multiplier "
+      << Human(p.noise_multiplier) << "\n"
+      << "  " << AccountantLine(p, estimate) << "\n";
+  return kExitOk;
+}
+
+}  // namespace
+
+std::string PrivacyCliUsage() {
+  return R"(vipsd-privacy: privacy planning for the Poisson-subsampled Gaussian mechanism
+
+Usage:
+  vipsd-privacy epsilon --sampling-rate Q --noise-multiplier S --steps T --delta D
+  vipsd-privacy sigma   --target-epsilon E --sampling-rate Q --steps T --delta D
+  vipsd-privacy steps   --target-epsilon E --sampling-rate Q --noise-multiplier S --delta D
+
+  epsilon  the epsilon spent by T steps
+  sigma    the smallest noise multiplier (3 significant digits) that keeps
+           epsilon <= E after T steps
+  steps    the largest number of steps that keeps epsilon <= E
+
+Options (all commands):
+  --accountant rdp|pld|strong
+           rdp (default): Renyi DP, improved conversion; the daemon's accountant.
+           pld: privacy-loss distribution, pessimistic (tighter, still valid).
+           strong: analytic Gaussian + amplification by sampling +
+           Dwork-Rothblum-Vadhan composition (the VIPS paper's baseline).
+  --json   print one JSON object (keys: command, epsilon, delta, steps,
+           noise_multiplier, sampling_rate, accountant; order, conversion and
+           epsilon_classic for rdp; target_epsilon for sigma and steps)
+  --help   this text
+
+Ranges: Q in (0, 1], S > 0, D in (0, 1), E > 0, T a whole number >= 1.
+Adjacency: add/remove one record. Flags may be written --flag VALUE or --flag=VALUE.
+Exit codes: 0 ok, 1 no answer in the searched range, 2 invalid arguments.
+)";
+}
+
+int RunPrivacyCli(std::span<const std::string> args, std::ostream& out, std::ostream& err) {
+  if (args.empty()) {
+    err << "vipsd-privacy: missing command (epsilon, sigma or steps); see --help\n";
+    return kExitUsage;
+  }
+  const std::string& command = args[0];
+  if (command == "--help" || command == "-h" || command == "help") {
+    out << PrivacyCliUsage();
+    return kExitOk;
+  }
+  if (!Commands().count(command)) {
+    err << "vipsd-privacy: unknown command '" << command
+        << "' (allowed: epsilon, sigma, steps); see --help\n";
+    return kExitUsage;
+  }
+  Flags flags;
+  if (auto error = ParseFlags(command, args.subspan(1), &flags)) {
+    err << "vipsd-privacy: " << error->message << "\n";
+    return kExitUsage;
+  }
+  if (flags.help) {
+    out << PrivacyCliUsage();
+    return kExitOk;
+  }
+  Parsed parsed;
+  if (auto error = ParseValues(flags, &parsed)) {
+    err << "vipsd-privacy: " << error->message << "\n";
+    return kExitUsage;
+  }
+  if (command == "epsilon") return RunEpsilon(parsed, flags.json, out, err);
+  if (command == "sigma") return RunSigma(parsed, flags.json, out, err);
+  return RunSteps(parsed, flags.json, out, err);
+}
+
+}  // namespace vipsd::tools
