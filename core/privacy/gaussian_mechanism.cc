@@ -81,6 +81,51 @@ Status GaussianSumMechanism::Add(std::span<const double> record) {
   return Status::Ok();
 }
 
+Status GaussianSumMechanism::AddSparse(std::span<const uint32_t> indices,
+                                       std::span<const double> values) {
+  if (released_) return AlreadyReleasedError();
+  if (indices.size() != values.size()) {
+    ++counts_.rejected;
+    return InvalidArgumentError("sparse statistic: " + std::to_string(indices.size()) +
+                                " indices but " + std::to_string(values.size()) + " values");
+  }
+  const size_t total = layout_.total_size();
+  for (size_t i = 0; i < indices.size(); ++i) {
+    if (indices[i] >= total || (i > 0 && indices[i] <= indices[i - 1])) {
+      ++counts_.rejected;
+      return InvalidArgumentError(
+          "sparse statistic: indices must be strictly increasing and below " +
+          std::to_string(total));
+    }
+    if (!std::isfinite(values[i])) {
+      ++counts_.rejected;
+      return OutOfRangeError("sparse statistic: a coordinate is NaN or infinite");
+    }
+  }
+  sparse_scratch_.assign(values.begin(), values.end());
+  const std::span<double> scratch(sparse_scratch_);
+  size_t begin = 0;
+  for (const Block& block : layout_.blocks()) {
+    // Indices are sorted and blocks are contiguous: this block's values are
+    // the run of indices in [offset, offset + size).
+    while (begin < indices.size() && indices[begin] < block.offset) ++begin;
+    size_t end = begin;
+    while (end < indices.size() && indices[end] < block.offset + block.size) ++end;
+    if (end > begin) {
+      const std::span<double> segment = scratch.subspan(begin, end - begin);
+      ClipToL2Bound(segment, block.clip_bound);
+      for (double& value : segment) value /= block.clip_bound;
+      ClipToL2Bound(segment, 1.0);
+    }
+    begin = end;
+  }
+  for (size_t i = 0; i < indices.size(); ++i) {
+    scaled_sum_[static_cast<Eigen::Index>(indices[i])] += sparse_scratch_[i];
+  }
+  ++counts_.accepted;
+  return Status::Ok();
+}
+
 Status GaussianSumMechanism::Merge(GaussianSumMechanism&& other) {
   if (&other == this) return InvalidArgumentError("Merge: cannot merge a mechanism into itself");
   if (released_ || other.released_) return AlreadyReleasedError();

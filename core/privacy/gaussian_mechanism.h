@@ -95,6 +95,21 @@ class GaussianSumMechanism {
   //   FAILED_PRECONDITION  already released (call Reset)
   Status Add(std::span<const double> record);
 
+  // Sparse form of Add for statistics with few non-zero coordinates (LDA: a
+  // document touches K × (its distinct words) of a K × V block). `indices`
+  // are flat layout coordinates, strictly increasing and < total_size();
+  // `values` are the matching coordinates (same length). Equivalent to Add()
+  // of the dense vector with zeros elsewhere: the same per-block clipping
+  // (the norm of a block is the norm of its listed values), scaling and
+  // re-check, with the same guarantee (every block ≤ its bound); results can
+  // differ in the last bits because the rounding margin counts the listed
+  // coordinates instead of the block size. Errors (nothing summed, counted as rejected):
+  //   INVALID_ARGUMENT     length mismatch, index out of range or not
+  //                        strictly increasing
+  //   OUT_OF_RANGE         a NaN or infinite value
+  //   FAILED_PRECONDITION  already released
+  Status AddSparse(std::span<const uint32_t> indices, std::span<const double> values);
+
   // Adds another accumulator's sum and counts (same layout, neither
   // released). `other` is consumed: its sum and counts are cleared and it
   // refuses Add/Release until Reset(), so its records cannot be released
@@ -127,6 +142,7 @@ class GaussianSumMechanism {
   BlockLayout layout_;
   Eigen::VectorXd scaled_sum_;
   Eigen::VectorXd scratch_;  // the record being clipped
+  std::vector<double> sparse_scratch_;  // the sparse record being clipped
   PrivateCounts counts_;
   bool released_ = false;
 };

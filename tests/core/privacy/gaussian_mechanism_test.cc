@@ -429,5 +429,57 @@ TEST(GaussianMechanismTest, NoiseStdPerBlockValidatesSigma) {
   EXPECT_EQ(*zero, std::vector<double>(3, 0.0));
 }
 
+TEST(GaussianMechanismTest, SparseAddIsExactlyTheDenseAdd) {
+  // Three blocks with unequal bounds; random sparse records with norms from
+  // tiny to huge, some far above their bounds.
+  auto layout = BlockLayout::Create({{"a", BlockKind::kVector, 7, 0.3},
+                                     {"b", BlockKind::kSymmetricMatrix, 3, 2.5},
+                                     {"c", BlockKind::kVector, 11, 1e-3}});
+  ASSERT_TRUE(layout.ok());
+  GaussianSumMechanism dense(*layout), sparse(*layout);
+  std::mt19937_64 rng(12);
+  std::uniform_real_distribution<double> unit(-1, 1), exponent(-200, 200);
+  for (int r = 0; r < 2000; ++r) {
+    std::vector<double> record(layout->total_size(), 0.0);
+    std::vector<uint32_t> indices;
+    std::vector<double> values;
+    for (uint32_t i = 0; i < record.size(); ++i) {
+      if (rng() % 3 == 0) continue;
+      record[i] = unit(rng) * std::pow(10.0, exponent(rng) / 10);
+      indices.push_back(i);
+      values.push_back(record[i]);
+    }
+    ASSERT_TRUE(dense.Add(record).ok());
+    ASSERT_TRUE(sparse.AddSparse(indices, values).ok());
+  }
+  auto a = dense.ReleaseNonPrivate();
+  auto b = sparse.ReleaseNonPrivate();
+  ASSERT_TRUE(a.ok() && b.ok());
+  // Equal up to the pessimistic rounding margin, which counts the listed
+  // coordinates (sparse) rather than the block size (dense).
+  EXPECT_LE((a->noisy_sum - b->noisy_sum).cwiseAbs().maxCoeff(),
+            1e-12 * a->noisy_sum.cwiseAbs().maxCoeff());
+}
+
+TEST(GaussianMechanismTest, SparseAddRejectsMalformedInputAndSumsNothing) {
+  auto layout = BlockLayout::Create({{"a", BlockKind::kVector, 5, 1.0}});
+  ASSERT_TRUE(layout.ok());
+  GaussianSumMechanism mechanism(*layout);
+  const std::vector<double> two = {0.5, 0.5};
+  EXPECT_FALSE(mechanism.AddSparse(std::vector<uint32_t>{1, 1}, two).ok());  // duplicate
+  EXPECT_FALSE(mechanism.AddSparse(std::vector<uint32_t>{3, 1}, two).ok());  // unsorted
+  EXPECT_FALSE(mechanism.AddSparse(std::vector<uint32_t>{1, 5}, two).ok());  // out of range
+  EXPECT_FALSE(mechanism.AddSparse(std::vector<uint32_t>{1}, two).ok());     // length
+  EXPECT_FALSE(mechanism.AddSparse(std::vector<uint32_t>{0, 1},
+                                   std::vector<double>{1.0, NAN}).ok());
+  EXPECT_FALSE(mechanism.AddSparse(std::vector<uint32_t>{0, 1},
+                                   std::vector<double>{INFINITY, 1.0}).ok());
+  EXPECT_EQ(mechanism.private_counts().accepted, 0u);
+  EXPECT_EQ(mechanism.private_counts().rejected, 6u);
+  auto release = mechanism.ReleaseNonPrivate();
+  ASSERT_TRUE(release.ok());
+  EXPECT_EQ(release->noisy_sum, Eigen::VectorXd::Zero(5));
+}
+
 }  // namespace
 }  // namespace vipsd::privacy

@@ -1,0 +1,135 @@
+// The model contract: what the private step driver (core/svi) needs from a
+// Bayesian model, and nothing else. LDA (core/models/lda.h) implements it;
+// Bayesian logistic regression and the sigmoid belief network implement the
+// same interface without changes to the driver.
+//
+// Division of labour (DESIGN.md 2, 2.4, 3):
+//   * EStep runs behind the privacy wall, once per sampled record, against
+//     the model's current RELEASED parameters (everything the model holds is
+//     post-processing of earlier noisy releases, so reading it is free). It
+//     produces the record's expected sufficient statistic as named blocks
+//     (statistic_layout()), each with a proven L2 bound under add/remove-one
+//     adjacency. The driver clips and sums; a model never sees other
+//     records' statistics.
+//   * MStep receives the noisy sum (already in original units, i.e. after
+//     the one Gaussian mechanism of the step) with the public sampling rate q
+//     and step size ρ_t. Dividing by q, never by the realised batch size,
+//     gives an unbiased estimate of the pool-wide sum (DESIGN.md 3).
+//   * Release exports the public parameters as named arrays.
+//
+// Records: the pool holds `Record`s; each model documents which fields it
+// reads (LDA: word_ids; BLR: features + label; SBN: features as 0/1).
+//
+// Thread-safety: EStep is const and is called concurrently from the
+// driver's worker threads, each with its own EStepScratch and RNG. MStep,
+// Release and parameter access are called from the step thread only, never
+// concurrently with EStep.
+#pragma once
+
+#include <Eigen/Core>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/privacy/block_layout.h"
+
+namespace vipsd::model {
+
+// One private record as the pool keeps it. Field use is model-specific.
+struct Record {
+  std::vector<int32_t> word_ids;  // LDA: vocabulary ids in text order
+  std::vector<double> features;   // BLR / SBN inputs
+  double label = 0;               // BLR: ±1
+};
+
+// A record's statistic in sparse form: flat coordinates of the statistic
+// layout (strictly increasing) and their values. Dense models list every
+// coordinate.
+struct SparseStatistic {
+  std::vector<uint32_t> indices;
+  std::vector<double> values;
+  void Clear() {
+    indices.clear();
+    values.clear();
+  }
+};
+
+// Per-record randomness for E-steps that sample (LDA resampling to N
+// words). SplitMix64: fast and statistically sound, NOT cryptographic —
+// fine here, because this randomness is part of the function whose output
+// the Gaussian mechanism protects; sensitivity bounds hold for every draw.
+class RecordRng {
+ public:
+  explicit RecordRng(uint64_t seed) : state_(seed) {}
+  uint64_t Next() {
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+  }
+  // Uniform integer in [0, n), n ≥ 1 (rejection of the biased top range).
+  uint64_t Below(uint64_t n) {
+    const uint64_t limit = (UINT64_MAX / n) * n;
+    uint64_t x = Next();
+    while (x >= limit) x = Next();
+    return x % n;
+  }
+
+ private:
+  uint64_t state_;
+};
+
+// Reusable per-thread buffers for EStep; models downcast to their own type.
+class EStepScratch {
+ public:
+  virtual ~EStepScratch() = default;
+};
+
+// A named parameter array for a release (row-major).
+struct NamedArray {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<double> data;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  // "lda", "blr", "sbn".
+  virtual std::string type() const = 0;
+
+  // Named statistic blocks with their L2 bounds. Fixed for the model's life.
+  virtual const privacy::BlockLayout& statistic_layout() const = 0;
+
+  // True if every block's bound is proven (see the model's header). A model
+  // configured without proven bounds (e.g. LDA on actual token counts) may
+  // only run non-privately; the driver refuses σ > 0.
+  virtual bool has_proven_bounds() const = 0;
+
+  // Public dimensions for release metadata, e.g. {{"K", 50}, {"V", 8000}}.
+  virtual std::vector<std::pair<std::string, int64_t>> dimensions() const = 0;
+
+  virtual std::unique_ptr<EStepScratch> NewScratch() const = 0;
+
+  // Expected sufficient statistic of one record against the current
+  // parameters. Must satisfy the layout's bounds before clipping whenever
+  // the model's proof says so (tests check); the driver clips regardless.
+  // An error means the record is malformed for this model (e.g. a word id
+  // ≥ V); the message must not contain record content.
+  virtual Status EStep(const Record& record, RecordRng& rng, EStepScratch& scratch,
+                       SparseStatistic& out) const = 0;
+
+  // Global update from the step's noisy (or, non-private mode, exact) sum
+  // in original units, layout order.
+  virtual Status MStep(const Eigen::VectorXd& statistic_sum, double sampling_rate,
+                       double rho) = 0;
+
+  // The released parameters.
+  virtual std::vector<NamedArray> ReleaseArrays() const = 0;
+};
+
+}  // namespace vipsd::model

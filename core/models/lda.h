@@ -1,0 +1,121 @@
+// Latent Dirichlet allocation for VIPS (DESIGN.md 2.1; Park et al. 2020,
+// Algorithm 3; the E-step is the implicit-φ mean-field fixed point of
+// Hoffman, Blei, Wang, Paisley, "Stochastic Variational Inference", 2013).
+//
+// K topics over a fixed PUBLIC vocabulary of V terms (a vocabulary built from
+// the private stream would leak). Variational parameters: λ (K × V, Dirichlet
+// over each topic's words) held globally; γ (per document, K) fitted inside
+// the E-step and discarded.
+//
+// Per-record statistic (one block "topic_word", K·V coordinates, row-major
+// k·V + v): s_d[k, v] = Σ_n φ_dn^k 1[w_dn = v], computed from the document's
+// words w_d1..w_dN.
+//   * Private mode (resample_length N ≥ 1): the document is replaced by N
+//     draws with replacement from its in-vocabulary tokens, so every document
+//     has exactly N words (an empty document contributes the zero vector).
+//     Bound: for each word v, Σ_k s_d[k, v] = c_v (its count; φ sums to 1 over
+//     k), so ‖s_d‖₂² = Σ_v Σ_k s_d[k,v]² ≤ Σ_v c_v² ≤ (Σ_v c_v)² = N². The
+//     block's clip bound is C = a·N (clip_fraction a; paper a = 0.1).
+//   * Non-private mode (resample_length 0): the document's actual tokens, as
+//     in standard SVI and the peer libraries. No bound is claimed
+//     (has_proven_bounds() is false) and the driver refuses σ > 0.
+//
+// E-step per document, against the released λ (post-processing):
+//   γ ← 1 (every k); repeat ≤ estep_max_iterations times:
+//     e_k = exp(ψ(γ_k) − ψ(Σγ)); n_v = Σ_k e_k·expElogβ[k,v] + 1e-100;
+//     γ'_k = α + e_k·Σ_v c_v·expElogβ[k,v]/n_v; stop if mean|γ' − γ| < tol.
+//   With the final e (recomputed from the final γ) and n:
+//     s[k,v] = e_k·expElogβ[k,v]·c_v/n_v.
+//   ψ is Eigen's digamma (unsupported/Eigen/SpecialFunctions; tested against
+//   an independent series to 1e-12).
+// M-step with the noisy sum S̃ (DESIGN.md 2.1): negatives clamped to 0
+// (post-processing), λ̂ = η + S̃/q, λ ← (1 − ρ)λ + ρλ̂; then E[log β] and
+// exp(E[log β]) are recomputed.
+//
+// Release: "lambda" (K × V). E[β] = λ / row sums.
+//
+// Thread-safety: EStep and the evaluation functions are const and may run
+// concurrently; MStep must not run concurrently with them (model.h).
+#pragma once
+
+#include <Eigen/Core>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/model/model.h"
+
+namespace vipsd::models {
+
+struct LdaConfig {
+  int64_t num_topics = 0;       // K ≥ 1
+  int64_t vocabulary_size = 0;  // V ≥ 1
+  double alpha = 0;             // Dirichlet prior on θ_d, > 0
+  double eta = 0;               // Dirichlet prior on β_k, > 0
+  // N: words per document after resampling; 0 = actual tokens (non-private).
+  int64_t resample_length = 500;
+  double clip_fraction = 0.1;   // a ∈ (0, 1]; C = a·N
+  int estep_max_iterations = 100;
+  double estep_tolerance = 1e-3;  // mean |Δγ|
+  // Seed of the (public, data-independent) initialisation
+  // λ ~ Gamma(100, 1/100), as in Hoffman's online LDA and scikit-learn.
+  uint64_t init_seed = 0;
+};
+
+// Validates the ranges above; messages name the field and the allowed range.
+Status ValidateLdaConfig(const LdaConfig& config);
+
+// Result of the E-step fixed point for one document (behind the wall).
+struct LdaDocumentFit {
+  Eigen::VectorXd gamma;  // K
+  int iterations = 0;
+};
+
+class LdaModel final : public model::Model {
+ public:
+  static StatusOr<std::unique_ptr<LdaModel>> Create(const LdaConfig& config);
+
+  std::string type() const override { return "lda"; }
+  const privacy::BlockLayout& statistic_layout() const override { return layout_; }
+  std::vector<std::pair<std::string, int64_t>> dimensions() const override;
+  bool has_proven_bounds() const override { return config_.resample_length > 0; }
+  std::unique_ptr<model::EStepScratch> NewScratch() const override;
+  Status EStep(const model::Record& record, model::RecordRng& rng,
+               model::EStepScratch& scratch, model::SparseStatistic& out) const override;
+  Status MStep(const Eigen::VectorXd& statistic_sum, double sampling_rate,
+               double rho) override;
+  std::vector<model::NamedArray> ReleaseArrays() const override;
+
+  const LdaConfig& config() const { return config_; }
+  // K × V.
+  const Eigen::MatrixXd& lambda() const { return lambda_; }
+  // Replaces λ (e.g. restored from a checkpoint or a release); K × V,
+  // finite and > 0.
+  Status SetLambda(const Eigen::MatrixXd& lambda);
+  const Eigen::MatrixXd& exp_elog_beta() const { return exp_elog_beta_; }
+
+  // The E-step fixed point for unique words `words` with counts `counts`
+  // (the same iteration EStep uses), against the current λ.
+  LdaDocumentFit FitDocument(std::span<const int32_t> words,
+                             std::span<const double> counts) const;
+
+ private:
+  LdaModel(const LdaConfig& config, privacy::BlockLayout layout);
+  void RecomputeExpectations();
+
+  LdaConfig config_;
+  privacy::BlockLayout layout_;
+  Eigen::MatrixXd lambda_;         // K × V
+  Eigen::MatrixXd exp_elog_beta_;  // K × V, exp(ψ(λ) − ψ(Σ_v λ))
+};
+
+// exp(ψ(γ_k) − ψ(Σγ)).
+Eigen::VectorXd ExpDirichletExpectation(const Eigen::VectorXd& gamma);
+
+// Sorted unique words and their counts from a token list.
+void CountWords(std::span<const int32_t> tokens, std::vector<int32_t>* words,
+                std::vector<double>* counts);
+
+}  // namespace vipsd::models

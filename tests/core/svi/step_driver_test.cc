@@ -1,0 +1,267 @@
+#include "core/svi/step_driver.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <memory>
+
+#include "core/models/lda.h"
+#include "core/privacy/rdp_accountant.h"
+#include "core/privacy/secure_noise.h"
+#include "tests/testing/testing_noise.h"
+
+namespace vipsd::svi {
+namespace {
+
+models::LdaConfig Lda(int64_t resample_length) {
+  models::LdaConfig config;
+  config.num_topics = 4;
+  config.vocabulary_size = 30;
+  config.alpha = 0.25;
+  config.eta = 0.1;
+  config.resample_length = resample_length;
+  config.init_seed = 3;
+  return config;
+}
+
+std::vector<model::Record> Pool(size_t size, uint64_t seed = 9) {
+  model::RecordRng rng(seed);
+  std::vector<model::Record> pool(size);
+  for (auto& record : pool) {
+    record.word_ids.resize(5 + rng.Below(40));
+    for (auto& id : record.word_ids) id = static_cast<int32_t>(rng.Below(30));
+  }
+  return pool;
+}
+
+DriverConfig Private(double ceiling = 100) {
+  DriverConfig config;
+  config.sampling_rate = 0.2;
+  config.noise_multiplier = 1.5;
+  config.tau0 = 1;
+  config.kappa = 0.7;
+  config.delta = 1e-5;
+  config.epsilon_ceiling = ceiling;
+  return config;
+}
+
+// Counts what the driver draws: a refused step must draw nothing.
+class CountingNoise final : public privacy::NoiseSource {
+ public:
+  explicit CountingNoise(privacy::NoiseSource& inner) : inner_(inner) {}
+  void FillStandardNormal(std::span<double> out) override {
+    normals += out.size();
+    inner_.FillStandardNormal(out);
+  }
+  void FillUniformBits(std::span<uint64_t> out) override {
+    bits += out.size();
+    inner_.FillUniformBits(out);
+  }
+  bool is_private() const override { return inner_.is_private(); }
+  std::string description() const override { return inner_.description(); }
+  size_t normals = 0, bits = 0;
+
+ private:
+  privacy::NoiseSource& inner_;
+};
+
+TEST(StepDriverTest, ChargesTheAccountantExactlyOncePerStep) {
+  auto model = models::LdaModel::Create(Lda(20));
+  auto noise = privacy::SecureNoiseSource::Create();
+  ASSERT_TRUE(model.ok() && noise.ok());
+  privacy::RdpAccountant accountant;
+  auto driver = StepDriver::Create(model->get(), noise->get(), &accountant, Private());
+  ASSERT_TRUE(driver.ok()) << driver.status().message();
+  const auto pool = Pool(100);
+  for (int t = 1; t <= 12; ++t) {
+    auto result = (*driver)->Step(pool);
+    ASSERT_TRUE(result.ok());
+    EXPECT_EQ(result->outcome, StepResult::Outcome::kRan);
+    EXPECT_EQ(result->step, t);
+    EXPECT_DOUBLE_EQ(result->rho, std::pow(1.0 + t, -0.7));
+    EXPECT_EQ(accountant.steps(), t);
+  }
+  privacy::RdpAccountant expected;
+  ASSERT_TRUE(expected.Compose(0.2, 1.5, 12).ok());
+  EXPECT_EQ(accountant.GetEpsilon(1e-5)->epsilon, expected.GetEpsilon(1e-5)->epsilon);
+}
+
+TEST(StepDriverTest, RefusesTheStepThatWouldCrossTheCeilingAndTouchesNothing) {
+  auto model = models::LdaModel::Create(Lda(20));
+  auto inner = privacy::SecureNoiseSource::Create();
+  ASSERT_TRUE(model.ok() && inner.ok());
+  CountingNoise noise(**inner);
+  privacy::RdpAccountant accountant;
+  auto driver = StepDriver::Create(model->get(), &noise, &accountant, Private(2.0));
+  ASSERT_TRUE(driver.ok());
+  const auto pool = Pool(50);
+  int ran = 0;
+  for (;;) {
+    const Eigen::MatrixXd lambda = (*model)->lambda();
+    const auto spent_before = accountant;
+    const size_t normals = noise.normals, bits = noise.bits;
+    auto result = (*driver)->Step(pool);
+    ASSERT_TRUE(result.ok());
+    if (result->outcome == StepResult::Outcome::kRefusedCeiling) {
+      EXPECT_GT(result->epsilon_refused, 2.0);
+      EXPECT_LE(result->epsilon_spent, 2.0);
+      EXPECT_EQ(accountant, spent_before);
+      EXPECT_EQ((*model)->lambda(), lambda);
+      EXPECT_EQ(noise.normals, normals);
+      EXPECT_EQ(noise.bits, bits);
+      EXPECT_EQ((*driver)->next_step(), ran + 1);
+      break;
+    }
+    EXPECT_LE(result->epsilon_spent, 2.0);
+    ++ran;
+    ASSERT_LT(ran, 100000);
+  }
+  EXPECT_GT(ran, 1);
+  EXPECT_LE(accountant.GetEpsilon(1e-5)->epsilon, 2.0);
+}
+
+TEST(StepDriverTest, EmptyPoolIsStillAChargedNoisyStep) {
+  auto model = models::LdaModel::Create(Lda(20));
+  auto noise = privacy::SecureNoiseSource::CreateReproducible(4);
+  ASSERT_TRUE(model.ok() && noise.ok());
+  privacy::RdpAccountant accountant;
+  auto driver = StepDriver::Create(model->get(), noise->get(), &accountant, Private());
+  ASSERT_TRUE(driver.ok());
+  const Eigen::MatrixXd before = (*model)->lambda();
+  auto result = (*driver)->Step({});
+  ASSERT_TRUE(result.ok());
+  EXPECT_EQ(accountant.steps(), 1);
+  // Noise moved λ away from the noiseless update (1 − ρ)λ + ρ(η + 0).
+  const double rho = result->rho;
+  const Eigen::MatrixXd noiseless = ((1 - rho) * before.array() + rho * 0.1).matrix();
+  EXPECT_GT(((*model)->lambda() - noiseless).cwiseAbs().maxCoeff(), 1e-3);
+}
+
+TEST(StepDriverTest, ResultDoesNotDependOnTheThreadCount) {
+  Eigen::MatrixXd lambda[2];
+  for (int threads : {1, 2}) {
+    auto model = models::LdaModel::Create(Lda(20));
+    auto noise = privacy::SecureNoiseSource::CreateReproducible(77);
+    ASSERT_TRUE(model.ok() && noise.ok());
+    privacy::RdpAccountant accountant;
+    DriverConfig config = Private();
+    config.threads = threads;
+    auto driver = StepDriver::Create(model->get(), noise->get(), &accountant, config);
+    ASSERT_TRUE(driver.ok());
+    const auto pool = Pool(300);
+    for (int t = 0; t < 5; ++t) ASSERT_TRUE((*driver)->Step(pool).ok());
+    lambda[threads - 1] = (*model)->lambda();
+  }
+  EXPECT_EQ(lambda[0], lambda[1]);  // bit-for-bit
+}
+
+TEST(StepDriverTest, PublicResultIsTheSameWhateverTheBatchSize) {
+  // The step result carries only public values: pools of very different
+  // sizes (so very different realised batches) give identical results.
+  StepResult results[2];
+  for (int i = 0; i < 2; ++i) {
+    auto model = models::LdaModel::Create(Lda(20));
+    auto noise = privacy::SecureNoiseSource::Create();
+    privacy::RdpAccountant accountant;
+    auto driver = StepDriver::Create(model->get(), noise->get(), &accountant, Private());
+    ASSERT_TRUE(driver.ok());
+    results[i] = *(*driver)->Step(Pool(i == 0 ? 0 : 2000));
+  }
+  EXPECT_EQ(results[0].step, results[1].step);
+  EXPECT_EQ(results[0].rho, results[1].rho);
+  EXPECT_EQ(results[0].epsilon_spent, results[1].epsilon_spent);
+  EXPECT_EQ(results[0].outcome, results[1].outcome);
+}
+
+// A probe model that counts E-step calls (i.e. sampled records).
+class ProbeModel final : public model::Model {
+ public:
+  ProbeModel() : layout_(*privacy::BlockLayout::Create({{"x", privacy::BlockKind::kVector, 1, 1.0}})) {}
+  std::string type() const override { return "probe"; }
+  const privacy::BlockLayout& statistic_layout() const override { return layout_; }
+  bool has_proven_bounds() const override { return true; }
+  std::vector<std::pair<std::string, int64_t>> dimensions() const override { return {}; }
+  std::unique_ptr<model::EStepScratch> NewScratch() const override {
+    return std::make_unique<model::EStepScratch>();
+  }
+  Status EStep(const model::Record&, model::RecordRng&, model::EStepScratch&,
+               model::SparseStatistic& out) const override {
+    calls.fetch_add(1);
+    out.indices = {0};
+    out.values = {1.0};
+    return Status::Ok();
+  }
+  Status MStep(const Eigen::VectorXd& sum, double, double) override {
+    last_sum = sum[0];
+    return Status::Ok();
+  }
+  std::vector<model::NamedArray> ReleaseArrays() const override { return {}; }
+  mutable std::atomic<int64_t> calls{0};
+  double last_sum = 0;
+
+ private:
+  privacy::BlockLayout layout_;
+};
+
+TEST(StepDriverTest, PoissonSamplingIncludesEachRecordWithProbabilityQ) {
+  ProbeModel model;
+  testing::ZeroNoiseSource noise(5);
+  DriverConfig config;
+  config.sampling_rate = 0.1;
+  config.noise_multiplier = 0;  // non-private: no accountant needed
+  config.threads = 2;
+  auto driver = StepDriver::Create(&model, &noise, nullptr, config);
+  ASSERT_TRUE(driver.ok()) << driver.status().message();
+  const std::vector<model::Record> pool(1000);
+  const int steps = 400;
+  for (int t = 0; t < steps; ++t) {
+    const int64_t before = model.calls.load();
+    ASSERT_TRUE((*driver)->Step(pool).ok());
+    // Non-private mode: the M-step sees the exact batch sum (= batch size; a
+    // value exactly at its bound may lose a few ulps to pessimistic clipping).
+    const auto batch = static_cast<double>(model.calls.load() - before);
+    EXPECT_NEAR(model.last_sum, batch, 1e-12 * (batch + 1));
+  }
+  // Binomial(400·1000, 0.1): mean 40000, sd 190.
+  EXPECT_NEAR(static_cast<double>(model.calls.load()), 40000.0, 6 * 190.0);
+  config.sampling_rate = 1.0;
+  ASSERT_TRUE((*driver)->Reconfigure(config).ok());
+  const int64_t before = model.calls.load();
+  ASSERT_TRUE((*driver)->Step(pool).ok());
+  EXPECT_EQ(model.calls.load() - before, 1000);
+}
+
+TEST(StepDriverTest, RefusesUnsafeConfigurations) {
+  auto bounded = models::LdaModel::Create(Lda(20));
+  auto unbounded = models::LdaModel::Create(Lda(0));
+  auto noise = privacy::SecureNoiseSource::Create();
+  privacy::RdpAccountant accountant;
+  // σ > 0 on a model without proven bounds.
+  EXPECT_FALSE(StepDriver::Create(unbounded->get(), noise->get(), &accountant, Private()).ok());
+  // σ > 0 without an accountant.
+  EXPECT_FALSE(StepDriver::Create(bounded->get(), noise->get(), nullptr, Private()).ok());
+  DriverConfig config = Private();
+  config.kappa = 0.5;
+  EXPECT_FALSE(StepDriver::Create(bounded->get(), noise->get(), &accountant, config).ok());
+  config = Private();
+  config.kappa = 1.0;
+  EXPECT_TRUE(StepDriver::Create(bounded->get(), noise->get(), &accountant, config).ok());
+  config.tau0 = -1;
+  EXPECT_FALSE(StepDriver::Create(bounded->get(), noise->get(), &accountant, config).ok());
+  config = Private();
+  config.threads = 0;
+  EXPECT_FALSE(StepDriver::Create(bounded->get(), noise->get(), &accountant, config).ok());
+  EXPECT_FALSE(StepDriver::Create(bounded->get(), noise->get(), &accountant, Private(), 0).ok());
+  // A running private driver cannot be switched to σ = 0.
+  auto driver = StepDriver::Create(bounded->get(), noise->get(), &accountant, Private());
+  ASSERT_TRUE(driver.ok());
+  config = Private();
+  config.noise_multiplier = 0;
+  EXPECT_FALSE((*driver)->Reconfigure(config).ok());
+  config.noise_multiplier = 2.0;
+  EXPECT_TRUE((*driver)->Reconfigure(config).ok());
+}
+
+}  // namespace
+}  // namespace vipsd::svi
