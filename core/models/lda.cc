@@ -135,21 +135,29 @@ std::unique_ptr<model::EStepScratch> LdaModel::NewScratch() const {
 
 LdaDocumentFit LdaModel::FitDocument(std::span<const int32_t> words,
                                      std::span<const double> counts) const {
+  LdaScratch scratch;
+  return FitDocumentInto(words, counts, scratch);
+}
+
+LdaDocumentFit LdaModel::FitDocumentInto(std::span<const int32_t> words,
+                                         std::span<const double> counts,
+                                         model::EStepScratch& scratch_base) const {
+  auto& s = static_cast<LdaScratch&>(scratch_base);
   const Eigen::Index num_topics = lambda_.rows();
   const auto m = static_cast<Eigen::Index>(words.size());
-  Eigen::MatrixXd beta_d(num_topics, m);
-  for (Eigen::Index j = 0; j < m; ++j) beta_d.col(j) = exp_elog_beta_.col(words[j]);
+  s.beta_d.resize(num_topics, m);
+  for (Eigen::Index j = 0; j < m; ++j) s.beta_d.col(j) = exp_elog_beta_.col(words[j]);
   const Eigen::Map<const Eigen::VectorXd> c(counts.data(), m);
   LdaDocumentFit fit;
   fit.gamma = Eigen::VectorXd::Ones(num_topics);
   for (fit.iterations = 1; fit.iterations <= config_.estep_max_iterations; ++fit.iterations) {
-    const Eigen::VectorXd e = ExpDirichletExpectation(fit.gamma);
-    const Eigen::VectorXd norm = (beta_d.transpose() * e).array() + kPhiNormFloor;
-    const Eigen::VectorXd next =
-        (config_.alpha + e.array() * (beta_d * (c.array() / norm.array()).matrix()).array())
-            .matrix();
-    const double change = (next - fit.gamma).cwiseAbs().mean();
-    fit.gamma = next;
+    s.e = ExpDirichletExpectation(fit.gamma);
+    s.norm.noalias() = s.beta_d.transpose() * s.e;
+    s.norm.array() = c.array() / (s.norm.array() + kPhiNormFloor);
+    s.new_gamma.noalias() = s.beta_d * s.norm;
+    s.new_gamma.array() = config_.alpha + s.e.array() * s.new_gamma.array();
+    const double change = (s.new_gamma - fit.gamma).cwiseAbs().mean();
+    fit.gamma.swap(s.new_gamma);
     if (change < config_.estep_tolerance) break;
   }
   fit.iterations = std::min(fit.iterations, config_.estep_max_iterations);
@@ -177,7 +185,7 @@ Status LdaModel::EStep(const model::Record& record, model::RecordRng& rng,
     tokens = scratch.tokens;
   }
   CountWords(tokens, &scratch.words, &scratch.counts);
-  const LdaDocumentFit fit = FitDocument(scratch.words, scratch.counts);
+  const LdaDocumentFit fit = FitDocumentInto(scratch.words, scratch.counts, scratch);
 
   const Eigen::Index num_topics = lambda_.rows();
   const auto m = static_cast<Eigen::Index>(scratch.words.size());

@@ -103,6 +103,9 @@ class LdaModel final : public model::Model {
 
  private:
   LdaModel(const LdaConfig& config, privacy::BlockLayout layout);
+  // FitDocument with the buffers of an LdaScratch (no allocation per call).
+  LdaDocumentFit FitDocumentInto(std::span<const int32_t> words, std::span<const double> counts,
+                                 model::EStepScratch& scratch) const;
   void RecomputeExpectations();
 
   LdaConfig config_;

@@ -1,0 +1,187 @@
+// Scripted end-to-end LDA run for quality and throughput comparisons with
+// the peer kit (scripts/bench_lda_peers.sh drives it). Input: documents as
+// vocabulary ids, one JSON object per line with an "ids" array — the output
+// of the peer kit's reference tokenizer, so vipsd and the peers train on the
+// same tokens. Runs non-private SVI (σ = 0) or private SVI (σ > 0) through
+// the real StepDriver and reports JSON: wall and CPU time of the training
+// loop, documents/s and tokens/s (documents processed = Σ realised batch
+// sizes, which is fine to print here: this is a benchmark on data we own,
+// not the daemon), held-out document-completion perplexity, and ε spent.
+// λ is written as raw little-endian doubles (K × V, row-major) for the
+// script to hand to the peers' evaluator.
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <algorithm>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "core/models/lda.h"
+#include "core/models/lda_eval.h"
+#include "core/privacy/rdp_accountant.h"
+#include "core/privacy/secure_noise.h"
+#include "core/svi/step_driver.h"
+
+namespace {
+
+std::vector<std::vector<int32_t>> ReadIds(const std::string& path, int64_t* tokens) {
+  std::ifstream in(path);
+  std::vector<std::vector<int32_t>> docs;
+  std::string line;
+  *tokens = 0;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    auto object = nlohmann::json::parse(line);
+    docs.push_back(object.at("ids").get<std::vector<int32_t>>());
+    *tokens += static_cast<int64_t>(docs.back().size());
+  }
+  return docs;
+}
+
+double CpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::map<std::string, std::string> args;
+  for (int i = 1; i + 1 < argc; i += 2) args[argv[i]] = argv[i + 1];
+  auto get = [&](const std::string& key, const std::string& fallback) {
+    return args.count(key) ? args[key] : fallback;
+  };
+  if (!args.count("--train") || !args.count("--test") || !args.count("--V")) {
+    std::cerr << "usage: lda_svi_run --train IDS.jsonl --test IDS.jsonl --V V [--K 50] "
+                 "[--alpha 1/K] [--eta 1/K] [--batch 256] [--passes 1] [--tau0 64] "
+                 "[--kappa 0.7] [--threads 1] [--sigma 0] [--N 500] [--clip 0.1] "
+                 "[--epsilon 3] [--delta 1e-5] [--seed 0] [--lambda-out FILE] [--vocab FILE]\n";
+    return 2;
+  }
+  int64_t train_tokens = 0, test_tokens = 0;
+  auto train = ReadIds(args["--train"], &train_tokens);
+  std::erase_if(train, [](const auto& d) { return d.empty(); });  // as the peer kit does
+  const auto test = ReadIds(args["--test"], &test_tokens);
+  vipsd::models::LdaConfig lda;
+  lda.num_topics = std::stoll(get("--K", "50"));
+  lda.vocabulary_size = std::stoll(args["--V"]);
+  lda.alpha = std::stod(get("--alpha", std::to_string(1.0 / lda.num_topics)));
+  lda.eta = std::stod(get("--eta", std::to_string(1.0 / lda.num_topics)));
+  const double sigma = std::stod(get("--sigma", "0"));
+  lda.resample_length = sigma > 0 ? std::stoll(get("--N", "500")) : 0;
+  lda.clip_fraction = std::stod(get("--clip", "0.1"));
+  lda.estep_max_iterations = 100;
+  lda.estep_tolerance = 1e-3;
+  lda.init_seed = std::stoull(get("--seed", "0"));
+  auto model = vipsd::models::LdaModel::Create(lda);
+  if (!model.ok()) {
+    std::cerr << model.status().ToString() << "\n";
+    return 1;
+  }
+  const double batch = std::stod(get("--batch", "256"));
+  vipsd::svi::DriverConfig driver_config;
+  driver_config.sampling_rate = std::min(1.0, batch / static_cast<double>(train.size()));
+  driver_config.noise_multiplier = sigma;
+  driver_config.tau0 = std::stod(get("--tau0", "64"));
+  driver_config.kappa = std::stod(get("--kappa", "0.7"));
+  driver_config.threads = std::stoi(get("--threads", "1"));
+  driver_config.delta = std::stod(get("--delta", "1e-5"));
+  driver_config.epsilon_ceiling = std::stod(get("--epsilon", "3"));
+  std::unique_ptr<vipsd::privacy::NoiseSource> noise_source;
+  if (sigma > 0) {
+    auto secure = vipsd::privacy::SecureNoiseSource::Create();
+    if (!secure.ok()) return 1;
+    noise_source = std::move(*secure);
+  } else {  // σ = 0: only the sampling bits are used; a seed makes runs repeatable
+    auto seeded =
+        vipsd::privacy::SecureNoiseSource::CreateReproducible(std::stoull(get("--seed", "0")));
+    if (!seeded.ok()) return 1;
+    noise_source = std::move(*seeded);
+  }
+  vipsd::privacy::RdpAccountant accountant;
+  auto driver = vipsd::svi::StepDriver::Create(model->get(), noise_source.get(),
+                                               sigma > 0 ? &accountant : nullptr, driver_config);
+  if (!driver.ok()) {
+    std::cerr << driver.status().ToString() << "\n";
+    return 1;
+  }
+  std::vector<vipsd::model::Record> pool(train.size());
+  for (size_t d = 0; d < train.size(); ++d) pool[d].word_ids = train[d];
+  const double passes = std::stod(get("--passes", "1"));
+  const auto steps = static_cast<int64_t>(
+      std::ceil(passes * static_cast<double>(train.size()) / batch));
+  const auto wall_start = std::chrono::steady_clock::now();
+  const double cpu_start = CpuSeconds();
+  int64_t ran = 0;
+  bool ceiling = false;
+  for (int64_t t = 0; t < steps; ++t) {
+    auto result = (*driver)->Step(pool);
+    if (!result.ok()) {
+      std::cerr << result.status().ToString() << "\n";
+      return 1;
+    }
+    if (result->outcome == vipsd::svi::StepResult::Outcome::kRefusedCeiling) {
+      ceiling = true;
+      break;
+    }
+    ++ran;
+  }
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  const double cpu = CpuSeconds() - cpu_start;
+  // Expected documents processed: q·D per step (the realised count is not
+  // observable through the driver, by design).
+  const double docs = static_cast<double>(ran) * driver_config.sampling_rate *
+                      static_cast<double>(train.size());
+  const double tokens_per_doc =
+      static_cast<double>(train_tokens) / static_cast<double>(train.size());
+  auto completion = vipsd::models::DocumentCompletion((*model)->lambda(), lda.alpha, test);
+  nlohmann::json out = {
+      {"steps", ran},
+      {"stopped_at_ceiling", ceiling},
+      {"sampling_rate", driver_config.sampling_rate},
+      {"threads", driver_config.threads},
+      {"sigma", sigma},
+      {"train_wall_s", wall},
+      {"train_cpu_s", cpu},
+      {"docs_per_s", docs / wall},
+      {"tokens_per_s", docs * tokens_per_doc / wall},
+      {"doc_completion_perplexity", completion.ok() ? completion->perplexity : -1.0},
+  };
+  if (sigma > 0) out["epsilon"] = accountant.GetEpsilon(driver_config.delta)->epsilon;
+  if (args.count("--lambda-out")) {
+    std::ofstream f(args["--lambda-out"], std::ios::binary);
+    const auto arrays = (*model)->ReleaseArrays();
+    f.write(reinterpret_cast<const char*>(arrays[0].data.data()),
+            static_cast<std::streamsize>(arrays[0].data.size() * sizeof(double)));
+  }
+  if (args.count("--vocab")) {  // top-10 words of every topic (public: from λ)
+    std::ifstream vocab_file(args["--vocab"]);
+    std::vector<std::string> terms;
+    for (std::string term; std::getline(vocab_file, term);) terms.push_back(term);
+    const Eigen::MatrixXd& lambda = (*model)->lambda();
+    nlohmann::json topics = nlohmann::json::array();
+    for (Eigen::Index k = 0; k < lambda.rows(); ++k) {
+      std::vector<Eigen::Index> order(static_cast<size_t>(lambda.cols()));
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + 10, order.end(),
+                        [&](Eigen::Index a, Eigen::Index b) { return lambda(k, a) > lambda(k, b); });
+      std::string words;
+      for (int i = 0; i < 10; ++i) {
+        const auto id = static_cast<size_t>(order[static_cast<size_t>(i)]);
+        words += (i ? " " : "") + (id < terms.size() ? terms[id] : std::to_string(id));
+      }
+      topics.push_back(words);
+    }
+    out["top_words"] = topics;
+  }
+  std::cout << out.dump() << "\n";
+  return 0;
+}
