@@ -11,7 +11,7 @@ PACKAGES=(
   # core: linear algebra, secure randomness
   libeigen3-dev libsodium-dev
   # connectors / daemon / config
-  librdkafka-dev prometheus-cpp-dev libyaml-cpp-dev
+  librdkafka-dev prometheus-cpp-dev libyaml-cpp-dev nlohmann-json3-dev
   # tests and benchmarks
   googletest libgtest-dev libgmock-dev libbenchmark-dev libboost-math-dev
   # independent clients and checkers used by integration tests

@@ -1,0 +1,74 @@
+// Decoding one JSON record into a text::Document (DESIGN.md 2.1, 5: "decode
+// + validate" before the privacy wall). Shared by the file source and, later,
+// the Kafka source: both carry the same JSON objects, one per line/message.
+//
+// Accepted record: a JSON object with
+//   "id":     a non-empty string, or an integer (kept in decimal), and
+//   exactly one of
+//   "text":   a string, tokenized by text::AppendTokenIds (the reference
+//             rules of shared/peers/tokenize.py), or
+//   "tokens": an array of strings, words a producer already split; each is
+//             ASCII-lowercased and kept if it is a vocabulary term
+//             (text::FindWordId: rules 3–5, never split further).
+// Other keys (e.g. "label") are ignored. Duplicate keys keep the last value,
+// as Python's json module does. The record must be valid UTF-8 (checked
+// before parsing, so that an encoding problem gets its own reason) and a
+// single JSON value (RFC 8259, no comments, nothing after it).
+// A record with no in-vocabulary word is NOT rejected: it decodes to a
+// Document with empty word_ids, which the models handle.
+//
+// Privacy: a DecodeFailure holds only a reason code; its description is a
+// fixed string naming at most the JSON key concerned. No id, text, token,
+// parser message or byte offset of the record ever appears in it (parser
+// messages quote the input, so they are dropped, never forwarded).
+//
+// Thread-safety: DecodeJsonDocument is a pure function; safe to call
+// concurrently on a shared Vocabulary. It does not throw.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+#include <variant>
+
+#include "core/text/document.h"
+#include "core/text/vocabulary.h"
+
+namespace vipsd::connectors {
+
+enum class RejectReason {
+  kInvalidJson,        // not one valid JSON value
+  kNotAnObject,        // valid JSON, but not an object
+  kMissingId,          // no "id" key
+  kBadId,              // "id" is not a non-empty string or an integer
+  kMissingText,        // neither "text" nor "tokens"
+  kBadText,            // "text" is not a string
+  kBadTokens,          // "tokens" is not an array of strings
+  kBothTextAndTokens,  // "text" and "tokens" both present
+  kLineTooLong,        // longer than the source's size limit (not read whole)
+  kInvalidUtf8,        // bytes are not well-formed UTF-8
+};
+
+inline constexpr size_t kNumRejectReasons = 10;
+
+// Stable snake_case code, e.g. "bad_text": used in dead-letter records and as
+// a metric label value.
+std::string_view RejectReasonName(RejectReason reason);
+
+// Fixed human description naming only the JSON key concerned, e.g.
+// "key \"text\" must be a string".
+std::string_view RejectReasonDescription(RejectReason reason);
+
+struct DecodeFailure {
+  RejectReason reason;
+};
+
+using DecodeResult = std::variant<text::Document, DecodeFailure>;
+
+// Decodes one record (the bytes of one line or message, without its line end).
+DecodeResult DecodeJsonDocument(std::string_view record, const text::Vocabulary& vocabulary);
+
+// True if `bytes` is well-formed UTF-8 (Unicode 15, Table 3-7: no overlong
+// forms, no surrogates, nothing above U+10FFFF).
+bool IsValidUtf8(std::string_view bytes);
+
+}  // namespace vipsd::connectors

@@ -1,0 +1,133 @@
+#include "connectors/file/jsonl_source.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+namespace vipsd::connectors {
+namespace {
+
+constexpr size_t kReadBufferBytes = size_t{64} << 10;
+
+bool IsBlank(std::string_view line) {
+  for (const char c : line) {
+    if (c != ' ' && c != '\t' && c != '\r') return false;
+  }
+  return true;
+}
+
+Rejection MakeRejection(int64_t line_number, RejectReason reason) {
+  Rejection rejection;
+  rejection.line_number = line_number;
+  rejection.reason_code = reason;
+  rejection.reason = "line " + std::to_string(line_number) + ": ";
+  rejection.reason += RejectReasonName(reason);
+  rejection.reason += ": ";
+  rejection.reason += RejectReasonDescription(reason);
+  return rejection;
+}
+
+}  // namespace
+
+JsonlDocumentSource::JsonlDocumentSource(std::string path, const text::Vocabulary& vocabulary,
+                                         JsonlSourceOptions options,
+                                         std::unique_ptr<std::FILE, FileCloser> file)
+    : path_(std::move(path)),
+      vocabulary_(&vocabulary),
+      options_(options),
+      file_(std::move(file)),
+      buffer_(kReadBufferBytes) {}
+
+StatusOr<JsonlDocumentSource> JsonlDocumentSource::Open(const std::string& path,
+                                                        const text::Vocabulary& vocabulary,
+                                                        JsonlSourceOptions options) {
+  if (options.max_line_bytes < 1) {
+    return InvalidArgumentError("JSONL source " + path + ": max_line_bytes must be at least 1");
+  }
+  // "e": O_CLOEXEC, so that the daemon's children never inherit the handle.
+  std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rbe"));
+  if (file == nullptr) {
+    const int error = errno;
+    std::string message = "cannot open JSONL source " + path + ": " + std::strerror(error);
+    if (error == ENOENT) return NotFoundError(std::move(message));
+    return UnavailableError(std::move(message));
+  }
+  struct stat info {};
+  if (::fstat(::fileno(file.get()), &info) != 0) {
+    return UnavailableError("cannot stat JSONL source " + path + ": " + std::strerror(errno));
+  }
+  if (S_ISDIR(info.st_mode)) {
+    return InvalidArgumentError("JSONL source " + path + " is a directory, not a file");
+  }
+  return JsonlDocumentSource(path, vocabulary, options, std::move(file));
+}
+
+StatusOr<JsonlDocumentSource::LineStatus> JsonlDocumentSource::ReadLine() {
+  line_.clear();
+  bool read_any = false;
+  bool too_long = false;
+  while (true) {
+    if (buffer_begin_ == buffer_end_) {
+      if (end_of_file_) break;
+      const size_t read = std::fread(buffer_.data(), 1, buffer_.size(), file_.get());
+      if (read == 0) {
+        if (std::ferror(file_.get())) {
+          return UnavailableError("cannot read JSONL source " + path_ + ": " +
+                                  std::strerror(errno));
+        }
+        end_of_file_ = true;
+        break;
+      }
+      buffer_begin_ = 0;
+      buffer_end_ = read;
+    }
+    read_any = true;
+    const char* begin = buffer_.data() + buffer_begin_;
+    const size_t available = buffer_end_ - buffer_begin_;
+    const auto* newline = static_cast<const char*>(std::memchr(begin, '\n', available));
+    const size_t chunk = newline == nullptr ? available : static_cast<size_t>(newline - begin);
+    if (!too_long) {
+      if (line_.size() + chunk > options_.max_line_bytes) {
+        too_long = true;
+        // Drop what was kept, but keep the capacity (bounded by the limit).
+        line_.clear();
+      } else {
+        line_.append(begin, chunk);
+      }
+    }
+    buffer_begin_ += newline == nullptr ? chunk : chunk + 1;
+    if (newline != nullptr) break;
+  }
+  if (!read_any) return LineStatus::kEndOfFile;
+  return too_long ? LineStatus::kTooLong : LineStatus::kLine;
+}
+
+StatusOr<std::optional<DecodedLine>> JsonlDocumentSource::Next() {
+  while (true) {
+    VIPSD_ASSIGN_OR_RETURN(const LineStatus status, ReadLine());
+    if (status == LineStatus::kEndOfFile) return std::optional<DecodedLine>();
+    ++line_number_;
+    ++stats_.lines;
+    if (status == LineStatus::kTooLong) {
+      ++stats_.rejections;
+      return std::optional<DecodedLine>(MakeRejection(line_number_, RejectReason::kLineTooLong));
+    }
+    if (IsBlank(line_)) {
+      ++stats_.blank_lines;
+      continue;
+    }
+    DecodeResult result = DecodeJsonDocument(line_, *vocabulary_);
+    if (const auto* failure = std::get_if<DecodeFailure>(&result)) {
+      ++stats_.rejections;
+      return std::optional<DecodedLine>(MakeRejection(line_number_, failure->reason));
+    }
+    text::Document& document = std::get<text::Document>(result);
+    ++stats_.documents;
+    if (document.word_ids.empty()) ++stats_.empty_documents;
+    return std::optional<DecodedLine>(std::move(document));
+  }
+}
+
+}  // namespace vipsd::connectors
