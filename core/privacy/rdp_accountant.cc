@@ -101,6 +101,9 @@ StatusOr<EpsilonAtOrder> RdpAccountant::GetEpsilon(double delta,
   if (!(delta > 0.0 && delta < 1.0)) {
     return InvalidArgumentError("delta must be in (0, 1)");
   }
+  // Nothing composed: nothing spent (the conversion's constant terms would
+  // otherwise report a tiny positive ε at the largest orders).
+  if (steps_ == 0) return EpsilonAtOrder{0.0, orders_.back()};
   return EpsilonFromRdp(orders_, rdp_, EffectiveDelta(delta, orders_.size(), adaptivity),
                         conversion);
 }

@@ -15,6 +15,9 @@ TEST(RdpAccountantTest, EmptyAccountantHasSpentNothing) {
   auto epsilon = accountant.GetEpsilon(1e-5);
   ASSERT_TRUE(epsilon.ok());
   EXPECT_EQ(epsilon->epsilon, 0.0);
+  EXPECT_EQ(accountant.GetEpsilon(1e-5, RdpConversion::kImproved, Adaptivity::kAdaptiveFilter)
+                ->epsilon,
+            0.0);
   EXPECT_EQ(accountant.steps(), 0);
 }
 

@@ -1,0 +1,113 @@
+// The offline run end to end: JSONL in, ledger and releases out, the real
+// reference decoder on the output, restart keeps the budget.
+#include "daemon/offline_run.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "daemon/ledger.h"
+
+namespace vipsd::daemon {
+namespace {
+
+const char* kSecret = "zzsecretmarkerzz";
+
+std::string MakeRunDirectory(const std::string& name, double ceiling, int64_t max_steps) {
+  const std::string dir = ::testing::TempDir() + "offline_run_" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/vocab.txt") << "apple\nbanana\ncherry\ndate\nelder\nfig\n";
+  std::ofstream corpus(dir + "/train.jsonl");
+  for (int d = 0; d < 200; ++d) {
+    corpus << "{\"id\": " << d << ", \"text\": \""
+           << (d % 2 ? "apple banana apple cherry" : "date elder fig fig") << "\"}\n";
+  }
+  corpus << "{\"id\": \"" << kSecret << "\", \"text\": 5}\n";  // malformed: text not a string
+  corpus << "not json " << kSecret << "\n";
+  corpus.close();
+  std::ofstream(dir + "/vipsd.yaml")
+      << "model:\n  type: lda\n  lda:\n    topics: 2\n    vocabulary: vocab.txt\n"
+         "    alpha: 0.5\n    eta: 0.1\n    resample_length: 20\n"
+         "privacy:\n  noise_multiplier: 1.0\n  sampling_rate: 0.2\n  delta: 1.0e-5\n"
+         "  epsilon_ceiling: " << ceiling << "\n"
+      << "schedule:\n  tau0: 1\n  kappa: 0.7\n  threads: 2\n  max_steps: " << max_steps << "\n"
+      << "source:\n  type: file\n  path: train.jsonl\n"
+         "sink:\n  type: file\n  directory: releases\n  publish_every: 4\n"
+         "state:\n  directory: state\ndead_letter:\n  path: dead.jsonl\n";
+  return dir;
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(OfflineRunTest, RunsStepsWritesLedgerAndDecodableReleases) {
+  const std::string dir = MakeRunDirectory("basic", 50.0, 10);
+  auto config = config::LoadConfigFile(dir + "/vipsd.yaml");
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  auto summary = RunOffline(*config);
+  ASSERT_TRUE(summary.ok()) << summary.status().message();
+  EXPECT_EQ(summary->steps_run, 10);
+  EXPECT_EQ(summary->records_pooled, 200);
+  EXPECT_EQ(summary->records_rejected, 2);
+  EXPECT_EQ(summary->releases_written, 3);  // steps 4, 8 and the final 10
+  // The ledger holds exactly the charged steps.
+  auto ledger = Ledger::Open(dir + "/state");
+  auto state = ledger->Load();
+  ASSERT_TRUE(state.ok() && state->has_value());
+  EXPECT_EQ((*state)->accountant.steps(), 10);
+  EXPECT_EQ((*state)->next_step, 11);
+  // Dead letters: line and reason, never the content.
+  const std::string dead = Slurp(dir + "/dead.jsonl");
+  EXPECT_NE(dead.find("\"line\": 201"), std::string::npos) << dead;
+  EXPECT_EQ(dead.find(kSecret), std::string::npos);
+  // The reference decoder accepts the release (Debian's python3 + numpy).
+  const std::string command = "/usr/bin/python3 " + std::string(VIPSD_SOURCE_DIR) +
+                              "/tools/decode_release.py " + dir + "/releases/step-10 --json";
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string out;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
+  ASSERT_EQ(pclose(pipe), 0) << out;
+  EXPECT_NE(out.find("\"lambda\": {\"shape\": [2, 6]"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"is_private\": true"), std::string::npos);
+  EXPECT_NE(out.find("\"step\": 10"), std::string::npos);
+  EXPECT_EQ(out.find(kSecret), std::string::npos);
+  // A corrupted array makes the decoder fail.
+  std::ofstream(dir + "/releases/step-10/lambda.npy", std::ios::app) << "x";
+  pipe = popen((command + " 2>/dev/null").c_str(), "r");
+  while (fread(buffer, 1, sizeof(buffer), pipe) > 0) {
+  }
+  EXPECT_NE(pclose(pipe), 0);
+}
+
+TEST(OfflineRunTest, StopsAtTheCeilingAndARestartNeverResetsTheBudget) {
+  const std::string dir = MakeRunDirectory("ceiling", 6.0, 0);
+  auto config = config::LoadConfigFile(dir + "/vipsd.yaml");
+  ASSERT_TRUE(config.ok());
+  auto first = RunOffline(*config);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  EXPECT_TRUE(first->stopped_at_ceiling);
+  EXPECT_GT(first->steps_run, 0);
+  EXPECT_LE(first->epsilon_spent, 6.0);
+  auto second = RunOffline(*config);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->steps_run, 0);  // the budget is still spent
+  EXPECT_EQ(second->first_step, first->steps_run + 1);
+  EXPECT_EQ(second->epsilon_spent, first->epsilon_spent);
+  // A corrupt ledger stops the run instead of starting from zero.
+  std::ofstream(dir + "/state/ledger", std::ios::trunc) << "vipsd-ledger 1\n";
+  auto third = RunOffline(*config);
+  ASSERT_FALSE(third.ok());
+  EXPECT_EQ(third.status().code(), StatusCode::kDataLoss);
+}
+
+}  // namespace
+}  // namespace vipsd::daemon
