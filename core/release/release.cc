@@ -109,6 +109,48 @@ std::string EncodeNpy(const ReleaseArray& array) {
   return out;
 }
 
+StatusOr<ReleaseArray> DecodeNpy(std::string_view bytes, std::string name) {
+  if (bytes.size() < 10 || bytes.substr(0, 6) != "\x93NUMPY" || bytes[6] != 1 || bytes[7] != 0) {
+    return InvalidArgumentError(name + ".npy: not a NumPy 1.0 file");
+  }
+  const size_t header_length = static_cast<unsigned char>(bytes[8]) |
+                               (static_cast<size_t>(static_cast<unsigned char>(bytes[9])) << 8);
+  if (10 + header_length > bytes.size()) return InvalidArgumentError(name + ".npy: truncated header");
+  const std::string_view header = bytes.substr(10, header_length);
+  if (header.find("'descr': '<f8'") == std::string_view::npos ||
+      header.find("'fortran_order': False") == std::string_view::npos) {
+    return InvalidArgumentError(name + ".npy: only little-endian float64 in C order is supported");
+  }
+  const size_t open = header.find("'shape': (");
+  const size_t close = header.find(')', open);
+  if (open == std::string_view::npos || close == std::string_view::npos) {
+    return InvalidArgumentError(name + ".npy: no shape in the header");
+  }
+  ReleaseArray array;
+  array.name = std::move(name);
+  std::string_view dims = header.substr(open + 10, close - open - 10);
+  int64_t count = 1;
+  while (!dims.empty()) {
+    while (!dims.empty() && (dims.front() == ' ' || dims.front() == ',')) dims.remove_prefix(1);
+    if (dims.empty()) break;
+    int64_t dim = 0;
+    auto result = std::from_chars(dims.data(), dims.data() + dims.size(), dim);
+    if (result.ec != std::errc() || dim < 0) {
+      return InvalidArgumentError(array.name + ".npy: bad shape");
+    }
+    array.shape.push_back(dim);
+    count *= dim;
+    dims.remove_prefix(static_cast<size_t>(result.ptr - dims.data()));
+  }
+  const size_t data_bytes = bytes.size() - 10 - header_length;
+  if (array.shape.empty() || data_bytes != static_cast<size_t>(count) * sizeof(double)) {
+    return InvalidArgumentError(array.name + ".npy: data size does not match the shape");
+  }
+  array.data.resize(static_cast<size_t>(count));
+  std::memcpy(array.data.data(), bytes.data() + 10 + header_length, data_bytes);
+  return array;
+}
+
 std::string Blake2bHex(const std::string& bytes) {
   unsigned char hash[32];
   crypto_generichash(hash, sizeof(hash), reinterpret_cast<const unsigned char*>(bytes.data()),

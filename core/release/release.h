@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -60,6 +61,10 @@ Status Validate(const Release& release);
 // The exact bytes of a NumPy .npy v1.0 file: little-endian '<f8', C order,
 // header padded with spaces to a multiple of 64 bytes and ended by '\n'.
 std::string EncodeNpy(const ReleaseArray& array);
+
+// Strict inverse of EncodeNpy (v1.0, '<f8', C order, shape of any rank);
+// anything else is INVALID_ARGUMENT naming the problem.
+StatusOr<ReleaseArray> DecodeNpy(std::string_view bytes, std::string name);
 
 // BLAKE2b-256 of `bytes`, lowercase hex (libsodium crypto_generichash).
 std::string Blake2bHex(const std::string& bytes);

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -80,6 +82,30 @@ TEST(OfflineRunTest, RunsStepsWritesLedgerAndDecodableReleases) {
   EXPECT_NE(out.find("\"is_private\": true"), std::string::npos);
   EXPECT_NE(out.find("\"step\": 10"), std::string::npos);
   EXPECT_EQ(out.find(kSecret), std::string::npos);
+  // vipsd-eval reads the same release: document completion and the bound.
+  {
+    const std::string eval = std::string(VIPSD_EVAL_BINARY) + " " + dir +
+                             "/releases/step-10 --test " + dir + "/train.jsonl --vocab " + dir +
+                             "/vocab.txt --alpha 0.5 --top-words";
+    FILE* eval_pipe = popen(eval.c_str(), "r");
+    ASSERT_NE(eval_pipe, nullptr);
+    std::string eval_out;
+    while ((n = fread(buffer, 1, sizeof(buffer), eval_pipe)) > 0) eval_out.append(buffer, n);
+    ASSERT_EQ(pclose(eval_pipe), 0) << eval_out;
+    EXPECT_NE(eval_out.find("\"doc_completion_perplexity\":"), std::string::npos) << eval_out;
+    EXPECT_NE(eval_out.find("\"per_word_perplexity_bound\":"), std::string::npos);
+    EXPECT_NE(eval_out.find("\"documents\":200"), std::string::npos) << eval_out;
+    EXPECT_NE(eval_out.find("\"top_words\":[["), std::string::npos);
+    // A wrong --alpha is a usage error (exit 2).
+    FILE* bad = popen((std::string(VIPSD_EVAL_BINARY) + " " + dir +
+                       "/releases/step-10 --test x --vocab " + dir + "/vocab.txt --alpha -1 2>/dev/null")
+                          .c_str(),
+                      "r");
+    while (fread(buffer, 1, sizeof(buffer), bad) > 0) {
+    }
+    const int status = pclose(bad);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0);
+  }
   // A corrupted array makes the decoder fail.
   std::ofstream(dir + "/releases/step-10/lambda.npy", std::ios::app) << "x";
   pipe = popen((command + " 2>/dev/null").c_str(), "r");
