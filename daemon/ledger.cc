@@ -1,5 +1,7 @@
 #include "daemon/ledger.h"
 
+#include "connectors/file/file_util.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,42 +16,6 @@ namespace vipsd::daemon {
 namespace {
 
 constexpr std::string_view kHeader = "vipsd-ledger 1\n";
-
-Status ErrnoError(const std::string& what, const std::string& path) {
-  return UnavailableError(what + " " + path + ": " + std::strerror(errno));
-}
-
-Status WriteAllAndSync(const std::string& path, const std::string& data) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return ErrnoError("cannot create", path);
-  size_t written = 0;
-  while (written < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + written, data.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const Status status = ErrnoError("cannot write", path);
-      ::close(fd);
-      return status;
-    }
-    written += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    const Status status = ErrnoError("cannot fsync", path);
-    ::close(fd);
-    return status;
-  }
-  if (::close(fd) != 0) return ErrnoError("cannot close", path);
-  return Status::Ok();
-}
-
-Status SyncDirectory(const std::string& directory) {
-  const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("cannot open directory", directory);
-  const int result = ::fsync(fd);
-  ::close(fd);
-  if (result != 0) return ErrnoError("cannot fsync directory", directory);
-  return Status::Ok();
-}
 
 }  // namespace
 
@@ -103,11 +69,11 @@ Status Ledger::Commit(const LedgerState& state) const {
   text += "next_step " + std::to_string(state.next_step) + "\n";
   text += state.accountant.Serialize();
   const std::string temporary = path_ + ".tmp";
-  VIPSD_RETURN_IF_ERROR(WriteAllAndSync(temporary, text));
+  VIPSD_RETURN_IF_ERROR(connectors::WriteFileDurably(temporary, text, false));
   if (::rename(temporary.c_str(), path_.c_str()) != 0) {
-    return ErrnoError("cannot rename onto", path_);
+    return UnavailableError("cannot rename onto " + path_ + ": " + std::strerror(errno));
   }
-  return SyncDirectory(directory_);
+  return connectors::SyncDirectory(directory_);
 }
 
 }  // namespace vipsd::daemon

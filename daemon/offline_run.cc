@@ -1,7 +1,5 @@
 #include "daemon/offline_run.h"
 
-#include <sodium.h>
-
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -12,6 +10,7 @@
 #include <variant>
 
 #include "connectors/file/dead_letter_file.h"
+#include "connectors/file/file_util.h"
 #include "connectors/file/jsonl_source.h"
 #include "connectors/file/release_file_sink.h"
 #include "core/base/log.h"
@@ -26,14 +25,6 @@ namespace vipsd::daemon {
 namespace {
 
 constexpr std::string_view kComponent = "offline";
-
-StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError("cannot open " + path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 std::string UtcNow() {
   const std::time_t now = std::time(nullptr);
@@ -55,21 +46,15 @@ std::string ConfigFingerprint(const config::VipsdConfig& c) {
        << " sigma=" << c.driver.noise_multiplier << " tau0=" << c.driver.tau0
        << " kappa=" << c.driver.kappa << " delta=" << c.driver.delta
        << " ceiling=" << c.driver.epsilon_ceiling;
-  const std::string s = text.str();
-  unsigned char hash[32];
-  crypto_generichash(hash, sizeof(hash), reinterpret_cast<const unsigned char*>(s.data()),
-                     s.size(), nullptr, 0);
-  char hex[65];
-  sodium_bin2hex(hex, sizeof(hex), hash, sizeof(hash));
-  return hex;
+  return release::Blake2bHex(text.str());
 }
 
 }  // namespace
 
 StatusOr<OfflineRunSummary> RunOffline(const config::VipsdConfig& config) {
-  if (sodium_init() < 0) return InternalError("libsodium failed to initialise");
   // 1. Vocabulary and model.
-  VIPSD_ASSIGN_OR_RETURN(std::string vocabulary_text, ReadFile(config.vocabulary_path));
+  VIPSD_ASSIGN_OR_RETURN(std::string vocabulary_text,
+                         connectors::ReadWholeFile(config.vocabulary_path));
   auto vocabulary = text::Vocabulary::Parse(vocabulary_text);
   if (!vocabulary.ok()) {
     return InvalidArgumentError(config.vocabulary_path + ": " + vocabulary.status().message());

@@ -1,5 +1,7 @@
 #include "connectors/file/release_file_sink.h"
 
+#include "connectors/file/file_util.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -9,44 +11,6 @@
 #include <vector>
 
 namespace vipsd::connectors {
-namespace {
-
-Status ErrnoError(const std::string& what, const std::string& path) {
-  return UnavailableError(what + " " + path + ": " + std::strerror(errno));
-}
-
-Status WriteFileSynced(const std::string& path, const std::string& data) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("cannot create", path);
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const Status status = ErrnoError("cannot write", path);
-      ::close(fd);
-      return status;
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    const Status status = ErrnoError("cannot fsync", path);
-    ::close(fd);
-    return status;
-  }
-  if (::close(fd) != 0) return ErrnoError("cannot close", path);
-  return Status::Ok();
-}
-
-Status SyncDirectory(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("cannot open directory", path);
-  const int result = ::fsync(fd);
-  ::close(fd);
-  return result == 0 ? Status::Ok() : ErrnoError("cannot fsync directory", path);
-}
-
-}  // namespace
 
 StatusOr<ReleaseFileSink> ReleaseFileSink::Open(const std::string& directory) {
   std::error_code error;
@@ -74,13 +38,14 @@ Status ReleaseFileSink::Write(const release::Release& release) {
   std::vector<std::string> npy_files;
   for (const auto& array : release.arrays) {
     npy_files.push_back(release::EncodeNpy(array));
-    VIPSD_RETURN_IF_ERROR(WriteFileSynced(temp_dir + "/" + array.name + ".npy", npy_files.back()));
+    VIPSD_RETURN_IF_ERROR(WriteFileDurably(temp_dir + "/" + array.name + ".npy", npy_files.back(), true));
   }
   VIPSD_RETURN_IF_ERROR(
-      WriteFileSynced(temp_dir + "/manifest.json", release::ManifestJson(release, npy_files)));
+      WriteFileDurably(temp_dir + "/manifest.json", release::ManifestJson(release, npy_files),
+                       true));
   VIPSD_RETURN_IF_ERROR(SyncDirectory(temp_dir));
   if (::rename(temp_dir.c_str(), final_dir.c_str()) != 0) {
-    return ErrnoError("cannot rename onto", final_dir);
+    return UnavailableError("cannot rename onto " + final_dir + ": " + std::strerror(errno));
   }
   return SyncDirectory(directory_);
 }

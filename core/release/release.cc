@@ -4,6 +4,7 @@
 
 #include <bit>
 #include <charconv>
+#include <cstdio>
 #include <cmath>
 #include <cstring>
 #include <set>

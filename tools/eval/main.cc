@@ -19,6 +19,7 @@
 #include <variant>
 #include <vector>
 
+#include "connectors/file/file_util.h"
 #include "connectors/file/jsonl_source.h"
 #include "core/models/lda.h"
 #include "core/models/lda_eval.h"
@@ -34,14 +35,6 @@ int Usage(const std::string& message) {
             << "usage: vipsd-eval RELEASE_DIR --test FILE --vocab FILE --alpha A [--top-words]\n"
             << "       vipsd-eval --baseline unigram --train FILE --test FILE --vocab FILE --eta E\n";
   return 2;
-}
-
-StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError("cannot open " + path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 StatusOr<std::vector<std::vector<int32_t>>> ReadDocuments(const std::string& path,
@@ -95,7 +88,7 @@ int main(int argc, char** argv) {
     }
   }
   if (!flags.count("--test") || !flags.count("--vocab")) return Usage("--test and --vocab are required");
-  auto vocabulary_text = ReadFile(flags["--vocab"]);
+  auto vocabulary_text = connectors::ReadWholeFile(flags["--vocab"]);
   if (!vocabulary_text.ok()) return Fail(vocabulary_text.status());
   auto vocabulary = text::Vocabulary::Parse(*vocabulary_text);
   if (!vocabulary.ok()) return Fail(vocabulary.status());
@@ -133,7 +126,7 @@ int main(int argc, char** argv) {
     return Usage("--alpha must be a number > 0");
   }
   if (!(alpha > 0)) return Usage("--alpha must be a number > 0");
-  auto manifest_text = ReadFile(release_dir + "/manifest.json");
+  auto manifest_text = connectors::ReadWholeFile(release_dir + "/manifest.json");
   if (!manifest_text.ok()) return Fail(manifest_text.status());
   nlohmann::json manifest;
   try {
@@ -144,7 +137,7 @@ int main(int argc, char** argv) {
   if (manifest.value("vocabulary_fingerprint", "") != vocabulary->Fingerprint()) {
     return Fail(InvalidArgumentError("the release was made with a different vocabulary"));
   }
-  auto npy = ReadFile(release_dir + "/lambda.npy");
+  auto npy = connectors::ReadWholeFile(release_dir + "/lambda.npy");
   if (!npy.ok()) return Fail(npy.status());
   auto array = release::DecodeNpy(*npy, "lambda");
   if (!array.ok()) return Fail(array.status());
