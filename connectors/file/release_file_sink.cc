@@ -1,53 +1,100 @@
 #include "connectors/file/release_file_sink.h"
 
-#include "connectors/file/file_util.h"
-
 #include <fcntl.h>
-#include <unistd.h>
+#include <sys/stat.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <vector>
+
+#include "connectors/file/file_util.h"
 
 namespace vipsd::connectors {
+namespace {
 
-StatusOr<ReleaseFileSink> ReleaseFileSink::Open(const std::string& directory) {
+namespace fs = std::filesystem;
+
+bool IsTemporaryName(const std::string& name) {
+  return name.size() > 5 && name.front() == '.' && name.ends_with(".tmp");
+}
+
+// Atomically makes `from` visible as `to`, refusing to replace anything.
+// Returns 0 or an errno value.
+int RenameNoReplace(const std::string& from, const std::string& to) {
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return 0;
+  if (errno != EINVAL && errno != ENOSYS) return errno;
+  // The filesystem cannot do RENAME_NOREPLACE. rename(2) still refuses a
+  // non-empty target directory (ENOTEMPTY/EEXIST), and Write checked that
+  // the target did not exist just before; an empty directory is not a release.
+  return ::rename(from.c_str(), to.c_str()) == 0 ? 0 : errno;
+}
+
+}  // namespace
+
+StatusOr<ReleaseFileSink> ReleaseFileSink::Open(std::string directory) {
+  if (directory.empty()) return InvalidArgumentError("release directory is empty");
   std::error_code error;
-  std::filesystem::create_directories(directory, error);
+  fs::create_directories(directory, error);
   if (error) {
     return UnavailableError("cannot create release directory " + directory + ": " +
                             error.message());
   }
-  return ReleaseFileSink(directory);
+  for (fs::directory_iterator it(directory, error), end; !error && it != end;
+       it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    std::error_code ignored;
+    if (IsTemporaryName(name) && it->is_directory(ignored)) fs::remove_all(it->path(), ignored);
+  }
+  if (error) {
+    return UnavailableError("cannot list release directory " + directory + ": " +
+                            error.message());
+  }
+  return ReleaseFileSink(std::move(directory));
 }
 
 Status ReleaseFileSink::Write(const release::Release& release) {
-  VIPSD_RETURN_IF_ERROR(release::Validate(release));
-  const std::string& id = release.metadata.release_id;
+  VIPSD_ASSIGN_OR_RETURN(release::EncodedRelease encoded, release::EncodeRelease(release));
+  const std::string& id = encoded.release_id;
   const std::string final_dir = directory_ + "/" + id;
   const std::string temp_dir = directory_ + "/." + id + ".tmp";
+  auto already_exists = [&] {
+    return FailedPreconditionError("release " + id + " already exists in " + directory_ +
+                                   "; releases are never overwritten");
+  };
+  struct stat info;
+  if (::lstat(final_dir.c_str(), &info) == 0) return already_exists();
+  if (errno != ENOENT) {
+    return UnavailableError("cannot stat " + final_dir + ": " + std::strerror(errno));
+  }
+
   std::error_code error;
-  if (std::filesystem::exists(final_dir, error)) {
-    return FailedPreconditionError("release " + id + " already exists in " + directory_);
+  fs::remove_all(temp_dir, error);  // a leftover from a crash
+  if (error || ::mkdir(temp_dir.c_str(), 0755) != 0) {
+    return UnavailableError("cannot create " + temp_dir + ": " +
+                            (error ? error.message() : std::strerror(errno)));
   }
-  std::filesystem::remove_all(temp_dir, error);  // a leftover from a crash
-  if (!std::filesystem::create_directory(temp_dir, error)) {
-    return UnavailableError("cannot create " + temp_dir + ": " + error.message());
+  auto fail = [&temp_dir](Status status) {
+    std::error_code ignored;
+    fs::remove_all(temp_dir, ignored);
+    return status;
+  };
+  // Arrays first, manifest last (EncodeRelease's order).
+  for (const release::ReleaseFile& file : encoded.files) {
+    Status written = WriteFileDurably(temp_dir + "/" + file.name, file.bytes, /*exclusive=*/true);
+    if (!written.ok()) return fail(std::move(written));
   }
-  std::vector<std::string> npy_files;
-  for (const auto& array : release.arrays) {
-    npy_files.push_back(release::EncodeNpy(array));
-    VIPSD_RETURN_IF_ERROR(WriteFileDurably(temp_dir + "/" + array.name + ".npy", npy_files.back(), true));
+  if (Status synced = SyncDirectory(temp_dir); !synced.ok()) return fail(std::move(synced));
+  if (const int rename_errno = RenameNoReplace(temp_dir, final_dir); rename_errno != 0) {
+    if (rename_errno == EEXIST || rename_errno == ENOTEMPTY) return fail(already_exists());
+    return fail(UnavailableError("cannot rename " + temp_dir + " to " + final_dir + ": " +
+                                 std::strerror(rename_errno)));
   }
-  VIPSD_RETURN_IF_ERROR(
-      WriteFileDurably(temp_dir + "/manifest.json", release::ManifestJson(release, npy_files),
-                       true));
-  VIPSD_RETURN_IF_ERROR(SyncDirectory(temp_dir));
-  if (::rename(temp_dir.c_str(), final_dir.c_str()) != 0) {
-    return UnavailableError("cannot rename onto " + final_dir + ": " + std::strerror(errno));
+  if (Status synced = SyncDirectory(directory_); !synced.ok()) {
+    return UnavailableError("release " + id + " is visible but may not survive a crash: " +
+                            synced.message());
   }
-  return SyncDirectory(directory_);
+  return Status::Ok();
 }
 
 }  // namespace vipsd::connectors

@@ -1,13 +1,31 @@
-// Writes releases to a directory: `<directory>/<release_id>/manifest.json`
-// plus `<array>.npy` per array (docs/release_format.md).
+// Writes releases to a directory, one subdirectory per release:
 //
-// Atomic and durable: everything is written into `.<release_id>.tmp/`, each
-// file fsync'd, the temporary directory renamed to its final name, and the
-// parent directory fsync'd; a reader never sees a half-written release. A
-// release id that already exists is refused (FAILED_PRECONDITION), never
-// overwritten.
+//   <directory>/<release_id>/<array>.npy ...   one per array
+//   <directory>/<release_id>/manifest.json     written last
 //
-// Thread-safety: one sink per directory, used from one thread.
+// with exactly the bytes of release::EncodeRelease (docs/release_format.md;
+// tools/decode_release.py reads them back).
+//
+// Atomic and durable, as leveldb installs CURRENT: everything is written into
+// the hidden `<directory>/.<release_id>.tmp/`, each file fsync'd, that
+// directory fsync'd, renamed to `<release_id>` (renameat2 RENAME_NOREPLACE),
+// and `<directory>` fsync'd. A reader that lists `<directory>` and skips
+// names starting with '.' never sees a partial release. The daemon writes a
+// release only after the ledger entry covering its step is durable
+// (DESIGN.md 5 "Durability order"); that ordering is the caller's.
+//
+// Never overwrites: writing a release id that already exists fails with
+// FAILED_PRECONDITION and leaves the existing release untouched. An invalid
+// release is INVALID_ARGUMENT (release::Validate) and writes nothing. I/O
+// failures are UNAVAILABLE naming the path; the temporary directory is
+// removed. If only the final fsync of `<directory>` fails, the release is
+// visible but may not survive a crash; the error says so.
+//
+// Crash leftovers: a `.<id>.tmp/` left by a crash is never visible as a
+// release; Open removes all of them, and Write removes its own before use.
+//
+// Thread-safety: one sink (one process, one thread) per directory; nothing
+// here locks against a second writer.
 #pragma once
 
 #include <string>
@@ -19,8 +37,8 @@ namespace vipsd::connectors {
 
 class ReleaseFileSink {
  public:
-  // Creates the directory if needed.
-  static StatusOr<ReleaseFileSink> Open(const std::string& directory);
+  // Creates `directory` (and parents) if needed and removes crash leftovers.
+  static StatusOr<ReleaseFileSink> Open(std::string directory);
 
   Status Write(const release::Release& release);
 
@@ -28,6 +46,7 @@ class ReleaseFileSink {
 
  private:
   explicit ReleaseFileSink(std::string directory) : directory_(std::move(directory)) {}
+
   std::string directory_;
 };
 
