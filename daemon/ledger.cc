@@ -69,7 +69,7 @@ Status Ledger::Commit(const LedgerState& state) const {
   text += "next_step " + std::to_string(state.next_step) + "\n";
   text += state.accountant.Serialize();
   const std::string temporary = path_ + ".tmp";
-  VIPSD_RETURN_IF_ERROR(connectors::WriteFileDurably(temporary, text, false));
+  VIPSD_RETURN_IF_ERROR(connectors::WriteFileDurably(temporary, text, /*exclusive=*/false, 0600));
   if (::rename(temporary.c_str(), path_.c_str()) != 0) {
     return UnavailableError("cannot rename onto " + path_ + ": " + std::strerror(errno));
   }

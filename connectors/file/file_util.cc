@@ -17,9 +17,10 @@ Status ErrnoError(const std::string& what, const std::string& path) {
 
 }  // namespace
 
-Status WriteFileDurably(const std::string& path, const std::string& data, bool exclusive) {
+Status WriteFileDurably(const std::string& path, const std::string& data, bool exclusive,
+                        unsigned mode) {
   const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (exclusive ? O_EXCL : O_TRUNC);
-  const int fd = ::open(path.c_str(), flags, 0600);
+  const int fd = ::open(path.c_str(), flags, static_cast<mode_t>(mode));
   if (fd < 0) return ErrnoError("cannot create", path);
   size_t done = 0;
   while (done < data.size()) {

@@ -81,7 +81,8 @@ Status ReleaseFileSink::Write(const release::Release& release) {
   };
   // Arrays first, manifest last (EncodeRelease's order).
   for (const release::ReleaseFile& file : encoded.files) {
-    Status written = WriteFileDurably(temp_dir + "/" + file.name, file.bytes, /*exclusive=*/true);
+    Status written = WriteFileDurably(temp_dir + "/" + file.name, file.bytes, /*exclusive=*/true,
+                                      /*mode=*/0644);
     if (!written.ok()) return fail(std::move(written));
   }
   if (Status synced = SyncDirectory(temp_dir); !synced.ok()) return fail(std::move(synced));

@@ -114,6 +114,11 @@ TEST(ReleaseFileSinkTest, WritesArraysAndManifestWithMatchingHashes) {
     EXPECT_EQ(entry["bytes"], bytes.size());
     EXPECT_EQ(entry["blake2b"], release::Blake2bHex(bytes));
   }
+  // Releases are public: consumers running as other users must read them.
+  for (const char* name : {"manifest.json", "lambda.npy"}) {
+    const auto perms = std::filesystem::status(out + "/" + name).permissions();
+    EXPECT_NE(perms & std::filesystem::perms::others_read, std::filesystem::perms::none) << name;
+  }
   auto encoded = release::EncodeRelease(release);
   ASSERT_TRUE(encoded.ok());
   EXPECT_EQ(ReadFile(out + "/manifest.json"), encoded->files.back().bytes);
