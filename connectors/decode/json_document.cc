@@ -78,6 +78,8 @@ std::string_view RejectReasonName(RejectReason reason) {
     case RejectReason::kBothTextAndTokens: return "both_text_and_tokens";
     case RejectReason::kLineTooLong: return "line_too_long";
     case RejectReason::kInvalidUtf8: return "invalid_utf8";
+    case RejectReason::kEmptyDocument: return "empty_document";
+    case RejectReason::kRecordTooLarge: return "record_too_large";
   }
   return "unknown";
 }
@@ -95,6 +97,8 @@ std::string_view RejectReasonDescription(RejectReason reason) {
       return "keys \"text\" and \"tokens\" are both present; use exactly one";
     case RejectReason::kLineTooLong: return "record is longer than the configured limit";
     case RejectReason::kInvalidUtf8: return "bytes are not well-formed UTF-8";
+    case RejectReason::kEmptyDocument: return "no word of the record is in the vocabulary";
+    case RejectReason::kRecordTooLarge: return "record is larger than the configured limit";
   }
   return "unknown reason";
 }

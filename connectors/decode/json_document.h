@@ -46,9 +46,17 @@ enum class RejectReason {
   kBothTextAndTokens,  // "text" and "tokens" both present
   kLineTooLong,        // longer than the source's size limit (not read whole)
   kInvalidUtf8,        // bytes are not well-formed UTF-8
+  // The reasons above are all DecodeJsonDocument / the JSONL source produce.
+  // The record decoders (record_decoder.h) add:
+  kEmptyDocument,      // LDA: no in-vocabulary word (the daemon dead-letters it)
+  kRecordTooLarge,     // a message above the configured size limit
 };
 
-inline constexpr size_t kNumRejectReasons = 10;
+// Reasons DecodeJsonDocument and JsonlDocumentSource can produce (the first
+// ones of the enum).
+inline constexpr size_t kNumDocumentRejectReasons = 10;
+// All reasons; RejectReason values are 0 .. kNumRejectReasons - 1.
+inline constexpr size_t kNumRejectReasons = 12;
 
 // Stable snake_case code, e.g. "bad_text": used in dead-letter records and as
 // a metric label value.

@@ -42,7 +42,7 @@ namespace vipsd::model {
 struct Record {
   std::vector<int32_t> word_ids;  // LDA: vocabulary ids in text order
   std::vector<double> features;   // BLR / SBN inputs
-  double label = 0;               // BLR: ±1
+  double label = 0;               // BLR: 0 or 1
 };
 
 // A record's statistic in sparse form: flat coordinates of the statistic
@@ -130,6 +130,17 @@ class Model {
 
   // The released parameters.
   virtual std::vector<NamedArray> ReleaseArrays() const = 0;
+
+  // Everything the model has accumulated across M-steps (for LDA: λ), so
+  // that a restarted daemon resumes the same posterior. Public: it is
+  // post-processing of earlier noisy sums and the public initialisation.
+  // May equal ReleaseArrays() when the release is the whole state.
+  virtual std::vector<NamedArray> CheckpointArrays() const = 0;
+
+  // Restores what CheckpointArrays() returned for a model of the same
+  // configuration. Checks names, shapes and value ranges; on error the
+  // model is unchanged and the message names the array.
+  virtual Status RestoreCheckpoint(std::span<const NamedArray> arrays) = 0;
 };
 
 }  // namespace vipsd::model

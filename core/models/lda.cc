@@ -238,4 +238,21 @@ std::vector<model::NamedArray> LdaModel::ReleaseArrays() const {
   return {std::move(lambda)};
 }
 
+Status LdaModel::RestoreCheckpoint(std::span<const model::NamedArray> arrays) {
+  if (arrays.size() != 1 || arrays[0].name != "lambda") {
+    return InvalidArgumentError("an LDA checkpoint holds exactly one array, \"lambda\"");
+  }
+  const auto& array = arrays[0];
+  if (array.shape != std::vector<int64_t>{lambda_.rows(), lambda_.cols()} ||
+      array.data.size() != static_cast<size_t>(lambda_.size())) {
+    return InvalidArgumentError("checkpoint array \"lambda\" must have shape K x V = " +
+                                std::to_string(lambda_.rows()) + " x " +
+                                std::to_string(lambda_.cols()));
+  }
+  const Eigen::MatrixXd lambda =
+      Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
+          array.data.data(), lambda_.rows(), lambda_.cols());
+  return SetLambda(lambda);
+}
+
 }  // namespace vipsd::models

@@ -87,6 +87,9 @@ class LdaModel final : public model::Model {
   Status MStep(const Eigen::VectorXd& statistic_sum, double sampling_rate,
                double rho) override;
   std::vector<model::NamedArray> ReleaseArrays() const override;
+  // The release is the whole state: "lambda" (K × V).
+  std::vector<model::NamedArray> CheckpointArrays() const override { return ReleaseArrays(); }
+  Status RestoreCheckpoint(std::span<const model::NamedArray> arrays) override;
 
   const LdaConfig& config() const { return config_; }
   // K × V.

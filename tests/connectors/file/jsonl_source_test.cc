@@ -143,7 +143,7 @@ TEST(JsonlSourceTest, EveryRejectionReasonWithLineNumbers) {
       {"{\"id\": 1, \"text\": \"" + std::string(300, 'a') + "\"}", RejectReason::kLineTooLong},
       {"{\"id\": 1, \"text\": \"\xff\"}", RejectReason::kInvalidUtf8},
   };
-  ASSERT_EQ(cases.size(), kNumRejectReasons);
+  ASSERT_EQ(cases.size(), kNumDocumentRejectReasons);
   std::string contents;
   for (const Case& c : cases) contents += c.line + "\n" + "{\"id\": \"ok\", \"text\": \"beta\"}\n";
   JsonlDocumentSource source = OpenOrDie(WriteTempFile(contents), vocabulary, options);
@@ -197,7 +197,7 @@ TEST(JsonlSourceTest, RejectionsNeverContainRecordContent) {
     EXPECT_EQ(rejection.reason.find("SECRET"), std::string::npos) << rejection.reason;
     EXPECT_EQ(rejection.reason.find("q7x"), std::string::npos) << rejection.reason;
   }
-  EXPECT_EQ(reasons_seen.size(), kNumRejectReasons);  // every reason was exercised
+  EXPECT_EQ(reasons_seen.size(), kNumDocumentRejectReasons);  // every reason was exercised
 }
 
 TEST(JsonlSourceTest, LongLinesAreRejectedAndReadingContinues) {

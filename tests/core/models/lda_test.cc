@@ -191,6 +191,36 @@ TEST(LdaModelTest, ReleaseIsLambdaRowMajor) {
   EXPECT_EQ(arrays[0].data[1 * 5 + 4], (*model)->lambda()(1, 4));
 }
 
+TEST(LdaModelTest, CheckpointRestoresLambdaExactlyAndRejectsMismatches) {
+  auto trained = LdaModel::Create(SmallConfig(10));
+  ASSERT_TRUE(trained.ok());
+  Eigen::VectorXd sum(15);
+  for (int i = 0; i < 15; ++i) sum[i] = 0.7 * i;
+  ASSERT_TRUE((*trained)->MStep(sum, 0.5, 0.4).ok());
+  const auto checkpoint = (*trained)->CheckpointArrays();
+
+  LdaConfig other_seed = SmallConfig(10);
+  other_seed.init_seed = 99;  // a fresh model starts elsewhere
+  auto restored = LdaModel::Create(other_seed);
+  ASSERT_TRUE(restored.ok());
+  ASSERT_NE((*restored)->lambda(), (*trained)->lambda());
+  ASSERT_TRUE((*restored)->RestoreCheckpoint(checkpoint).ok());
+  EXPECT_EQ((*restored)->lambda(), (*trained)->lambda());  // bit for bit
+  EXPECT_EQ((*restored)->exp_elog_beta(), (*trained)->exp_elog_beta());
+
+  auto wrong_shape = checkpoint;
+  wrong_shape[0].shape = {5, 3};
+  EXPECT_FALSE((*restored)->RestoreCheckpoint(wrong_shape).ok());
+  auto wrong_name = checkpoint;
+  wrong_name[0].name = "beta";
+  EXPECT_FALSE((*restored)->RestoreCheckpoint(wrong_name).ok());
+  auto negative = checkpoint;
+  negative[0].data[3] = -1;
+  const Status status = (*restored)->RestoreCheckpoint(negative);
+  EXPECT_FALSE(status.ok());
+  EXPECT_EQ((*restored)->lambda(), (*trained)->lambda());  // unchanged on error
+}
+
 TEST(LdaModelTest, RejectsOutOfVocabularyIdsWithoutEchoingThem) {
   auto model = LdaModel::Create(SmallConfig(10));
   ASSERT_TRUE(model.ok());

@@ -197,6 +197,8 @@ class ProbeModel final : public model::Model {
     return Status::Ok();
   }
   std::vector<model::NamedArray> ReleaseArrays() const override { return {}; }
+  std::vector<model::NamedArray> CheckpointArrays() const override { return {}; }
+  Status RestoreCheckpoint(std::span<const model::NamedArray>) override { return Status::Ok(); }
   mutable std::atomic<int64_t> calls{0};
   double last_sum = 0;
 

@@ -1,0 +1,40 @@
+// RecordDecoder: turns the bytes of one input record (a Kafka message value
+// or a JSON Lines line) into the model::Record the pool keeps, or into a
+// reason for the dead-letter topic (DESIGN.md 5: "decode + validate" happens
+// before the privacy wall). One implementation per model type; the daemon
+// picks it from `model.type` and otherwise treats records as opaque.
+//
+// Privacy: a decoded Record is private record content (pool only, never
+// logged or written to disk). A DecodeFailure carries only a reason code
+// (RejectReasonName / RejectReasonDescription: fixed strings naming at most
+// a JSON key) — never a value, id or byte offset of the record.
+//
+// Thread-safety: Decode is const and may be called concurrently. It never
+// throws.
+#pragma once
+
+#include <memory>
+#include <string_view>
+#include <variant>
+
+#include "connectors/decode/json_document.h"
+#include "core/model/model.h"
+#include "core/text/vocabulary.h"
+
+namespace vipsd::connectors {
+
+using RecordDecodeResult = std::variant<model::Record, DecodeFailure>;
+
+class RecordDecoder {
+ public:
+  virtual ~RecordDecoder() = default;
+  virtual RecordDecodeResult Decode(std::string_view bytes) const = 0;
+};
+
+// LDA documents (json_document.h): Record::word_ids. A document with no
+// in-vocabulary word is rejected (kEmptyDocument): in the daemon it goes to
+// the dead-letter topic instead of the pool. `vocabulary` must outlive the
+// decoder.
+std::unique_ptr<RecordDecoder> NewLdaRecordDecoder(const text::Vocabulary& vocabulary);
+
+}  // namespace vipsd::connectors
