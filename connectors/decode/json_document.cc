@@ -80,6 +80,13 @@ std::string_view RejectReasonName(RejectReason reason) {
     case RejectReason::kInvalidUtf8: return "invalid_utf8";
     case RejectReason::kEmptyDocument: return "empty_document";
     case RejectReason::kRecordTooLarge: return "record_too_large";
+    case RejectReason::kMissingFeatures: return "missing_features";
+    case RejectReason::kBadFeatures: return "bad_features";
+    case RejectReason::kWrongDimension: return "wrong_dimension";
+    case RejectReason::kMissingLabel: return "missing_label";
+    case RejectReason::kBadLabel: return "bad_label";
+    case RejectReason::kNormTooLarge: return "norm_too_large";
+    case RejectReason::kNotBinary: return "not_binary";
   }
   return "unknown";
 }
@@ -99,6 +106,17 @@ std::string_view RejectReasonDescription(RejectReason reason) {
     case RejectReason::kInvalidUtf8: return "bytes are not well-formed UTF-8";
     case RejectReason::kEmptyDocument: return "no word of the record is in the vocabulary";
     case RejectReason::kRecordTooLarge: return "record is larger than the configured limit";
+    case RejectReason::kMissingFeatures:
+      return "the feature key is missing (logistic regression: \"x\", belief network: \"y\")";
+    case RejectReason::kBadFeatures:
+      return "features must be an array of finite numbers or {\"indices\", \"values\"} with \"dim\"";
+    case RejectReason::kWrongDimension:
+      return "feature dimension does not match the model (or an index is out of range)";
+    case RejectReason::kMissingLabel: return "key \"y\" is missing";
+    case RejectReason::kBadLabel: return "key \"y\" must be 0 or 1";
+    case RejectReason::kNormTooLarge:
+      return "key \"x\" has L2 norm above 1 and the configured rule is reject";
+    case RejectReason::kNotBinary: return "key \"y\" must hold only 0 and 1";
   }
   return "unknown reason";
 }

@@ -50,13 +50,21 @@ enum class RejectReason {
   // The record decoders (record_decoder.h) add:
   kEmptyDocument,      // LDA: no in-vocabulary word (the daemon dead-letters it)
   kRecordTooLarge,     // a message above the configured size limit
+  // Feature records (BLR: "x" and "y"; SBN: "y" as the observation vector):
+  kMissingFeatures,    // the feature key is missing
+  kBadFeatures,        // features are not finite numbers in the accepted forms
+  kWrongDimension,     // feature vector has the wrong length / index out of range
+  kMissingLabel,       // BLR: "y" is missing
+  kBadLabel,           // BLR: "y" is not 0 or 1
+  kNormTooLarge,       // BLR: ||x||_2 > 1 under the "reject" rule
+  kNotBinary,          // SBN: an observation is not 0 or 1
 };
 
 // Reasons DecodeJsonDocument and JsonlDocumentSource can produce (the first
 // ones of the enum).
 inline constexpr size_t kNumDocumentRejectReasons = 10;
 // All reasons; RejectReason values are 0 .. kNumRejectReasons - 1.
-inline constexpr size_t kNumRejectReasons = 12;
+inline constexpr size_t kNumRejectReasons = 19;
 
 // Stable snake_case code, e.g. "bad_text": used in dead-letter records and as
 // a metric label value.
