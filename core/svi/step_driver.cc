@@ -1,7 +1,9 @@
 #include "core/svi/step_driver.h"
 
-#include <atomic>
+#include <algorithm>
 #include <cmath>
+#include <condition_variable>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,6 +20,10 @@ uint64_t Mix(uint64_t x) {
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
   return x ^ (x >> 31);
 }
+
+// Records per accumulation chunk (see Step). Part of the result's
+// definition: changing it changes the floating-point summation order.
+constexpr size_t kChunkRecords = 64;
 
 }  // namespace
 
@@ -133,19 +139,65 @@ StatusOr<StepResult> StepDriver::Step(std::span<const model::Record> pool) {
     }
   }
 
-  // 3. E-step in parallel; results land in per-position slots.
-  std::vector<model::SparseStatistic> statistics(batch.size());
-  std::vector<char> accepted(batch.size(), 0);
-  std::atomic<size_t> next{0};
+  // 3 + 4. E-step, clip and sum, in parallel over fixed chunks of the batch.
+  // Each chunk is summed in batch order into its own accumulator; chunk sums
+  // are merged into the step total in chunk order. Chunk boundaries do not
+  // depend on the thread count, so neither does the result. Memory stays
+  // bounded (a few accumulators per worker) even when a record's statistic
+  // is dense and large.
+  const privacy::BlockLayout& layout = model_->statistic_layout();
+  privacy::GaussianSumMechanism total(layout);
+  const size_t num_chunks = (batch.size() + kChunkRecords - 1) / kChunkRecords;
+  const size_t num_workers =
+      std::min<size_t>(static_cast<size_t>(config_.threads), std::max<size_t>(num_chunks, 1));
+  const size_t max_pending = 2 * num_workers;
+  std::mutex mutex;
+  std::condition_variable merged;
+  size_t next_chunk = 0;  // guarded by mutex
+  size_t next_merge = 0;  // guarded by mutex
+  std::vector<std::unique_ptr<privacy::GaussianSumMechanism>> finished(num_chunks);
+  std::vector<std::unique_ptr<privacy::GaussianSumMechanism>> spare;  // guarded by mutex
+  Status merge_status = Status::Ok();                                   // guarded by mutex
   auto worker = [&]() {
     auto scratch = model_->NewScratch();
-    for (size_t i = next.fetch_add(1); i < batch.size(); i = next.fetch_add(1)) {
-      model::RecordRng rng(Mix(step_seed ^ Mix(static_cast<uint64_t>(i))));
-      accepted[i] = model_->EStep(pool[batch[i]], rng, *scratch, statistics[i]).ok();
+    model::SparseStatistic statistic;
+    for (;;) {
+      size_t chunk;
+      std::unique_ptr<privacy::GaussianSumMechanism> sum;
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        // Do not run too far ahead of the merge point: bounds memory.
+        merged.wait(lock, [&] { return next_chunk - next_merge < max_pending; });
+        if (next_chunk >= num_chunks) return;
+        chunk = next_chunk++;
+        if (!spare.empty()) {
+          sum = std::move(spare.back());
+          spare.pop_back();
+        }
+      }
+      if (!sum) sum = std::make_unique<privacy::GaussianSumMechanism>(layout);
+      const size_t end = std::min(batch.size(), (chunk + 1) * kChunkRecords);
+      for (size_t i = chunk * kChunkRecords; i < end; ++i) {
+        model::RecordRng rng(Mix(step_seed ^ Mix(static_cast<uint64_t>(i))));
+        statistic.Clear();
+        // A record the model rejects (malformed) or whose statistic is not
+        // finite is not summed; that is a PRIVATE fact and is not reported.
+        if (model_->EStep(pool[batch[i]], rng, *scratch, statistic).ok()) {
+          (void)sum->AddSparse(statistic.indices, statistic.values);
+        }
+      }
+      std::lock_guard<std::mutex> lock(mutex);
+      finished[chunk] = std::move(sum);
+      while (next_merge < num_chunks && finished[next_merge]) {
+        Status status = total.Merge(std::move(*finished[next_merge]));
+        if (!status.ok() && merge_status.ok()) merge_status = status;
+        finished[next_merge]->Reset();
+        spare.push_back(std::move(finished[next_merge]));
+        ++next_merge;
+      }
+      merged.notify_all();
     }
   };
-  const size_t num_workers =
-      std::min<size_t>(static_cast<size_t>(config_.threads), std::max<size_t>(batch.size(), 1));
   if (num_workers <= 1) {
     worker();
   } else {
@@ -154,19 +206,9 @@ StatusOr<StepResult> StepDriver::Step(std::span<const model::Record> pool) {
     for (size_t w = 0; w < num_workers; ++w) threads.emplace_back(worker);
     for (auto& thread : threads) thread.join();
   }
-
-  // 4. Clip, sum in batch order, one Gaussian mechanism.
-  privacy::GaussianSumMechanism mechanism(model_->statistic_layout());
-  for (size_t i = 0; i < batch.size(); ++i) {
-    // A record the model rejects (malformed) or whose statistic is not
-    // finite is not summed; that is a PRIVATE fact and is not reported.
-    if (accepted[i]) {
-      (void)mechanism.AddSparse(statistics[i].indices, statistics[i].values);
-    }
-  }
-  statistics.clear();
+  VIPSD_RETURN_IF_ERROR(merge_status);
   StatusOr<privacy::GaussianRelease> release =
-      is_private ? mechanism.Release(*noise_, sigma) : mechanism.ReleaseNonPrivate();
+      is_private ? total.Release(*noise_, sigma) : total.ReleaseNonPrivate();
   if (!release.ok()) return release.status();
 
   // 5. M-step on the released sum.

@@ -15,9 +15,11 @@
 //      in production). The batch size is random and PRIVATE.
 //   3. E-step per sampled record, in parallel over `threads` workers. Each
 //      record's randomness comes from a per-step seed (drawn from the
-//      NoiseSource) mixed with the record's position in the batch, and
-//      statistics are summed in batch order by one thread, so the result
-//      does not depend on the thread count.
+//      NoiseSource) mixed with the record's position in the batch. The batch
+//      is cut into fixed chunks of 64 records; each chunk is clipped and
+//      summed in batch order, and chunk sums are merged in chunk order, so
+//      the result does not depend on the thread count and memory stays at a
+//      few dense accumulators per worker whatever the batch size.
 //   4. Clip per block, sum, ONE Gaussian mechanism (GaussianSumMechanism).
 //      A step with an empty batch still adds noise and is still charged.
 //   5. M-step on the noisy sum with ρ_t = (τ0 + t)^(−κ); the model divides
