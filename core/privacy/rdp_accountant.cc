@@ -34,12 +34,16 @@ bool ParseHexDouble(const std::string& token, double* out) {
 }
 
 double EffectiveDelta(double delta, size_t num_orders, Adaptivity adaptivity) {
+  return ConversionDelta(delta, num_orders, adaptivity);
+}
+
+}  // namespace
+
+double ConversionDelta(double delta, size_t num_orders, Adaptivity adaptivity) {
   return adaptivity == Adaptivity::kAdaptiveFilter
              ? delta / static_cast<double>(num_orders)
              : delta;
 }
-
-}  // namespace
 
 RdpAccountant::RdpAccountant()
     : RdpAccountant(DefaultRdpOrders(),

@@ -52,6 +52,10 @@ namespace vipsd::privacy {
 // Answer of "would this step cross the ceiling?".
 enum class Adaptivity { kFixedSchedule, kAdaptiveFilter };
 
+// The δ at which each order's curve is converted: δ itself for a fixed
+// schedule, δ/|orders| for the adaptive filter (the union bound above).
+double ConversionDelta(double delta, size_t num_orders, Adaptivity adaptivity);
+
 struct CeilingCheck {
   bool would_exceed = false;
   double epsilon_after = 0;  // ε if the step(s) had run
