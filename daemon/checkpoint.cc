@@ -1,0 +1,165 @@
+#include "daemon/checkpoint.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+#include "connectors/file/file_util.h"
+#include "core/release/release.h"
+
+namespace vipsd::daemon {
+namespace {
+
+constexpr std::string_view kHeader = "vipsd-checkpoint 1\n";
+constexpr std::string_view kChecksumPrefix = "blake2b ";
+constexpr size_t kMaxArrays = 64;
+constexpr int kMaxRank = 8;
+
+bool IsName(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  }
+  return true;
+}
+
+void AppendDoubles(std::string& out, const std::vector<double>& data) {
+  for (double value : data) {
+    uint64_t bits;
+    std::memcpy(&bits, &value, sizeof(bits));
+    for (int byte = 0; byte < 8; ++byte) out.push_back(static_cast<char>((bits >> (8 * byte)) & 0xFF));
+  }
+}
+
+double ReadDouble(const char* bytes) {
+  uint64_t bits = 0;
+  for (int byte = 0; byte < 8; ++byte) {
+    bits |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[byte])) << (8 * byte);
+  }
+  double value;
+  std::memcpy(&value, &bits, sizeof(value));
+  return value;
+}
+
+}  // namespace
+
+CheckpointStore::CheckpointStore(std::string directory)
+    : directory_(std::move(directory)), path_(directory_ + "/checkpoint") {}
+
+StatusOr<std::string> CheckpointStore::Encode(const Checkpoint& checkpoint) {
+  if (checkpoint.step < 0) return InvalidArgumentError("checkpoint step must be >= 0");
+  if (!IsName(checkpoint.model_type)) return InvalidArgumentError("bad checkpoint model type");
+  if (checkpoint.model_fingerprint.size() != 64) {
+    return InvalidArgumentError("checkpoint fingerprint must be 64 hex characters");
+  }
+  if (checkpoint.arrays.empty() || checkpoint.arrays.size() > kMaxArrays) {
+    return InvalidArgumentError("a checkpoint holds 1 to 64 arrays");
+  }
+  std::string out(kHeader);
+  out += "step " + std::to_string(checkpoint.step) + "\n";
+  out += "model " + checkpoint.model_type + "\n";
+  out += "fingerprint " + checkpoint.model_fingerprint + "\n";
+  out += "arrays " + std::to_string(checkpoint.arrays.size()) + "\n";
+  for (const auto& array : checkpoint.arrays) {
+    if (!IsName(array.name)) return InvalidArgumentError("bad checkpoint array name");
+    if (array.shape.empty() || array.shape.size() > static_cast<size_t>(kMaxRank)) {
+      return InvalidArgumentError("checkpoint array " + array.name + " must have rank 1 to 8");
+    }
+    size_t count = 1;
+    out += "array " + array.name + " " + std::to_string(array.shape.size());
+    for (int64_t dim : array.shape) {
+      if (dim < 0) return InvalidArgumentError("checkpoint array " + array.name + ": negative dim");
+      count *= static_cast<size_t>(dim);
+      out += " " + std::to_string(dim);
+    }
+    if (count != array.data.size()) {
+      return InvalidArgumentError("checkpoint array " + array.name + ": shape does not match data");
+    }
+    for (double value : array.data) {
+      if (!std::isfinite(value)) {
+        return InvalidArgumentError("checkpoint array " + array.name + " has a non-finite value");
+      }
+    }
+    out += "\n";
+  }
+  out += "data\n";
+  for (const auto& array : checkpoint.arrays) AppendDoubles(out, array.data);
+  out += "\n" + std::string(kChecksumPrefix) + release::Blake2bHex(out) + "\n";
+  return out;
+}
+
+StatusOr<Checkpoint> CheckpointStore::Decode(const std::string& bytes, const std::string& where) {
+  auto bad = [&](const std::string& what) {
+    return DataLossError(where + ": " + what + "; refusing to start from a fresh model");
+  };
+  if (bytes.compare(0, kHeader.size(), kHeader) != 0) return bad("not a vipsd checkpoint");
+  const size_t checksum_at = bytes.rfind(std::string("\n") + std::string(kChecksumPrefix));
+  if (checksum_at == std::string::npos || bytes.back() != '\n') return bad("truncated");
+  const std::string body = bytes.substr(0, checksum_at);
+  const size_t hex_at = checksum_at + 1 + kChecksumPrefix.size();
+  if (bytes.substr(hex_at, bytes.size() - hex_at - 1) != release::Blake2bHex(body)) {
+    return bad("checksum mismatch");
+  }
+  const size_t data_at = body.find("\ndata\n");
+  if (data_at == std::string::npos) return bad("no data section");
+  std::istringstream header(body.substr(kHeader.size(), data_at + 1 - kHeader.size()));
+  Checkpoint checkpoint;
+  std::string word;
+  size_t num_arrays = 0;
+  if (!(header >> word >> checkpoint.step) || word != "step" || checkpoint.step < 0) {
+    return bad("bad step line");
+  }
+  if (!(header >> word >> checkpoint.model_type) || word != "model") return bad("bad model line");
+  if (!(header >> word >> checkpoint.model_fingerprint) || word != "fingerprint") {
+    return bad("bad fingerprint line");
+  }
+  if (!(header >> word >> num_arrays) || word != "arrays" || num_arrays == 0 ||
+      num_arrays > kMaxArrays) {
+    return bad("bad arrays line");
+  }
+  size_t offset = data_at + 6;
+  for (size_t i = 0; i < num_arrays; ++i) {
+    model::NamedArray array;
+    int rank = 0;
+    if (!(header >> word >> array.name >> rank) || word != "array" || !IsName(array.name) ||
+        rank < 1 || rank > kMaxRank) {
+      return bad("bad array line " + std::to_string(i));
+    }
+    size_t count = 1;
+    for (int d = 0; d < rank; ++d) {
+      int64_t dim = -1;
+      if (!(header >> dim) || dim < 0 || dim > (int64_t{1} << 32)) return bad("bad array shape");
+      array.shape.push_back(dim);
+      count *= static_cast<size_t>(dim);
+    }
+    if (count > (body.size() - offset) / 8) return bad("array " + array.name + " is truncated");
+    array.data.resize(count);
+    for (size_t k = 0; k < count; ++k) array.data[k] = ReadDouble(body.data() + offset + 8 * k);
+    offset += 8 * count;
+    checkpoint.arrays.push_back(std::move(array));
+  }
+  if (header >> word) return bad("unexpected header data");
+  if (offset != body.size()) return bad("unexpected data after the arrays");
+  return checkpoint;
+}
+
+Status CheckpointStore::Save(const Checkpoint& checkpoint) const {
+  VIPSD_ASSIGN_OR_RETURN(std::string bytes, Encode(checkpoint));
+  const std::string temporary = path_ + ".tmp";
+  VIPSD_RETURN_IF_ERROR(connectors::WriteFileDurably(temporary, bytes, /*exclusive=*/false, 0600));
+  if (std::rename(temporary.c_str(), path_.c_str()) != 0) {
+    return UnavailableError("cannot rename onto " + path_ + ": " + std::strerror(errno));
+  }
+  return connectors::SyncDirectory(directory_);
+}
+
+StatusOr<std::optional<Checkpoint>> CheckpointStore::Load() const {
+  if (!std::filesystem::exists(path_)) return std::optional<Checkpoint>();
+  VIPSD_ASSIGN_OR_RETURN(std::string bytes, connectors::ReadWholeFile(path_));
+  VIPSD_ASSIGN_OR_RETURN(Checkpoint checkpoint, Decode(bytes, path_));
+  return std::optional<Checkpoint>(std::move(checkpoint));
+}
+
+}  // namespace vipsd::daemon

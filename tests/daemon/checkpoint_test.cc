@@ -1,0 +1,88 @@
+#include "daemon/checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+namespace vipsd::daemon {
+namespace {
+
+Checkpoint Sample() {
+  Checkpoint checkpoint;
+  checkpoint.step = 12;
+  checkpoint.model_type = "lda";
+  checkpoint.model_fingerprint = std::string(64, 'a');
+  checkpoint.arrays.push_back({"lambda", {2, 3}, {0.5, 1e-300, 3.25, -0.0, 1e300, 7}});
+  checkpoint.arrays.push_back({"extra", {1}, {42}});
+  return checkpoint;
+}
+
+std::string FreshDirectory(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "checkpoint_test_" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+TEST(CheckpointTest, SaveLoadIsBitExact) {
+  CheckpointStore store(FreshDirectory("roundtrip"));
+  auto empty = store.Load();
+  ASSERT_TRUE(empty.ok());
+  EXPECT_FALSE(empty->has_value());
+  const Checkpoint checkpoint = Sample();
+  ASSERT_TRUE(store.Save(checkpoint).ok());
+  EXPECT_FALSE(std::filesystem::exists(store.path() + ".tmp"));
+  auto loaded = store.Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  ASSERT_TRUE(loaded->has_value());
+  const Checkpoint& back = **loaded;
+  EXPECT_EQ(back.step, 12);
+  EXPECT_EQ(back.model_type, "lda");
+  EXPECT_EQ(back.model_fingerprint, checkpoint.model_fingerprint);
+  ASSERT_EQ(back.arrays.size(), 2u);
+  EXPECT_EQ(back.arrays[0].name, "lambda");
+  EXPECT_EQ(back.arrays[0].shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(back.arrays[0].data, checkpoint.arrays[0].data);
+  EXPECT_TRUE(std::signbit(back.arrays[0].data[3]));
+  EXPECT_EQ(back.arrays[1].data, std::vector<double>{42});
+  // Overwriting keeps exactly one checkpoint.
+  Checkpoint later = checkpoint;
+  later.step = 13;
+  ASSERT_TRUE(store.Save(later).ok());
+  EXPECT_EQ((*store.Load())->step, 13);
+}
+
+TEST(CheckpointTest, EveryCorruptionIsDataLoss) {
+  auto bytes = CheckpointStore::Encode(Sample());
+  ASSERT_TRUE(bytes.ok());
+  for (size_t position = 0; position < bytes->size(); position += 5) {
+    std::string corrupt = *bytes;
+    corrupt[position] = static_cast<char>(corrupt[position] ^ 0x10);
+    auto decoded = CheckpointStore::Decode(corrupt, "checkpoint");
+    ASSERT_FALSE(decoded.ok()) << "flip at " << position;
+    EXPECT_EQ(decoded.status().code(), StatusCode::kDataLoss);
+  }
+  for (size_t length : {size_t{0}, size_t{10}, bytes->size() / 2, bytes->size() - 1}) {
+    auto decoded = CheckpointStore::Decode(bytes->substr(0, length), "checkpoint");
+    ASSERT_FALSE(decoded.ok()) << "truncated to " << length;
+    EXPECT_NE(decoded.status().message().find("refusing to start from a fresh model"),
+              std::string::npos);
+  }
+}
+
+TEST(CheckpointTest, RefusesToEncodeInvalidState) {
+  Checkpoint checkpoint = Sample();
+  checkpoint.arrays[0].data[1] = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_FALSE(CheckpointStore::Encode(checkpoint).ok());
+  checkpoint = Sample();
+  checkpoint.arrays[0].shape = {4, 3};
+  EXPECT_FALSE(CheckpointStore::Encode(checkpoint).ok());
+  checkpoint = Sample();
+  checkpoint.model_fingerprint = "short";
+  EXPECT_FALSE(CheckpointStore::Encode(checkpoint).ok());
+}
+
+}  // namespace
+}  // namespace vipsd::daemon
