@@ -2,13 +2,13 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <algorithm>
 #include <map>
 #include <optional>
 #include <set>
@@ -19,11 +19,13 @@ namespace vipsd::config {
 namespace {
 
 // A mapping node with its path, whose keys are consumed as they are read;
-// whatever is left at the end is an unknown key.
+// whatever is left at the end is an unknown key. Every key read is recorded
+// with its line in `lines`.
 class Section {
  public:
-  Section(const std::string& file, YAML::Node node, std::string path)
-      : file_(file), node_(std::move(node)), path_(std::move(path)) {}
+  Section(const std::string& file, YAML::Node node, std::string path,
+          std::map<std::string, int>* lines)
+      : file_(file), node_(std::move(node)), path_(std::move(path)), lines_(lines) {}
 
   Status Check() {
     if (!node_.IsMap()) return Error(node_, path_.empty() ? "the file" : path_, "must be a mapping");
@@ -42,31 +44,20 @@ class Section {
   bool Has(const std::string& key) const { return node_[key].IsDefined() && !node_[key].IsNull(); }
 
   Status Sub(const std::string& key, bool required, std::optional<Section>* out) {
-    unread_.erase(key);
+    Consume(key);
     if (!Has(key)) {
       if (required) return Missing(key);
       return Status::Ok();
     }
-    out->emplace(file_, node_[key], Join(key));
+    out->emplace(file_, node_[key], Join(key), lines_);
     return (*out)->Check();
   }
 
   Status Number(const std::string& key, bool required, const std::function<bool(double)>& ok,
                 const std::string& allowed, double* out) {
-    unread_.erase(key);
+    Consume(key);
     if (!Has(key)) return required ? Missing(key) : Status::Ok();
-    const YAML::Node value = node_[key];
-    if (!value.IsScalar()) return Error(value, Join(key), "must be " + allowed);
-    const std::string text = value.Scalar();
-    char* end = nullptr;
-    errno = 0;
-    const double parsed = std::strtod(text.c_str(), &end);
-    if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE ||
-        !std::isfinite(parsed) || !ok(parsed)) {
-      return Error(value, Join(key), "must be " + allowed + ", got '" + text + "'");
-    }
-    *out = parsed;
-    return Status::Ok();
+    return ParseNumber(node_[key], Join(key), ok, allowed, out);
   }
 
   Status Integer(const std::string& key, bool required, int64_t low, int64_t high,
@@ -87,21 +78,97 @@ class Section {
 
   Status String(const std::string& key, bool required, const std::vector<std::string>& choices,
                 std::string* out) {
-    unread_.erase(key);
+    Consume(key);
+    if (!Has(key)) return required ? Missing(key) : Status::Ok();
+    return ParseString(node_[key], Join(key), choices, out);
+  }
+
+  // A string that may be empty ("" disables a feature).
+  Status OptionalString(const std::string& key, std::string* out) {
+    Consume(key);
+    if (!node_[key].IsDefined()) return Status::Ok();
+    const YAML::Node value = node_[key];
+    if (value.IsNull()) {
+      out->clear();
+      return Status::Ok();
+    }
+    if (!value.IsScalar()) return Error(value, Join(key), "must be a string");
+    *out = value.Scalar();
+    return Status::Ok();
+  }
+
+  Status Bool(const std::string& key, bool* out) {
+    Consume(key);
+    if (!Has(key)) return Status::Ok();
+    const YAML::Node value = node_[key];
+    if (value.IsScalar() && (value.Scalar() == "true" || value.Scalar() == "false")) {
+      *out = value.Scalar() == "true";
+      return Status::Ok();
+    }
+    return Error(value, Join(key),
+                 "must be true or false, got '" + (value.IsScalar() ? value.Scalar() : "?") + "'");
+  }
+
+  // A non-empty sequence of strings matching `ok`.
+  Status StringList(const std::string& key, bool required,
+                    const std::function<bool(const std::string&)>& ok, const std::string& allowed,
+                    std::vector<std::string>* out) {
+    Consume(key);
     if (!Has(key)) return required ? Missing(key) : Status::Ok();
     const YAML::Node value = node_[key];
-    std::string allowed;
-    for (const auto& choice : choices) allowed += (allowed.empty() ? "" : ", ") + choice;
-    if (!value.IsScalar() || value.Scalar().empty()) {
-      return Error(value, Join(key),
-                   choices.empty() ? "must be a non-empty string" : "must be one of " + allowed);
+    if (!value.IsSequence() || value.size() == 0) {
+      return Error(value, Join(key), "must be a non-empty list of " + allowed);
     }
-    if (!choices.empty() &&
-        std::find(choices.begin(), choices.end(), value.Scalar()) == choices.end()) {
-      return Error(value, Join(key),
-                   "must be one of " + allowed + ", got '" + value.Scalar() + "'");
+    std::vector<std::string> items;
+    for (const auto& item : value) {
+      if (!item.IsScalar() || !ok(item.Scalar())) {
+        return Error(item, Join(key),
+                     "every entry must be " + allowed + ", got '" +
+                         (item.IsScalar() ? item.Scalar() : "?") + "'");
+      }
+      if (std::find(items.begin(), items.end(), item.Scalar()) != items.end()) {
+        return Error(item, Join(key), "duplicate entry '" + item.Scalar() + "'");
+      }
+      items.push_back(item.Scalar());
     }
-    *out = value.Scalar();
+    *out = std::move(items);
+    return Status::Ok();
+  }
+
+  // A sequence of numbers (possibly empty) each satisfying `ok`.
+  Status NumberList(const std::string& key, const std::function<bool(double)>& ok,
+                    const std::string& allowed, std::vector<double>* out) {
+    Consume(key);
+    if (!node_[key].IsDefined()) return Status::Ok();
+    const YAML::Node value = node_[key];
+    if (value.IsNull()) {
+      out->clear();
+      return Status::Ok();
+    }
+    if (!value.IsSequence()) return Error(value, Join(key), "must be a list of " + allowed);
+    std::vector<double> items;
+    for (const auto& item : value) {
+      double parsed = 0;
+      VIPSD_RETURN_IF_ERROR(ParseNumber(item, Join(key), ok, allowed, &parsed));
+      items.push_back(parsed);
+    }
+    *out = std::move(items);
+    return Status::Ok();
+  }
+
+  // A mapping of plain string keys to scalar values.
+  Status StringMap(const std::string& key, std::map<std::string, std::string>* out) {
+    Consume(key);
+    if (!Has(key)) return Status::Ok();
+    Section map(file_, node_[key], Join(key), lines_);
+    VIPSD_RETURN_IF_ERROR(map.Check());
+    for (const auto& entry : node_[key]) {
+      if (!entry.second.IsScalar()) {
+        return Error(entry.second, Join(key) + "." + entry.first.Scalar(),
+                     "must be a plain value");
+      }
+      (*out)[entry.first.Scalar()] = entry.second.Scalar();
+    }
     return Status::Ok();
   }
 
@@ -112,6 +179,12 @@ class Section {
     std::ostringstream message;
     message << file_ << ":" << line << ": " << Join(key) << ": unknown key";
     return InvalidArgumentError(message.str());
+  }
+
+  // A key that is valid in general but not with the chosen options.
+  Status NotHere(const std::string& key, const std::string& why) {
+    if (!node_[key].IsDefined()) return Status::Ok();
+    return Error(node_[key], Join(key), why);
   }
 
   Status Error(const YAML::Node& node, const std::string& key, const std::string& what) const {
@@ -135,13 +208,65 @@ class Section {
   std::string Join(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
 
  private:
+  void Consume(const std::string& key) {
+    const auto it = unread_.find(key);
+    if (it != unread_.end()) {
+      (*lines_)[Join(key)] = it->second;
+      unread_.erase(it);
+    }
+  }
+
+  Status ParseNumber(const YAML::Node& value, const std::string& key,
+                     const std::function<bool(double)>& ok, const std::string& allowed,
+                     double* out) const {
+    if (!value.IsScalar()) return Error(value, key, "must be " + allowed);
+    const std::string text = value.Scalar();
+    char* end = nullptr;
+    errno = 0;
+    const double parsed = std::strtod(text.c_str(), &end);
+    if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE ||
+        !std::isfinite(parsed) || !ok(parsed)) {
+      return Error(value, key, "must be " + allowed + ", got '" + text + "'");
+    }
+    *out = parsed;
+    return Status::Ok();
+  }
+
+  Status ParseString(const YAML::Node& value, const std::string& key,
+                     const std::vector<std::string>& choices, std::string* out) const {
+    std::string allowed;
+    for (const auto& choice : choices) allowed += (allowed.empty() ? "" : ", ") + choice;
+    if (!value.IsScalar() || value.Scalar().empty()) {
+      return Error(value, key,
+                   choices.empty() ? "must be a non-empty string" : "must be one of " + allowed);
+    }
+    if (!choices.empty() &&
+        std::find(choices.begin(), choices.end(), value.Scalar()) == choices.end()) {
+      return Error(value, key, "must be one of " + allowed + ", got '" + value.Scalar() + "'");
+    }
+    *out = value.Scalar();
+    return Status::Ok();
+  }
+
   std::string file_;
   YAML::Node node_;
   std::string path_;
+  std::map<std::string, int>* lines_;
   std::map<std::string, int> unread_;  // key → line
 };
 
 auto Positive = [](double x) { return x > 0; };
+auto NonNegative = [](double x) { return x >= 0; };
+
+// Kafka topic names: 1..249 of [a-zA-Z0-9._-] (Kafka's own rule).
+bool IsTopicName(const std::string& name) {
+  if (name.empty() || name.size() > 249 || name == "." || name == "..") return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '.' || c == '_' || c == '-';
+  });
+}
+constexpr const char* kTopicRule = "a Kafka topic name (1-249 of a-z A-Z 0-9 . _ -)";
 
 std::string Resolve(const std::string& file, const std::string& path) {
   const std::filesystem::path p(path);
@@ -149,23 +274,8 @@ std::string Resolve(const std::string& file, const std::string& path) {
   return (std::filesystem::path(file).parent_path() / p).lexically_normal().string();
 }
 
-}  // namespace
-
-StatusOr<VipsdConfig> ParseConfig(std::string_view yaml_text, const std::string& file) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(yaml_text));
-  } catch (const YAML::Exception& e) {
-    std::ostringstream message;
-    message << file << ":" << e.mark.line + 1 << ": YAML syntax error: " << e.msg;
-    return InvalidArgumentError(message.str());
-  }
-  VipsdConfig config;
-  config.file = file;
-  Section top(file, root, "");
-  VIPSD_RETURN_IF_ERROR(top.Check());
-
-  // model
+Status ParseModel(Section& top, VipsdConfig& config) {
+  const std::string& file = config.file;
   std::optional<Section> model, lda;
   VIPSD_RETURN_IF_ERROR(top.Sub("model", true, &model));
   VIPSD_RETURN_IF_ERROR(model->String("type", true, {"lda"}, &config.model_type));
@@ -190,8 +300,15 @@ StatusOr<VipsdConfig> ParseConfig(std::string_view yaml_text, const std::string&
   l.init_seed = static_cast<uint64_t>(init_seed);
   VIPSD_RETURN_IF_ERROR(lda->Finish());
   VIPSD_RETURN_IF_ERROR(model->Finish());
+  if (config.is_private() && config.lda.resample_length == 0) {
+    return lda->ErrorAt("resample_length",
+                        "must be >= 1 when privacy.noise_multiplier > 0 (0 has no "
+                        "sensitivity bound)");
+  }
+  return Status::Ok();
+}
 
-  // privacy
+Status ParsePrivacy(Section& top, VipsdConfig& config) {
   std::optional<Section> privacy;
   svi::DriverConfig& d = config.driver;
   VIPSD_RETURN_IF_ERROR(top.Sub("privacy", true, &privacy));
@@ -215,18 +332,40 @@ StatusOr<VipsdConfig> ParseConfig(std::string_view yaml_text, const std::string&
   if (privacy->Has("noise_seed") && config.noise_mode == NoiseMode::kSecure) {
     return privacy->ErrorAt("noise_seed", "only allowed with noise: fixed_seed");
   }
-  if (config.is_private() && config.lda.resample_length == 0) {
-    return lda->ErrorAt("resample_length",
-                        "must be >= 1 when privacy.noise_multiplier > 0 (0 has no "
-                        "sensitivity bound)");
+  std::string accounting = "global";
+  VIPSD_RETURN_IF_ERROR(privacy->String("accounting", false, {"global", "residency"}, &accounting));
+  config.accounting = accounting == "global" ? Accounting::kGlobal : Accounting::kResidency;
+  VIPSD_RETURN_IF_ERROR(privacy->Integer("residency_steps",
+                                         config.accounting == Accounting::kResidency, 1,
+                                         int64_t{1} << 40, &config.residency_steps));
+  if (config.accounting == Accounting::kGlobal) {
+    VIPSD_RETURN_IF_ERROR(privacy->NotHere("residency_steps",
+                                           "only allowed with accounting: residency"));
   }
-  VIPSD_RETURN_IF_ERROR(privacy->Finish());
+  if (config.accounting == Accounting::kResidency && !config.is_private()) {
+    return privacy->ErrorAt("accounting",
+                            "residency accounting needs noise_multiplier > 0 (a non-private "
+                            "run has no budget)");
+  }
+  std::string on_ceiling = "halt";
+  VIPSD_RETURN_IF_ERROR(privacy->String("on_ceiling", false, {"halt", "exit"}, &on_ceiling));
+  config.on_ceiling = on_ceiling == "halt" ? CeilingAction::kHalt : CeilingAction::kExit;
+  VIPSD_RETURN_IF_ERROR(privacy->NumberList(
+      "warn_at", [](double x) { return x > 0 && x < 1; },
+      "numbers in (0, 1) (fractions of the ceiling)", &config.warn_at));
+  if (!std::is_sorted(config.warn_at.begin(), config.warn_at.end()) ||
+      std::adjacent_find(config.warn_at.begin(), config.warn_at.end()) != config.warn_at.end()) {
+    return privacy->ErrorAt("warn_at", "must be strictly increasing");
+  }
+  return privacy->Finish();
+}
 
-  // schedule
+Status ParseSchedule(Section& top, VipsdConfig& config) {
   std::optional<Section> schedule;
+  svi::DriverConfig& d = config.driver;
+  const bool kafka = config.source_type == SourceType::kKafka;
   VIPSD_RETURN_IF_ERROR(top.Sub("schedule", true, &schedule));
-  VIPSD_RETURN_IF_ERROR(schedule->Number("tau0", false, [](double x) { return x >= 0; },
-                                         "a number >= 0", &d.tau0));
+  VIPSD_RETURN_IF_ERROR(schedule->Number("tau0", false, NonNegative, "a number >= 0", &d.tau0));
   VIPSD_RETURN_IF_ERROR(schedule->Number("kappa", false,
                                          [](double x) { return x > 0.5 && x <= 1; },
                                          "a number in (0.5, 1]", &d.kappa));
@@ -235,39 +374,224 @@ StatusOr<VipsdConfig> ParseConfig(std::string_view yaml_text, const std::string&
   d.threads = static_cast<int>(threads);
   VIPSD_RETURN_IF_ERROR(schedule->Integer("max_steps", false, 0, int64_t{1} << 40,
                                           &config.max_steps));
-  VIPSD_RETURN_IF_ERROR(schedule->Number("max_epochs", false, [](double x) { return x >= 0; },
-                                         "a number >= 0 (0 = no limit)", &config.max_epochs));
-  if (config.max_steps == 0 && config.max_epochs == 0 && !config.is_private()) {
-    return schedule->ErrorAt("max_steps",
-                             "a non-private run needs max_steps or max_epochs > 0 (no "
-                             "privacy ceiling stops it)");
+  if (kafka) {
+    VIPSD_RETURN_IF_ERROR(schedule->NotHere("max_epochs", "only allowed with source.type: file"));
+    VIPSD_RETURN_IF_ERROR(schedule->Number("interval_seconds", false,
+                                           [](double x) { return x >= 0 && x <= 86400 * 7; },
+                                           "a number of seconds in [0, 604800] (0 = off)",
+                                           &config.step_interval_seconds));
+    VIPSD_RETURN_IF_ERROR(schedule->Integer("min_new_records", false, 0, int64_t{1} << 40,
+                                            &config.step_min_new_records));
+    if (config.step_interval_seconds == 0 && config.step_min_new_records == 0) {
+      return schedule->ErrorAt("interval_seconds",
+                               "a Kafka run needs interval_seconds > 0 or min_new_records > 0 "
+                               "(otherwise no step ever fires)");
+    }
+    if (config.step_interval_seconds > 0 && config.step_interval_seconds < 0.01) {
+      return schedule->ErrorAt("interval_seconds", "must be 0 (off) or >= 0.01 seconds");
+    }
+  } else {
+    VIPSD_RETURN_IF_ERROR(schedule->NotHere("interval_seconds",
+                                            "only allowed with source.type: kafka"));
+    VIPSD_RETURN_IF_ERROR(schedule->NotHere("min_new_records",
+                                            "only allowed with source.type: kafka"));
+    VIPSD_RETURN_IF_ERROR(schedule->Number("max_epochs", false, NonNegative,
+                                           "a number >= 0 (0 = no limit)", &config.max_epochs));
+    if (config.max_steps == 0 && config.max_epochs == 0 && !config.is_private()) {
+      return schedule->ErrorAt("max_steps",
+                               "a non-private run needs max_steps or max_epochs > 0 (no "
+                               "privacy ceiling stops it)");
+    }
   }
-  VIPSD_RETURN_IF_ERROR(schedule->Finish());
+  return schedule->Finish();
+}
 
-  // source, sink, state, dead letters
-  std::optional<Section> source, sink, state, dead_letter;
+Status ParseIo(Section& top, VipsdConfig& config) {
+  const std::string& file = config.file;
+  const bool kafka_source = config.source_type == SourceType::kKafka;
+  std::optional<Section> source, sink, state, dead_letter, pool, kafka, alerts, metrics, log;
   std::string type;
+
+  // source (its type was read first, in ParseConfig)
   VIPSD_RETURN_IF_ERROR(top.Sub("source", true, &source));
-  VIPSD_RETURN_IF_ERROR(source->String("type", true, {"file"}, &type));
-  VIPSD_RETURN_IF_ERROR(source->String("path", true, {}, &config.source_path));
-  config.source_path = Resolve(file, config.source_path);
+  VIPSD_RETURN_IF_ERROR(source->String("type", true, {"file", "kafka"}, &type));
+  if (kafka_source) {
+    VIPSD_RETURN_IF_ERROR(source->NotHere("path", "only allowed with source.type: file"));
+    VIPSD_RETURN_IF_ERROR(source->StringList("topics", true, IsTopicName, kTopicRule,
+                                             &config.source_topics));
+    VIPSD_RETURN_IF_ERROR(source->String("group_id", false, {}, &config.group_id));
+    VIPSD_RETURN_IF_ERROR(source->String("start_position", false, {"earliest", "latest"},
+                                         &config.start_position));
+    VIPSD_RETURN_IF_ERROR(source->Integer("max_record_bytes", false, 1, int64_t{1} << 30,
+                                          &config.max_record_bytes));
+  } else {
+    VIPSD_RETURN_IF_ERROR(source->String("path", true, {}, &config.source_path));
+    config.source_path = Resolve(file, config.source_path);
+    for (const char* key : {"topics", "group_id", "start_position", "max_record_bytes"}) {
+      VIPSD_RETURN_IF_ERROR(source->NotHere(key, "only allowed with source.type: kafka"));
+    }
+  }
   VIPSD_RETURN_IF_ERROR(source->Finish());
+
+  // sink
   VIPSD_RETURN_IF_ERROR(top.Sub("sink", true, &sink));
-  VIPSD_RETURN_IF_ERROR(sink->String("type", true, {"file"}, &type));
-  VIPSD_RETURN_IF_ERROR(sink->String("directory", true, {}, &config.sink_directory));
-  config.sink_directory = Resolve(file, config.sink_directory);
+  VIPSD_RETURN_IF_ERROR(sink->String("type", true, {"file", "kafka"}, &type));
+  config.sink_type = type == "file" ? SinkType::kFile : SinkType::kKafka;
+  if (config.sink_type == SinkType::kKafka) {
+    if (!kafka_source) {
+      return sink->ErrorAt("type", "kafka sinks need source.type: kafka (the offline file run "
+                                   "writes releases to a directory)");
+    }
+    VIPSD_RETURN_IF_ERROR(sink->String("topic", true, {}, &config.release_topic));
+    if (!IsTopicName(config.release_topic)) {
+      return sink->ErrorAt("topic", std::string("must be ") + kTopicRule);
+    }
+    VIPSD_RETURN_IF_ERROR(sink->Number("publish_timeout_seconds", false,
+                                       [](double x) { return x >= 1 && x <= 3600; },
+                                       "a number of seconds in [1, 3600]",
+                                       &config.publish_timeout_seconds));
+    VIPSD_RETURN_IF_ERROR(sink->NotHere("directory", "only allowed with sink.type: file"));
+  } else {
+    VIPSD_RETURN_IF_ERROR(sink->String("directory", true, {}, &config.sink_directory));
+    config.sink_directory = Resolve(file, config.sink_directory);
+    VIPSD_RETURN_IF_ERROR(sink->NotHere("topic", "only allowed with sink.type: kafka"));
+    VIPSD_RETURN_IF_ERROR(sink->NotHere("publish_timeout_seconds",
+                                        "only allowed with sink.type: kafka"));
+  }
   VIPSD_RETURN_IF_ERROR(sink->Integer("publish_every", false, 1, int64_t{1} << 40,
                                       &config.publish_every));
   VIPSD_RETURN_IF_ERROR(sink->Finish());
+
+  // dead letters
+  VIPSD_RETURN_IF_ERROR(top.Sub("dead_letter", true, &dead_letter));
+  if (kafka_source) {
+    VIPSD_RETURN_IF_ERROR(dead_letter->String("topic", true, {}, &config.dead_letter_topic));
+    if (!IsTopicName(config.dead_letter_topic)) {
+      return dead_letter->ErrorAt("topic", std::string("must be ") + kTopicRule);
+    }
+    VIPSD_RETURN_IF_ERROR(dead_letter->NotHere("path", "only allowed with source.type: file"));
+  } else {
+    VIPSD_RETURN_IF_ERROR(dead_letter->String("path", true, {}, &config.dead_letter_path));
+    config.dead_letter_path = Resolve(file, config.dead_letter_path);
+    VIPSD_RETURN_IF_ERROR(dead_letter->NotHere("topic", "only allowed with source.type: kafka"));
+  }
+  VIPSD_RETURN_IF_ERROR(dead_letter->Finish());
+
+  // pool, kafka, alerts: Kafka runs only
+  if (kafka_source) {
+    VIPSD_RETURN_IF_ERROR(top.Sub("pool", false, &pool));
+    if (pool.has_value()) {
+      VIPSD_RETURN_IF_ERROR(pool->Integer("capacity", false, 1, int64_t{1} << 32,
+                                          &config.pool.capacity));
+      std::string eviction = "oldest";
+      VIPSD_RETURN_IF_ERROR(pool->String("eviction", false, {"oldest", "refuse_new"}, &eviction));
+      config.pool.eviction = eviction == "oldest" ? svi::EvictionPolicy::kEvictOldest
+                                                  : svi::EvictionPolicy::kRefuseNew;
+      VIPSD_RETURN_IF_ERROR(pool->Finish());
+    }
+    VIPSD_RETURN_IF_ERROR(top.Sub("kafka", true, &kafka));
+    KafkaSettings& k = config.kafka;
+    VIPSD_RETURN_IF_ERROR(kafka->Bool("embedded", &k.embedded));
+    if (k.embedded) {
+      VIPSD_RETURN_IF_ERROR(kafka->NotHere(
+          "bootstrap_servers", "not allowed with embedded: true (the embedded cluster has "
+                               "random ports; the daemon prints them)"));
+      VIPSD_RETURN_IF_ERROR(kafka->String("demo_corpus", false, {}, &k.demo_corpus));
+      if (!k.demo_corpus.empty()) k.demo_corpus = Resolve(file, k.demo_corpus);
+      VIPSD_RETURN_IF_ERROR(kafka->Integer("partitions", false, 1, 256, &k.partitions));
+    } else {
+      VIPSD_RETURN_IF_ERROR(kafka->String("bootstrap_servers", true, {}, &k.bootstrap_servers));
+      VIPSD_RETURN_IF_ERROR(kafka->NotHere("demo_corpus", "only allowed with embedded: true"));
+      VIPSD_RETURN_IF_ERROR(kafka->NotHere("partitions", "only allowed with embedded: true"));
+    }
+    VIPSD_RETURN_IF_ERROR(kafka->String("client_id", false, {}, &k.client_id));
+    VIPSD_RETURN_IF_ERROR(kafka->StringMap("properties", &k.properties));
+    VIPSD_RETURN_IF_ERROR(kafka->Finish());
+    VIPSD_RETURN_IF_ERROR(top.Sub("alerts", false, &alerts));
+    if (alerts.has_value()) {
+      VIPSD_RETURN_IF_ERROR(alerts->String("topic", true, {}, &config.alert_topic));
+      if (!IsTopicName(config.alert_topic)) {
+        return alerts->ErrorAt("topic", std::string("must be ") + kTopicRule);
+      }
+      VIPSD_RETURN_IF_ERROR(alerts->Finish());
+    }
+  } else {
+    for (const char* key : {"pool", "kafka", "alerts"}) {
+      VIPSD_RETURN_IF_ERROR(top.NotHere(key, "only allowed with source.type: kafka"));
+    }
+  }
+
+  // state
   VIPSD_RETURN_IF_ERROR(top.Sub("state", true, &state));
   VIPSD_RETURN_IF_ERROR(state->String("directory", true, {}, &config.state_directory));
   config.state_directory = Resolve(file, config.state_directory);
+  VIPSD_RETURN_IF_ERROR(state->Integer("checkpoint_every", false, 1, int64_t{1} << 40,
+                                       &config.checkpoint_every));
   VIPSD_RETURN_IF_ERROR(state->Finish());
-  VIPSD_RETURN_IF_ERROR(top.Sub("dead_letter", true, &dead_letter));
-  VIPSD_RETURN_IF_ERROR(dead_letter->String("path", true, {}, &config.dead_letter_path));
-  config.dead_letter_path = Resolve(file, config.dead_letter_path);
-  VIPSD_RETURN_IF_ERROR(dead_letter->Finish());
+
+  // metrics, log
+  VIPSD_RETURN_IF_ERROR(top.Sub("metrics", false, &metrics));
+  if (metrics.has_value()) {
+    VIPSD_RETURN_IF_ERROR(metrics->OptionalString("listen", &config.metrics_listen));
+    VIPSD_RETURN_IF_ERROR(metrics->Finish());
+  }
+  VIPSD_RETURN_IF_ERROR(top.Sub("log", false, &log));
+  if (log.has_value()) {
+    std::string level = "info";
+    VIPSD_RETURN_IF_ERROR(log->String("level", false, {"debug", "info", "warning", "error"},
+                                      &level));
+    config.log_level = level == "debug"     ? LogLevel::kDebug
+                       : level == "info"    ? LogLevel::kInfo
+                       : level == "warning" ? LogLevel::kWarning
+                                            : LogLevel::kError;
+    VIPSD_RETURN_IF_ERROR(log->Finish());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+int VipsdConfig::line_of(const std::string& key) const {
+  const auto it = lines.find(key);
+  return it == lines.end() ? 0 : it->second;
+}
+
+StatusOr<VipsdConfig> ParseConfig(std::string_view yaml_text, const std::string& file) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml_text));
+  } catch (const YAML::Exception& e) {
+    std::ostringstream message;
+    message << file << ":" << e.mark.line + 1 << ": YAML syntax error: " << e.msg;
+    return InvalidArgumentError(message.str());
+  }
+  VipsdConfig config;
+  config.file = file;
+  Section top(file, root, "", &config.lines);
+  VIPSD_RETURN_IF_ERROR(top.Check());
+
+  // The source type decides which keys apply elsewhere: read it first.
+  {
+    std::map<std::string, int> ignored;
+    std::optional<Section> source;
+    Section peek(file, root, "", &ignored);
+    VIPSD_RETURN_IF_ERROR(peek.Check());
+    VIPSD_RETURN_IF_ERROR(peek.Sub("source", true, &source));
+    std::string type;
+    VIPSD_RETURN_IF_ERROR(source->String("type", true, {"file", "kafka"}, &type));
+    config.source_type = type == "file" ? SourceType::kFile : SourceType::kKafka;
+  }
+  // Privacy before model (the model's checks depend on σ > 0).
+  VIPSD_RETURN_IF_ERROR(ParsePrivacy(top, config));
+  VIPSD_RETURN_IF_ERROR(ParseModel(top, config));
+  VIPSD_RETURN_IF_ERROR(ParseSchedule(top, config));
+  VIPSD_RETURN_IF_ERROR(ParseIo(top, config));
   VIPSD_RETURN_IF_ERROR(top.Finish());
+  if (config.accounting == Accounting::kResidency && config.source_type != SourceType::kKafka) {
+    return InvalidArgumentError(file + ":" + std::to_string(config.line_of("privacy.accounting")) +
+                                ": privacy.accounting: residency needs source.type: kafka (a "
+                                "file run has a fixed data set: use global)");
+  }
   return config;
 }
 
@@ -277,6 +601,131 @@ StatusOr<VipsdConfig> LoadConfigFile(const std::string& path) {
   std::ostringstream text;
   text << in.rdbuf();
   return ParseConfig(text.str(), path);
+}
+
+// ---------------------------------------------------------------------------
+// Reload
+
+namespace {
+
+template <typename T>
+std::string Show(const T& value) {
+  std::ostringstream out;
+  out.precision(17);
+  out << value;
+  return out.str();
+}
+std::string Show(const std::vector<std::string>& values) {
+  std::string out = "[";
+  for (const auto& value : values) out += (out.size() > 1 ? ", " : "") + value;
+  return out + "]";
+}
+std::string Show(const std::map<std::string, std::string>& values) {
+  std::string out = "{";
+  for (const auto& [key, value] : values) out += (out.size() > 1 ? ", " : "") + key + ": " + value;
+  return out + "}";
+}
+
+class ReloadDiff {
+ public:
+  ReloadDiff(const VipsdConfig& running, const VipsdConfig& next)
+      : running_(running), next_(next) {}
+
+  template <typename T>
+  void Fixed(const std::string& key, const T& old_value, const T& new_value) {
+    if (!status_.ok() || old_value == new_value) return;
+    const int line = next_.line_of(key);
+    status_ = InvalidArgumentError(
+        next_.file + ":" + std::to_string(line) + ": " + key +
+        ": cannot change on reload (running: " + Show(old_value) + ", file: " + Show(new_value) +
+        "); the old configuration keeps running. Changing it needs a restart" +
+        (key.rfind("model", 0) == 0 || key == "privacy.accounting"
+             ? " with a new state directory"
+             : ""));
+  }
+
+  template <typename T>
+  void Live(const std::string& key, const T& old_value, const T& new_value) {
+    if (old_value != new_value) changed_.push_back(key);
+  }
+
+  Status status() const { return status_; }
+  std::vector<std::string> changed() const { return changed_; }
+
+ private:
+  const VipsdConfig& running_;
+  const VipsdConfig& next_;
+  Status status_ = Status::Ok();
+  std::vector<std::string> changed_;
+};
+
+}  // namespace
+
+StatusOr<std::vector<std::string>> ChangedReloadableKeys(const VipsdConfig& a,
+                                                         const VipsdConfig& b) {
+  ReloadDiff diff(a, b);
+  // Fixed for the life of a state directory or of the process.
+  diff.Fixed("model.type", a.model_type, b.model_type);
+  diff.Fixed("model.lda.topics", a.lda.num_topics, b.lda.num_topics);
+  diff.Fixed("model.lda.vocabulary", a.vocabulary_path, b.vocabulary_path);
+  diff.Fixed("model.lda.alpha", a.lda.alpha, b.lda.alpha);
+  diff.Fixed("model.lda.eta", a.lda.eta, b.lda.eta);
+  diff.Fixed("model.lda.resample_length", a.lda.resample_length, b.lda.resample_length);
+  diff.Fixed("model.lda.clip_fraction", a.lda.clip_fraction, b.lda.clip_fraction);
+  diff.Fixed("model.lda.estep_max_iterations", a.lda.estep_max_iterations,
+             b.lda.estep_max_iterations);
+  diff.Fixed("model.lda.estep_tolerance", a.lda.estep_tolerance, b.lda.estep_tolerance);
+  diff.Fixed("model.lda.init_seed", a.lda.init_seed, b.lda.init_seed);
+  diff.Fixed("privacy.delta", a.driver.delta, b.driver.delta);
+  diff.Fixed("privacy.noise", static_cast<int>(a.noise_mode), static_cast<int>(b.noise_mode));
+  diff.Fixed("privacy.noise_seed", a.noise_seed, b.noise_seed);
+  diff.Fixed("privacy.accounting", static_cast<int>(a.accounting),
+             static_cast<int>(b.accounting));
+  diff.Fixed("privacy.noise_multiplier (private <-> non-private)", a.is_private(),
+             b.is_private());
+  diff.Fixed("source.type", static_cast<int>(a.source_type), static_cast<int>(b.source_type));
+  diff.Fixed("source.path", a.source_path, b.source_path);
+  diff.Fixed("source.topics", a.source_topics, b.source_topics);
+  diff.Fixed("source.group_id", a.group_id, b.group_id);
+  diff.Fixed("source.start_position", a.start_position, b.start_position);
+  diff.Fixed("source.max_record_bytes", a.max_record_bytes, b.max_record_bytes);
+  diff.Fixed("sink.type", static_cast<int>(a.sink_type), static_cast<int>(b.sink_type));
+  diff.Fixed("sink.directory", a.sink_directory, b.sink_directory);
+  diff.Fixed("sink.topic", a.release_topic, b.release_topic);
+  diff.Fixed("sink.publish_timeout_seconds", a.publish_timeout_seconds,
+             b.publish_timeout_seconds);
+  diff.Fixed("dead_letter.path", a.dead_letter_path, b.dead_letter_path);
+  diff.Fixed("dead_letter.topic", a.dead_letter_topic, b.dead_letter_topic);
+  diff.Fixed("alerts.topic", a.alert_topic, b.alert_topic);
+  diff.Fixed("kafka.embedded", a.kafka.embedded, b.kafka.embedded);
+  diff.Fixed("kafka.bootstrap_servers", a.kafka.bootstrap_servers, b.kafka.bootstrap_servers);
+  diff.Fixed("kafka.client_id", a.kafka.client_id, b.kafka.client_id);
+  diff.Fixed("kafka.properties", a.kafka.properties, b.kafka.properties);
+  diff.Fixed("kafka.demo_corpus", a.kafka.demo_corpus, b.kafka.demo_corpus);
+  diff.Fixed("kafka.partitions", a.kafka.partitions, b.kafka.partitions);
+  diff.Fixed("state.directory", a.state_directory, b.state_directory);
+  diff.Fixed("metrics.listen", a.metrics_listen, b.metrics_listen);
+  VIPSD_RETURN_IF_ERROR(diff.status());
+  // Live.
+  diff.Live("privacy.noise_multiplier", a.driver.noise_multiplier, b.driver.noise_multiplier);
+  diff.Live("privacy.sampling_rate", a.driver.sampling_rate, b.driver.sampling_rate);
+  diff.Live("privacy.epsilon_ceiling", a.driver.epsilon_ceiling, b.driver.epsilon_ceiling);
+  diff.Live("privacy.on_ceiling", static_cast<int>(a.on_ceiling), static_cast<int>(b.on_ceiling));
+  diff.Live("privacy.warn_at", a.warn_at, b.warn_at);
+  diff.Live("privacy.residency_steps", a.residency_steps, b.residency_steps);
+  diff.Live("schedule.tau0", a.driver.tau0, b.driver.tau0);
+  diff.Live("schedule.kappa", a.driver.kappa, b.driver.kappa);
+  diff.Live("schedule.threads", a.driver.threads, b.driver.threads);
+  diff.Live("schedule.interval_seconds", a.step_interval_seconds, b.step_interval_seconds);
+  diff.Live("schedule.min_new_records", a.step_min_new_records, b.step_min_new_records);
+  diff.Live("schedule.max_steps", a.max_steps, b.max_steps);
+  diff.Live("schedule.max_epochs", a.max_epochs, b.max_epochs);
+  diff.Live("pool.capacity", a.pool.capacity, b.pool.capacity);
+  diff.Live("pool.eviction", static_cast<int>(a.pool.eviction), static_cast<int>(b.pool.eviction));
+  diff.Live("sink.publish_every", a.publish_every, b.publish_every);
+  diff.Live("state.checkpoint_every", a.checkpoint_every, b.checkpoint_every);
+  diff.Live("log.level", static_cast<int>(a.log_level), static_cast<int>(b.log_level));
+  return diff.changed();
 }
 
 }  // namespace vipsd::config

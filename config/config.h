@@ -5,27 +5,55 @@
 // line, the key path and the allowed values, e.g.
 //   vipsd.yaml:14: privacy.sampling_rate: must be a number in (0, 1], got '1.5'
 // (yaml-cpp alone reports neither missing keys by name nor duplicates; the
-// walker here does). Relative paths are resolved against the directory of
-// the configuration file. config/examples/ holds commented examples; the
-// reference of every key is in README "Configuration".
+// walker here does). Keys that do not apply to the chosen source/sink type
+// are rejected too, so a typo in a section's choice cannot silently leave a
+// setting unused. Relative paths are resolved against the directory of the
+// configuration file. config/examples/ holds commented examples; README
+// "Configuration" is the reference of every key.
+//
+// Two run modes follow from source.type:
+//   file   — the offline run (daemon/offline_run.h): read a JSON Lines file
+//            into the pool, step until max_steps/max_epochs or the ceiling.
+//   kafka  — the daemon (daemon/daemon.h): consume topics, step on a
+//            schedule, run until stopped.
 //
 // Thread-safety: parsing is pure; a VipsdConfig is a value.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "core/base/log.h"
 #include "core/base/status.h"
 #include "core/models/lda.h"
+#include "core/svi/record_pool.h"
 #include "core/svi/step_driver.h"
 
 namespace vipsd::config {
 
 enum class NoiseMode { kSecure, kFixedSeed };
+enum class Accounting { kGlobal, kResidency };
+enum class CeilingAction { kHalt, kExit };
+enum class SourceType { kFile, kKafka };
+enum class SinkType { kFile, kKafka };
+
+struct KafkaSettings {
+  bool embedded = false;               // in-process mock cluster (demo, tests)
+  std::string bootstrap_servers;       // required unless embedded
+  std::string client_id = "vipsd";
+  std::map<std::string, std::string> properties;  // extra librdkafka properties
+  // Embedded mode only:
+  std::string demo_corpus;             // JSONL produced into the first input topic
+  int64_t partitions = 4;              // partitions of each topic it creates
+};
 
 struct VipsdConfig {
   std::string file;  // where it was read from (for messages)
+  // Line of every key that was present, by dotted path ("privacy.sampling_rate").
+  std::map<std::string, int> lines;
 
   // model
   std::string model_type = "lda";
@@ -36,17 +64,42 @@ struct VipsdConfig {
   svi::DriverConfig driver;
   NoiseMode noise_mode = NoiseMode::kSecure;
   uint64_t noise_seed = 0;
-  int64_t max_steps = 0;   // 0 = no limit
-  double max_epochs = 0;   // 0 = no limit; one epoch = 1/q steps
+  Accounting accounting = Accounting::kGlobal;
+  int64_t residency_steps = 0;            // M (residency only)
+  CeilingAction on_ceiling = CeilingAction::kHalt;
+  std::vector<double> warn_at = {0.5, 0.8, 0.95};  // fractions of the ceiling
+  double step_interval_seconds = 0;       // T (kafka; 0 = off)
+  int64_t step_min_new_records = 0;       // R (kafka; 0 = off)
+  int64_t max_steps = 0;                  // 0 = no limit
+  double max_epochs = 0;                  // file source; 0 = no limit; one epoch = 1/q steps
+
+  // pool (kafka source)
+  svi::PoolOptions pool;
 
   // I/O
-  std::string source_path;           // JSON Lines
-  std::string sink_directory;        // releases
-  int64_t publish_every = 1;         // publish every k-th step
-  std::string state_directory;       // ledger
-  std::string dead_letter_path;      // rejected-record reasons (no content)
+  SourceType source_type = SourceType::kFile;
+  std::string source_path;                // file: JSON Lines
+  std::vector<std::string> source_topics; // kafka
+  std::string group_id = "vipsd";
+  std::string start_position = "earliest";  // earliest | latest
+  int64_t max_record_bytes = 1 << 20;
+  SinkType sink_type = SinkType::kFile;
+  std::string sink_directory;             // file
+  std::string release_topic;              // kafka
+  int64_t publish_every = 1;              // publish every k-th step
+  double publish_timeout_seconds = 30;
+  std::string dead_letter_path;           // file source: reasons only, no content
+  std::string dead_letter_topic;          // kafka source: original record + reason
+  std::string alert_topic;                // kafka: optional budget alerts
+  KafkaSettings kafka;
+  std::string state_directory;            // ledger, checkpoint
+  int64_t checkpoint_every = 1;
+  std::string metrics_listen = "127.0.0.1:9464";  // "" = no endpoint
+  LogLevel log_level = LogLevel::kInfo;
 
   bool is_private() const { return driver.noise_multiplier > 0; }
+  // Line of `key` in the file, or 0 if it was not given.
+  int line_of(const std::string& key) const;
 };
 
 // Parses and validates `yaml_text`; `file` is used in messages and to
@@ -55,5 +108,16 @@ StatusOr<VipsdConfig> ParseConfig(std::string_view yaml_text, const std::string&
 
 // Reads the file and parses it.
 StatusOr<VipsdConfig> LoadConfigFile(const std::string& path);
+
+// What a reload (SIGHUP) may change: σ (not between 0 and > 0), q, the
+// ceiling and its action, warning fractions, τ0, κ, threads, the step
+// schedule, max_steps, pool capacity and eviction, M (lower only — checked by
+// the accountant), publish cadence, checkpoint cadence, log level. Anything
+// else (model, vocabulary, accounting mode, δ, noise mode, I/O, Kafka,
+// state, metrics) is refused. Returns the dotted keys that change (empty:
+// nothing to do) or INVALID_ARGUMENT naming the first key that may not
+// change, its line in `next` and both values.
+StatusOr<std::vector<std::string>> ChangedReloadableKeys(const VipsdConfig& running,
+                                                         const VipsdConfig& next);
 
 }  // namespace vipsd::config
