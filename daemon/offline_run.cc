@@ -19,55 +19,48 @@
 #include "core/release/release.h"
 #include "core/svi/step_driver.h"
 #include "core/text/vocabulary.h"
+#include "daemon/checkpoint.h"
 #include "daemon/ledger.h"
+#include "daemon/model_setup.h"
 
 namespace vipsd::daemon {
 namespace {
 
 constexpr std::string_view kComponent = "offline";
 
-std::string UtcNow() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buffer[32];
-  std::strftime(buffer, sizeof(buffer), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buffer;
-}
-
-// BLAKE2b-256 of the public configuration values that shape a release.
-std::string ConfigFingerprint(const config::VipsdConfig& c) {
-  std::ostringstream text;
-  text.precision(17);
-  text << "lda K=" << c.lda.num_topics << " alpha=" << c.lda.alpha << " eta=" << c.lda.eta
-       << " N=" << c.lda.resample_length << " a=" << c.lda.clip_fraction
-       << " iters=" << c.lda.estep_max_iterations << " tol=" << c.lda.estep_tolerance
-       << " seed=" << c.lda.init_seed << " q=" << c.driver.sampling_rate
-       << " sigma=" << c.driver.noise_multiplier << " tau0=" << c.driver.tau0
-       << " kappa=" << c.driver.kappa << " delta=" << c.driver.delta
-       << " ceiling=" << c.driver.epsilon_ceiling;
-  return release::Blake2bHex(text.str());
-}
-
 }  // namespace
 
 StatusOr<OfflineRunSummary> RunOffline(const config::VipsdConfig& config) {
   // 1. Vocabulary and model.
-  VIPSD_ASSIGN_OR_RETURN(std::string vocabulary_text,
-                         connectors::ReadWholeFile(config.vocabulary_path));
-  auto vocabulary = text::Vocabulary::Parse(vocabulary_text);
-  if (!vocabulary.ok()) {
-    return InvalidArgumentError(config.vocabulary_path + ": " + vocabulary.status().message());
-  }
-  models::LdaConfig lda = config.lda;
-  lda.vocabulary_size = vocabulary->size();
-  VIPSD_ASSIGN_OR_RETURN(auto model, models::LdaModel::Create(lda));
+  VIPSD_ASSIGN_OR_RETURN(ModelBundle bundle, BuildModel(config));
+  model::Model* model = bundle.model.get();
+  const text::Vocabulary& vocabulary = *bundle.vocabulary;
 
   // 2. Ledger: spent budget and step counter survive restarts.
   VIPSD_ASSIGN_OR_RETURN(Ledger ledger, Ledger::Open(config.state_directory));
   VIPSD_ASSIGN_OR_RETURN(auto previous, ledger.Load());
   LedgerState state;
   if (previous.has_value()) state = std::move(*previous);
+  if (state.mode != AccountingMode::kGlobal) {
+    return FailedPreconditionError(ledger.path() +
+                                   " records residency accounting; the offline run accounts "
+                                   "globally. Use another state directory.");
+  }
+  // The model resumes from its checkpoint (steps charged after it are lost
+  // progress, never lost budget).
+  CheckpointStore checkpoints(config.state_directory);
+  VIPSD_ASSIGN_OR_RETURN(auto checkpoint, checkpoints.Load());
+  if (checkpoint.has_value()) {
+    if (checkpoint->model_fingerprint != bundle.model_fingerprint) {
+      return FailedPreconditionError(
+          checkpoints.path() + " was written for a different model (type, dimensions or "
+                               "vocabulary); use another state directory");
+    }
+    const Status restored = model->RestoreCheckpoint(checkpoint->arrays);
+    if (!restored.ok()) {
+      return DataLossError(checkpoints.path() + ": " + std::string(restored.message()));
+    }
+  }
   // A run may be resumed with different (q, σ) chosen after seeing earlier
   // releases, so the budget is always accounted as an RDP privacy filter
   // (docs/privacy_accounting.md §5); using the same mode from the first
@@ -84,7 +77,7 @@ StatusOr<OfflineRunSummary> RunOffline(const config::VipsdConfig& config) {
     VIPSD_ASSIGN_OR_RETURN(noise, privacy::SecureNoiseSource::CreateReproducible(config.noise_seed));
   }
   VIPSD_ASSIGN_OR_RETURN(auto source,
-                         connectors::JsonlDocumentSource::Open(config.source_path, *vocabulary));
+                         connectors::JsonlDocumentSource::Open(config.source_path, vocabulary));
   VIPSD_ASSIGN_OR_RETURN(auto dead_letters,
                          connectors::DeadLetterFile::Open(
                              config.dead_letter_path,
@@ -112,7 +105,7 @@ StatusOr<OfflineRunSummary> RunOffline(const config::VipsdConfig& config) {
 
   // 4. Steps, ledger before release.
   VIPSD_ASSIGN_OR_RETURN(auto driver,
-                         svi::StepDriver::Create(model.get(), noise.get(),
+                         svi::StepDriver::Create(model, noise.get(),
                                                  config.is_private() ? &state.accountant : nullptr,
                                                  driver_config, state.next_step));
   VIPSD_ASSIGN_OR_RETURN(auto sink, connectors::ReleaseFileSink::Open(config.sink_directory));
@@ -125,29 +118,15 @@ StatusOr<OfflineRunSummary> RunOffline(const config::VipsdConfig& config) {
   int64_t last_published = 0;
   svi::StepResult last{};
   auto publish = [&](const svi::StepResult& result) -> Status {
-    release::Release out;
-    auto& m = out.metadata;
-    m.release_id = "step-" + std::to_string(result.step);
-    m.model_type = model->type();
-    m.step = result.step;
-    m.rho = result.rho;
-    m.epsilon_spent = config.is_private() ? result.epsilon_spent : 0.0;
-    m.delta = config.is_private() ? config.driver.delta : 0.0;
-    m.noise_multiplier = config.driver.noise_multiplier;
-    m.sampling_rate = config.driver.sampling_rate;
-    m.accountant = config.is_private() ? "rdp" : "none";
-    for (const auto& block : model->statistic_layout().blocks()) {
-      m.clip_bounds.emplace_back(block.name, config.is_private() ? block.clip_bound : 0.0);
-    }
-    m.dimensions = model->dimensions();
-    m.vocabulary_fingerprint = vocabulary->Fingerprint();
-    m.config_fingerprint = ConfigFingerprint(config);
-    m.is_private = config.is_private() && noise->is_private();
-    m.noise_description = config.is_private() ? noise->description() : "none (sigma = 0, NOT PRIVATE)";
-    m.created_at_utc = UtcNow();
-    for (auto& array : model->ReleaseArrays()) {
-      out.arrays.push_back({array.name, array.shape, std::move(array.data)});
-    }
+    ReleaseFacts facts;
+    facts.step = result.step;
+    facts.rho = result.rho;
+    facts.epsilon_spent = result.epsilon_spent;
+    facts.noise_is_private = noise->is_private();
+    facts.noise_description = noise->description();
+    facts.noise_multiplier = config.driver.noise_multiplier;
+    facts.sampling_rate = config.driver.sampling_rate;
+    const release::Release out = MakeRelease(bundle, config, facts);
     VIPSD_RETURN_IF_ERROR(sink.Write(out));
     ++summary.releases_written;
     last_published = result.step;
@@ -167,12 +146,20 @@ StatusOr<OfflineRunSummary> RunOffline(const config::VipsdConfig& config) {
     state.next_step = driver->next_step();
     // Durable BEFORE any release of this step leaves the process.
     VIPSD_RETURN_IF_ERROR(ledger.Commit(state));
+    if (result.step % config.checkpoint_every == 0) {
+      VIPSD_RETURN_IF_ERROR(checkpoints.Save(
+          {result.step, model->type(), bundle.model_fingerprint, model->CheckpointArrays()}));
+    }
     ++summary.steps_run;
     last = result;
     if (result.step % config.publish_every == 0) VIPSD_RETURN_IF_ERROR(publish(result));
   }
   summary.estep_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (summary.steps_run > 0 && last.step % config.checkpoint_every != 0) {
+    VIPSD_RETURN_IF_ERROR(checkpoints.Save(
+        {last.step, model->type(), bundle.model_fingerprint, model->CheckpointArrays()}));
+  }
   if (summary.steps_run > 0 && last_published != last.step) VIPSD_RETURN_IF_ERROR(publish(last));
   if (config.is_private()) {
     VIPSD_ASSIGN_OR_RETURN(auto spent, state.accountant.GetEpsilon(

@@ -7,16 +7,17 @@
 //   2. Open the ledger: a previous run's spent budget and step counter are
 //      restored (never reset); a corrupt ledger stops the run. ε is always
 //      accounted in the adaptive-filter mode, because a resumed run may use
-//      (q, σ) chosen after seeing earlier releases. The model's λ is NOT yet
-//      restored on resume (checkpoints arrive with the daemon issue): a
-//      resumed run continues the budget and step count from a fresh λ.
+//      (q, σ) chosen after seeing earlier releases. The model resumes from
+//      its checkpoint (daemon/checkpoint.h) when one exists; a checkpoint
+//      of a different model or a corrupt one stops the run.
 //   3. Read the source into the in-memory pool. Malformed lines go to the
 //      dead-letter file (line number and reason only — never content).
 //      Records are never written to disk.
 //   4. Step until max_steps / max_epochs (one epoch = 1/q steps) or until
 //      the accountant refuses a step at the ε ceiling. After every step the
 //      ledger is committed (fsync) BEFORE any release of that step is
-//      written; releases every publish_every steps and at the end.
+//      written; a checkpoint every checkpoint_every steps and at the end;
+//      releases every publish_every steps and at the end.
 //
 // Logs (stderr, logfmt) carry only public values: step, ρ, ε spent,
 // records read/rejected from the stream (stream volume is public).

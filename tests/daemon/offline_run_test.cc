@@ -11,6 +11,9 @@
 #include <fstream>
 #include <string>
 
+#include <cstring>
+
+#include "daemon/checkpoint.h"
 #include "daemon/ledger.h"
 
 namespace vipsd::daemon {
@@ -133,6 +136,42 @@ TEST(OfflineRunTest, StopsAtTheCeilingAndARestartNeverResetsTheBudget) {
   auto third = RunOffline(*config);
   ASSERT_FALSE(third.ok());
   EXPECT_EQ(third.status().code(), StatusCode::kDataLoss);
+}
+
+TEST(OfflineRunTest, ARestartResumesTheModelFromItsCheckpoint) {
+  const std::string dir = MakeRunDirectory("resume", 50.0, 8);
+  auto config = config::LoadConfigFile(dir + "/vipsd.yaml");
+  ASSERT_TRUE(config.ok());
+  ASSERT_TRUE(RunOffline(*config).ok());
+  // The checkpoint holds exactly the released λ of the last step.
+  auto checkpoint = CheckpointStore(dir + "/state").Load();
+  ASSERT_TRUE(checkpoint.ok() && checkpoint->has_value());
+  EXPECT_EQ((*checkpoint)->step, 8);
+  const std::vector<double> lambda8 = (*checkpoint)->arrays[0].data;
+  const std::string npy = Slurp(dir + "/releases/step-8/lambda.npy");
+  ASSERT_GE(npy.size(), lambda8.size() * 8);
+  EXPECT_EQ(std::memcmp(npy.data() + npy.size() - lambda8.size() * 8, lambda8.data(),
+                        lambda8.size() * 8),
+            0);
+  // Two more steps continue from it (λ moves by a blend with ρ ≈ 0.2, not
+  // back to the Gamma(100, 1/100) initialisation near 1).
+  config->max_steps = 2;
+  auto second = RunOffline(*config);
+  ASSERT_TRUE(second.ok()) << second.status().message();
+  EXPECT_EQ(second->first_step, 9);
+  auto resumed = CheckpointStore(dir + "/state").Load();
+  ASSERT_TRUE(resumed.ok() && resumed->has_value());
+  EXPECT_EQ((*resumed)->step, 10);
+  double total8 = 0, total10 = 0;
+  for (double x : lambda8) total8 += x;
+  for (double x : (*resumed)->arrays[0].data) total10 += x;
+  EXPECT_GT(total8, 40);  // far from the initial ≈ 12 (2 × 6 entries near 1)
+  EXPECT_NEAR(total10 / total8, 1.0, 0.5);
+  // A checkpoint of another model shape is refused, not silently replaced.
+  config->lda.num_topics = 3;
+  auto mismatch = RunOffline(*config);
+  ASSERT_FALSE(mismatch.ok());
+  EXPECT_NE(mismatch.status().message().find("different model"), std::string::npos);
 }
 
 }  // namespace

@@ -1,0 +1,104 @@
+#include "daemon/model_setup.h"
+
+#include <ctime>
+#include <sstream>
+
+#include "connectors/file/file_util.h"
+#include "core/models/lda.h"
+
+namespace vipsd::daemon {
+namespace {
+
+std::string ModelFingerprint(const model::Model& model, const std::string& vocabulary_fp) {
+  std::ostringstream text;
+  text << "model " << model.type();
+  for (const auto& [name, value] : model.dimensions()) text << " " << name << "=" << value;
+  text << " vocabulary=" << vocabulary_fp;
+  return release::Blake2bHex(text.str());
+}
+
+}  // namespace
+
+std::string UtcNow() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buffer[32];
+  std::strftime(buffer, sizeof(buffer), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buffer;
+}
+
+StatusOr<ModelBundle> BuildModel(const config::VipsdConfig& config) {
+  ModelBundle bundle;
+  if (config.model_type == "lda") {
+    VIPSD_ASSIGN_OR_RETURN(std::string vocabulary_text,
+                           connectors::ReadWholeFile(config.vocabulary_path));
+    auto vocabulary = text::Vocabulary::Parse(vocabulary_text);
+    if (!vocabulary.ok()) {
+      return InvalidArgumentError(config.vocabulary_path + ": " +
+                                  std::string(vocabulary.status().message()));
+    }
+    bundle.vocabulary = std::make_unique<text::Vocabulary>(std::move(*vocabulary));
+    models::LdaConfig lda = config.lda;
+    lda.vocabulary_size = bundle.vocabulary->size();
+    VIPSD_ASSIGN_OR_RETURN(auto model, models::LdaModel::Create(lda));
+    bundle.model = std::move(model);
+    bundle.decoder = connectors::NewLdaRecordDecoder(*bundle.vocabulary);
+    bundle.vocabulary_fingerprint = bundle.vocabulary->Fingerprint();
+  } else {
+    return InvalidArgumentError("model.type '" + config.model_type + "' is not supported");
+  }
+  bundle.model_fingerprint = ModelFingerprint(*bundle.model, bundle.vocabulary_fingerprint);
+  return bundle;
+}
+
+std::string ConfigFingerprint(const config::VipsdConfig& c) {
+  std::ostringstream text;
+  text.precision(17);
+  text << "model=" << c.model_type;
+  if (c.model_type == "lda") {
+    text << " K=" << c.lda.num_topics << " alpha=" << c.lda.alpha << " eta=" << c.lda.eta
+         << " N=" << c.lda.resample_length << " a=" << c.lda.clip_fraction
+         << " iters=" << c.lda.estep_max_iterations << " tol=" << c.lda.estep_tolerance
+         << " seed=" << c.lda.init_seed;
+  }
+  text << " q=" << c.driver.sampling_rate << " sigma=" << c.driver.noise_multiplier
+       << " tau0=" << c.driver.tau0 << " kappa=" << c.driver.kappa << " delta=" << c.driver.delta
+       << " ceiling=" << c.driver.epsilon_ceiling
+       << " accounting=" << (c.accounting == config::Accounting::kGlobal ? "global" : "residency")
+       << " M=" << c.residency_steps;
+  return release::Blake2bHex(text.str());
+}
+
+release::Release MakeRelease(const ModelBundle& bundle, const config::VipsdConfig& config,
+                             const ReleaseFacts& facts) {
+  release::Release out;
+  auto& m = out.metadata;
+  const bool is_private = config.is_private();
+  m.release_id = "step-" + std::to_string(facts.step);
+  m.model_type = bundle.model->type();
+  m.step = facts.step;
+  m.rho = facts.rho;
+  m.epsilon_spent = is_private ? facts.epsilon_spent : 0.0;
+  m.delta = is_private ? config.driver.delta : 0.0;
+  m.noise_multiplier = facts.noise_multiplier;
+  m.sampling_rate = facts.sampling_rate;
+  m.accountant = !is_private ? "none"
+                 : config.accounting == config::Accounting::kGlobal ? "rdp"
+                                                                    : "rdp_residency";
+  for (const auto& block : bundle.model->statistic_layout().blocks()) {
+    m.clip_bounds.emplace_back(block.name, is_private ? block.clip_bound : 0.0);
+  }
+  m.dimensions = bundle.model->dimensions();
+  m.vocabulary_fingerprint = bundle.vocabulary_fingerprint;
+  m.config_fingerprint = ConfigFingerprint(config);
+  m.is_private = is_private && facts.noise_is_private;
+  m.noise_description = is_private ? facts.noise_description : "none (sigma = 0, NOT PRIVATE)";
+  m.created_at_utc = UtcNow();
+  for (auto& array : bundle.model->ReleaseArrays()) {
+    out.arrays.push_back({array.name, array.shape, std::move(array.data)});
+  }
+  return out;
+}
+
+}  // namespace vipsd::daemon

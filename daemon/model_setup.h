@@ -1,0 +1,64 @@
+// Building the configured model and describing its releases: shared by the
+// offline run and the streaming daemon so that both publish the same release
+// for the same state.
+//
+// BuildModel reads the PUBLIC vocabulary (LDA) and creates the model named by
+// model.type, its record decoder and two fingerprints:
+//   vocabulary_fingerprint — BLAKE2b-256 of the canonical vocabulary ("" for
+//                            models without one);
+//   model_fingerprint      — BLAKE2b-256 of the model type, its public
+//                            dimensions and the vocabulary fingerprint: a
+//                            checkpoint is only restored into a model with
+//                            the same fingerprint.
+// MakeRelease fills the release metadata from public values only: the
+// configuration, t, ρ_t, (ε, δ) spent, fingerprints, a timestamp — never a
+// batch size, a clip count or a loss (core/release/release.h).
+//
+// Thread-safety: plain functions; the bundle is owned by the step thread
+// (its decoder may be used concurrently by the ingest thread: Decode is
+// const and the vocabulary immutable).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "config/config.h"
+#include "connectors/decode/record_decoder.h"
+#include "core/base/status.h"
+#include "core/model/model.h"
+#include "core/release/release.h"
+#include "core/text/vocabulary.h"
+
+namespace vipsd::daemon {
+
+struct ModelBundle {
+  std::unique_ptr<text::Vocabulary> vocabulary;  // LDA only; outlives the decoder
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<connectors::RecordDecoder> decoder;
+  std::string vocabulary_fingerprint;
+  std::string model_fingerprint;
+};
+
+StatusOr<ModelBundle> BuildModel(const config::VipsdConfig& config);
+
+// BLAKE2b-256 of the public configuration values that shape a release.
+std::string ConfigFingerprint(const config::VipsdConfig& config);
+
+struct ReleaseFacts {
+  int64_t step = 0;
+  double rho = 0;
+  double epsilon_spent = 0;     // per the active accounting mode
+  bool noise_is_private = false;  // the noise source's own claim
+  std::string noise_description;
+  double noise_multiplier = 0;  // σ of the step (a reload may change it)
+  double sampling_rate = 0;     // q of the step
+};
+
+release::Release MakeRelease(const ModelBundle& bundle, const config::VipsdConfig& config,
+                             const ReleaseFacts& facts);
+
+// "2026-11-23T05:22:30Z".
+std::string UtcNow();
+
+}  // namespace vipsd::daemon
