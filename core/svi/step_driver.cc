@@ -104,23 +104,28 @@ StatusOr<StepResult> StepDriver::Step(std::span<const model::Record> pool) {
 
   // 1. Ceiling check and charge, on public parameters only.
   if (is_private) {
-    VIPSD_ASSIGN_OR_RETURN(
-        auto check, accountant_->CheckCeiling(q, sigma, 1, config_.delta,
-                                              config_.epsilon_ceiling,
-                                              privacy::RdpConversion::kImproved,
-                                              config_.adaptivity));
-    if (check.would_exceed) {
-      result.outcome = StepResult::Outcome::kRefusedCeiling;
-      result.epsilon_refused = check.epsilon_after;
-      VIPSD_ASSIGN_OR_RETURN(auto spent,
-                             accountant_->GetEpsilon(config_.delta,
-                                                     privacy::RdpConversion::kImproved,
-                                                     config_.adaptivity));
-      result.epsilon_spent = spent.epsilon;
-      return result;
+    if (config_.enforce_ceiling) {
+      VIPSD_ASSIGN_OR_RETURN(
+          auto check, accountant_->CheckCeiling(q, sigma, 1, config_.delta,
+                                                config_.epsilon_ceiling,
+                                                privacy::RdpConversion::kImproved,
+                                                config_.adaptivity));
+      if (check.would_exceed) {
+        result.outcome = StepResult::Outcome::kRefusedCeiling;
+        result.epsilon_refused = check.epsilon_after;
+        VIPSD_ASSIGN_OR_RETURN(auto spent,
+                               accountant_->GetEpsilon(config_.delta,
+                                                       privacy::RdpConversion::kImproved,
+                                                       config_.adaptivity));
+        result.epsilon_spent = spent.epsilon;
+        return result;
+      }
     }
     VIPSD_RETURN_IF_ERROR(accountant_->Compose(q, sigma, 1));
-    result.epsilon_spent = check.epsilon_after;
+    VIPSD_ASSIGN_OR_RETURN(auto spent,
+                           accountant_->GetEpsilon(config_.delta, privacy::RdpConversion::kImproved,
+                                                   config_.adaptivity));
+    result.epsilon_spent = spent.epsilon;
   }
 
   // 2. Poisson sampling with secure randomness. P(include) = ⌊q·2^64⌋/2^64

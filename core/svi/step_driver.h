@@ -6,7 +6,9 @@
 //   1. Private mode (σ > 0): ask the accountant whether one more
 //      subsampled-Gaussian step (q, σ) would push ε above the ceiling. If so
 //      the step does not run (outcome kRefusedCeiling): nothing is sampled,
-//      no noise is drawn, nothing changes. Otherwise the step is charged NOW,
+//      no noise is drawn, nothing changes (skipped when enforce_ceiling is
+//      false: the caller has checked its own budget). Otherwise the step is
+//      charged NOW,
 //      before any record is touched, so a failure later in the step can
 //      only overcount, never undercount. (The daemon persists the ledger
 //      before it publishes the release.)
@@ -55,6 +57,11 @@ struct DriverConfig {
   double delta = 1e-5;          // δ ∈ (0, 1)
   double epsilon_ceiling = 1;   // > 0
   privacy::Adaptivity adaptivity = privacy::Adaptivity::kFixedSchedule;
+  // When false the driver still charges the accountant every step but does
+  // not refuse steps at epsilon_ceiling: the caller enforces a different
+  // budget before calling Step (the daemon's residency mode checks the
+  // per-record window, privacy/residency_accountant.h).
+  bool enforce_ceiling = true;
 };
 
 // Checks every range above; messages name the field.

@@ -121,6 +121,29 @@ TEST(StepDriverTest, RefusesTheStepThatWouldCrossTheCeilingAndTouchesNothing) {
   EXPECT_LE(accountant.GetEpsilon(1e-5)->epsilon, 2.0);
 }
 
+TEST(StepDriverTest, WithoutEnforcementEveryStepIsStillChargedButNoneRefused) {
+  auto model = models::LdaModel::Create(Lda(20));
+  auto noise = privacy::SecureNoiseSource::Create();
+  ASSERT_TRUE(model.ok() && noise.ok());
+  privacy::RdpAccountant accountant;
+  DriverConfig config = Private(0.5);
+  config.enforce_ceiling = false;  // the caller enforces another budget
+  auto driver = StepDriver::Create(model->get(), noise->get(), &accountant, config);
+  ASSERT_TRUE(driver.ok());
+  const auto pool = Pool(20);
+  double last = 0;
+  for (int t = 1; t <= 6; ++t) {
+    auto result = (*driver)->Step(pool);
+    ASSERT_TRUE(result.ok());
+    ASSERT_EQ(result->outcome, StepResult::Outcome::kRan);
+    EXPECT_EQ(accountant.steps(), t);
+    EXPECT_GT(result->epsilon_spent, last);
+    EXPECT_EQ(result->epsilon_spent, accountant.GetEpsilon(1e-5)->epsilon);
+    last = result->epsilon_spent;
+  }
+  EXPECT_GT(last, 0.5);  // above the driver's ceiling: not the driver's to enforce
+}
+
 TEST(StepDriverTest, EmptyPoolIsStillAChargedNoisyStep) {
   auto model = models::LdaModel::Create(Lda(20));
   auto noise = privacy::SecureNoiseSource::CreateReproducible(4);
