@@ -1,6 +1,9 @@
 #include "core/base/log.h"
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <string>
 #include <utility>
 
@@ -10,6 +13,22 @@ namespace {
 LogSink& Sink() {
   static LogSink sink;
   return sink;
+}
+
+std::atomic<int> min_level{static_cast<int>(LogLevel::kInfo)};
+
+// "2026-11-23T05:22:30.123Z"
+std::string Timestamp() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+  const auto millis =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm tm{};
+  gmtime_r(&seconds, &tm);
+  char buffer[40];
+  const size_t n = std::strftime(buffer, sizeof(buffer), "%Y-%m-%dT%H:%M:%S", &tm);
+  std::snprintf(buffer + n, sizeof(buffer) - n, ".%03dZ", static_cast<int>(millis));
+  return buffer;
 }
 
 }  // namespace
@@ -26,12 +45,16 @@ std::string_view LogLevelName(LogLevel level) {
 
 void SetLogSink(LogSink sink) { Sink() = std::move(sink); }
 
+void SetMinLogLevel(LogLevel level) { min_level.store(static_cast<int>(level)); }
+LogLevel MinLogLevel() { return static_cast<LogLevel>(min_level.load()); }
+
 void Log(LogLevel level, std::string_view component, std::string_view message) {
+  if (static_cast<int>(level) < min_level.load(std::memory_order_relaxed)) return;
   if (Sink()) {
     Sink()(level, component, message);
     return;
   }
-  std::string line = "level=";
+  std::string line = "ts=" + Timestamp() + " level=";
   line += LogLevelName(level);
   line += " component=";
   line += component;

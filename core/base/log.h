@@ -27,4 +27,10 @@ void SetLogSink(LogSink sink);
 
 void Log(LogLevel level, std::string_view component, std::string_view message);
 
+// Messages below `level` are dropped before they reach the sink (default
+// kInfo; kDebug passes everything). Thread-safe (atomic); changed live by
+// the daemon's reload.
+void SetMinLogLevel(LogLevel level);
+LogLevel MinLogLevel();
+
 }  // namespace vipsd
