@@ -382,6 +382,8 @@ Status ParseSchedule(Section& top, VipsdConfig& config) {
                                            &config.step_interval_seconds));
     VIPSD_RETURN_IF_ERROR(schedule->Integer("min_new_records", false, 0, int64_t{1} << 40,
                                             &config.step_min_new_records));
+    VIPSD_RETURN_IF_ERROR(schedule->Integer("min_pool_records", false, 0, int64_t{1} << 40,
+                                            &config.step_min_pool_records));
     if (config.step_interval_seconds == 0 && config.step_min_new_records == 0) {
       return schedule->ErrorAt("interval_seconds",
                                "a Kafka run needs interval_seconds > 0 or min_new_records > 0 "
@@ -394,6 +396,8 @@ Status ParseSchedule(Section& top, VipsdConfig& config) {
     VIPSD_RETURN_IF_ERROR(schedule->NotHere("interval_seconds",
                                             "only allowed with source.type: kafka"));
     VIPSD_RETURN_IF_ERROR(schedule->NotHere("min_new_records",
+                                            "only allowed with source.type: kafka"));
+    VIPSD_RETURN_IF_ERROR(schedule->NotHere("min_pool_records",
                                             "only allowed with source.type: kafka"));
     VIPSD_RETURN_IF_ERROR(schedule->Number("max_epochs", false, NonNegative,
                                            "a number >= 0 (0 = no limit)", &config.max_epochs));
@@ -718,6 +722,7 @@ StatusOr<std::vector<std::string>> ChangedReloadableKeys(const VipsdConfig& a,
   diff.Live("schedule.threads", a.driver.threads, b.driver.threads);
   diff.Live("schedule.interval_seconds", a.step_interval_seconds, b.step_interval_seconds);
   diff.Live("schedule.min_new_records", a.step_min_new_records, b.step_min_new_records);
+  diff.Live("schedule.min_pool_records", a.step_min_pool_records, b.step_min_pool_records);
   diff.Live("schedule.max_steps", a.max_steps, b.max_steps);
   diff.Live("schedule.max_epochs", a.max_epochs, b.max_epochs);
   diff.Live("pool.capacity", a.pool.capacity, b.pool.capacity);

@@ -70,6 +70,10 @@ struct VipsdConfig {
   std::vector<double> warn_at = {0.5, 0.8, 0.95};  // fractions of the ceiling
   double step_interval_seconds = 0;       // T (kafka; 0 = off)
   int64_t step_min_new_records = 0;       // R (kafka; 0 = off)
+  // Kafka: no step runs (none is charged) while the pool holds fewer
+  // records. The pool size is stream volume (public), so the rule leaks
+  // nothing; it avoids spending budget on an empty pool at start-up.
+  int64_t step_min_pool_records = 0;
   int64_t max_steps = 0;                  // 0 = no limit
   double max_epochs = 0;                  // file source; 0 = no limit; one epoch = 1/q steps
 

@@ -578,6 +578,14 @@ void Daemon::OnCeiling(double epsilon_refused) {
 void Daemon::RunOneStep() {
   const auto start = std::chrono::steady_clock::now();
   DrainStaging();
+  if (pool_.size() < config_.step_min_pool_records) {
+    // Public rule on stream volume: not a step, nothing charged.
+    Log(LogLevel::kDebug, kComponent,
+        "waiting for the pool: " + std::to_string(pool_.size()) + " of " +
+            std::to_string(config_.step_min_pool_records) + " records");
+    UpdateBudgetMetrics();
+    return;
+  }
   if (sticky_error_) {
     Log(LogLevel::kError, kComponent,
         "not stepping: an earlier ledger commit failed (" + sticky_error_->ToString() +

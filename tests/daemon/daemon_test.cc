@@ -476,6 +476,29 @@ TEST(DaemonTest, ReloadAppliesLiveChangesAndABadReloadKeepsTheOldConfig) {
   EXPECT_NE(manifest.bytes.find("\"sampling_rate\": 0.25"), std::string::npos) << manifest.bytes;
 }
 
+TEST(DaemonTest, NoStepIsRunOrChargedUntilThePoolHoldsMinPoolRecords) {
+  Harness h("min_pool");
+  for (int i = 0; i < 20; ++i) h.topic->Append(0, Document(i));
+  Options options;
+  options.extra_schedule = "  min_pool_records: 50\n";
+  auto daemon = h.Make(WriteConfig(h.dir, options));
+  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+  Status result = Status::Ok();
+  std::thread runner([&] { result = (*daemon)->Run(); });
+  std::this_thread::sleep_for(300ms);  // ≈ 15 scheduled intervals
+  EXPECT_EQ((*daemon)->status().steps_run, 0);
+  EXPECT_EQ((*daemon)->status().epsilon_spent, 0);
+  EXPECT_FALSE(std::filesystem::exists(h.dir + "/state/ledger"));
+  for (int i = 20; i < 60; ++i) h.topic->Append(0, Document(i));
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while ((*daemon)->status().steps_run < 2 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(5ms);
+  }
+  (*daemon)->RequestStop();
+  runner.join();
+  EXPECT_GE((*daemon)->status().steps_run, 2);
+}
+
 TEST(DaemonTest, MissingLedgerNextToACheckpointIsRefused) {
   Harness h("missing_ledger");
   for (int i = 0; i < 10; ++i) h.topic->Append(0, Document(i));
