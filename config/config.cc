@@ -455,10 +455,15 @@ Status ParseIo(Section& top, VipsdConfig& config) {
                                        "a number of seconds in [1, 3600]",
                                        &config.publish_timeout_seconds));
     VIPSD_RETURN_IF_ERROR(sink->NotHere("directory", "only allowed with sink.type: file"));
+    VIPSD_RETURN_IF_ERROR(sink->OptionalString("mirror_directory", &config.sink_mirror_directory));
+    if (!config.sink_mirror_directory.empty()) {
+      config.sink_mirror_directory = Resolve(file, config.sink_mirror_directory);
+    }
   } else {
     VIPSD_RETURN_IF_ERROR(sink->String("directory", true, {}, &config.sink_directory));
     config.sink_directory = Resolve(file, config.sink_directory);
     VIPSD_RETURN_IF_ERROR(sink->NotHere("topic", "only allowed with sink.type: kafka"));
+    VIPSD_RETURN_IF_ERROR(sink->NotHere("mirror_directory", "only allowed with sink.type: kafka"));
     VIPSD_RETURN_IF_ERROR(sink->NotHere("publish_timeout_seconds",
                                         "only allowed with sink.type: kafka"));
   }
@@ -696,6 +701,7 @@ StatusOr<std::vector<std::string>> ChangedReloadableKeys(const VipsdConfig& a,
   diff.Fixed("sink.type", static_cast<int>(a.sink_type), static_cast<int>(b.sink_type));
   diff.Fixed("sink.directory", a.sink_directory, b.sink_directory);
   diff.Fixed("sink.topic", a.release_topic, b.release_topic);
+  diff.Fixed("sink.mirror_directory", a.sink_mirror_directory, b.sink_mirror_directory);
   diff.Fixed("sink.publish_timeout_seconds", a.publish_timeout_seconds,
              b.publish_timeout_seconds);
   diff.Fixed("dead_letter.path", a.dead_letter_path, b.dead_letter_path);

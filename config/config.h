@@ -90,6 +90,7 @@ struct VipsdConfig {
   SinkType sink_type = SinkType::kFile;
   std::string sink_directory;             // file
   std::string release_topic;              // kafka
+  std::string sink_mirror_directory;      // kafka: optional local copy of each release
   int64_t publish_every = 1;              // publish every k-th step
   double publish_timeout_seconds = 30;
   std::string dead_letter_path;           // file source: reasons only, no content
