@@ -494,7 +494,7 @@ Status Daemon::PublishModel(int64_t step, double rho) {
   size_t bytes = 0;
   for (const auto& file : encoded.files) bytes += file.bytes.size();
   const auto start = std::chrono::steady_clock::now();
-  const Status published = sink_->PublishRelease(encoded);
+  const Status published = sink_->PublishRelease(out, encoded);
   if (!published.ok()) {
     metrics_->releases_failed_total().Increment();
     return published;

@@ -26,6 +26,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "connectors/decode/json_document.h"
@@ -40,6 +41,7 @@ struct InputRecord {
   int64_t offset = 0;
   std::string key;      // private
   std::string payload;  // private; empty when oversize
+  std::vector<std::pair<std::string, std::string>> headers;  // private; forwarded to dead letters
   bool oversize = false;
 };
 
@@ -67,7 +69,9 @@ class InputSource {
 class OutputSink {
  public:
   virtual ~OutputSink() = default;
-  virtual Status PublishRelease(const release::EncodedRelease& release) = 0;
+  // `encoded` is EncodeRelease(release): sinks use whichever form they write.
+  virtual Status PublishRelease(const release::Release& release,
+                                const release::EncodedRelease& encoded) = 0;
   virtual Status PublishDeadLetter(const InputRecord& record,
                                    connectors::RejectReason reason) = 0;
   // `json` is a small public message (budget warning, halt).

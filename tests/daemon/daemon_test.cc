@@ -98,7 +98,7 @@ struct SinkLog {
 class FakeSink : public OutputSink {
  public:
   explicit FakeSink(std::shared_ptr<SinkLog> log) : log_(std::move(log)) {}
-  Status PublishRelease(const release::EncodedRelease& release) override {
+  Status PublishRelease(const release::Release&, const release::EncodedRelease& release) override {
     std::lock_guard<std::mutex> lock(log_->mutex);
     // Ledger before release: the committed ledger must already cover it.
     auto bytes = connectors::ReadWholeFile(log_->ledger_path);
