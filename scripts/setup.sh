@@ -16,6 +16,8 @@ PACKAGES=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev libboost-math-dev
   # independent clients and checkers used by integration tests
   kcat prometheus
+  # systemd-analyze (verify/security of the unit); absent from minimal images
+  systemd
   # reference release decoder
   python3 python3-numpy
 )

@@ -1,4 +1,5 @@
 // vipsd-eval: held-out quality of an LDA release (public parameters only).
+// BLR releases: see tools/eval/blr_eval_command.h.
 //
 //   vipsd-eval RELEASE_DIR --test HELDOUT.jsonl --vocab VOCAB --alpha A [--top-words]
 //   vipsd-eval --baseline unigram --train TRAIN.jsonl --test HELDOUT.jsonl --vocab VOCAB --eta E
@@ -25,6 +26,7 @@
 #include "core/models/lda_eval.h"
 #include "core/release/release.h"
 #include "core/text/vocabulary.h"
+#include "tools/eval/blr_eval_command.h"
 
 namespace {
 
@@ -79,6 +81,12 @@ int main(int argc, char** argv) {
       release_dir = arg;
     } else {
       return Usage("unexpected argument '" + arg + "'");
+    }
+  }
+  // BLR releases (manifest model_type "blr"): tools/eval/blr_eval_command.h.
+  if (!release_dir.empty()) {
+    if (auto status = tools::MaybeRunBlrEval(release_dir, flags, std::cout, std::cerr)) {
+      return *status;
     }
   }
   for (const auto& [flag, value] : flags) {

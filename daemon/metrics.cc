@@ -1,0 +1,299 @@
+#include "daemon/metrics.h"
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+namespace vipsd::daemon {
+namespace {
+
+constexpr bool EndsWith(std::string_view text, std::string_view suffix) {
+  return text.size() >= suffix.size() &&
+         text.substr(text.size() - suffix.size()) == suffix;
+}
+
+// Prometheus naming rules the table must follow; checked at compile time.
+constexpr bool NameFollowsConventions(MetricType type, bool info, std::string_view id) {
+  if (id.empty() || id.front() == '_' || id.back() == '_') return false;
+  for (char c : id) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  }
+  const bool is_total = EndsWith(id, "_total");
+  if ((type == MetricType::kCounter) != is_total) return false;
+  if (info != EndsWith(id, "_info")) return false;
+  if (id.find("timestamp") != std::string_view::npos && !EndsWith(id, "_timestamp_seconds")) {
+    return false;
+  }
+  // Base units only.
+  for (std::string_view non_base : {"milliseconds", "microseconds", "minutes", "hours",
+                                    "kilobytes", "megabytes", "_ms", "_us"}) {
+    if (id.find(non_base) != std::string_view::npos) return false;
+  }
+  return true;
+}
+
+#define VIPSD_CHECK_INFO_(id, help)                                                     \
+  static_assert(NameFollowsConventions(MetricType::kGauge, true, #id),                 \
+                "vipsd_" #id " breaks the naming conventions in metrics.h");
+#define VIPSD_CHECK_COUNTER_(id, unit, help)                                            \
+  static_assert(NameFollowsConventions(MetricType::kCounter, false, #id),              \
+                "vipsd_" #id " breaks the naming conventions in metrics.h");
+#define VIPSD_CHECK_GAUGE_(id, unit, help)                                              \
+  static_assert(NameFollowsConventions(MetricType::kGauge, false, #id),                \
+                "vipsd_" #id " breaks the naming conventions in metrics.h");
+#define VIPSD_CHECK_HISTOGRAM_(id, unit, help, buckets)                                 \
+  static_assert(NameFollowsConventions(MetricType::kHistogram, false, #id),            \
+                "vipsd_" #id " breaks the naming conventions in metrics.h");           \
+  static_assert(std::is_sorted(buckets.begin(), buckets.end()) && buckets.front() > 0, \
+                "buckets of vipsd_" #id " must be positive and increasing");
+#define VIPSD_CHECK_COUNTER_BY_(id, unit, help, label, Enum) VIPSD_CHECK_COUNTER_(id, unit, help)
+#define VIPSD_CHECK_GAUGE_BY_(id, unit, help, label, Enum) VIPSD_CHECK_GAUGE_(id, unit, help)
+#define VIPSD_CHECK_COUNTER_PER_(id, unit, help, label) VIPSD_CHECK_COUNTER_(id, unit, help)
+VIPSD_METRICS_TABLE(VIPSD_CHECK_INFO_, VIPSD_CHECK_COUNTER_, VIPSD_CHECK_GAUGE_,
+                    VIPSD_CHECK_HISTOGRAM_, VIPSD_CHECK_COUNTER_BY_, VIPSD_CHECK_GAUGE_BY_,
+                    VIPSD_CHECK_COUNTER_PER_)
+
+#define VIPSD_DESCRIBE_INFO_(id, help) \
+  {"vipsd_" #id, MetricType::kGauge, "", help, "version,model_type"},
+#define VIPSD_DESCRIBE_COUNTER_(id, unit, help) {"vipsd_" #id, MetricType::kCounter, unit, help, ""},
+#define VIPSD_DESCRIBE_GAUGE_(id, unit, help) {"vipsd_" #id, MetricType::kGauge, unit, help, ""},
+#define VIPSD_DESCRIBE_HISTOGRAM_(id, unit, help, buckets) \
+  {"vipsd_" #id, MetricType::kHistogram, unit, help, ""},
+#define VIPSD_DESCRIBE_COUNTER_BY_(id, unit, help, label, Enum) \
+  {"vipsd_" #id, MetricType::kCounter, unit, help, label},
+#define VIPSD_DESCRIBE_GAUGE_BY_(id, unit, help, label, Enum) \
+  {"vipsd_" #id, MetricType::kGauge, unit, help, label},
+#define VIPSD_DESCRIBE_COUNTER_PER_(id, unit, help, label) \
+  {"vipsd_" #id, MetricType::kCounter, unit, help, label},
+constexpr MetricDescriptor kDescriptors[] = {VIPSD_METRICS_TABLE(
+    VIPSD_DESCRIBE_INFO_, VIPSD_DESCRIBE_COUNTER_, VIPSD_DESCRIBE_GAUGE_,
+    VIPSD_DESCRIBE_HISTOGRAM_, VIPSD_DESCRIBE_COUNTER_BY_, VIPSD_DESCRIBE_GAUGE_BY_,
+    VIPSD_DESCRIBE_COUNTER_PER_)};
+
+double UnixNowSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Status BadAddress(std::string_view address, std::string_view why) {
+  return InvalidArgumentError("metrics listen address \"" + std::string(address) +
+                              "\": " + std::string(why) +
+                              "; expected \"IPv4:port\" with port in [0, 65535], or \"\" "
+                              "for no endpoint");
+}
+
+template <typename Enum>
+std::string LabelText(size_t index) {
+  return std::string(MetricLabelValues<Enum>::Name(static_cast<Enum>(index)));
+}
+
+}  // namespace
+
+
+std::string_view EvictionCauseName(EvictionCause cause) {
+  switch (cause) {
+    case EvictionCause::kCapacity: return "capacity";
+    case EvictionCause::kResidency: return "residency";
+  }
+  return "unknown";
+}
+
+std::string_view ReloadResultName(ReloadResult result) {
+  switch (result) {
+    case ReloadResult::kSuccess: return "success";
+    case ReloadResult::kFailure: return "failure";
+  }
+  return "unknown";
+}
+
+std::string_view KafkaErrorKindName(KafkaErrorKind kind) {
+  switch (kind) {
+    case KafkaErrorKind::kTransport: return "transport";
+    case KafkaErrorKind::kConsume: return "consume";
+    case KafkaErrorKind::kProduce: return "produce";
+    case KafkaErrorKind::kCommit: return "commit";
+    case KafkaErrorKind::kFatal: return "fatal";
+    case KafkaErrorKind::kOther: return "other";
+  }
+  return "unknown";
+}
+
+Status ValidateMetricsListenAddress(std::string_view address) {
+  if (address.empty()) return Status::Ok();
+  if (address.front() == '[') {
+    // Debian 12's civetweb (under prometheus-cpp) is built without IPv6.
+    return BadAddress(address, "IPv6 is not supported by the HTTP server library");
+  }
+  const size_t colon = address.rfind(':');
+  if (colon == std::string_view::npos) return BadAddress(address, "missing \":port\"");
+  const std::string_view host = address.substr(0, colon);
+  const std::string_view port = address.substr(colon + 1);
+  if (port.empty() || port.size() > 5 ||
+      !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+      std::stoi(std::string(port)) > 65535) {
+    return BadAddress(address, "port must be a number in [0, 65535]");
+  }
+  in_addr parsed{};
+  if (inet_pton(AF_INET, std::string(host).c_str(), &parsed) != 1) {
+    return BadAddress(address, "host is not a numeric IPv4 address");
+  }
+  return Status::Ok();
+}
+
+// ---- Handles ---------------------------------------------------------------------
+
+void CounterHandle::Increment(double amount) const { counter_->Increment(amount); }
+double CounterHandle::Value() const { return counter_->Value(); }
+
+void GaugeHandle::Set(double value) const { gauge_->Set(value); }
+void GaugeHandle::Increment(double amount) const { gauge_->Increment(amount); }
+void GaugeHandle::Decrement(double amount) const { gauge_->Decrement(amount); }
+double GaugeHandle::Value() const { return gauge_->Value(); }
+
+void HistogramHandle::Observe(double value) const { histogram_->Observe(value); }
+
+// ---- Metrics ---------------------------------------------------------------------
+
+Metrics::Metrics()
+    : registry_(std::make_shared<prometheus::Registry>(
+          prometheus::Registry::InsertBehavior::Throw)) {}
+
+Metrics::~Metrics() = default;
+
+std::span<const MetricDescriptor> Metrics::Descriptors() { return kDescriptors; }
+
+StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const MetricsOptions& options) {
+  VIPSD_RETURN_IF_ERROR(ValidateMetricsListenAddress(options.listen_address));
+  if (options.version.empty()) {
+    return InvalidArgumentError("metrics: build version (label of vipsd_build_info) is empty");
+  }
+  if (options.model_type.empty()) {
+    return InvalidArgumentError("metrics: model type (label of vipsd_build_info) is empty");
+  }
+  for (const std::string& topic : options.input_topics) {
+    if (topic.empty()) return InvalidArgumentError("metrics: an input topic name is empty");
+  }
+  std::unique_ptr<Metrics> metrics(new Metrics());
+  prometheus::Registry& registry = *metrics->registry_;
+  Metrics& m = *metrics;
+
+  // Registration throws only for a malformed or duplicate table row: a bug.
+  try {
+#define VIPSD_REGISTER_INFO_(id, help)                                                  \
+  m.id##_ = &prometheus::BuildGauge()                                                   \
+                 .Name("vipsd_" #id)                                                    \
+                 .Help(help)                                                            \
+                 .Register(registry)                                                    \
+                 .Add({{"version", options.version}, {"model_type", options.model_type}}); \
+  m.id##_->Set(1);
+#define VIPSD_REGISTER_COUNTER_(id, unit, help) \
+  m.id##_ = &prometheus::BuildCounter().Name("vipsd_" #id).Help(help).Register(registry).Add({});
+#define VIPSD_REGISTER_GAUGE_(id, unit, help) \
+  m.id##_ = &prometheus::BuildGauge().Name("vipsd_" #id).Help(help).Register(registry).Add({});
+#define VIPSD_REGISTER_HISTOGRAM_(id, unit, help, buckets)                                \
+  m.id##_ = &prometheus::BuildHistogram()                                                 \
+                 .Name("vipsd_" #id)                                                      \
+                 .Help(help)                                                              \
+                 .Register(registry)                                                      \
+                 .Add({}, prometheus::Histogram::BucketBoundaries(buckets.begin(), buckets.end()));
+#define VIPSD_REGISTER_COUNTER_BY_(id, unit, help, label, Enum)                               \
+  {                                                                                           \
+    auto& family = prometheus::BuildCounter().Name("vipsd_" #id).Help(help).Register(registry); \
+    for (size_t i = 0; i < m.id##_.size(); ++i) {                                             \
+      m.id##_[i] = &family.Add({{label, LabelText<Enum>(i)}});                                \
+    }                                                                                         \
+  }
+#define VIPSD_REGISTER_GAUGE_BY_(id, unit, help, label, Enum)                                \
+  {                                                                                         \
+    auto& family = prometheus::BuildGauge().Name("vipsd_" #id).Help(help).Register(registry); \
+    for (size_t i = 0; i < m.id##_.size(); ++i) {                                           \
+      m.id##_[i] = &family.Add({{label, LabelText<Enum>(i)}});                              \
+    }                                                                                       \
+  }
+#define VIPSD_REGISTER_COUNTER_PER_(id, unit, help, label) \
+  m.id##_ = &prometheus::BuildCounter().Name("vipsd_" #id).Help(help).Register(registry);
+
+    VIPSD_METRICS_TABLE(VIPSD_REGISTER_INFO_, VIPSD_REGISTER_COUNTER_, VIPSD_REGISTER_GAUGE_,
+                        VIPSD_REGISTER_HISTOGRAM_, VIPSD_REGISTER_COUNTER_BY_,
+                        VIPSD_REGISTER_GAUGE_BY_, VIPSD_REGISTER_COUNTER_PER_)
+    for (const std::string& topic : options.input_topics) m.records_consumed_total(topic);
+  } catch (const std::exception& e) {
+    return InternalError(std::string("metrics: registering the metric table failed: ") +
+                         e.what());
+  }
+
+  const double now = UnixNowSeconds();
+  m.start_time_seconds().Set(now);
+  // The configuration the daemon starts with has just loaded successfully.
+  m.config_last_reload_successful().Set(1);
+  m.config_last_reload_success_timestamp_seconds().Set(now);
+
+  if (!options.listen_address.empty()) {
+    try {
+      metrics->exposer_ = std::make_unique<prometheus::Exposer>(options.listen_address,
+                                                                /*num_threads=*/2);
+    } catch (const std::exception& e) {
+      return UnavailableError("metrics endpoint: cannot listen on " + options.listen_address +
+                              " (address in use, or not an address of this host): " +
+                              e.what());
+    }
+    metrics->exposer_->RegisterCollectable(metrics->registry_);
+    const std::vector<int> ports = metrics->exposer_->GetListeningPorts();
+    if (ports.empty()) {
+      return InternalError("metrics endpoint on " + options.listen_address +
+                           " reports no listening port");
+    }
+    metrics->port_ = ports.front();
+  }
+  return metrics;
+}
+
+#define VIPSD_DEFINE_NOTHING_(...)
+#define VIPSD_DEFINE_COUNTER_PER_(id, unit, help, label)                              \
+  CounterHandle Metrics::id(std::string_view label_value) const {                     \
+    return CounterHandle(&id##_->Add({{label, std::string(label_value)}}));           \
+  }
+VIPSD_METRICS_TABLE(VIPSD_DEFINE_NOTHING_, VIPSD_DEFINE_NOTHING_, VIPSD_DEFINE_NOTHING_,
+                    VIPSD_DEFINE_NOTHING_, VIPSD_DEFINE_NOTHING_, VIPSD_DEFINE_NOTHING_,
+                    VIPSD_DEFINE_COUNTER_PER_)
+
+std::string Metrics::SerializeText() const {
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+void Metrics::SetPrivacyBudget(double epsilon_spent, double epsilon_ceiling,
+                               double delta) const {
+  privacy_epsilon_spent().Set(epsilon_spent);
+  privacy_epsilon_ceiling().Set(epsilon_ceiling);
+  privacy_epsilon_remaining().Set(std::max(0.0, epsilon_ceiling - epsilon_spent));
+  privacy_delta().Set(delta);
+}
+
+void Metrics::SetAccountingMode(AccountingMode mode) const {
+  for (size_t i = 0; i < MetricLabelValues<AccountingMode>::kCount; ++i) {
+    const auto candidate = static_cast<AccountingMode>(i);
+    privacy_accounting_mode(candidate).Set(candidate == mode ? 1 : 0);
+  }
+}
+
+void Metrics::RecordReload(ReloadResult result, double unix_seconds) const {
+  config_reloads_total(result).Increment();
+  config_last_reload_successful().Set(result == ReloadResult::kSuccess ? 1 : 0);
+  if (result == ReloadResult::kSuccess) {
+    config_last_reload_success_timestamp_seconds().Set(unix_seconds);
+  }
+}
+
+}  // namespace vipsd::daemon

@@ -1,0 +1,155 @@
+// Tests of `vipsd-eval RELEASE_DIR --test FILE` for BLR releases
+// (tools/eval/blr_eval_command.h): a release encoded by core/release and
+// written to disk is scored exactly as EvaluateBlr scores the model's own
+// arrays; non-BLR manifests are left to the caller; bad flags exit 2.
+#include "tools/eval/blr_eval_command.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "core/models/blr.h"
+#include "core/models/blr_eval.h"
+#include "core/release/release.h"
+
+namespace vipsd::tools {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class BlrEvalCommandTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/blr_eval_command_test.XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A trained 3-d model's release in dir_/release; returns its arrays.
+  std::vector<model::NamedArray> WriteRelease(const std::string& model_type = "blr") {
+    models::BlrConfig config;
+    config.dim = 3;
+    auto model = models::BlrModel::Create(config);
+    EXPECT_TRUE(model.ok());
+    Eigen::VectorXd sum(9);
+    sum << 2.0, -1.0, 0.5, 3.0, 0.2, 2.0, 0.1, 0.3, 1.5;
+    EXPECT_TRUE((*model)->MStep(sum, 0.1, 0.8).ok());
+    release::Release r;
+    auto& m = r.metadata;
+    m.release_id = "step-7";
+    m.model_type = model_type;
+    m.step = 7;
+    m.rho = 0.5;
+    m.sampling_rate = 0.1;
+    m.accountant = "none";
+    m.clip_bounds = {{"s1", 0.5}, {"s2", 0.25}};
+    m.dimensions = {{"d", 3}};
+    m.config_fingerprint = std::string(64, 'a');
+    m.noise_description = "none (sigma = 0, NOT PRIVATE)";
+    m.created_at_utc = "2026-11-23T00:10:00Z";
+    const auto arrays = (*model)->ReleaseArrays();
+    for (const auto& array : arrays) r.arrays.push_back({array.name, array.shape, array.data});
+    auto encoded = release::EncodeRelease(r);
+    EXPECT_TRUE(encoded.ok()) << encoded.status().ToString();
+    fs::create_directories(dir_ + "/release");
+    for (const auto& file : encoded->files) {
+      std::ofstream(dir_ + "/release/" + file.name, std::ios::binary) << file.bytes;
+    }
+    return arrays;
+  }
+
+  std::string WriteTest(const std::string& text) {
+    const std::string path = dir_ + "/test.jsonl";
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(BlrEvalCommandTest, ScoresAReleaseOnDiskLikeTheLibrary) {
+  const auto arrays = WriteRelease();
+  std::mt19937_64 gen(1);
+  std::normal_distribution<double> normal;
+  std::ostringstream lines;
+  std::vector<std::vector<double>> x;
+  std::vector<double> y;
+  lines.precision(17);
+  for (int n = 0; n < 200; ++n) {
+    std::vector<double> row = {0.4 * normal(gen), 0.3 * normal(gen), 0.2 * normal(gen)};
+    if (models::FeatureSquaredNorm(row) > 1) continue;
+    const double label = n % 3 == 0 ? 1.0 : 0.0;
+    lines << "{\"id\": " << n << ", \"x\": [" << row[0] << ", " << row[1] << ", " << row[2]
+          << "], \"y\": " << label << "}\n";
+    x.push_back(row);
+    y.push_back(label);
+  }
+  lines << "\n{\"x\": [0.9, 0.9, 0.9], \"y\": 1}\nnot json\n";  // 2 rejected, 1 empty
+  const std::string test = WriteTest(lines.str());
+  std::ostringstream out, err;
+  const auto status = MaybeRunBlrEval(dir_ + "/release", {{"--test", test}}, out, err);
+  ASSERT_TRUE(status.has_value());
+  ASSERT_EQ(*status, 0) << err.str();
+  const auto json = nlohmann::json::parse(out.str());
+  auto posterior = models::BlrPosteriorFromArrays(arrays);
+  ASSERT_TRUE(posterior.ok());
+  auto expected = models::EvaluateBlr(*posterior, x, y);
+  ASSERT_TRUE(expected.ok());
+  EXPECT_EQ(json["model_type"], "blr");
+  EXPECT_EQ(json["release_id"], "step-7");
+  EXPECT_EQ(json["step"], 7);
+  EXPECT_EQ(json["predictive"], "probit_approximation");
+  EXPECT_DOUBLE_EQ(json["auc"].get<double>(), expected->auc);
+  EXPECT_DOUBLE_EQ(json["log_loss"].get<double>(), expected->log_loss);
+  EXPECT_EQ(json["records"], static_cast<int64_t>(x.size()));
+  EXPECT_EQ(json["rejected_records"], 2);
+
+  // Rescaling instead of rejecting keeps the over-long record.
+  std::ostringstream out2, err2;
+  ASSERT_EQ(MaybeRunBlrEval(dir_ + "/release", {{"--test", test}, {"--norm-rule", "rescale"}},
+                            out2, err2),
+            0);
+  EXPECT_EQ(nlohmann::json::parse(out2.str())["rejected_records"], 1);
+}
+
+TEST_F(BlrEvalCommandTest, OtherModelsAndMissingManifestsAreLeftToTheCaller) {
+  std::ostringstream out, err;
+  EXPECT_FALSE(MaybeRunBlrEval(dir_ + "/nowhere", {{"--test", "x"}}, out, err).has_value());
+  WriteRelease("lda");
+  EXPECT_FALSE(MaybeRunBlrEval(dir_ + "/release", {{"--test", "x"}}, out, err).has_value());
+  EXPECT_TRUE(out.str().empty());
+  EXPECT_TRUE(err.str().empty());
+}
+
+TEST_F(BlrEvalCommandTest, BadFlagsAndInputs) {
+  WriteRelease();
+  std::ostringstream out, err;
+  EXPECT_EQ(MaybeRunBlrEval(dir_ + "/release", {}, out, err), 2);
+  EXPECT_EQ(MaybeRunBlrEval(dir_ + "/release", {{"--test", "t"}, {"--vocab", "v"}}, out, err), 2);
+  EXPECT_EQ(MaybeRunBlrEval(dir_ + "/release", {{"--test", "t"}, {"--norm-rule", "clip"}}, out,
+                            err),
+            2);
+  EXPECT_EQ(MaybeRunBlrEval(dir_ + "/release", {{"--test", dir_ + "/missing.jsonl"}}, out, err),
+            1);
+  EXPECT_THAT(err.str(), HasSubstr("missing.jsonl"));
+  // Only one class: AUC is undefined.
+  const std::string one_class = WriteTest("{\"x\": [0.1, 0, 0], \"y\": 1}\n");
+  EXPECT_EQ(MaybeRunBlrEval(dir_ + "/release", {{"--test", one_class}}, out, err), 1);
+  // A corrupted array is refused, naming it.
+  std::ofstream(dir_ + "/release/covariance.npy", std::ios::trunc) << "garbage";
+  std::ostringstream err2;
+  EXPECT_EQ(MaybeRunBlrEval(dir_ + "/release", {{"--test", one_class}}, out, err2), 1);
+  EXPECT_THAT(err2.str(), HasSubstr("covariance"));
+  EXPECT_TRUE(out.str().empty());
+}
+
+}  // namespace
+}  // namespace vipsd::tools

@@ -1,0 +1,139 @@
+#include "tools/eval/blr_eval_command.h"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <ostream>
+#include <variant>
+#include <vector>
+
+#include "connectors/decode/blr_record_decoder.h"
+#include "connectors/file/file_util.h"
+#include "core/models/blr_eval.h"
+#include "core/release/release.h"
+
+namespace vipsd::tools {
+namespace {
+
+int Fail(std::ostream& err, const Status& status) {
+  err << "vipsd-eval: " << status.message() << "\n";
+  return 1;
+}
+
+StatusOr<release::ReleaseArray> ReadArray(const std::string& release_dir,
+                                          const std::string& name) {
+  VIPSD_ASSIGN_OR_RETURN(std::string bytes,
+                         connectors::ReadWholeFile(release_dir + "/" +
+                                                   release::ArrayFileName(name)));
+  return release::DecodeNpy(bytes, name);
+}
+
+int RunBlrEval(const std::string& release_dir, const nlohmann::json& manifest,
+               const std::map<std::string, std::string>& flags, std::ostream& out,
+               std::ostream& err);
+
+}  // namespace
+
+std::optional<int> MaybeRunBlrEval(const std::string& release_dir,
+                                   const std::map<std::string, std::string>& flags,
+                                   std::ostream& out, std::ostream& err) {
+  auto manifest_text =
+      connectors::ReadWholeFile(release_dir + "/" + std::string(release::kManifestFileName));
+  if (!manifest_text.ok()) return std::nullopt;
+  const nlohmann::json manifest = nlohmann::json::parse(*manifest_text, nullptr, false);
+  if (manifest.is_discarded() || !manifest.is_object() || !manifest.contains("model_type") ||
+      manifest["model_type"] != "blr") {
+    return std::nullopt;
+  }
+  try {
+    return RunBlrEval(release_dir, manifest, flags, out, err);
+  } catch (const nlohmann::json::exception&) {
+    return Fail(err, InvalidArgumentError(release_dir + "/manifest.json has a field of the "
+                                                        "wrong type"));
+  }
+}
+
+namespace {
+
+int RunBlrEval(const std::string& release_dir, const nlohmann::json& manifest,
+               const std::map<std::string, std::string>& flags, std::ostream& out,
+               std::ostream& err) {
+  for (const auto& [flag, value] : flags) {
+    if (flag != "--test" && flag != "--norm-rule") {
+      err << "vipsd-eval: unknown flag " << flag << " for a blr release\n"
+          << "usage: vipsd-eval RELEASE_DIR --test FILE [--norm-rule reject|rescale]\n";
+      return 2;
+    }
+  }
+  const auto test = flags.find("--test");
+  if (test == flags.end()) {
+    err << "vipsd-eval: --test is required for a blr release\n";
+    return 2;
+  }
+  connectors::NormRule rule = connectors::NormRule::kReject;
+  if (const auto it = flags.find("--norm-rule"); it != flags.end()) {
+    const auto parsed = connectors::ParseNormRule(it->second);
+    if (!parsed.has_value()) {
+      err << "vipsd-eval: --norm-rule must be reject or rescale\n";
+      return 2;
+    }
+    rule = *parsed;
+  }
+
+  std::vector<release::ReleaseArray> arrays;
+  for (const char* name : {"mean", "covariance"}) {
+    auto array = ReadArray(release_dir, name);
+    if (!array.ok()) return Fail(err, array.status());
+    arrays.push_back(std::move(*array));
+  }
+  auto posterior = models::BlrPosteriorFromArrays(arrays);
+  if (!posterior.ok()) return Fail(err, posterior.status());
+  const int64_t dim = posterior->mean.size();
+  if (manifest.contains("dimensions") && manifest["dimensions"].is_object() &&
+      manifest["dimensions"].value("d", dim) != dim) {
+    return Fail(err, InvalidArgumentError(release_dir +
+                                          "/manifest.json: dimensions.d differs from mean.npy"));
+  }
+
+  std::ifstream file(test->second);
+  if (!file) return Fail(err, NotFoundError("cannot open " + test->second));
+  const auto decoder = connectors::NewBlrRecordDecoder(dim, rule);
+  std::vector<std::vector<double>> features;
+  std::vector<double> labels;
+  int64_t rejected = 0;
+  for (std::string line; std::getline(file, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    connectors::RecordDecodeResult decoded = decoder->Decode(line);
+    if (auto* record = std::get_if<model::Record>(&decoded)) {
+      features.push_back(std::move(record->features));
+      labels.push_back(record->label);
+    } else {
+      ++rejected;
+    }
+  }
+  if (file.bad()) return Fail(err, UnavailableError("error reading " + test->second));
+  auto evaluation = models::EvaluateBlr(*posterior, features, labels);
+  if (!evaluation.ok()) {
+    return Fail(err, Status(evaluation.status().code(),
+                            test->second + ": " + evaluation.status().message()));
+  }
+  const nlohmann::json result = {
+      {"model_type", "blr"},
+      {"release_id", manifest.value("release_id", "")},
+      {"step", manifest.value("step", 0)},
+      {"epsilon_spent", manifest.value("epsilon_spent", 0.0)},
+      {"predictive", "probit_approximation"},
+      {"auc", evaluation->auc},
+      {"log_loss", evaluation->log_loss},
+      {"accuracy", evaluation->accuracy},
+      {"records", evaluation->records},
+      {"positives", evaluation->positives},
+      {"rejected_records", rejected},
+  };
+  out << result.dump() << "\n";
+  return 0;
+}
+
+}  // namespace
+}  // namespace vipsd::tools
