@@ -274,38 +274,67 @@ std::string Resolve(const std::string& file, const std::string& path) {
   return (std::filesystem::path(file).parent_path() / p).lexically_normal().string();
 }
 
-Status ParseModel(Section& top, VipsdConfig& config) {
-  const std::string& file = config.file;
-  std::optional<Section> model, lda;
-  VIPSD_RETURN_IF_ERROR(top.Sub("model", true, &model));
-  VIPSD_RETURN_IF_ERROR(model->String("type", true, {"lda"}, &config.model_type));
-  VIPSD_RETURN_IF_ERROR(model->Sub("lda", true, &lda));
+Status ParseLda(Section& lda, VipsdConfig& config) {
   models::LdaConfig& l = config.lda;
-  VIPSD_RETURN_IF_ERROR(lda->Integer("topics", true, 1, 100000, &l.num_topics));
-  VIPSD_RETURN_IF_ERROR(lda->String("vocabulary", true, {}, &config.vocabulary_path));
-  config.vocabulary_path = Resolve(file, config.vocabulary_path);
-  VIPSD_RETURN_IF_ERROR(lda->Number("alpha", true, Positive, "a number > 0", &l.alpha));
-  VIPSD_RETURN_IF_ERROR(lda->Number("eta", true, Positive, "a number > 0", &l.eta));
-  VIPSD_RETURN_IF_ERROR(lda->Integer("resample_length", false, 0, 1000000, &l.resample_length));
-  VIPSD_RETURN_IF_ERROR(lda->Number("clip_fraction", false,
-                                    [](double x) { return x > 0 && x <= 1; }, "a number in (0, 1]",
-                                    &l.clip_fraction));
+  VIPSD_RETURN_IF_ERROR(lda.Integer("topics", true, 1, 100000, &l.num_topics));
+  VIPSD_RETURN_IF_ERROR(lda.String("vocabulary", true, {}, &config.vocabulary_path));
+  config.vocabulary_path = Resolve(config.file, config.vocabulary_path);
+  VIPSD_RETURN_IF_ERROR(lda.Number("alpha", true, Positive, "a number > 0", &l.alpha));
+  VIPSD_RETURN_IF_ERROR(lda.Number("eta", true, Positive, "a number > 0", &l.eta));
+  VIPSD_RETURN_IF_ERROR(lda.Integer("resample_length", false, 0, 1000000, &l.resample_length));
+  VIPSD_RETURN_IF_ERROR(lda.Number("clip_fraction", false,
+                                   [](double x) { return x > 0 && x <= 1; }, "a number in (0, 1]",
+                                   &l.clip_fraction));
   int64_t iterations = l.estep_max_iterations;
-  VIPSD_RETURN_IF_ERROR(lda->Integer("estep_max_iterations", false, 1, 100000, &iterations));
+  VIPSD_RETURN_IF_ERROR(lda.Integer("estep_max_iterations", false, 1, 100000, &iterations));
   l.estep_max_iterations = static_cast<int>(iterations);
-  VIPSD_RETURN_IF_ERROR(lda->Number("estep_tolerance", false, Positive, "a number > 0",
-                                    &l.estep_tolerance));
+  VIPSD_RETURN_IF_ERROR(lda.Number("estep_tolerance", false, Positive, "a number > 0",
+                                   &l.estep_tolerance));
   int64_t init_seed = 0;
-  VIPSD_RETURN_IF_ERROR(lda->Integer("init_seed", false, 0, int64_t{1} << 53, &init_seed));
+  VIPSD_RETURN_IF_ERROR(lda.Integer("init_seed", false, 0, int64_t{1} << 53, &init_seed));
   l.init_seed = static_cast<uint64_t>(init_seed);
-  VIPSD_RETURN_IF_ERROR(lda->Finish());
-  VIPSD_RETURN_IF_ERROR(model->Finish());
+  VIPSD_RETURN_IF_ERROR(lda.Finish());
   if (config.is_private() && config.lda.resample_length == 0) {
-    return lda->ErrorAt("resample_length",
-                        "must be >= 1 when privacy.noise_multiplier > 0 (0 has no "
-                        "sensitivity bound)");
+    return lda.ErrorAt("resample_length",
+                       "must be >= 1 when privacy.noise_multiplier > 0 (0 has no "
+                       "sensitivity bound)");
   }
   return Status::Ok();
+}
+
+Status ParseBlr(Section& blr, VipsdConfig& config) {
+  models::BlrConfig& b = config.blr;
+  VIPSD_RETURN_IF_ERROR(blr.Integer("dimension", true, 1, 1024, &b.dim));
+  VIPSD_RETURN_IF_ERROR(blr.Number("prior_shape", false, Positive, "a number > 0 (a0)",
+                                   &b.prior_shape));
+  VIPSD_RETURN_IF_ERROR(blr.Number("prior_rate", false, Positive, "a number > 0 (b0)",
+                                   &b.prior_rate));
+  VIPSD_RETURN_IF_ERROR(blr.Number("eigenvalue_floor", false,
+                                   [](double x) { return x > 0 && x <= 1e6; },
+                                   "a number in (0, 1e6]", &b.eigenvalue_floor));
+  VIPSD_RETURN_IF_ERROR(blr.String("norm_rule", false, {"reject", "rescale"},
+                                   &config.blr_norm_rule));
+  return blr.Finish();
+}
+
+Status ParseModel(Section& top, VipsdConfig& config) {
+  const std::vector<std::string> types = {"lda", "blr"};
+  std::optional<Section> model, section;
+  VIPSD_RETURN_IF_ERROR(top.Sub("model", true, &model));
+  VIPSD_RETURN_IF_ERROR(model->String("type", true, types, &config.model_type));
+  for (const auto& other : types) {
+    if (other != config.model_type) {
+      VIPSD_RETURN_IF_ERROR(
+          model->NotHere(other, "only allowed with model.type: " + other));
+    }
+  }
+  VIPSD_RETURN_IF_ERROR(model->Sub(config.model_type, true, &section));
+  if (config.model_type == "lda") {
+    VIPSD_RETURN_IF_ERROR(ParseLda(*section, config));
+  } else {
+    VIPSD_RETURN_IF_ERROR(ParseBlr(*section, config));
+  }
+  return model->Finish();
 }
 
 Status ParsePrivacy(Section& top, VipsdConfig& config) {
@@ -685,6 +714,11 @@ StatusOr<std::vector<std::string>> ChangedReloadableKeys(const VipsdConfig& a,
              b.lda.estep_max_iterations);
   diff.Fixed("model.lda.estep_tolerance", a.lda.estep_tolerance, b.lda.estep_tolerance);
   diff.Fixed("model.lda.init_seed", a.lda.init_seed, b.lda.init_seed);
+  diff.Fixed("model.blr.dimension", a.blr.dim, b.blr.dim);
+  diff.Fixed("model.blr.prior_shape", a.blr.prior_shape, b.blr.prior_shape);
+  diff.Fixed("model.blr.prior_rate", a.blr.prior_rate, b.blr.prior_rate);
+  diff.Fixed("model.blr.eigenvalue_floor", a.blr.eigenvalue_floor, b.blr.eigenvalue_floor);
+  diff.Fixed("model.blr.norm_rule", a.blr_norm_rule, b.blr_norm_rule);
   diff.Fixed("privacy.delta", a.driver.delta, b.driver.delta);
   diff.Fixed("privacy.noise", static_cast<int>(a.noise_mode), static_cast<int>(b.noise_mode));
   diff.Fixed("privacy.noise_seed", a.noise_seed, b.noise_seed);

@@ -28,6 +28,7 @@
 
 #include "core/base/log.h"
 #include "core/base/status.h"
+#include "core/models/blr.h"
 #include "core/models/lda.h"
 #include "core/svi/record_pool.h"
 #include "core/svi/step_driver.h"
@@ -58,7 +59,9 @@ struct VipsdConfig {
   // model
   std::string model_type = "lda";
   models::LdaConfig lda;       // vocabulary_size is filled from the file
-  std::string vocabulary_path;
+  std::string vocabulary_path;  // LDA only
+  models::BlrConfig blr;
+  std::string blr_norm_rule = "reject";  // reject | rescale (records with ||x|| > 1)
 
   // privacy + schedule → the step driver
   svi::DriverConfig driver;

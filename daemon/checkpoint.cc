@@ -64,8 +64,8 @@ StatusOr<std::string> CheckpointStore::Encode(const Checkpoint& checkpoint) {
   out += "arrays " + std::to_string(checkpoint.arrays.size()) + "\n";
   for (const auto& array : checkpoint.arrays) {
     if (!IsName(array.name)) return InvalidArgumentError("bad checkpoint array name");
-    if (array.shape.empty() || array.shape.size() > static_cast<size_t>(kMaxRank)) {
-      return InvalidArgumentError("checkpoint array " + array.name + " must have rank 1 to 8");
+    if (array.shape.size() > static_cast<size_t>(kMaxRank)) {
+      return InvalidArgumentError("checkpoint array " + array.name + " must have rank 0 to 8");
     }
     size_t count = 1;
     out += "array " + array.name + " " + std::to_string(array.shape.size());
@@ -124,7 +124,7 @@ StatusOr<Checkpoint> CheckpointStore::Decode(const std::string& bytes, const std
     model::NamedArray array;
     int rank = 0;
     if (!(header >> word >> array.name >> rank) || word != "array" || !IsName(array.name) ||
-        rank < 1 || rank > kMaxRank) {
+        rank < 0 || rank > kMaxRank) {
       return bad("bad array line " + std::to_string(i));
     }
     size_t count = 1;

@@ -4,6 +4,8 @@
 #include <sstream>
 
 #include "connectors/file/file_util.h"
+#include "connectors/decode/blr_record_decoder.h"
+#include "core/models/blr.h"
 #include "core/models/lda.h"
 
 namespace vipsd::daemon {
@@ -45,6 +47,14 @@ StatusOr<ModelBundle> BuildModel(const config::VipsdConfig& config) {
     bundle.model = std::move(model);
     bundle.decoder = connectors::NewLdaRecordDecoder(*bundle.vocabulary);
     bundle.vocabulary_fingerprint = bundle.vocabulary->Fingerprint();
+  } else if (config.model_type == "blr") {
+    VIPSD_ASSIGN_OR_RETURN(auto model, models::BlrModel::Create(config.blr));
+    bundle.model = std::move(model);
+    const auto rule = connectors::ParseNormRule(config.blr_norm_rule);
+    if (!rule.has_value()) {
+      return InvalidArgumentError("model.blr.norm_rule must be reject or rescale");
+    }
+    bundle.decoder = connectors::NewBlrRecordDecoder(config.blr.dim, *rule);
   } else {
     return InvalidArgumentError("model.type '" + config.model_type + "' is not supported");
   }
@@ -61,6 +71,9 @@ std::string ConfigFingerprint(const config::VipsdConfig& c) {
          << " N=" << c.lda.resample_length << " a=" << c.lda.clip_fraction
          << " iters=" << c.lda.estep_max_iterations << " tol=" << c.lda.estep_tolerance
          << " seed=" << c.lda.init_seed;
+  } else if (c.model_type == "blr") {
+    text << " d=" << c.blr.dim << " a0=" << c.blr.prior_shape << " b0=" << c.blr.prior_rate
+         << " floor=" << c.blr.eigenvalue_floor << " norm_rule=" << c.blr_norm_rule;
   }
   text << " q=" << c.driver.sampling_rate << " sigma=" << c.driver.noise_multiplier
        << " tau0=" << c.driver.tau0 << " kappa=" << c.driver.kappa << " delta=" << c.driver.delta

@@ -18,7 +18,6 @@
 #include "core/privacy/secure_noise.h"
 #include "core/release/release.h"
 #include "core/svi/step_driver.h"
-#include "core/text/vocabulary.h"
 #include "daemon/checkpoint.h"
 #include "daemon/ledger.h"
 #include "daemon/model_setup.h"
@@ -34,7 +33,6 @@ StatusOr<OfflineRunSummary> RunOffline(const config::VipsdConfig& config) {
   // 1. Vocabulary and model.
   VIPSD_ASSIGN_OR_RETURN(ModelBundle bundle, BuildModel(config));
   model::Model* model = bundle.model.get();
-  const text::Vocabulary& vocabulary = *bundle.vocabulary;
 
   // 2. Ledger: spent budget and step counter survive restarts.
   VIPSD_ASSIGN_OR_RETURN(Ledger ledger, Ledger::Open(config.state_directory));
@@ -77,7 +75,7 @@ StatusOr<OfflineRunSummary> RunOffline(const config::VipsdConfig& config) {
     VIPSD_ASSIGN_OR_RETURN(noise, privacy::SecureNoiseSource::CreateReproducible(config.noise_seed));
   }
   VIPSD_ASSIGN_OR_RETURN(auto source,
-                         connectors::JsonlDocumentSource::Open(config.source_path, vocabulary));
+                         connectors::JsonlDocumentSource::OpenForRecords(config.source_path));
   VIPSD_ASSIGN_OR_RETURN(auto dead_letters,
                          connectors::DeadLetterFile::Open(
                              config.dead_letter_path,
@@ -85,12 +83,10 @@ StatusOr<OfflineRunSummary> RunOffline(const config::VipsdConfig& config) {
   std::vector<model::Record> pool;
   OfflineRunSummary summary;
   for (;;) {
-    VIPSD_ASSIGN_OR_RETURN(auto line, source.Next());
+    VIPSD_ASSIGN_OR_RETURN(auto line, source.NextRecord(*bundle.decoder));
     if (!line.has_value()) break;
-    if (auto* document = std::get_if<text::Document>(&*line)) {
-      model::Record record;
-      record.word_ids = std::move(document->word_ids);
-      pool.push_back(std::move(record));
+    if (auto* record = std::get_if<model::Record>(&*line)) {
+      pool.push_back(std::move(*record));
       ++summary.records_pooled;
     } else {
       VIPSD_RETURN_IF_ERROR(dead_letters.Append(std::get<connectors::Rejection>(*line)));

@@ -10,8 +10,10 @@
 //      (q, σ) chosen after seeing earlier releases. The model resumes from
 //      its checkpoint (daemon/checkpoint.h) when one exists; a checkpoint
 //      of a different model or a corrupt one stops the run.
-//   3. Read the source into the in-memory pool. Malformed lines go to the
-//      dead-letter file (line number and reason only — never content).
+//   3. Read the source into the in-memory pool, each line decoded by the
+//      model's record decoder (the daemon's; for LDA a document without a
+//      vocabulary word is rejected as empty_document). Malformed lines go to
+//      the dead-letter file (line number and reason only — never content).
 //      Records are never written to disk.
 //   4. Step until max_steps / max_epochs (one epoch = 1/q steps) or until
 //      the accountant refuses a step at the ε ceiling. After every step the

@@ -31,11 +31,11 @@ Rejection MakeRejection(int64_t line_number, RejectReason reason) {
 
 }  // namespace
 
-JsonlDocumentSource::JsonlDocumentSource(std::string path, const text::Vocabulary& vocabulary,
+JsonlDocumentSource::JsonlDocumentSource(std::string path, const text::Vocabulary* vocabulary,
                                          JsonlSourceOptions options,
                                          std::unique_ptr<std::FILE, FileCloser> file)
     : path_(std::move(path)),
-      vocabulary_(&vocabulary),
+      vocabulary_(vocabulary),
       options_(options),
       file_(std::move(file)),
       buffer_(kReadBufferBytes) {}
@@ -43,6 +43,17 @@ JsonlDocumentSource::JsonlDocumentSource(std::string path, const text::Vocabular
 StatusOr<JsonlDocumentSource> JsonlDocumentSource::Open(const std::string& path,
                                                         const text::Vocabulary& vocabulary,
                                                         JsonlSourceOptions options) {
+  return OpenFile(path, &vocabulary, options);
+}
+
+StatusOr<JsonlDocumentSource> JsonlDocumentSource::OpenForRecords(const std::string& path,
+                                                                  JsonlSourceOptions options) {
+  return OpenFile(path, nullptr, options);
+}
+
+StatusOr<JsonlDocumentSource> JsonlDocumentSource::OpenFile(const std::string& path,
+                                                            const text::Vocabulary* vocabulary,
+                                                            JsonlSourceOptions options) {
   if (options.max_line_bytes < 1) {
     return InvalidArgumentError("JSONL source " + path + ": max_line_bytes must be at least 1");
   }
@@ -105,6 +116,9 @@ StatusOr<JsonlDocumentSource::LineStatus> JsonlDocumentSource::ReadLine() {
 }
 
 StatusOr<std::optional<DecodedLine>> JsonlDocumentSource::Next() {
+  if (vocabulary_ == nullptr) {
+    return FailedPreconditionError("JSONL source " + path_ + " was opened for records: use NextRecord");
+  }
   while (true) {
     VIPSD_ASSIGN_OR_RETURN(const LineStatus status, ReadLine());
     if (status == LineStatus::kEndOfFile) return std::optional<DecodedLine>();
@@ -127,6 +141,32 @@ StatusOr<std::optional<DecodedLine>> JsonlDocumentSource::Next() {
     ++stats_.documents;
     if (document.word_ids.empty()) ++stats_.empty_documents;
     return std::optional<DecodedLine>(std::move(document));
+  }
+}
+
+StatusOr<std::optional<DecodedRecordLine>> JsonlDocumentSource::NextRecord(
+    const RecordDecoder& decoder) {
+  while (true) {
+    VIPSD_ASSIGN_OR_RETURN(const LineStatus status, ReadLine());
+    if (status == LineStatus::kEndOfFile) return std::optional<DecodedRecordLine>();
+    ++line_number_;
+    ++stats_.lines;
+    if (status == LineStatus::kTooLong) {
+      ++stats_.rejections;
+      return std::optional<DecodedRecordLine>(
+          MakeRejection(line_number_, RejectReason::kLineTooLong));
+    }
+    if (IsBlank(line_)) {
+      ++stats_.blank_lines;
+      continue;
+    }
+    RecordDecodeResult result = decoder.Decode(line_);
+    if (const auto* failure = std::get_if<DecodeFailure>(&result)) {
+      ++stats_.rejections;
+      return std::optional<DecodedRecordLine>(MakeRejection(line_number_, failure->reason));
+    }
+    ++stats_.documents;
+    return std::optional<DecodedRecordLine>(std::move(std::get<model::Record>(result)));
   }
 }
 

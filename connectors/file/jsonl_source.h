@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "connectors/decode/json_document.h"
+#include "connectors/decode/record_decoder.h"
 #include "core/base/status.h"
 #include "core/text/document.h"
 #include "core/text/vocabulary.h"
@@ -61,6 +62,8 @@ struct Rejection {
 
 // Either a decoded document or the reason its line was refused.
 using DecodedLine = std::variant<text::Document, Rejection>;
+// Either a record decoded by a model's RecordDecoder or the reason.
+using DecodedRecordLine = std::variant<model::Record, Rejection>;
 
 // Counts since Open. Data-dependent, like the rejected-by-reason metric
 // (DESIGN.md 6); the daemon decides which it exports.
@@ -77,10 +80,18 @@ class JsonlDocumentSource {
   static StatusOr<JsonlDocumentSource> Open(const std::string& path,
                                             const text::Vocabulary& vocabulary,
                                             JsonlSourceOptions options = {});
+  // For NextRecord only (any model's records; no vocabulary needed here).
+  static StatusOr<JsonlDocumentSource> OpenForRecords(const std::string& path,
+                                                      JsonlSourceOptions options = {});
 
   // The next non-blank line, decoded; nullopt at end of file (and on every
   // later call).
   StatusOr<std::optional<DecodedLine>> Next();
+
+  // The next non-blank line decoded by `decoder` (the model's record
+  // decoder, record_decoder.h); the same line handling, size limit and
+  // rejections as Next(). stats().documents counts decoded records.
+  StatusOr<std::optional<DecodedRecordLine>> NextRecord(const RecordDecoder& decoder);
 
   // Line number of the item Next() last returned (0 before the first).
   int64_t line_number() const { return line_number_; }
@@ -93,14 +104,17 @@ class JsonlDocumentSource {
   };
   enum class LineStatus { kLine, kTooLong, kEndOfFile };
 
-  JsonlDocumentSource(std::string path, const text::Vocabulary& vocabulary,
+  JsonlDocumentSource(std::string path, const text::Vocabulary* vocabulary,
                       JsonlSourceOptions options, std::unique_ptr<std::FILE, FileCloser> file);
+  static StatusOr<JsonlDocumentSource> OpenFile(const std::string& path,
+                                                const text::Vocabulary* vocabulary,
+                                                JsonlSourceOptions options);
 
   // Reads the next physical line into line_ (without its "\n").
   StatusOr<LineStatus> ReadLine();
 
   std::string path_;
-  const text::Vocabulary* vocabulary_;
+  const text::Vocabulary* vocabulary_;  // null when opened for records
   JsonlSourceOptions options_;
   std::unique_ptr<std::FILE, FileCloser> file_;
   std::vector<char> buffer_;

@@ -59,7 +59,7 @@ TEST(ConfigTest, ErrorsNameFileLineKeyAndAllowedValues) {
        "f.yaml:23: schedule.kappa: must be a number in (0.5, 1], got '0.5'"},
       {With("    topics: 20 ", "    topics: many "),
        "f.yaml:6: model.lda.topics: must be a whole number in [1, 100000], got 'many'"},
-      {With("  type: lda ", "  type: gmm "), "f.yaml:4: model.type: must be one of lda, got 'gmm'"},
+      {With("  type: lda ", "  type: gmm "), "f.yaml:4: model.type: must be one of lda, blr, got 'gmm'"},
       {With("  noise: secure ", "  noise: weak "),
        "privacy.noise: must be one of secure, fixed_seed, got 'weak'"},
       {With("  publish_every: 10", "  publish_every: 10\n  colour: blue"),
@@ -198,6 +198,29 @@ TEST(ConfigTest, ReloadAppliesLiveKeysAndNamesTheFirstFixedOne) {
       ParseConfig(KafkaWith("  noise_multiplier: 1.1", "  noise_multiplier: 0"), "k.yaml");
   // σ = 0 with residency accounting is itself invalid; a global variant:
   EXPECT_FALSE(private_off.ok());
+}
+
+TEST(ConfigTest, BlrExampleParsesAndModelSectionsMustMatchTheType) {
+  std::ifstream in(std::string(VIPSD_SOURCE_DIR) + "/config/examples/blr_offline.yaml");
+  std::ostringstream text;
+  text << in.rdbuf();
+  auto config = ParseConfig(text.str(), "/etc/vipsd/blr.yaml");
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_EQ(config->model_type, "blr");
+  EXPECT_EQ(config->blr.dim, 92);
+  EXPECT_EQ(config->blr_norm_rule, "reject");
+  std::string mixed = text.str();
+  mixed.replace(mixed.find("privacy:"), 8,
+                "  lda:\n    topics: 3\nprivacy:");
+  auto bad = ParseConfig(mixed, "b.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("model.lda: only allowed with model.type: lda"));
+  std::string rule = text.str();
+  rule.replace(rule.find("norm_rule: reject"), 17, "norm_rule: clip");
+  bad = ParseConfig(rule, "b.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("model.blr.norm_rule: must be one of reject, rescale, got 'clip'"));
 }
 
 TEST(ConfigTest, MissingFileIsReportedByName) {

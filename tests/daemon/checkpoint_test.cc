@@ -16,6 +16,7 @@ Checkpoint Sample() {
   checkpoint.model_fingerprint = std::string(64, 'a');
   checkpoint.arrays.push_back({"lambda", {2, 3}, {0.5, 1e-300, 3.25, -0.0, 1e300, 7}});
   checkpoint.arrays.push_back({"extra", {1}, {42}});
+  checkpoint.arrays.push_back({"scalar", {}, {2.5}});
   return checkpoint;
 }
 
@@ -41,7 +42,9 @@ TEST(CheckpointTest, SaveLoadIsBitExact) {
   EXPECT_EQ(back.step, 12);
   EXPECT_EQ(back.model_type, "lda");
   EXPECT_EQ(back.model_fingerprint, checkpoint.model_fingerprint);
-  ASSERT_EQ(back.arrays.size(), 2u);
+  ASSERT_EQ(back.arrays.size(), 3u);
+  EXPECT_TRUE(back.arrays[2].shape.empty());
+  EXPECT_EQ(back.arrays[2].data, std::vector<double>{2.5});
   EXPECT_EQ(back.arrays[0].name, "lambda");
   EXPECT_EQ(back.arrays[0].shape, (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(back.arrays[0].data, checkpoint.arrays[0].data);

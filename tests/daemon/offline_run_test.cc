@@ -174,5 +174,55 @@ TEST(OfflineRunTest, ARestartResumesTheModelFromItsCheckpoint) {
   EXPECT_NE(mismatch.status().message().find("different model"), std::string::npos);
 }
 
+TEST(OfflineRunTest, BayesianLogisticRegressionRunsThroughTheSamePath) {
+  const std::string dir = ::testing::TempDir() + "offline_run_blr";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  // y = 1 iff x0 + x1 > 0, with ||x|| <= 1; one record too long (rejected).
+  std::ofstream data(dir + "/train.jsonl");
+  uint64_t state = 42;
+  auto uniform = [&] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<double>(state >> 11) / 9007199254740992.0 * 2 - 1;
+  };
+  for (int i = 0; i < 2000; ++i) {
+    const double x0 = 0.5 * uniform(), x1 = 0.5 * uniform(), x2 = 0.5 * uniform();
+    data << "{\"x\": [" << x0 << ", " << x1 << ", " << x2 << "], \"y\": " << (x0 + x1 > 0 ? 1 : 0)
+         << "}\n";
+  }
+  data << "{\"x\": [1.0, 1.0, 1.0], \"y\": 1}\n";  // norm > 1: rejected
+  data.close();
+  std::ofstream(dir + "/vipsd.yaml")
+      << "model:\n  type: blr\n  blr:\n    dimension: 3\n"
+         "privacy:\n  noise_multiplier: 1.0\n  sampling_rate: 0.5\n  delta: 1.0e-5\n"
+         "  epsilon_ceiling: 50\n"
+         "schedule:\n  tau0: 1\n  kappa: 0.7\n  threads: 2\n  max_steps: 10\n"
+         "source:\n  type: file\n  path: train.jsonl\n"
+         "sink:\n  type: file\n  directory: releases\n  publish_every: 5\n"
+         "state:\n  directory: state\ndead_letter:\n  path: dead.jsonl\n";
+  auto config = config::LoadConfigFile(dir + "/vipsd.yaml");
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  auto summary = RunOffline(*config);
+  ASSERT_TRUE(summary.ok()) << summary.status().message();
+  EXPECT_EQ(summary->steps_run, 10);
+  EXPECT_EQ(summary->records_pooled, 2000);
+  EXPECT_EQ(summary->records_rejected, 1);
+  EXPECT_NE(Slurp(dir + "/dead.jsonl").find("norm_too_large"), std::string::npos);
+  // vipsd-eval reads the release: the private model separates the classes.
+  const std::string eval = std::string(VIPSD_EVAL_BINARY) + " " + dir +
+                           "/releases/step-10 --test " + dir + "/train.jsonl";
+  FILE* pipe = popen(eval.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string out;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
+  ASSERT_EQ(pclose(pipe), 0) << out;
+  const size_t at = out.find("\"auc\":");
+  ASSERT_NE(at, std::string::npos) << out;
+  EXPECT_GT(std::stod(out.substr(at + 6)), 0.9) << out;
+  EXPECT_NE(out.find("\"model_type\":\"blr\""), std::string::npos);
+}
+
 }  // namespace
 }  // namespace vipsd::daemon
