@@ -544,6 +544,8 @@ Status ParseIo(Section& top, VipsdConfig& config) {
     }
     VIPSD_RETURN_IF_ERROR(kafka->String("client_id", false, {}, &k.client_id));
     VIPSD_RETURN_IF_ERROR(kafka->StringMap("properties", &k.properties));
+    VIPSD_RETURN_IF_ERROR(kafka->StringMap("consumer_properties", &k.consumer_properties));
+    VIPSD_RETURN_IF_ERROR(kafka->StringMap("producer_properties", &k.producer_properties));
     VIPSD_RETURN_IF_ERROR(kafka->Finish());
     VIPSD_RETURN_IF_ERROR(top.Sub("alerts", false, &alerts));
     if (alerts.has_value()) {
@@ -745,6 +747,10 @@ StatusOr<std::vector<std::string>> ChangedReloadableKeys(const VipsdConfig& a,
   diff.Fixed("kafka.bootstrap_servers", a.kafka.bootstrap_servers, b.kafka.bootstrap_servers);
   diff.Fixed("kafka.client_id", a.kafka.client_id, b.kafka.client_id);
   diff.Fixed("kafka.properties", a.kafka.properties, b.kafka.properties);
+  diff.Fixed("kafka.consumer_properties", a.kafka.consumer_properties,
+             b.kafka.consumer_properties);
+  diff.Fixed("kafka.producer_properties", a.kafka.producer_properties,
+             b.kafka.producer_properties);
   diff.Fixed("kafka.demo_corpus", a.kafka.demo_corpus, b.kafka.demo_corpus);
   diff.Fixed("kafka.partitions", a.kafka.partitions, b.kafka.partitions);
   diff.Fixed("state.directory", a.state_directory, b.state_directory);

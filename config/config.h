@@ -45,7 +45,11 @@ struct KafkaSettings {
   bool embedded = false;               // in-process mock cluster (demo, tests)
   std::string bootstrap_servers;       // required unless embedded
   std::string client_id = "vipsd";
-  std::map<std::string, std::string> properties;  // extra librdkafka properties
+  // Extra librdkafka properties: for both clients, the consumer only, the
+  // producer only (validated by librdkafka at start-up).
+  std::map<std::string, std::string> properties;
+  std::map<std::string, std::string> consumer_properties;
+  std::map<std::string, std::string> producer_properties;
   // Embedded mode only:
   std::string demo_corpus;             // JSONL produced into the first input topic
   int64_t partitions = 4;              // partitions of each topic it creates

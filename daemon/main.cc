@@ -2,31 +2,218 @@
 //
 //   vipsd --config FILE [--check-config]
 //
-// Today the daemon runs the offline path (file source, file sink); the Kafka
-// source and sink arrive with the streaming-daemon issue.
+// source.type: file  → the offline run (daemon/offline_run.h);
+// source.type: kafka → the daemon (daemon/daemon.h), until SIGTERM/SIGINT,
+//                      reloading on SIGHUP; with kafka.embedded: true it
+//                      first starts an in-process Kafka (daemon/embedded.h).
+// Runs in the foreground (systemd Type=notify; never self-daemonises).
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <mutex>
+#include <numeric>
+#include <optional>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "config/config.h"
+#include "connectors/file/file_util.h"
 #include "core/base/log.h"
+#include "core/text/vocabulary.h"
+#include "daemon/daemon.h"
+#include "daemon/embedded.h"
+#include "daemon/kafka_io.h"
+#include "daemon/metrics.h"
+#include "daemon/model_setup.h"
 #include "daemon/offline_run.h"
+#include "daemon/sd_notify.h"
+
+#ifndef VIPSD_VERSION
+#define VIPSD_VERSION "unknown"
+#endif
 
 namespace {
 
+using namespace vipsd;
+
 constexpr const char* kUsage =
-    "vipsd: differentially private streaming variational Bayes (VIPS)\n"
+    "vipsd " VIPSD_VERSION ": differentially private streaming variational Bayes (VIPS)\n"
     "\n"
     "Usage:\n"
-    "  vipsd --config FILE            run (today: the offline file-to-file run)\n"
+    "  vipsd --config FILE            run: with source.type kafka, the daemon (until\n"
+    "                                 SIGTERM/SIGINT; SIGHUP reloads FILE); with\n"
+    "                                 source.type file, the offline run over a JSONL file\n"
     "  vipsd --config FILE --check-config\n"
-    "                                 validate FILE and exit (0 valid, 2 invalid)\n"
-    "  vipsd --help\n"
+    "                                 validate FILE (keys, ranges, vocabulary, metrics\n"
+    "                                 address) and exit: 0 valid, 2 invalid\n"
+    "  vipsd --version | --help\n"
     "\n"
-    "Every key is documented in config/examples/lda_offline.yaml and README\n"
-    "\"Configuration\". Logs go to stderr (logfmt) and carry only public values.\n"
-    "Exit codes: 0 done (including a stop at the epsilon ceiling), 1 run-time\n"
-    "failure, 2 invalid command line or configuration.\n";
+    "Every key is documented in config/examples/*.yaml and README \"Configuration\".\n"
+    "kafka.embedded: true starts an in-process Kafka (librdkafka's mock cluster) and\n"
+    "prints its address, e.g. for kcat. Logs go to stderr (logfmt) and carry only\n"
+    "public values. Exit codes: 0 done (stopped, or stopped at the epsilon ceiling\n"
+    "with on_ceiling: exit), 1 run-time failure, 2 invalid command line or\n"
+    "configuration.\n";
+
+int ExitCodeFor(const Status& status) {
+  return status.code() == StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+// Prints the top words of the first topics of an LDA release (demo summary).
+void PrintTopWords(const release::Release& release, const std::string& vocabulary_path,
+                   int topics, int words) {
+  auto text = connectors::ReadWholeFile(vocabulary_path);
+  if (!text.ok()) return;
+  auto vocabulary = text::Vocabulary::Parse(*text);
+  if (!vocabulary.ok()) return;
+  for (const auto& array : release.arrays) {
+    if (array.name != "lambda" || array.shape.size() != 2) continue;
+    const int64_t k_count = array.shape[0], v_count = array.shape[1];
+    std::cout << "Top words of " << std::min<int64_t>(topics, k_count) << " of " << k_count
+              << " topics in release " << release.metadata.release_id << " (epsilon "
+              << release.metadata.epsilon_spent << ", delta " << release.metadata.delta
+              << "):\n";
+    for (int64_t k = 0; k < std::min<int64_t>(topics, k_count); ++k) {
+      std::vector<int32_t> order(static_cast<size_t>(v_count));
+      std::iota(order.begin(), order.end(), 0);
+      const double* row = array.data.data() + k * v_count;
+      std::partial_sort(order.begin(), order.begin() + std::min<int64_t>(words, v_count),
+                        order.end(), [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+      std::cout << "  topic " << k << ":";
+      for (int64_t i = 0; i < std::min<int64_t>(words, v_count); ++i) {
+        std::cout << " " << vocabulary->term(order[static_cast<size_t>(i)]);
+      }
+      std::cout << "\n";
+    }
+  }
+}
+
+int RunDaemon(const config::VipsdConfig& config) {
+  // Signals are handled by one thread with sigwait; block them everywhere
+  // before any other thread starts (librdkafka's and prometheus' included).
+  sigset_t signals;
+  sigemptyset(&signals);
+  for (int signal : {SIGINT, SIGTERM, SIGHUP, SIGUSR1}) sigaddset(&signals, signal);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  std::unique_ptr<daemon::EmbeddedKafka> embedded;
+  std::string bootstrap = config.kafka.bootstrap_servers;
+  if (config.kafka.embedded) {
+    auto started = daemon::EmbeddedKafka::Start(config);
+    if (!started.ok()) {
+      Log(LogLevel::kError, "main", "embedded Kafka: " + started.status().ToString());
+      return 1;
+    }
+    embedded = std::move(*started);
+    bootstrap = embedded->bootstrap_servers();
+    std::error_code error;
+    std::filesystem::create_directories(config.state_directory, error);
+    std::ofstream(config.state_directory + "/bootstrap") << bootstrap << "\n";
+    std::cout << "Embedded Kafka (librdkafka mock cluster) at " << bootstrap
+              << "; demo records produced: " << embedded->demo_records() << "\n";
+    if (config.sink_type == config::SinkType::kKafka) {
+      std::cout << "Read releases while it runs:  kcat -b " << bootstrap << " -t "
+                << config.release_topic << " -C -e -f '%k %h\\n'\n";
+    }
+    std::cout << std::flush;
+  }
+
+  daemon::MetricsOptions metrics_options;
+  metrics_options.listen_address = config.metrics_listen;
+  metrics_options.version = VIPSD_VERSION;
+  metrics_options.model_type = config.model_type;
+  metrics_options.input_topics = config.source_topics;
+  auto metrics = daemon::Metrics::Create(metrics_options);
+  if (!metrics.ok()) {
+    Log(LogLevel::kError, "main", "metrics: " + metrics.status().ToString());
+    return 1;
+  }
+  if ((*metrics)->port() > 0) {
+    Log(LogLevel::kInfo, "main",
+        "metrics at http://" + config.metrics_listen.substr(0, config.metrics_listen.rfind(':')) +
+            ":" + std::to_string((*metrics)->port()) + "/metrics");
+  }
+
+  auto output = daemon::NewDaemonOutput(config, bootstrap);
+  if (!output.ok()) {
+    Log(LogLevel::kError, "main", "output: " + output.status().ToString());
+    return ExitCodeFor(output.status());
+  }
+  std::mutex last_release_mutex;
+  std::optional<release::Release> last_release;
+  daemon::DaemonHooks hooks;
+  if (config.kafka.embedded) {
+    hooks.after_release = [&](const release::Release& release) {
+      std::lock_guard<std::mutex> lock(last_release_mutex);
+      last_release = release;
+    };
+  }
+  daemon::Metrics* metrics_ptr = metrics->get();
+  auto daemon = daemon::Daemon::Create(
+      config,
+      [&config, bootstrap, metrics_ptr](daemon::ResumeOffsetFn resume) {
+        return daemon::NewKafkaInput(config, bootstrap, std::move(resume), metrics_ptr);
+      },
+      std::move(*output), metrics_ptr, std::move(hooks));
+  if (!daemon.ok()) {
+    Log(LogLevel::kError, "main", daemon.status().ToString());
+    return ExitCodeFor(daemon.status());
+  }
+
+  std::thread signal_thread([&] {
+    for (;;) {
+      int signal = 0;
+      if (sigwait(&signals, &signal) != 0) continue;
+      if (signal == SIGHUP) {
+        (void)daemon::Notify("RELOADING=1");
+        Log(LogLevel::kInfo, "main", "SIGHUP: reloading " + config.file);
+        (*daemon)->RequestReload();
+        (void)daemon::Notify("READY=1");
+        continue;
+      }
+      if (signal == SIGUSR1) return;  // Run() returned by itself
+      (void)daemon::Notify("STOPPING=1");
+      Log(LogLevel::kInfo, "main",
+          std::string("signal ") + strsignal(signal) + ": finishing the current step and stopping");
+      (*daemon)->RequestStop();
+      return;
+    }
+  });
+  (void)daemon::Notify("READY=1");
+  const Status result = (*daemon)->Run();
+  pthread_kill(signal_thread.native_handle(), SIGUSR1);
+  signal_thread.join();
+  daemon->reset();  // closes the Kafka clients before the embedded cluster goes
+  if (config.kafka.embedded) {
+    std::lock_guard<std::mutex> lock(last_release_mutex);
+    if (last_release.has_value() && config.model_type == "lda") {
+      PrintTopWords(*last_release, config.vocabulary_path, 5, 8);
+    }
+    if (config.sink_type == config::SinkType::kKafka) {
+      std::cout << "Releases were published to topic " << config.release_topic
+                << " of the embedded cluster (gone with this process)\n";
+    }
+    const std::string& directory = config.sink_type == config::SinkType::kFile
+                                       ? config.sink_directory
+                                       : config.sink_mirror_directory;
+    if (!directory.empty()) {
+      std::cout << "Releases are in " << directory
+                << "/ (decode one with: /usr/bin/python3 tools/decode_release.py "
+                << directory << "/step-N)\n";
+    }
+  }
+  if (!result.ok()) {
+    Log(LogLevel::kError, "main", result.ToString());
+    return 1;
+  }
+  return 0;
+}
 
 }  // namespace
 
@@ -37,6 +224,9 @@ int main(int argc, char** argv) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
       std::cout << kUsage;
+      return 0;
+    } else if (arg == "--version") {
+      std::cout << "vipsd " VIPSD_VERSION "\n";
       return 0;
     } else if (arg == "--check-config") {
       check_only = true;
@@ -53,19 +243,36 @@ int main(int argc, char** argv) {
     std::cerr << "vipsd: missing --config FILE; see --help\n";
     return 2;
   }
-  auto config = vipsd::config::LoadConfigFile(config_path);
+  auto config = config::LoadConfigFile(config_path);
   if (!config.ok()) {
     std::cerr << "vipsd: " << config.status().message() << "\n";
     return 2;
   }
   if (check_only) {
+    // Beyond the schema: the vocabulary and the model build, and the metrics
+    // address parses.
+    auto bundle = daemon::BuildModel(*config);
+    if (!bundle.ok()) {
+      std::cerr << "vipsd: " << bundle.status().message() << "\n";
+      return 2;
+    }
+    const Status address = daemon::ValidateMetricsListenAddress(config->metrics_listen);
+    if (!address.ok()) {
+      std::cerr << "vipsd: " << config_path << ":" << config->line_of("metrics.listen")
+                << ": metrics.listen: " << address.message() << "\n";
+      return 2;
+    }
     std::cout << "vipsd: " << config_path << " is valid\n";
     return 0;
   }
-  auto summary = vipsd::daemon::RunOffline(*config);
-  if (!summary.ok()) {
-    vipsd::Log(vipsd::LogLevel::kError, "main", summary.status().ToString());
-    return 1;
+  SetMinLogLevel(config->log_level);
+  if (config->source_type == config::SourceType::kFile) {
+    auto summary = daemon::RunOffline(*config);
+    if (!summary.ok()) {
+      Log(LogLevel::kError, "main", summary.status().ToString());
+      return ExitCodeFor(summary.status());
+    }
+    return 0;
   }
-  return 0;
+  return RunDaemon(*config);
 }

@@ -1,0 +1,181 @@
+#include "daemon/kafka_io.h"
+
+#include <chrono>
+#include <map>
+#include <optional>
+
+#include "connectors/file/release_file_sink.h"
+#include "connectors/kafka/dead_letter.h"
+#include "connectors/kafka/kafka_producer.h"
+#include "connectors/kafka/kafka_source.h"
+#include "core/base/log.h"
+
+namespace vipsd::daemon {
+namespace {
+
+KafkaErrorKind Classify(const std::string& name) {
+  if (name == "_TRANSPORT" || name == "_ALL_BROKERS_DOWN" || name == "_RESOLVE" ||
+      name == "_TIMED_OUT" || name == "REQUEST_TIMED_OUT") {
+    return KafkaErrorKind::kTransport;
+  }
+  if (name.find("COMMIT") != std::string::npos) return KafkaErrorKind::kCommit;
+  return KafkaErrorKind::kConsume;
+}
+
+class KafkaInput final : public InputSource {
+ public:
+  KafkaInput(std::unique_ptr<connectors::KafkaSource> source, Metrics* metrics)
+      : source_(std::move(source)), metrics_(metrics) {}
+
+  StatusOr<std::vector<InputRecord>> Poll(size_t max_records,
+                                          std::chrono::milliseconds timeout) override {
+    auto polled = source_->Poll(max_records, timeout);
+    CountErrors();
+    if (!polled.ok()) return polled.status();
+    std::vector<InputRecord> records;
+    records.reserve(polled->size());
+    for (auto& message : *polled) {
+      InputRecord record;
+      record.topic = std::move(message.topic);
+      record.partition = message.partition;
+      record.offset = message.offset;
+      record.key = std::move(message.key);
+      record.payload = std::move(message.payload);
+      record.headers = std::move(message.headers);
+      record.oversize = message.oversize;
+      records.push_back(std::move(record));
+    }
+    return records;
+  }
+
+  Status MarkDone(const InputRecord& record) override {
+    return source_->StoreOffset(record.topic, record.partition, record.offset);
+  }
+  Status Commit() override { return source_->Commit(); }
+  int64_t Lag() const override { return source_->Lag(); }
+  Status Close() override { return source_->Close(); }
+
+ private:
+  void CountErrors() {
+    const auto stats = source_->stats();
+    for (const auto& [name, count] : stats.errors_by_kind) {
+      int64_t& seen = errors_seen_[name];
+      if (count > seen) {
+        metrics_->kafka_errors_total(Classify(name)).Increment(static_cast<double>(count - seen));
+        seen = count;
+      }
+    }
+  }
+
+  std::unique_ptr<connectors::KafkaSource> source_;
+  Metrics* metrics_;
+  std::map<std::string, int64_t> errors_seen_;
+};
+
+class DaemonOutput final : public OutputSink {
+ public:
+  DaemonOutput(const config::VipsdConfig& config,
+               std::unique_ptr<connectors::KafkaProducer> producer,
+               std::optional<connectors::ReleaseFileSink> file_sink)
+      : release_topic_(config.sink_type == config::SinkType::kKafka ? config.release_topic : ""),
+        dead_letter_topic_(config.dead_letter_topic),
+        alert_topic_(config.alert_topic),
+        timeout_(std::chrono::milliseconds(
+            static_cast<int64_t>(config.publish_timeout_seconds * 1000))),
+        producer_(std::move(producer)),
+        file_sink_(std::move(file_sink)) {}
+
+  Status PublishRelease(const release::Release& release,
+                        const release::EncodedRelease& encoded) override {
+    if (release_topic_.empty()) return file_sink_->Write(release);
+    VIPSD_RETURN_IF_ERROR(producer_->PublishRelease(release_topic_, encoded, timeout_));
+    if (file_sink_.has_value()) {
+      // The mirror is a convenience copy: the release is already published.
+      const Status mirrored = file_sink_->Write(release);
+      if (!mirrored.ok()) {
+        Log(LogLevel::kWarning, "daemon", "release mirror: " + mirrored.ToString());
+      }
+    }
+    return Status::Ok();
+  }
+
+  Status PublishDeadLetter(const InputRecord& record, connectors::RejectReason reason) override {
+    connectors::SourceMessage message;
+    message.topic = record.topic;
+    message.partition = record.partition;
+    message.offset = record.offset;
+    message.key = record.key;
+    message.payload = record.payload;
+    message.headers = record.headers;
+    message.oversize = record.oversize;
+    const connectors::OutMessage out = connectors::MakeDeadLetter(message, reason, dead_letter_topic_);
+    return producer_->ProduceAndWait({&out, 1}, timeout_);
+  }
+
+  Status PublishAlert(const std::string& json) override {
+    if (alert_topic_.empty()) return Status::Ok();
+    connectors::OutMessage out;
+    out.topic = alert_topic_;
+    out.key = "vipsd-alert";
+    out.value = json;
+    return producer_->ProduceAndWait({&out, 1}, timeout_);
+  }
+
+  Status Close() override { return producer_->Close(timeout_); }
+
+ private:
+  std::string release_topic_;
+  std::string dead_letter_topic_;
+  std::string alert_topic_;
+  std::chrono::milliseconds timeout_;
+  std::unique_ptr<connectors::KafkaProducer> producer_;
+  std::optional<connectors::ReleaseFileSink> file_sink_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<InputSource>> NewKafkaInput(const config::VipsdConfig& config,
+                                                     const std::string& bootstrap_servers,
+                                                     ResumeOffsetFn resume, Metrics* metrics) {
+  connectors::KafkaSourceOptions options;
+  options.bootstrap_servers = bootstrap_servers;
+  options.topics = config.source_topics;
+  options.group_id = config.group_id;
+  options.client_id = config.kafka.client_id;
+  options.start_position = config.start_position;
+  options.max_record_bytes = static_cast<size_t>(config.max_record_bytes);
+  options.properties = config.kafka.properties;
+  for (const auto& [key, value] : config.kafka.consumer_properties) options.properties[key] = value;
+  options.resume_offset = std::move(resume);
+  options.on_assigned = [](const std::vector<connectors::TopicPartitionRef>& partitions) {
+    Log(LogLevel::kInfo, "kafka", "partitions assigned: " + std::to_string(partitions.size()));
+  };
+  options.on_revoked = [](const std::vector<connectors::TopicPartitionRef>& partitions) {
+    Log(LogLevel::kInfo, "kafka", "partitions revoked: " + std::to_string(partitions.size()));
+  };
+  VIPSD_ASSIGN_OR_RETURN(auto source, connectors::KafkaSource::Create(std::move(options)));
+  return std::unique_ptr<InputSource>(new KafkaInput(std::move(source), metrics));
+}
+
+StatusOr<std::unique_ptr<OutputSink>> NewDaemonOutput(const config::VipsdConfig& config,
+                                                      const std::string& bootstrap_servers) {
+  connectors::KafkaProducerOptions options;
+  options.bootstrap_servers = bootstrap_servers;
+  options.client_id = config.kafka.client_id;
+  options.message_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(config.publish_timeout_seconds * 1000));
+  options.properties = config.kafka.properties;
+  for (const auto& [key, value] : config.kafka.producer_properties) options.properties[key] = value;
+  VIPSD_ASSIGN_OR_RETURN(auto producer, connectors::KafkaProducer::Create(std::move(options)));
+  std::optional<connectors::ReleaseFileSink> file_sink;
+  const std::string& directory = config.sink_type == config::SinkType::kFile
+                                     ? config.sink_directory
+                                     : config.sink_mirror_directory;
+  if (!directory.empty()) {
+    VIPSD_ASSIGN_OR_RETURN(auto sink, connectors::ReleaseFileSink::Open(directory));
+    file_sink.emplace(std::move(sink));
+  }
+  return std::unique_ptr<OutputSink>(new DaemonOutput(config, std::move(producer), std::move(file_sink)));
+}
+
+}  // namespace vipsd::daemon

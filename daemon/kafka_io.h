@@ -1,0 +1,34 @@
+// The daemon's production I/O (daemon/io.h) over Kafka: the input source is
+// a connectors::KafkaSource in the configured consumer group; the output
+// sends releases to the release topic (chunked, manifest last, confirmed by
+// delivery reports) or, with sink.type: file, to a release directory, and
+// dead letters and alerts to their topics through one idempotent producer.
+//
+// librdkafka client errors are classified for vipsd_kafka_errors_total
+// (transport vs consume) from the source's counters after every poll.
+//
+// Privacy: see io.h. Dead letters carry the original record unchanged, so
+// the dead-letter topic needs the input topic's access control (README
+// "Threat model").
+//
+// Thread-safety: as io.h requires; the producer serialises its calls.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "config/config.h"
+#include "core/base/status.h"
+#include "daemon/io.h"
+#include "daemon/metrics.h"
+
+namespace vipsd::daemon {
+
+StatusOr<std::unique_ptr<InputSource>> NewKafkaInput(const config::VipsdConfig& config,
+                                                     const std::string& bootstrap_servers,
+                                                     ResumeOffsetFn resume, Metrics* metrics);
+
+StatusOr<std::unique_ptr<OutputSink>> NewDaemonOutput(const config::VipsdConfig& config,
+                                                      const std::string& bootstrap_servers);
+
+}  // namespace vipsd::daemon

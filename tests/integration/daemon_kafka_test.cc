@@ -1,0 +1,364 @@
+// The vipsd binary end to end against a real Kafka protocol peer
+// (librdkafka's mock cluster, hosted by this test process so that it
+// survives daemon restarts), with kcat as an independent client and the
+// reference decoder (tools/decode_release.py) reading the release topic.
+//
+// Covers issue 4's checks: kcat in → releases out (decoded); malformed
+// records dead-lettered with reasons while the daemon keeps running; SIGKILL
+// mid-run and restart (t and ε continue, releases continue with higher
+// steps, pool rebuilt); the ceiling (halt exactly before the crossing step,
+// no new budget after a restart); residency start-up refusal; a release
+// larger than 1 MB round-tripping through the topic.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "connectors/file/file_util.h"
+#include "connectors/kafka/mock_cluster.h"
+#include "daemon/ledger.h"
+
+namespace vipsd {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string Shell(const std::string& command, int* exit_code = nullptr) {
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string out;
+  if (pipe == nullptr) return out;
+  char buffer[65536];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
+  const int status = pclose(pipe);
+  if (exit_code != nullptr) *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+std::string Slurp(const std::string& path) {
+  auto bytes = connectors::ReadWholeFile(path);
+  return bytes.ok() ? *bytes : std::string();
+}
+
+bool WaitFor(const std::function<bool()>& condition, std::chrono::seconds deadline) {
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  while (std::chrono::steady_clock::now() < until) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(100ms);
+  }
+  return condition();
+}
+
+// One vipsd process with stderr (logs) and stdout captured to files.
+class VipsdProcess {
+ public:
+  VipsdProcess(const std::string& config, const std::string& log) : log_(log) {
+    pid_ = fork();
+    if (pid_ == 0) {
+      FILE* out = std::freopen(log.c_str(), "a", stderr);
+      (void)out;
+      FILE* out2 = std::freopen((log + ".stdout").c_str(), "a", stdout);
+      (void)out2;
+      execl(VIPSD_BINARY, "vipsd", "--config", config.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+  }
+  ~VipsdProcess() {
+    if (pid_ > 0 && !exited_) Kill(SIGKILL);
+  }
+  void Kill(int signal) { ::kill(pid_, signal); }
+  // Exit code, or -1 on timeout / signal.
+  int Wait(std::chrono::seconds deadline) {
+    const auto until = std::chrono::steady_clock::now() + deadline;
+    while (std::chrono::steady_clock::now() < until) {
+      int status = 0;
+      const pid_t done = waitpid(pid_, &status, WNOHANG);
+      if (done == pid_) {
+        exited_ = true;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    return -1;
+  }
+  std::string Log() const { return Slurp(log_); }
+
+ private:
+  std::string log_;
+  pid_t pid_ = -1;
+  bool exited_ = false;
+};
+
+class DaemonKafkaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto cluster = connectors::MockCluster::Create(1);
+    ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+    cluster_ = std::move(*cluster);
+    bootstrap_ = cluster_->bootstrap_servers();
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = ::testing::TempDir() + "daemon_kafka_" + info->name() + "_" + std::to_string(getpid());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    for (const char* topic : {"docs", "releases", "dead", "alerts"}) {
+      ASSERT_TRUE(cluster_->CreateTopic(topic, std::string(topic) == "docs" ? 2 : 1).ok());
+    }
+    group_ = std::string("vipsd-it-") + info->name() + "-" + std::to_string(getpid());
+  }
+
+  void WriteVocabulary(int size) {
+    std::ofstream vocab(dir_ + "/vocab.txt");
+    const char* base[] = {"apple", "banana", "cherry", "date", "elder", "fig"};
+    for (int i = 0; i < size; ++i) {
+      if (i < 6) {
+        vocab << base[i] << "\n";
+      } else {
+        // Distinct [a-z]+ terms.
+        std::string term = "w";
+        for (int x = i; x > 0; x /= 26) term += static_cast<char>('a' + x % 26);
+        vocab << term << "\n";
+      }
+    }
+  }
+
+  std::string WriteConfig(const std::string& privacy, const std::string& extra_schedule = "",
+                          int topics = 2, const std::string& extra_sink = "") {
+    std::ofstream yaml(dir_ + "/vipsd.yaml");
+    yaml << "model:\n  type: lda\n  lda:\n    topics: " << topics
+         << "\n    vocabulary: vocab.txt\n    alpha: 0.5\n    eta: 0.1\n    resample_length: 10\n"
+         << "privacy:\n" << privacy
+         << "schedule:\n  tau0: 1\n  kappa: 0.7\n  threads: 2\n  interval_seconds: 0.2\n"
+         << extra_schedule
+         << "source:\n  type: kafka\n  topics: [docs]\n  group_id: " << group_ << "\n"
+         << "sink:\n  type: kafka\n  topic: releases\n  publish_every: 1\n" << extra_sink
+         << "dead_letter:\n  topic: dead\nalerts:\n  topic: alerts\n"
+         << "kafka:\n  bootstrap_servers: \"" << bootstrap_ << "\"\n"
+         << "  properties:\n    reconnect.backoff.max.ms: \"1000\"\n"
+         << "  consumer_properties:\n    session.timeout.ms: \"6000\"\n"
+         << "    heartbeat.interval.ms: \"500\"\n"
+         << "state:\n  directory: state\nmetrics:\n  listen: \"\"\n";
+    return dir_ + "/vipsd.yaml";
+  }
+
+  // Produces lines with kcat (an independent client), keyed by line number.
+  void ProduceWithKcat(const std::vector<std::string>& lines) {
+    std::string input;
+    for (size_t i = 0; i < lines.size(); ++i) input += "k" + std::to_string(i) + "\t" + lines[i] + "\n";
+    ASSERT_TRUE(connectors::WriteFileDurably(dir_ + "/input.txt", input, false, 0600).ok());
+    int code = 0;
+    const std::string out = Shell("kcat -P -b " + bootstrap_ + " -t docs -K '\t' -l " + dir_ +
+                                      "/input.txt 2>&1",
+                                  &code);
+    ASSERT_EQ(code, 0) << out;
+  }
+
+  // Dumps a topic with kcat in the reference decoder's format.
+  std::string DumpTopic(const std::string& topic) {
+    const std::string path = dir_ + "/" + topic + ".dump";
+    Shell("kcat -C -b " + bootstrap_ + " -t " + topic +
+          " -o beginning -e -q -f 'vipsd-kcat %p %o %K %S\\n%k\\n%h\\n%s\\n' > " + path +
+          " 2>/dev/null");
+    return path;
+  }
+
+  // Release ids and steps decoded from the release topic by the reference decoder.
+  std::vector<int64_t> ReleasedSteps(std::string* json_lines = nullptr) {
+    const std::string dump = DumpTopic("releases");
+    int code = 0;
+    const std::string out = Shell("/usr/bin/python3 " + std::string(VIPSD_SOURCE_DIR) +
+                                      "/tools/decode_release.py --kcat " + dump + " --json 2>&1",
+                                  &code);
+    if (json_lines != nullptr) *json_lines = out;
+    std::vector<int64_t> steps;
+    const std::regex step_re("\"step\": ([0-9]+)");
+    for (auto it = std::sregex_iterator(out.begin(), out.end(), step_re);
+         it != std::sregex_iterator(); ++it) {
+      steps.push_back(std::stoll((*it)[1]));
+    }
+    return steps;
+  }
+
+  daemon::LedgerState Ledger() {
+    auto state = daemon::Ledger::Decode(Slurp(dir_ + "/state/ledger"), "ledger");
+    EXPECT_TRUE(state.ok()) << state.status().ToString();
+    return state.ok() ? *state : daemon::LedgerState();
+  }
+
+  static std::string Document(int i) {
+    return std::string("{\"id\": ") + std::to_string(i) + ", \"text\": \"" +
+           (i % 2 ? "apple banana apple cherry" : "date elder fig fig") + "\"}";
+  }
+
+  std::unique_ptr<connectors::MockCluster> cluster_;
+  std::string bootstrap_;
+  std::string dir_;
+  std::string group_;
+};
+
+const char* kPrivate =
+    "  noise_multiplier: 1.0\n  sampling_rate: 0.2\n  delta: 1.0e-5\n  epsilon_ceiling: 1000\n";
+
+TEST_F(DaemonKafkaTest, KcatInReleasesOutDeadLettersAndKeepsRunning) {
+  WriteVocabulary(6);
+  std::vector<std::string> lines;
+  for (int i = 0; i < 100; ++i) lines.push_back(Document(i));
+  lines.push_back("{\"id\": 1, \"text\": 5}");
+  lines.push_back("not json");
+  lines.push_back("{\"id\": 2, \"text\": \"zebra\"}");
+  ProduceWithKcat(lines);
+  VipsdProcess vipsd(WriteConfig(kPrivate), dir_ + "/vipsd.log");
+  ASSERT_TRUE(WaitFor([&] { return ReleasedSteps().size() >= 3; }, 60s)) << vipsd.Log();
+  // Dead letters, with reasons and the original bytes, read by kcat.
+  std::string dead;
+  ASSERT_TRUE(WaitFor([&] {
+    dead = Slurp(DumpTopic("dead"));
+    return dead.find("empty_document") != std::string::npos &&
+           dead.find("invalid_json") != std::string::npos &&
+           dead.find("bad_text") != std::string::npos;
+  }, 30s)) << dead;
+  EXPECT_NE(dead.find("vipsd-reason=bad_text"), std::string::npos) << dead;
+  EXPECT_NE(dead.find("vipsd-reason=invalid_json"), std::string::npos);
+  EXPECT_NE(dead.find("vipsd-reason=empty_document"), std::string::npos);
+  EXPECT_NE(dead.find("not json"), std::string::npos);
+  // More records after the bad ones: still consumed, still stepping.
+  ProduceWithKcat({Document(1000), Document(1001)});
+  const size_t before = ReleasedSteps().size();
+  ASSERT_TRUE(WaitFor([&] { return ReleasedSteps().size() >= before + 2; }, 30s));
+  std::string decoded;
+  const auto steps = ReleasedSteps(&decoded);
+  for (size_t i = 1; i < steps.size(); ++i) EXPECT_GT(steps[i], steps[i - 1]);
+  EXPECT_NE(decoded.find("\"is_private\": true"), std::string::npos) << decoded;
+  EXPECT_NE(decoded.find("\"lambda\": {\"shape\": [2, 6]"), std::string::npos) << decoded;
+  vipsd.Kill(SIGTERM);
+  EXPECT_EQ(vipsd.Wait(30s), 0) << vipsd.Log();
+  // Log lines carry no record content.
+  EXPECT_EQ(vipsd.Log().find("not json"), std::string::npos);
+  EXPECT_EQ(vipsd.Log().find("zebra"), std::string::npos);
+}
+
+TEST_F(DaemonKafkaTest, SigkillMidRunThenRestartContinuesBudgetAndSteps) {
+  WriteVocabulary(6);
+  std::vector<std::string> lines;
+  for (int i = 0; i < 80; ++i) lines.push_back(Document(i));
+  ProduceWithKcat(lines);
+  // No step before the pool holds all 80 records (stream volume is public).
+  const std::string config = WriteConfig(kPrivate, "  min_pool_records: 80\n");
+  int64_t killed_next_step = 0;
+  double killed_epsilon = 0;
+  int64_t max_step_before = 0;
+  {
+    VipsdProcess vipsd(config, dir_ + "/vipsd1.log");
+    ASSERT_TRUE(WaitFor([&] { return ReleasedSteps().size() >= 4; }, 60s)) << vipsd.Log();
+    vipsd.Kill(SIGKILL);
+    vipsd.Wait(10s);
+    const daemon::LedgerState state = Ledger();
+    killed_next_step = state.next_step;
+    killed_epsilon = state.accountant
+                         .GetEpsilon(1e-5, privacy::RdpConversion::kImproved,
+                                     privacy::Adaptivity::kAdaptiveFilter)
+                         ->epsilon;
+    for (int64_t step : ReleasedSteps()) max_step_before = std::max(max_step_before, step);
+    EXPECT_GE(killed_next_step, max_step_before + 1);  // ledger before release
+  }
+  VipsdProcess vipsd(config, dir_ + "/vipsd2.log");
+  ASSERT_TRUE(WaitFor([&] {
+    int64_t latest = 0;
+    for (int64_t step : ReleasedSteps()) latest = std::max(latest, step);
+    return latest >= killed_next_step + 2;
+  }, 60s)) << vipsd.Log();
+  vipsd.Kill(SIGTERM);
+  EXPECT_EQ(vipsd.Wait(30s), 0);
+  const daemon::LedgerState state = Ledger();
+  EXPECT_GT(state.next_step, killed_next_step);
+  const double epsilon = state.accountant
+                             .GetEpsilon(1e-5, privacy::RdpConversion::kImproved,
+                                         privacy::Adaptivity::kAdaptiveFilter)
+                             ->epsilon;
+  EXPECT_GT(epsilon, killed_epsilon);
+  // The restarted daemon resumed at the ledger's t and rebuilt its pool
+  // from the topic (80 records, nothing lost).
+  const std::string log = vipsd.Log();
+  EXPECT_NE(log.find("next_step=" + std::to_string(killed_next_step)), std::string::npos) << log;
+  EXPECT_NE(log.find("pool=80"), std::string::npos) << log;
+}
+
+TEST_F(DaemonKafkaTest, HaltsBeforeTheCeilingAndARestartGrantsNoBudget) {
+  WriteVocabulary(6);
+  std::vector<std::string> lines;
+  for (int i = 0; i < 40; ++i) lines.push_back(Document(i));
+  ProduceWithKcat(lines);
+  const std::string config = WriteConfig(
+      "  noise_multiplier: 1.5\n  sampling_rate: 0.2\n  delta: 1.0e-5\n  epsilon_ceiling: 3.0\n"
+      "  on_ceiling: exit\n");
+  VipsdProcess first(config, dir_ + "/vipsd1.log");
+  ASSERT_EQ(first.Wait(90s), 0) << first.Log();
+  const daemon::LedgerState state = Ledger();
+  const auto spent = state.accountant.GetEpsilon(1e-5, privacy::RdpConversion::kImproved,
+                                                 privacy::Adaptivity::kAdaptiveFilter);
+  const auto next = state.accountant.EpsilonIfComposed(0.2, 1.5, 1, 1e-5,
+                                                       privacy::RdpConversion::kImproved,
+                                                       privacy::Adaptivity::kAdaptiveFilter);
+  EXPECT_LE(spent->epsilon, 3.0);
+  EXPECT_GT(next->epsilon, 3.0);
+  EXPECT_GT(state.accountant.steps(), 1);
+  EXPECT_NE(first.Log().find("epsilon ceiling reached"), std::string::npos);
+  const std::string alerts = Slurp(DumpTopic("alerts"));
+  EXPECT_NE(alerts.find("\"event\": \"halted\""), std::string::npos) << alerts;
+  // Restart: halts at once, no step, the same ledger.
+  VipsdProcess second(config, dir_ + "/vipsd2.log");
+  ASSERT_EQ(second.Wait(60s), 0) << second.Log();
+  const daemon::LedgerState after = Ledger();
+  EXPECT_EQ(after.next_step, state.next_step);
+  EXPECT_EQ(after.accountant, state.accountant);
+}
+
+TEST_F(DaemonKafkaTest, ResidencyStartUpRefusesAnUnaffordableM) {
+  WriteVocabulary(6);
+  VipsdProcess vipsd(WriteConfig("  noise_multiplier: 0.8\n  sampling_rate: 0.5\n  delta: 1.0e-5\n"
+                                 "  epsilon_ceiling: 1.0\n  accounting: residency\n"
+                                 "  residency_steps: 1000\n"),
+                     dir_ + "/vipsd.log");
+  EXPECT_EQ(vipsd.Wait(30s), 2);
+  EXPECT_NE(vipsd.Log().find("privacy.residency_steps: a record present for 1000 steps"),
+            std::string::npos)
+      << vipsd.Log();
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/state/ledger"));
+}
+
+TEST_F(DaemonKafkaTest, AReleaseLargerThanOneMegabyteRoundTripsThroughTheTopic) {
+  WriteVocabulary(8000);  // K = 50, V = 8000: λ is 3.2 MB
+  std::vector<std::string> lines;
+  for (int i = 0; i < 20; ++i) lines.push_back(Document(i));
+  ProduceWithKcat(lines);
+  VipsdProcess vipsd(WriteConfig(kPrivate, "  max_steps: 1\n", 50, "  mirror_directory: mirror\n"),
+                     dir_ + "/vipsd.log");
+  ASSERT_EQ(vipsd.Wait(90s), 0) << vipsd.Log();
+  const std::string dump = DumpTopic("releases");
+  int code = 0;
+  const std::string out = Shell("/usr/bin/python3 " + std::string(VIPSD_SOURCE_DIR) +
+                                    "/tools/decode_release.py --kcat " + dump +
+                                    " --extract " + dir_ + "/extracted --json 2>&1",
+                                &code);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("\"lambda\": {\"shape\": [50, 8000]"), std::string::npos) << out;
+  // More than one chunk went through Kafka, and the bytes equal the mirror's.
+  const std::string from_topic = Slurp(dir_ + "/extracted/step-1/lambda.npy");
+  const std::string mirrored = Slurp(dir_ + "/mirror/step-1/lambda.npy");
+  EXPECT_GT(from_topic.size(), size_t{3200000});
+  EXPECT_EQ(from_topic, mirrored);
+  EXPECT_NE(Slurp(dump).find("vipsd-chunks=4"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace vipsd
