@@ -25,6 +25,8 @@
 #include <thread>
 #include <vector>
 
+#include <librdkafka/rdkafkacpp.h>
+
 #include "connectors/file/file_util.h"
 #include "connectors/kafka/mock_cluster.h"
 #include "daemon/ledger.h"
@@ -195,6 +197,28 @@ class DaemonKafkaTest : public ::testing::Test {
     return state.ok() ? *state : daemon::LedgerState();
   }
 
+  // The group's committed offsets, summed over the input partitions (an
+  // OffsetFetch without joining the group).
+  int64_t CommittedTotal() {
+    std::string error;
+    std::unique_ptr<RdKafka::Conf> conf(RdKafka::Conf::create(RdKafka::Conf::CONF_GLOBAL));
+    conf->set("bootstrap.servers", bootstrap_, error);
+    conf->set("group.id", group_, error);
+    std::unique_ptr<RdKafka::KafkaConsumer> consumer(
+        RdKafka::KafkaConsumer::create(conf.get(), error));
+    if (!consumer) return -1;
+    std::vector<RdKafka::TopicPartition*> partitions = {
+        RdKafka::TopicPartition::create("docs", 0), RdKafka::TopicPartition::create("docs", 1)};
+    int64_t total = -1;
+    if (consumer->committed(partitions, 10000) == RdKafka::ERR_NO_ERROR) {
+      total = 0;
+      for (auto* partition : partitions) total += std::max<int64_t>(0, partition->offset());
+    }
+    RdKafka::TopicPartition::destroy(partitions);
+    consumer->close();
+    return total;
+  }
+
   static std::string Document(int i) {
     return std::string("{\"id\": ") + std::to_string(i) + ", \"text\": \"" +
            (i % 2 ? "apple banana apple cherry" : "date elder fig fig") + "\"}";
@@ -242,6 +266,8 @@ TEST_F(DaemonKafkaTest, KcatInReleasesOutDeadLettersAndKeepsRunning) {
   EXPECT_NE(decoded.find("\"lambda\": {\"shape\": [2, 6]"), std::string::npos) << decoded;
   vipsd.Kill(SIGTERM);
   EXPECT_EQ(vipsd.Wait(30s), 0) << vipsd.Log();
+  // Every record — pooled or dead-lettered — was committed: 105 in all.
+  EXPECT_EQ(CommittedTotal(), 105);
   // Log lines carry no record content.
   EXPECT_EQ(vipsd.Log().find("not json"), std::string::npos);
   EXPECT_EQ(vipsd.Log().find("zebra"), std::string::npos);
