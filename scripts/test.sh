@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one command that runs the whole vipsd test suite:
 #   installs missing packages, builds, runs every test with ctest.
-# VIPSD_SANITIZE=address scripts/test.sh runs the same suite under ASan+UBSan.
+# VIPSD_SANITIZE=address scripts/test.sh runs the same suite under ASan+UBSan,
+# VIPSD_SANITIZE=thread under ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -10,5 +11,10 @@ dir=build${san:+-$san}
 scripts/build.sh "$dir"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+# librdkafka is not built with TSan: its internal races are suppressed (its C11
+# threads are made visible by connectors/kafka/tsan_c11_threads.c).
+if [[ "$san" == thread ]]; then
+  export TSAN_OPTIONS=${TSAN_OPTIONS:-suppressions=$PWD/scripts/tsan.supp halt_on_error=1}
+fi
 cd "$dir"
 ctest --output-on-failure -j"$(nproc)"

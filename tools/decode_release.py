@@ -1,17 +1,42 @@
 #!/usr/bin/python3
-"""Reference decoder of a vipsd release directory (docs/release_format.md).
+r"""Reference decoder of vipsd releases (docs/release_format.md).
 
-Usage:  decode_release.py RELEASE_DIR [--json [--values]]
-As a module:  metadata, arrays = load_release(path)
+Usage:
+  decode_release.py RELEASE_DIR [--json [--values]]
+  decode_release.py --kcat DUMP [--release-id ID] [--json [--values]] [--extract DIR]
+As a module:
+  metadata, arrays = load_release(path)
+  for manifest, arrays, files in load_kcat_releases(dump_bytes): ...
 
-Reads RELEASE_DIR/manifest.json, checks its format, schema version and
-fields, then for every array checks the file's size and BLAKE2b-256 against
-the manifest, loads it with numpy (allow_pickle=False) and checks dtype,
-order, shape and finiteness. Prints a summary (metadata, then each array's
-shape, min and max), or with --json one JSON object: the metadata fields
-plus "arrays": {name: {shape, dtype, min, max, sum, blake2b}} (--values adds
-each array's values, flattened in C order). Any mismatch: a one-line error
-on stderr and exit status 1. Needs only Python 3 and numpy.
+Directory mode reads RELEASE_DIR/manifest.json, checks its format, schema
+version and fields, then for every array checks the file's size and
+BLAKE2b-256 against the manifest, loads it with numpy (allow_pickle=False)
+and checks dtype, order, shape and finiteness. Prints a summary (metadata,
+then each array's shape, min and max), or with --json one JSON object: the
+metadata fields plus "arrays": {name: {shape, dtype, min, max, sum,
+blake2b}} (--values adds each array's values, flattened in C order). Any
+mismatch: a one-line error on stderr and exit status 1.
+
+Kafka mode (--kcat) reads a dump of the release topic written by kcat 1.7
+with exactly this format (length-prefixed, so binary chunks survive):
+
+  kcat -C -b BROKERS -t TOPIC -o beginning -e -q \
+       -f 'vipsd-kcat %p %o %K %S\n%k\n%h\n%s\n' > DUMP
+
+and reassembles the releases as the C++ ReleaseAssembler does: chunks are
+buffered per (vipsd-release-id, vipsd-file) and ordered by vipsd-chunk; when
+a manifest.json message arrives, its release is complete only if every file
+has all vipsd-chunks chunks; the files are then verified exactly as in
+directory mode. A repeated chunk replaces the earlier copy; a chunk with a
+different vipsd-chunks restarts its file. Every release that completes is
+printed (--json: one JSON object per line; --release-id: only that release,
+the last copy if it was published twice) and, with --extract, written to
+DIR/<release_id>/ as a release directory. A release whose manifest arrives
+but which is incomplete or does not verify is an error (one line on stderr,
+exit status 1 after the other releases are printed); chunks whose manifest
+never arrived (a failed publication) only give a warning. kcat prints
+headers as "name=value,..." (no escaping): vipsd's release headers never
+contain ',' or '='. Needs only Python 3 and numpy.
 """
 import argparse
 import hashlib
@@ -75,14 +100,13 @@ def _no_duplicate_keys(pairs):
     return result
 
 
-def _read_manifest(path):
-    manifest_path = os.path.join(path, MANIFEST)
+def _parse_manifest(raw, manifest_path):
+    """Parses and checks manifest bytes; manifest_path labels the errors."""
     try:
-        with open(manifest_path, "rb") as f:
-            manifest = json.loads(f.read().decode("utf-8"), object_pairs_hook=_no_duplicate_keys)
+        manifest = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicate_keys)
     except ReleaseError as e:
         raise ReleaseError("%s: %s" % (manifest_path, e))
-    except (OSError, ValueError) as e:
+    except ValueError as e:
         raise ReleaseError("%s: cannot read: %s" % (manifest_path, e))
     if not isinstance(manifest, dict):
         raise ReleaseError("%s: not a JSON object" % manifest_path)
@@ -105,7 +129,7 @@ def _read_manifest(path):
             raise ReleaseError("%s: dimensions[%r] is not an integer" % (manifest_path, key))
     if not isinstance(manifest.get("arrays"), list) or not manifest["arrays"]:
         raise ReleaseError("%s: 'arrays' must be a non-empty list" % manifest_path)
-    return manifest_path, manifest
+    return manifest
 
 
 def _check_entry(manifest_path, index, entry, seen):
@@ -142,16 +166,37 @@ def load_release(path):
 
 
 def _load(path):
-    manifest_path, manifest = _read_manifest(path)
+    manifest_path = os.path.join(path, MANIFEST)
+    try:
+        with open(manifest_path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise ReleaseError("%s: cannot read: %s" % (manifest_path, e))
+    manifest = _parse_manifest(raw, manifest_path)
+
+    def read_file(name):
+        file_path = os.path.join(path, name)
+        try:
+            with open(file_path, "rb") as f:
+                return f.read()
+        except OSError as e:
+            raise ReleaseError("%s: cannot read: %s" % (file_path, e.strerror))
+
+    return manifest, _verify_arrays(manifest, manifest_path, read_file, lambda name: os.path.join(path, name))
+
+
+def _verify_arrays(manifest, manifest_path, read_file, label):
+    """Checks every array of a parsed manifest against its file bytes.
+
+    read_file(name) returns the bytes of file `name` (or raises
+    ReleaseError); label(name) names the file in error messages. Returns
+    {array name: numpy array} in manifest order.
+    """
     arrays = {}
     for index, entry in enumerate(manifest["arrays"]):
         _check_entry(manifest_path, index, entry, arrays)
-        file_path = os.path.join(path, entry["file"])
-        try:
-            with open(file_path, "rb") as f:
-                data = f.read()
-        except OSError as e:
-            raise ReleaseError("%s: cannot read: %s" % (file_path, e.strerror))
+        file_path = label(entry["file"])
+        data = read_file(entry["file"])
         if len(data) != entry["bytes"]:
             raise ReleaseError("%s: %d bytes, manifest says %d" % (file_path, len(data), entry["bytes"]))
         if hashlib.blake2b(data, digest_size=32).hexdigest() != entry["blake2b"]:
@@ -170,7 +215,190 @@ def _load(path):
         if not np.all(np.isfinite(array)):
             raise ReleaseError("%s: contains non-finite values" % file_path)
         arrays[entry["name"]] = array
+    return arrays
+
+
+# ---- Kafka: kcat dumps of the release topic --------------------------------
+
+KCAT_FORMAT = r"vipsd-kcat %p %o %K %S\n%k\n%h\n%s\n"
+_KCAT_RECORD = re.compile(rb"vipsd-kcat (\d+) (\d+) (-1|\d+) (-1|\d+)\n")
+_RELEASE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
+_DECIMAL = re.compile(r"(0|[1-9][0-9]{0,8})\Z")
+_MAX_CHUNKS = 1 << 20
+
+
+class KafkaMessage(object):
+    """One message of a kcat dump: partition, offset, key (bytes or None),
+    headers (list of (name, value) str pairs), value (bytes or None)."""
+
+    def __init__(self, partition, offset, key, headers, value):
+        self.partition = partition
+        self.offset = offset
+        self.key = key
+        self.headers = headers
+        self.value = value
+
+
+def read_kcat_dump(data):
+    """Splits a dump written with KCAT_FORMAT into KafkaMessage objects."""
+    messages = []
+    pos = 0
+    while pos < len(data):
+        match = _KCAT_RECORD.match(data, pos)
+        if not match:
+            raise ReleaseError("kcat dump: byte %d: expected a 'vipsd-kcat P O K S' line "
+                               "(dump with -f '%s')" % (pos, KCAT_FORMAT))
+        partition, offset, key_len, value_len = (int(g) for g in match.groups())
+        pos = match.end()
+        where = "kcat dump: partition %d offset %d" % (partition, offset)
+        key = None
+        if key_len >= 0:
+            key = data[pos:pos + key_len]
+            pos += key_len
+        if data[pos:pos + 1] != b"\n":
+            raise ReleaseError("%s: truncated key" % where)
+        pos += 1
+        end = data.find(b"\n", pos)
+        if end < 0:
+            raise ReleaseError("%s: truncated headers" % where)
+        headers = []
+        line = data[pos:end].decode("utf-8", errors="replace")
+        if line:
+            for item in line.split(","):
+                name, sep, value = item.partition("=")
+                if not sep:
+                    raise ReleaseError("%s: header %r is not name=value" % (where, item[:64]))
+                headers.append((name, value))
+        pos = end + 1
+        value = None
+        if value_len >= 0:
+            if pos + value_len > len(data):
+                raise ReleaseError("%s: truncated value" % where)
+            value = data[pos:pos + value_len]
+            pos += value_len
+        if data[pos:pos + 1] != b"\n":
+            raise ReleaseError("%s: value is not followed by a newline (dump format?)" % where)
+        pos += 1
+        messages.append(KafkaMessage(partition, offset, key, headers, value))
+    return messages
+
+
+def assemble_releases(messages):
+    """Reassembles releases from release-topic messages (in topic order).
+
+    Returns (releases, errors, warnings): releases is a list of
+    (release_id, manifest_bytes, {file name: bytes}) for every manifest
+    whose files are all complete; errors lists the releases dropped at their
+    manifest; warnings the ignored messages and the releases whose manifest
+    never arrived.
+    """
+    pending = {}  # release id -> {file: [chunk count, {index: bytes}]}
+    releases, errors, warnings = [], [], []
+    for m in messages:
+        where = "partition %d offset %d" % (m.partition, m.offset)
+        fields = {}
+        duplicate = False
+        for name, value in m.headers:
+            if name.startswith("vipsd-"):
+                duplicate = duplicate or name in fields
+                fields[name] = value
+        release_id, file_name = fields.get("vipsd-release-id"), fields.get("vipsd-file")
+        if duplicate or release_id is None or file_name is None:
+            warnings.append("%s: not a release message, ignored" % where)
+            continue
+        if not _RELEASE_ID.match(release_id) or m.key != release_id.encode("ascii"):
+            warnings.append("%s: bad release id or key differs from vipsd-release-id, ignored" % where)
+            continue
+        value = m.value if m.value is not None else b""
+        if file_name == MANIFEST:
+            files = pending.pop(release_id, {})
+            assembled = {}
+            problem = None
+            for name, (count, chunks) in files.items():
+                missing = [i for i in range(count) if i not in chunks]
+                if missing:
+                    problem = "%s: chunk %d of %d missing" % (name, missing[0], count)
+                    break
+                assembled[name] = b"".join(chunks[i] for i in range(count))
+            if problem:
+                errors.append("release %s dropped: %s" % (release_id, problem))
+            else:
+                releases.append((release_id, value, assembled))
+            continue
+        if not (file_name.endswith(".npy") and _ARRAY_NAME.match(file_name[:-4])):
+            warnings.append("%s: vipsd-file %r is neither manifest.json nor <array>.npy, ignored"
+                            % (where, file_name[:64]))
+            continue
+        chunk, count = fields.get("vipsd-chunk", ""), fields.get("vipsd-chunks", "")
+        if not (_DECIMAL.match(chunk) and _DECIMAL.match(count)) or not (
+                0 <= int(chunk) < int(count) <= _MAX_CHUNKS):
+            warnings.append("%s: bad vipsd-chunk / vipsd-chunks, ignored" % where)
+            continue
+        entry = pending.setdefault(release_id, {}).setdefault(file_name, [int(count), {}])
+        if entry[0] != int(count):
+            warnings.append("release %s file %s: chunk count changed from %d to %s; earlier chunks "
+                            "discarded" % (release_id, file_name, entry[0], count))
+            entry[0], entry[1] = int(count), {}
+        entry[1][int(chunk)] = value
+    for release_id in pending:
+        warnings.append("release %s incomplete: its manifest never arrived, ignored" % release_id)
+    return releases, errors, warnings
+
+
+def _verify_assembled(release_id, manifest_bytes, files):
+    label = lambda name: name
+    manifest = _parse_manifest(manifest_bytes, label(MANIFEST))
+    if manifest["release_id"] != release_id:
+        raise ReleaseError("%s: release_id %r differs from vipsd-release-id"
+                           % (label(MANIFEST), manifest["release_id"]))
+
+    def read_file(name):
+        if name not in files:
+            raise ReleaseError("%s: no chunk received" % label(name))
+        return files[name]
+
+    arrays = _verify_arrays(manifest, label(MANIFEST), read_file, label)
+    extra = sorted(set(files) - set(e["file"] for e in manifest["arrays"]))
+    if extra:
+        raise ReleaseError("%s is not listed in the manifest" % label(extra[0]))
     return manifest, arrays
+
+
+def load_kcat_releases(dump, errors=None, warnings=None):
+    """Verified releases of a kcat dump (bytes), in manifest order.
+
+    Returns a list of (manifest, arrays, files): the parsed manifest (with
+    "arrays"), {name: numpy array}, and {file name: bytes} including
+    manifest.json. Releases that fail are left out; their messages are
+    appended to `errors` (and ignored messages to `warnings`) when given.
+    """
+    releases, assemble_errors, assemble_warnings = assemble_releases(read_kcat_dump(dump))
+    if errors is not None:
+        errors.extend(assemble_errors)
+    if warnings is not None:
+        warnings.extend(assemble_warnings)
+    out = []
+    for release_id, manifest_bytes, files in releases:
+        try:
+            manifest, arrays = _verify_assembled(release_id, manifest_bytes, files)
+        except ReleaseError as e:
+            if errors is not None:
+                errors.append("release %s dropped: %s" % (release_id, e))
+            continue
+        files = dict(files)
+        files[MANIFEST] = manifest_bytes
+        out.append((manifest, arrays, files))
+    return out
+
+
+def _extract(directory, manifest, files):
+    """Writes a verified release as DIR/<release_id>/ (files, then manifest)."""
+    target = os.path.join(directory, manifest["release_id"])
+    os.makedirs(target, exist_ok=True)
+    names = [e["file"] for e in manifest["arrays"]] + [MANIFEST]
+    for name in names:
+        with open(os.path.join(target, name), "wb") as f:
+            f.write(files.get(name, b""))
 
 
 def _finite_or_none(array):
@@ -200,24 +428,7 @@ def summarize(manifest, arrays, values=False):
     return summary
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(
-        description="Verify and summarise a vipsd release directory (manifest.json + .npy files).",
-        epilog="Exit status: 0 if the release verifies, 1 with a one-line error otherwise.")
-    parser.add_argument("release_dir", help="directory holding manifest.json and the .npy files")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    parser.add_argument("--values", action="store_true",
-                        help="with --json: include every array's values (flattened, C order)")
-    args = parser.parse_args(argv)
-    try:
-        manifest, arrays = _load(args.release_dir)
-    except ReleaseError as e:
-        print("decode_release: %s" % str(e).replace("\n", " "), file=sys.stderr)
-        return 1
-    summary = summarize(manifest, arrays, values=args.values)
-    if args.json:
-        print(json.dumps(summary, allow_nan=False))
-        return 0
+def _print_text(summary):
     for key, value in summary.items():
         if key != "arrays":
             print("%-24s %s" % (key, value))
@@ -226,6 +437,79 @@ def main(argv=None):
             name, info["shape"],
             "%.6g" % info["min"] if info["min"] is not None else "-",
             "%.6g" % info["max"] if info["max"] is not None else "-"))
+
+
+def _error(message):
+    print("decode_release: %s" % str(message).replace("\n", " "), file=sys.stderr)
+
+
+def _main_kcat(args):
+    try:
+        with open(args.kcat, "rb") as f:
+            dump = f.read()
+    except OSError as e:
+        _error("%s: cannot read: %s" % (args.kcat, e.strerror))
+        return 1
+    errors, warnings = [], []
+    try:
+        releases = load_kcat_releases(dump, errors, warnings)
+    except ReleaseError as e:
+        _error(e)
+        return 1
+    if args.release_id is not None:
+        releases = [r for r in releases if r[0]["release_id"] == args.release_id][-1:]
+        if not releases:
+            errors.append("release %s: no complete, verified copy in %s" % (args.release_id, args.kcat))
+    for warning in warnings:
+        _error("warning: " + warning)
+    for manifest, arrays, files in releases:
+        if args.extract:
+            try:
+                _extract(args.extract, manifest, files)
+            except OSError as e:
+                errors.append("cannot extract release %s: %s" % (manifest["release_id"], e))
+        summary = summarize(manifest, arrays, values=args.values)
+        if args.json:
+            print(json.dumps(summary, allow_nan=False))
+        else:
+            _print_text(summary)
+    for error in errors:
+        _error(error)
+    return 1 if errors else 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        description="Verify and summarise vipsd releases: a release directory (manifest.json + "
+                    ".npy files) or, with --kcat, the releases in a kcat dump of the release topic.",
+        epilog="Exit status: 0 if everything verifies, 1 with one-line errors otherwise. "
+               "Kafka dumps: kcat -C -b BROKERS -t TOPIC -o beginning -e -q -f '%s'" % KCAT_FORMAT)
+    parser.add_argument("release_dir", nargs="?", help="directory holding manifest.json and the .npy files")
+    parser.add_argument("--kcat", metavar="DUMP", help="read releases from a kcat dump of the release topic")
+    parser.add_argument("--release-id", help="with --kcat: only this release (its last complete copy)")
+    parser.add_argument("--extract", metavar="DIR",
+                        help="with --kcat: write each verified release to DIR/<release_id>/")
+    parser.add_argument("--json", action="store_true",
+                        help="print JSON (one object; with --kcat one object per line) instead of text")
+    parser.add_argument("--values", action="store_true",
+                        help="with --json: include every array's values (flattened, C order)")
+    args = parser.parse_args(argv)
+    if (args.release_dir is None) == (args.kcat is None):
+        parser.error("give either RELEASE_DIR or --kcat DUMP")
+    if args.kcat is None and (args.release_id is not None or args.extract is not None):
+        parser.error("--release-id and --extract need --kcat")
+    if args.kcat is not None:
+        return _main_kcat(args)
+    try:
+        manifest, arrays = _load(args.release_dir)
+    except ReleaseError as e:
+        _error(e)
+        return 1
+    summary = summarize(manifest, arrays, values=args.values)
+    if args.json:
+        print(json.dumps(summary, allow_nan=False))
+        return 0
+    _print_text(summary)
     return 0
 
 

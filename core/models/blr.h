@@ -52,8 +52,8 @@
 //   ⟨ξ⟩ = PolyaGammaMean(c).
 //
 // M-step with the noisy sums S̃1 (d) and S̃2 (mirrored to d × d), sampling
-// rate q and step size ρ (DESIGN.md 2.2, 3; Hoffman et al. 2013, eq. 12 —
-// the natural parameters of each global factor move toward the
+// rate q and step size ρ (DESIGN.md 2.2, 3; the SVI step of Hoffman et al.
+// 2013 — the natural parameters of each global factor move toward the
 // "intermediate" estimate computed as if the whole pool were S̃/q):
 //   Λ̂ = Project(E[α] I + S̃2 / q),      η̂ = S̃1 / q,
 //   Λ ← (1 − ρ) Λ + ρ Λ̂,               η ← (1 − ρ) η + ρ η̂,
@@ -129,7 +129,7 @@ Status ValidateBlrConfig(const BlrConfig& config);
 // which correctly reads as "above 1".
 double FeatureSquaredNorm(std::span<const double> x);
 
-// E[ω] for ω ~ PG(1, c): tanh(c/2) / (2c) (Polson et al. 2013, Section 3),
+// E[ω] for ω ~ PG(1, c): tanh(c/2) / (2c) (Polson, Scott, Windle 2013),
 // evaluated for |c| (the PG(1, c) law depends on |c| only). For |c| < 1e-3 the
 // Taylor series ¼(1 − c²/12 + c⁴/120) is used (truncation error below
 // 1e-20 relative), so c = 0 gives exactly ¼. The result is clamped to

@@ -7,7 +7,7 @@
 // Predictive probability: the probit ("MacKay") approximation
 //   p(y = 1 | x) ≈ σ(κ(s²) μ_a),  μ_a = xᵀμ,  s² = xᵀΣx,  κ(s²) = (1 + π s²/8)^(−½)
 // (MacKay 1992, "The evidence framework applied to classification
-// networks"; Bishop, PRML 2006, eq. 4.153–4.155): σ is replaced by the
+// networks"; Bishop, PRML 2006, Section 4.5.2): σ is replaced by the
 // probit Φ(λa) with λ² = π/8, whose Gaussian convolution is closed-form.
 // We work with the predictive logit z = κ(s²) μ_a and never round p: the
 // log-loss uses log σ(z) = −log1p(exp(−z)) evaluated stably, so it is

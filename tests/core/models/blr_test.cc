@@ -33,7 +33,7 @@ std::unique_ptr<BlrModel> MakeModel(int64_t dim, double a0 = 1.0, double b0 = 1.
 
 // Independent oracle: E[ω] for ω ~ PG(1, c) from the infinite-sum
 // representation ω = (1/(2π²)) Σ_k g_k / ((k − ½)² + c²/(4π²)), g_k ~ Exp(1)
-// (Polson, Scott, Windle 2013, eq. 1), so E[ω] = (1/(2π²)) Σ_k 1/((k−½)² + a²)
+// (Polson, Scott, Windle 2013, Definition 1), so E[ω] = (1/(2π²)) Σ_k 1/((k−½)² + a²)
 // with a = c/(2π). The tail beyond K is its midpoint-rule integral
 // ∫_K^∞ dx/(x² + a²), accurate to O(K⁻⁴).
 double PolyaGammaMeanSeries(double c) {

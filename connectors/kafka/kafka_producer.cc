@@ -1,0 +1,386 @@
+#include "connectors/kafka/kafka_producer.h"
+
+#include <librdkafka/rdkafkacpp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <set>
+
+#include "connectors/kafka/kafka_common.h"
+#include "core/base/log.h"
+
+namespace vipsd::connectors {
+namespace {
+
+using kafka_internal::ErrorDescription;
+using kafka_internal::ErrorName;
+
+constexpr std::string_view kComponent = "kafka-producer";
+constexpr char kWhat[] = "kafka producer";
+// How long to wait between polls of the handle for delivery reports (the
+// poll returns as soon as a report is served).
+constexpr std::chrono::milliseconds kPollSlice{100};
+
+int RemainingMs(std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds cap) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  return static_cast<int>(std::clamp<int64_t>(left.count(), 0, cap.count()));
+}
+
+void* BatchOpaque(uint64_t id) { return reinterpret_cast<void*>(static_cast<uintptr_t>(id)); }
+
+}  // namespace
+
+// A message to produce, pointing into caller-owned memory.
+struct KafkaProducer::MessageView {
+  std::string_view topic;
+  std::string_view key;
+  std::string_view value;
+  std::span<const std::pair<std::string, std::string>> headers;
+};
+
+// Delivery bookkeeping of one ProduceAndWait call. Lives in batches_ until
+// every message has its report (an expired batch may outlive its call).
+struct KafkaProducer::Batch {
+  size_t pending = 0;    // produced, no delivery report yet
+  size_t delivered = 0;
+  std::map<std::string, int64_t> failures;  // error name → count
+  bool expired = false;  // its call has returned; reports are late
+};
+
+class KafkaProducer::Callbacks : public kafka_internal::LogEventCb,
+                                 public RdKafka::DeliveryReportCb {
+ public:
+  explicit Callbacks(KafkaProducer* producer)
+      : LogEventCb(std::string(kComponent)), producer_(producer) {}
+
+  void dr_cb(RdKafka::Message& message) override {
+    producer_->OnDelivery(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(message.msg_opaque())),
+                          static_cast<int>(message.err()));
+  }
+
+ protected:
+  void OnError(RdKafka::ErrorCode code, bool fatal, const std::string& text) override {
+    producer_->OnError(static_cast<int>(code), fatal, text);
+  }
+
+ private:
+  KafkaProducer* producer_;
+};
+
+StatusOr<std::unique_ptr<KafkaProducer>> KafkaProducer::Create(KafkaProducerOptions options) {
+  if (options.bootstrap_servers.empty()) {
+    return InvalidArgumentError("kafka producer: bootstrap_servers must not be empty");
+  }
+  if (options.message_timeout.count() <= 0 || options.message_timeout.count() > INT32_MAX) {
+    return InvalidArgumentError("kafka producer: message_timeout must be in [1, 2147483647] ms");
+  }
+  std::unique_ptr<KafkaProducer> producer(new KafkaProducer(std::move(options)));
+  const KafkaProducerOptions& o = producer->options_;
+  std::unique_ptr<RdKafka::Conf> conf(RdKafka::Conf::create(RdKafka::Conf::CONF_GLOBAL));
+  const std::pair<const char*, std::string> managed[] = {
+      {"bootstrap.servers", o.bootstrap_servers},
+      {"client.id", o.client_id},
+      {"enable.idempotence", "true"},
+      {"acks", "all"},
+      {"message.timeout.ms", std::to_string(o.message_timeout.count())},
+  };
+  std::set<std::string> managed_names;
+  for (const auto& [name, value] : managed) {
+    VIPSD_RETURN_IF_ERROR(kafka_internal::SetProperty(*conf, kWhat, name, value));
+    managed_names.insert(name);
+  }
+  VIPSD_RETURN_IF_ERROR(
+      kafka_internal::ApplyExtraProperties(*conf, kWhat, o.properties, managed_names));
+  std::string errstr;
+  Callbacks* callbacks = producer->callbacks_.get();
+  if (conf->set("event_cb", static_cast<RdKafka::EventCb*>(callbacks), errstr) !=
+          RdKafka::Conf::CONF_OK ||
+      conf->set("dr_cb", static_cast<RdKafka::DeliveryReportCb*>(callbacks), errstr) !=
+          RdKafka::Conf::CONF_OK) {
+    return InternalError("kafka producer: cannot install callbacks: " + errstr);
+  }
+  producer->producer_.reset(RdKafka::Producer::create(conf.get(), errstr));
+  if (producer->producer_ == nullptr) {
+    return InvalidArgumentError("kafka producer: cannot create producer: " + errstr);
+  }
+  Log(LogLevel::kInfo, kComponent, "idempotent producer via " + o.bootstrap_servers);
+  return producer;
+}
+
+KafkaProducer::KafkaProducer(KafkaProducerOptions options)
+    : options_(std::move(options)), callbacks_(std::make_unique<Callbacks>(this)) {}
+
+KafkaProducer::~KafkaProducer() { (void)Close(std::chrono::milliseconds(0)); }
+
+void KafkaProducer::OnDelivery(uint64_t batch_id, int err_code) {
+  const auto err = static_cast<RdKafka::ErrorCode>(err_code);
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  const auto it = batches_.find(batch_id);
+  if (it == batches_.end()) return;  // cannot happen: batches live until their last report
+  Batch& batch = *it->second;
+  if (batch.pending > 0) --batch.pending;
+  if (batch.expired) {
+    // The call already reported these messages as not delivered.
+    if (err == RdKafka::ERR_NO_ERROR) {
+      ++stats_.late_delivery_reports;
+      Log(LogLevel::kWarning, kComponent,
+          "a message was delivered after its ProduceAndWait call had timed out");
+    }
+    if (batch.pending == 0) batches_.erase(it);
+    return;
+  }
+  if (err == RdKafka::ERR_NO_ERROR) {
+    ++batch.delivered;
+  } else {
+    ++batch.failures[ErrorName(err)];
+    ++stats_.errors_by_kind[ErrorName(err)];
+  }
+}
+
+void KafkaProducer::OnError(int err_code, bool fatal, const std::string& text) {
+  const auto err = static_cast<RdKafka::ErrorCode>(err_code);
+  std::string description = ErrorName(err) + ": " + text;
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    ++stats_.errors_by_kind[ErrorName(err)];
+    if (fatal && fatal_.ok()) {
+      std::string fatal_text;
+      if (producer_ != nullptr) {
+        const RdKafka::ErrorCode original = producer_->fatal_error(fatal_text);
+        description = ErrorName(original) + ": " + fatal_text;
+      }
+      fatal_ = FailedPreconditionError("kafka producer: fatal librdkafka error " + description +
+                                       " (the producer must be recreated)");
+    }
+  }
+  Log(fatal ? LogLevel::kError : LogLevel::kWarning, kComponent,
+      (fatal ? "fatal error " : "error ") + description);
+}
+
+Status KafkaProducer::FatalStatus() const {
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  return fatal_;
+}
+
+Status KafkaProducer::ProduceViews(std::span<const MessageView> messages,
+                                   std::chrono::steady_clock::time_point deadline) {
+  // Caller holds lifecycle_mutex_ (shared) and call_mutex_.
+  VIPSD_RETURN_IF_ERROR(FatalStatus());
+  if (messages.empty()) return Status::Ok();
+  std::set<std::string_view> topics;
+  for (const MessageView& m : messages) topics.insert(m.topic);
+  std::string topic_list;
+  for (std::string_view topic : topics) {
+    topic_list += (topic_list.empty() ? "" : ",") + std::string(topic);
+  }
+
+  uint64_t batch_id = 0;
+  Batch* batch = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    batch_id = next_batch_id_++;
+    batch = batches_.emplace(batch_id, std::make_unique<Batch>()).first->second.get();
+  }
+  size_t produced = 0;
+  RdKafka::ErrorCode refused = RdKafka::ERR_NO_ERROR;
+  for (const MessageView& m : messages) {
+    RdKafka::ErrorCode err = RdKafka::ERR_NO_ERROR;
+    {
+      std::lock_guard<std::mutex> lock(state_mutex_);
+      ++batch->pending;  // before produce: the report may be served by any poll
+    }
+    while (true) {
+      RdKafka::Headers* headers = RdKafka::Headers::create();
+      for (const auto& [name, value] : m.headers) headers->add(name, value.data(), value.size());
+      // A non-null pointer with length 0 is an empty (not a null) value.
+      err = producer_->produce(std::string(m.topic), RdKafka::Topic::PARTITION_UA,
+                               RdKafka::Producer::RK_MSG_COPY, const_cast<char*>(m.value.data()),
+                               m.value.size(), m.key.empty() ? nullptr : m.key.data(),
+                               m.key.size(), 0, headers, BatchOpaque(batch_id));
+      if (err == RdKafka::ERR_NO_ERROR) break;  // headers now belong to librdkafka
+      delete headers;
+      if (err != RdKafka::ERR__QUEUE_FULL || std::chrono::steady_clock::now() >= deadline) break;
+      producer_->poll(RemainingMs(deadline, std::chrono::milliseconds(10)));
+    }
+    if (err != RdKafka::ERR_NO_ERROR) {
+      std::lock_guard<std::mutex> lock(state_mutex_);
+      --batch->pending;
+      refused = err;
+      ++stats_.errors_by_kind[ErrorName(err)];
+      break;  // do not send the rest of a batch that already failed
+    }
+    ++produced;
+  }
+
+  // Serve delivery reports until every produced message has one.
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(state_mutex_);
+      if (batch->pending == 0 || !fatal_.ok()) break;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) break;
+    producer_->poll(RemainingMs(deadline, kPollSlice));
+  }
+
+  size_t timed_out = 0;
+  Batch result;
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    timed_out = batch->pending;
+    result.delivered = batch->delivered;
+    result.failures = batch->failures;
+    stats_.messages_delivered += static_cast<int64_t>(batch->delivered);
+    stats_.messages_failed += static_cast<int64_t>(messages.size() - batch->delivered);
+    if (timed_out > 0) {
+      batch->expired = true;  // erased by its last (late or purged) report
+    } else {
+      batches_.erase(batch_id);
+    }
+  }
+  if (timed_out > 0) {
+    // Withdraw what has not left the client yet so that a retry does not
+    // duplicate it; the purged reports are served now (and ignored).
+    const RdKafka::ErrorCode purge_err = producer_->purge(RdKafka::Producer::PURGE_QUEUE);
+    if (purge_err != RdKafka::ERR_NO_ERROR) {
+      Log(LogLevel::kWarning, kComponent, "purge after timeout: " + ErrorDescription(purge_err));
+    }
+    producer_->poll(0);
+  }
+  if (result.delivered == messages.size()) return Status::Ok();
+
+  const size_t not_sent = messages.size() - produced - (refused != RdKafka::ERR_NO_ERROR ? 1 : 0);
+  std::string detail;
+  auto add = [&detail](const std::string& part) { detail += (detail.empty() ? "" : "; ") + part; };
+  if (refused != RdKafka::ERR_NO_ERROR) add("1 refused by the client: " + ErrorDescription(refused));
+  for (const auto& [name, count] : result.failures) {
+    add(std::to_string(count) + " failed with " + name);
+  }
+  if (timed_out > 0) {
+    add(std::to_string(timed_out) + " without a delivery report in time (withdrawn unless "
+        "already in flight)");
+  }
+  if (not_sent > 0) add(std::to_string(not_sent) + " not sent after the refusal");
+  std::string message = "kafka producer: " + std::to_string(messages.size() - result.delivered) +
+                        " of " + std::to_string(messages.size()) +
+                        " message(s) to topic(s) " + topic_list + " not delivered: " + detail;
+  if (const Status fatal = FatalStatus(); !fatal.ok()) message += "; " + fatal.message();
+  const bool too_large = refused == RdKafka::ERR_MSG_SIZE_TOO_LARGE ||
+                         result.failures.count(ErrorName(RdKafka::ERR_MSG_SIZE_TOO_LARGE)) > 0;
+  return too_large ? InvalidArgumentError(message) : UnavailableError(message);
+}
+
+Status KafkaProducer::ProduceAndWait(std::span<const OutMessage> messages,
+                                     std::chrono::milliseconds timeout) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::max(timeout, std::chrono::milliseconds(0));
+  std::shared_lock<std::shared_mutex> lifecycle(lifecycle_mutex_);
+  if (closed_) return FailedPreconditionError("kafka producer: ProduceAndWait after Close");
+  std::lock_guard<std::mutex> call(call_mutex_);
+  std::vector<MessageView> views;
+  views.reserve(messages.size());
+  for (const OutMessage& m : messages) {
+    if (m.topic.empty()) return InvalidArgumentError("kafka producer: message without a topic");
+    views.push_back({m.topic, m.key, m.value, m.headers});
+  }
+  return ProduceViews(views, deadline);
+}
+
+Status KafkaProducer::PublishRelease(const std::string& topic,
+                                     const release::EncodedRelease& encoded,
+                                     std::chrono::milliseconds timeout) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::max(timeout, std::chrono::milliseconds(0));
+  const std::string& id = encoded.release_id;
+  if (topic.empty()) return InvalidArgumentError("kafka producer: release topic is empty");
+  if (id.empty() || id.size() > 128 ||
+      !std::all_of(id.begin(), id.end(), [](char c) { return c > 0x20 && c < 0x7f; })) {
+    return InvalidArgumentError("kafka producer: release id must be 1-128 printable characters");
+  }
+  if (encoded.files.size() < 2 ||
+      encoded.files.back().name != release::kManifestFileName) {
+    return InvalidArgumentError("kafka producer: release " + id +
+                                " must hold at least one .npy file followed by manifest.json");
+  }
+  std::set<std::string_view> names;
+  for (size_t i = 0; i + 1 < encoded.files.size(); ++i) {
+    const std::string& name = encoded.files[i].name;
+    if (!name.ends_with(".npy") || name.size() <= 4 || !names.insert(name).second) {
+      return InvalidArgumentError("kafka producer: release " + id + ": file " + name +
+                                  " is not a distinct <array>.npy");
+    }
+  }
+
+  // Chunk headers: one vector per message, owned here for the call.
+  std::vector<std::string> chunks;
+  std::vector<std::vector<std::pair<std::string, std::string>>> chunk_headers;
+  for (size_t i = 0; i + 1 < encoded.files.size(); ++i) {
+    const release::ReleaseFile& file = encoded.files[i];
+    std::vector<std::string> pieces = release::ChunkBytes(file.bytes, release::kDefaultChunkBytes);
+    for (size_t c = 0; c < pieces.size(); ++c) {
+      chunks.push_back(std::move(pieces[c]));
+      chunk_headers.push_back({{"vipsd-release-id", id},
+                               {"vipsd-file", file.name},
+                               {"vipsd-chunk", std::to_string(c)},
+                               {"vipsd-chunks", std::to_string(pieces.size())}});
+    }
+  }
+  std::vector<MessageView> views;
+  views.reserve(chunks.size());
+  for (size_t i = 0; i < chunks.size(); ++i) views.push_back({topic, id, chunks[i], chunk_headers[i]});
+  const std::vector<std::pair<std::string, std::string>> manifest_headers = {
+      {"vipsd-release-id", id}, {"vipsd-file", std::string(release::kManifestFileName)}};
+  const MessageView manifest{topic, id, encoded.files.back().bytes, manifest_headers};
+
+  std::shared_lock<std::shared_mutex> lifecycle(lifecycle_mutex_);
+  if (closed_) return FailedPreconditionError("kafka producer: PublishRelease after Close");
+  std::lock_guard<std::mutex> call(call_mutex_);
+  Status status = ProduceViews(views, deadline);
+  if (!status.ok()) {
+    status = Status(status.code(), "release " + id + " not published (array chunks): " +
+                                       status.message());
+  } else {
+    status = ProduceViews(std::span<const MessageView>(&manifest, 1), deadline);
+    if (!status.ok()) {
+      status = Status(status.code(), "release " + id + " not published (manifest): " +
+                                         status.message());
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    ++(status.ok() ? stats_.releases_published : stats_.releases_failed);
+  }
+  if (status.ok()) {
+    Log(LogLevel::kInfo, kComponent,
+        "published release " + id + " to " + topic + " (" + std::to_string(chunks.size() + 1) +
+            " messages)");
+  }
+  return status;
+}
+
+Status KafkaProducer::Close(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::shared_mutex> lifecycle(lifecycle_mutex_);
+  if (closed_) return Status::Ok();
+  closed_ = true;
+  if (producer_ == nullptr) return Status::Ok();
+  const int timeout_ms =
+      static_cast<int>(std::clamp<int64_t>(timeout.count(), 0, INT32_MAX));
+  (void)producer_->flush(timeout_ms);
+  const int left = producer_->outq_len();
+  Status status;
+  if (left > 0) {
+    status = UnavailableError("kafka producer: " + std::to_string(left) +
+                              " message(s)/request(s) not delivered at close");
+    Log(LogLevel::kWarning, kComponent, status.message());
+  }
+  producer_.reset();
+  Log(LogLevel::kInfo, kComponent, "closed");
+  return status;
+}
+
+KafkaProducerStats KafkaProducer::stats() const {
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  return stats_;
+}
+
+}  // namespace vipsd::connectors

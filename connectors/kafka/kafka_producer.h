@@ -1,0 +1,154 @@
+// KafkaProducer: the daemon's sink to Kafka — releases (chunked, manifest
+// last), dead letters and alerts. An idempotent librdkafka producer
+// (enable.idempotence=true, hence acks=all): librdkafka's internal retries
+// never duplicate or reorder a message within a partition.
+//
+// Delivery contract. ProduceAndWait hands messages to librdkafka and polls
+// the handle for their delivery reports. It returns OK only when EVERY
+// message's delivery report arrived without error within the timeout.
+// Otherwise it returns an error (UNAVAILABLE, or INVALID_ARGUMENT for a
+// message the client refuses, e.g. MSG_SIZE_TOO_LARGE) saying how many of the
+// messages failed and with which librdkafka error names, and it withdraws
+// (purges) the messages of the call that are still queued in the client, so
+// that a later retry does not duplicate them. A message already in flight
+// to a broker when the time ran out cannot be withdrawn and may still land
+// (its late delivery report is only counted in stats()); a retry can
+// therefore duplicate at most those. Consumers deduplicate releases by
+// release id (ReleaseAssembler).
+//
+// PublishRelease implements docs/release_format.md "Chunking for Kafka"
+// (core/release/release.h): every message has key = release_id; each .npy
+// file is split by release::ChunkBytes(bytes, kDefaultChunkBytes) into
+// messages with headers vipsd-release-id, vipsd-file, vipsd-chunk (0-based),
+// vipsd-chunks; the manifest is one message with vipsd-release-id and
+// vipsd-file = manifest.json. The manifest is produced only after every
+// chunk's delivery report came back OK, so a manifest on the broker always
+// follows all of its chunks; the release counts as published (OK) only when
+// the manifest's own delivery report is OK.
+//
+// Privacy: message contents are never logged, counted or put into errors;
+// errors name topics, counts and librdkafka error names. Releases and
+// alerts are public; dead letters carry a private payload (see
+// dead_letter.h) and go to a topic with the input topic's access control.
+//
+// Thread-safety: all methods may be called from any thread. ProduceAndWait
+// and PublishRelease calls are serialised (one batch at a time: a batch's
+// failure purges the client's queue, which must hold no other caller's
+// messages); Close waits for a running call. stats() never blocks on Kafka.
+//
+// Lifecycle (librdkafka's rules): callback objects outlive the handle;
+// Close(timeout) flushes, then checks outq_len() and reports what was not
+// delivered, then destroys the handle. Close is idempotent; the destructor
+// runs Close(0) if it was not called. Calls after Close are
+// FAILED_PRECONDITION. A fatal librdkafka error (e.g. an idempotence
+// sequence error) is sticky: every later call returns it; recreate the
+// producer.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/release/release.h"
+
+namespace RdKafka {
+class Producer;
+}  // namespace RdKafka
+
+namespace vipsd::connectors {
+
+struct KafkaProducerOptions {
+  std::string bootstrap_servers;  // required
+  std::string client_id = "vipsd";
+  // librdkafka message.timeout.ms: how long librdkafka keeps retrying one
+  // message before failing it. > 0. Keep it above the longest outage the
+  // producer should ride out within one ProduceAndWait timeout.
+  std::chrono::milliseconds message_timeout{30000};
+  // Extra librdkafka producer properties (e.g. compression.type,
+  // linger.ms). Unknown names / bad values are INVALID_ARGUMENT naming the
+  // property. Not allowed here (set by vipsd): bootstrap.servers, client.id,
+  // enable.idempotence, acks, message.timeout.ms.
+  std::map<std::string, std::string> properties;
+};
+
+struct OutMessage {
+  std::string topic;
+  std::string key;  // empty: no key (partitioner picks a partition)
+  std::string value;
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+struct KafkaProducerStats {
+  int64_t messages_delivered = 0;   // delivery report OK within a call
+  int64_t messages_failed = 0;      // failed, refused or timed out within a call
+  int64_t late_delivery_reports = 0;  // reports that arrived after their call returned
+  int64_t releases_published = 0;
+  int64_t releases_failed = 0;
+  // Errors by librdkafka error name (delivery failures, error events).
+  std::map<std::string, int64_t> errors_by_kind;
+};
+
+class KafkaProducer {
+ public:
+  static StatusOr<std::unique_ptr<KafkaProducer>> Create(KafkaProducerOptions options);
+
+  KafkaProducer(const KafkaProducer&) = delete;
+  KafkaProducer& operator=(const KafkaProducer&) = delete;
+  ~KafkaProducer();
+
+  // See the file comment. An empty span is OK. A negative timeout is 0.
+  Status ProduceAndWait(std::span<const OutMessage> messages, std::chrono::milliseconds timeout);
+
+  // Publishes `release` (files: .npy files, then manifest.json last, as
+  // release::EncodeRelease returns them) to `topic`, all within `timeout`.
+  // INVALID_ARGUMENT for a malformed EncodedRelease; otherwise the
+  // ProduceAndWait error of the chunk or manifest phase, naming the release.
+  Status PublishRelease(const std::string& topic, const release::EncodedRelease& release,
+                        std::chrono::milliseconds timeout);
+
+  // flush(timeout), then outq_len(): UNAVAILABLE "N message(s)/request(s)
+  // not delivered" if anything is left, then the handle is destroyed.
+  Status Close(std::chrono::milliseconds timeout);
+
+  KafkaProducerStats stats() const;
+
+ private:
+  class Callbacks;
+  struct MessageView;
+  struct Batch;
+  explicit KafkaProducer(KafkaProducerOptions options);
+
+  Status ProduceViews(std::span<const MessageView> messages,
+                      std::chrono::steady_clock::time_point deadline);
+  void OnDelivery(uint64_t batch_id, int err);
+  void OnError(int err, bool fatal, const std::string& text);
+  Status FatalStatus() const;
+
+  KafkaProducerOptions options_;
+  // Declared before producer_ so that it is destroyed after the handle.
+  std::unique_ptr<Callbacks> callbacks_;
+  std::unique_ptr<RdKafka::Producer> producer_;
+
+  // Shared by ProduceAndWait/PublishRelease (which also hold call_mutex_),
+  // exclusive for Close: the handle is not destroyed under a running call.
+  std::shared_mutex lifecycle_mutex_;
+  std::mutex call_mutex_;  // serialises batches
+  bool closed_ = false;    // guarded by lifecycle_mutex_
+
+  mutable std::mutex state_mutex_;
+  uint64_t next_batch_id_ = 1;                            // guarded by state_mutex_
+  std::map<uint64_t, std::unique_ptr<Batch>> batches_;    // guarded by state_mutex_
+  KafkaProducerStats stats_;                              // guarded by state_mutex_
+  Status fatal_;                                          // guarded by state_mutex_
+};
+
+}  // namespace vipsd::connectors

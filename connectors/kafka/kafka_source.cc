@@ -1,0 +1,560 @@
+#include "connectors/kafka/kafka_source.h"
+
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafkacpp.h>
+
+#include <algorithm>
+#include <string_view>
+#include <thread>
+
+#include "connectors/kafka/kafka_common.h"
+#include "core/base/log.h"
+
+namespace vipsd::connectors {
+namespace {
+
+using kafka_internal::ErrorDescription;
+using kafka_internal::ErrorName;
+
+constexpr std::string_view kComponent = "kafka-source";
+constexpr std::chrono::seconds kLogThrottle{10};
+constexpr char kWhat[] = "kafka source";
+constexpr int kCloseCommitRetries = 8;
+constexpr std::chrono::milliseconds kCloseCommitBackoff{250};
+
+bool IsAuthorizationError(RdKafka::ErrorCode code) {
+  return code == RdKafka::ERR_TOPIC_AUTHORIZATION_FAILED ||
+         code == RdKafka::ERR_GROUP_AUTHORIZATION_FAILED ||
+         code == RdKafka::ERR_CLUSTER_AUTHORIZATION_FAILED;
+}
+
+// Owns a vector of TopicPartition* (librdkafka's C++ API hands out raw
+// pointers that the caller must delete).
+struct PartitionList {
+  std::vector<RdKafka::TopicPartition*> items;
+  PartitionList() = default;
+  PartitionList(const PartitionList&) = delete;
+  PartitionList& operator=(const PartitionList&) = delete;
+  ~PartitionList() { RdKafka::TopicPartition::destroy(items); }
+};
+
+std::vector<TopicPartitionRef> Refs(const std::vector<RdKafka::TopicPartition*>& partitions) {
+  std::vector<TopicPartitionRef> refs;
+  refs.reserve(partitions.size());
+  for (const RdKafka::TopicPartition* tp : partitions) {
+    refs.push_back({tp->topic(), tp->partition()});
+  }
+  return refs;
+}
+
+std::string Describe(const TopicPartitionRef& ref) {
+  return ref.topic + "[" + std::to_string(ref.partition) + "]";
+}
+
+}  // namespace
+
+// All of librdkafka's callbacks for one source. They run on the ingest thread
+// (rebalance, offset commit, error events are served by consume/close/
+// commitSync) except log events, which librdkafka may emit from its own
+// threads and which only touch vipsd::Log.
+class KafkaSource::Callbacks : public kafka_internal::LogEventCb,
+                               public RdKafka::RebalanceCb,
+                               public RdKafka::OffsetCommitCb {
+ public:
+  explicit Callbacks(KafkaSource* source)
+      : LogEventCb(std::string(kComponent)), source_(source) {}
+
+  void rebalance_cb(RdKafka::KafkaConsumer* consumer, RdKafka::ErrorCode err,
+                    std::vector<RdKafka::TopicPartition*>& partitions) override {
+    source_->OnRebalance(consumer, static_cast<int>(err), partitions);
+  }
+
+  void offset_commit_cb(RdKafka::ErrorCode err,
+                        std::vector<RdKafka::TopicPartition*>& offsets) override {
+    // _NO_OFFSET: nothing was stored since the last commit.
+    if (err == RdKafka::ERR_NO_ERROR || err == RdKafka::ERR__NO_OFFSET) {
+      for (const RdKafka::TopicPartition* tp : offsets) {
+        if (tp->err() != RdKafka::ERR_NO_ERROR) {
+          source_->CountError(ErrorName(tp->err()),
+                              "offset commit failed for " +
+                                  Describe({tp->topic(), tp->partition()}) + ": " +
+                                  ErrorDescription(tp->err()));
+        }
+      }
+      return;
+    }
+    source_->CountError(ErrorName(err), "offset commit failed: " + ErrorDescription(err));
+  }
+
+ protected:
+  void OnError(RdKafka::ErrorCode code, bool fatal, const std::string& text) override {
+    if (fatal) {
+      source_->RecordFatal("fatal librdkafka error " + ErrorName(code) + ": " + text);
+      return;
+    }
+    source_->CountError(ErrorName(code), ErrorName(code) + ": " + text);
+  }
+
+ private:
+  KafkaSource* source_;
+};
+
+StatusOr<std::unique_ptr<KafkaSource>> KafkaSource::Create(KafkaSourceOptions options) {
+  if (options.bootstrap_servers.empty()) {
+    return InvalidArgumentError("kafka source: bootstrap_servers must not be empty");
+  }
+  if (options.topics.empty()) {
+    return InvalidArgumentError("kafka source: at least one topic is required");
+  }
+  std::set<std::string> distinct;
+  for (const std::string& topic : options.topics) {
+    if (topic.empty()) return InvalidArgumentError("kafka source: topic names must not be empty");
+    if (!distinct.insert(topic).second) {
+      return InvalidArgumentError("kafka source: topic " + topic + " is listed twice");
+    }
+  }
+  if (options.group_id.empty()) {
+    return InvalidArgumentError("kafka source: group_id must not be empty");
+  }
+  if (options.start_position != "earliest" && options.start_position != "latest") {
+    return InvalidArgumentError("kafka source: start_position must be \"earliest\" or "
+                                "\"latest\", got \"" + options.start_position + "\"");
+  }
+  if (options.max_record_bytes < 1) {
+    return InvalidArgumentError("kafka source: max_record_bytes must be >= 1");
+  }
+  if (options.resume_clamp_timeout.count() < 0) {
+    return InvalidArgumentError("kafka source: resume_clamp_timeout must be >= 0");
+  }
+
+  std::unique_ptr<KafkaSource> source(new KafkaSource(std::move(options)));
+  const KafkaSourceOptions& o = source->options_;
+  std::unique_ptr<RdKafka::Conf> conf(RdKafka::Conf::create(RdKafka::Conf::CONF_GLOBAL));
+  const std::pair<const char*, std::string> managed[] = {
+      {"bootstrap.servers", o.bootstrap_servers},
+      {"group.id", o.group_id},
+      {"client.id", o.client_id},
+      {"auto.offset.reset", o.start_position},
+      {"enable.auto.offset.store", "false"},
+      {"enable.partition.eof", "false"},
+  };
+  std::set<std::string> managed_names;
+  for (const auto& [name, value] : managed) {
+    VIPSD_RETURN_IF_ERROR(kafka_internal::SetProperty(*conf, kWhat, name, value));
+    managed_names.insert(name);
+  }
+  VIPSD_RETURN_IF_ERROR(
+      kafka_internal::ApplyExtraProperties(*conf, kWhat, o.properties, managed_names));
+  std::string errstr;
+  Callbacks* callbacks = source->callbacks_.get();
+  if (conf->set("event_cb", static_cast<RdKafka::EventCb*>(callbacks), errstr) !=
+          RdKafka::Conf::CONF_OK ||
+      conf->set("rebalance_cb", static_cast<RdKafka::RebalanceCb*>(callbacks), errstr) !=
+          RdKafka::Conf::CONF_OK ||
+      conf->set("offset_commit_cb", static_cast<RdKafka::OffsetCommitCb*>(callbacks), errstr) !=
+          RdKafka::Conf::CONF_OK) {
+    return InternalError("kafka source: cannot install callbacks: " + errstr);
+  }
+  source->consumer_.reset(RdKafka::KafkaConsumer::create(conf.get(), errstr));
+  if (source->consumer_ == nullptr) {
+    return InvalidArgumentError("kafka source: cannot create consumer: " + errstr);
+  }
+  const RdKafka::ErrorCode err = source->consumer_->subscribe(o.topics);
+  if (err != RdKafka::ERR_NO_ERROR) {
+    const Status status =
+        InvalidArgumentError("kafka source: cannot subscribe: " + ErrorDescription(err));
+    (void)source->Close();
+    return status;
+  }
+  std::string topic_list;
+  for (const std::string& topic : o.topics) topic_list += (topic_list.empty() ? "" : ",") + topic;
+  Log(LogLevel::kInfo, kComponent,
+      "subscribed to " + topic_list + " as group " + o.group_id + " via " + o.bootstrap_servers);
+  return source;
+}
+
+KafkaSource::KafkaSource(KafkaSourceOptions options)
+    : options_(std::move(options)), callbacks_(std::make_unique<Callbacks>(this)) {}
+
+KafkaSource::~KafkaSource() { (void)Close(); }
+
+void KafkaSource::RecordFatal(const std::string& text) {
+  Log(LogLevel::kError, kComponent, text);
+  if (fatal_.ok()) {
+    fatal_ = FailedPreconditionError("kafka source: " + text +
+                                     " (the consumer must be recreated)");
+  }
+}
+
+void KafkaSource::CountError(const std::string& kind, const std::string& log_text) {
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  ++stats_.errors_by_kind[kind];
+  const auto now = std::chrono::steady_clock::now();
+  auto [it, first] = log_throttle_.try_emplace(kind, now, 0);
+  if (!first && now - it->second.first < kLogThrottle) {
+    ++it->second.second;
+    return;
+  }
+  std::string line = log_text;
+  if (it->second.second > 0) {
+    line += " (" + std::to_string(it->second.second) + " more " + kind + " since the last report)";
+  }
+  it->second = {now, 0};
+  Log(LogLevel::kWarning, kComponent, line);
+}
+
+int64_t KafkaSource::ClampResumeOffset(const TopicPartitionRef& ref, int64_t offset) {
+  int64_t low = 0;
+  int64_t high = 0;
+  const RdKafka::ErrorCode err = consumer_->query_watermark_offsets(
+      ref.topic, ref.partition, &low, &high,
+      static_cast<int>(std::min<int64_t>(options_.resume_clamp_timeout.count(), INT32_MAX)));
+  if (err != RdKafka::ERR_NO_ERROR) {
+    CountError(ErrorName(err), "cannot query watermarks of " + Describe(ref) +
+                                   " to check resume offset " + std::to_string(offset) + ": " +
+                                   ErrorDescription(err) +
+                                   "; using it unchecked (out of range falls back to " +
+                                   options_.start_position + ")");
+    return offset;
+  }
+  if (offset < low) {
+    Log(LogLevel::kWarning, kComponent,
+        "resume offset " + std::to_string(offset) + " of " + Describe(ref) +
+            " is below the low watermark " + std::to_string(low) +
+            " (deleted by retention); starting at " + std::to_string(low));
+    return low;
+  }
+  if (offset > high) {
+    Log(LogLevel::kWarning, kComponent,
+        "resume offset " + std::to_string(offset) + " of " + Describe(ref) +
+            " is above the high watermark " + std::to_string(high) + "; starting at " +
+            std::to_string(high));
+    return high;
+  }
+  return offset;
+}
+
+void KafkaSource::OnRebalance(RdKafka::KafkaConsumer* consumer, int err_code,
+                              std::vector<RdKafka::TopicPartition*>& partitions) {
+  const auto err = static_cast<RdKafka::ErrorCode>(err_code);
+  const bool cooperative = consumer->rebalance_protocol() == "COOPERATIVE";
+  const std::vector<TopicPartitionRef> refs = Refs(partitions);
+  {
+    std::lock_guard<std::mutex> lock(stats_mutex_);
+    ++stats_.rebalances;
+  }
+  if (err == RdKafka::ERR__ASSIGN_PARTITIONS) {
+    int64_t resumed = 0;
+    if (options_.resume_offset) {
+      for (size_t i = 0; i < partitions.size(); ++i) {
+        const std::optional<int64_t> resume =
+            options_.resume_offset(refs[i].topic, refs[i].partition);
+        if (!resume.has_value()) continue;
+        partitions[i]->set_offset(ClampResumeOffset(refs[i], std::max<int64_t>(*resume, 0)));
+        ++resumed;
+      }
+    }
+    RdKafka::ErrorCode assign_err = RdKafka::ERR_NO_ERROR;
+    std::string assign_text;
+    if (cooperative) {
+      std::unique_ptr<RdKafka::Error> error(consumer->incremental_assign(partitions));
+      if (error != nullptr) {
+        assign_err = error->code();
+        assign_text = error->str();
+      }
+    } else {
+      assign_err = consumer->assign(partitions);
+    }
+    if (assign_err != RdKafka::ERR_NO_ERROR) {
+      CountError(ErrorName(assign_err), "partition assignment failed: " +
+                                            ErrorDescription(assign_err) + " " + assign_text);
+      return;
+    }
+    if (!cooperative) assignment_.clear();
+    assignment_.insert(refs.begin(), refs.end());
+    {
+      std::lock_guard<std::mutex> lock(stats_mutex_);
+      stats_.partitions_assigned += static_cast<int64_t>(refs.size());
+      stats_.resume_offsets_applied += resumed;
+      stats_.assigned_now = static_cast<int64_t>(assignment_.size());
+    }
+    // A cooperative rebalance often ends with an empty incremental
+    // assignment for members that keep what they had: nothing to report.
+    if (!refs.empty()) {
+      std::string names;
+      for (const TopicPartitionRef& ref : refs) names += " " + Describe(ref);
+      Log(LogLevel::kInfo, kComponent,
+          std::string(cooperative ? "incrementally " : "") + "assigned " +
+              std::to_string(refs.size()) + " partition(s):" + names);
+      if (options_.on_assigned) options_.on_assigned(refs);
+    }
+    UpdateLag();
+    return;
+  }
+
+  if (err == RdKafka::ERR__REVOKE_PARTITIONS) {
+    const bool lost = consumer->assignment_lost();
+    if (!lost) {
+      (void)CommitStored("on revoke");
+    } else {
+      Log(LogLevel::kWarning, kComponent,
+          "assignment lost (e.g. session timed out): stored offsets of the lost partitions "
+          "are not committed; their records will be read again");
+    }
+    if (options_.on_revoked && !refs.empty()) options_.on_revoked(refs);
+    RdKafka::ErrorCode unassign_err = RdKafka::ERR_NO_ERROR;
+    if (cooperative) {
+      std::unique_ptr<RdKafka::Error> error(consumer->incremental_unassign(partitions));
+      if (error != nullptr) unassign_err = error->code();
+    } else {
+      unassign_err = consumer->unassign();
+    }
+    if (unassign_err != RdKafka::ERR_NO_ERROR) {
+      CountError(ErrorName(unassign_err),
+                 "partition revocation failed: " + ErrorDescription(unassign_err));
+    }
+    if (cooperative) {
+      for (const TopicPartitionRef& ref : refs) assignment_.erase(ref);
+    } else {
+      assignment_.clear();
+    }
+    for (const TopicPartitionRef& ref : refs) positions_.erase(ref);
+    {
+      std::lock_guard<std::mutex> lock(stats_mutex_);
+      stats_.partitions_revoked += static_cast<int64_t>(refs.size());
+      stats_.assigned_now = static_cast<int64_t>(assignment_.size());
+    }
+    if (!refs.empty()) {
+      Log(LogLevel::kInfo, kComponent,
+          std::string(lost ? "lost " : "revoked ") + std::to_string(refs.size()) +
+              " partition(s)");
+    }
+    UpdateLag();
+    return;
+  }
+
+  // Any other error: librdkafka requires the assignment to be cleared.
+  CountError(ErrorName(err), "rebalance error: " + ErrorDescription(err));
+  if (cooperative) {
+    PartitionList current;
+    if (consumer->assignment(current.items) == RdKafka::ERR_NO_ERROR) {
+      std::unique_ptr<RdKafka::Error> error(consumer->incremental_unassign(current.items));
+    }
+  } else {
+    (void)consumer->unassign();
+  }
+  assignment_.clear();
+  positions_.clear();
+  {
+    std::lock_guard<std::mutex> lock(stats_mutex_);
+    stats_.assigned_now = 0;
+  }
+  UpdateLag();
+}
+
+StatusOr<std::vector<SourceMessage>> KafkaSource::Poll(size_t max_messages,
+                                                       std::chrono::milliseconds timeout) {
+  if (closed_) return FailedPreconditionError("kafka source: Poll after Close");
+  if (!fatal_.ok()) return fatal_;
+  if (max_messages < 1) return InvalidArgumentError("kafka source: max_messages must be >= 1");
+  std::vector<SourceMessage> out;
+  const auto deadline = std::chrono::steady_clock::now() + std::max(timeout, decltype(timeout){0});
+  std::map<std::string, int64_t> by_topic;
+  int64_t oversize = 0;
+  Status result;
+  while (out.size() < max_messages) {
+    // Wait only for the first message; then drain what is already fetched.
+    int wait_ms = 0;
+    if (out.empty()) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      wait_ms = static_cast<int>(std::clamp<int64_t>(left.count(), 0, INT32_MAX));
+    }
+    std::unique_ptr<RdKafka::Message> message(consumer_->consume(wait_ms));
+    if (!fatal_.ok()) {
+      result = fatal_;
+      break;
+    }
+    const RdKafka::ErrorCode err = message->err();
+    if (err == RdKafka::ERR_NO_ERROR) {
+      SourceMessage m;
+      m.topic = message->topic_name();
+      m.partition = message->partition();
+      m.offset = message->offset();
+      const size_t key_bytes = message->key_len();
+      size_t total = key_bytes + message->len();
+      // Headers through the C API: it iterates without copying values.
+      rd_kafka_headers_t* headers = nullptr;
+      if (rd_kafka_message_headers(message->c_ptr(), &headers) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        headers = nullptr;
+      }
+      const char* name = nullptr;
+      const void* value = nullptr;
+      size_t value_size = 0;
+      for (size_t i = 0; headers != nullptr &&
+                         rd_kafka_header_get_all(headers, i, &name, &value, &value_size) ==
+                             RD_KAFKA_RESP_ERR_NO_ERROR;
+           ++i) {
+        total += std::string_view(name).size() + value_size;
+      }
+      m.oversize = total > options_.max_record_bytes;
+      if (key_bytes > 0 && key_bytes <= options_.max_record_bytes) {
+        m.key.assign(static_cast<const char*>(message->key_pointer()), key_bytes);
+      }
+      if (!m.oversize) {
+        if (message->len() > 0) {
+          m.payload.assign(static_cast<const char*>(message->payload()), message->len());
+        }
+        for (size_t i = 0; headers != nullptr &&
+                           rd_kafka_header_get_all(headers, i, &name, &value, &value_size) ==
+                               RD_KAFKA_RESP_ERR_NO_ERROR;
+             ++i) {
+          m.headers.emplace_back(name, value == nullptr
+                                           ? std::string()
+                                           : std::string(static_cast<const char*>(value),
+                                                         value_size));
+        }
+      } else {
+        ++oversize;
+      }
+      positions_[{m.topic, m.partition}] = m.offset + 1;
+      ++by_topic[m.topic];
+      out.push_back(std::move(m));
+      continue;
+    }
+    if (err == RdKafka::ERR__TIMED_OUT) break;
+    if (err == RdKafka::ERR__PARTITION_EOF) continue;
+    if (err == RdKafka::ERR__FATAL) {
+      std::string text;
+      const RdKafka::ErrorCode original = consumer_->fatal_error(text);
+      RecordFatal("fatal librdkafka error " + ErrorName(original) + ": " + text);
+      result = fatal_;
+      break;
+    }
+    const std::string where =
+        message->topic_name().empty() ? std::string() : " (topic " + message->topic_name() + ")";
+    if (IsAuthorizationError(err)) {
+      CountError(ErrorName(err), "not authorized" + where + ": " + ErrorDescription(err));
+      result = FailedPreconditionError("kafka source: not authorized" + where + " for group " +
+                                       options_.group_id + ": " + ErrorDescription(err));
+      break;
+    }
+    // message->errstr() is librdkafka's text for the error (broker, topic,
+    // partition); the message carries no record content.
+    CountError(ErrorName(err), ErrorName(err) + where + ": " + message->errstr());
+    if (out.empty() && std::chrono::steady_clock::now() >= deadline) break;
+  }
+  {
+    std::lock_guard<std::mutex> lock(stats_mutex_);
+    for (const auto& [topic, count] : by_topic) stats_.messages_by_topic[topic] += count;
+    stats_.oversize_messages += oversize;
+  }
+  UpdateLag();
+  if (!result.ok()) {
+    // Messages already taken from librdkafka are not stored: their offsets
+    // are not committed, so they are read again after the restart.
+    return result;
+  }
+  return out;
+}
+
+void KafkaSource::UpdateLag() {
+  if (consumer_ == nullptr) return;
+  int64_t lag = 0;
+  for (const TopicPartitionRef& ref : assignment_) {
+    const auto position = positions_.find(ref);
+    if (position == positions_.end()) continue;
+    int64_t low = RdKafka::Topic::OFFSET_INVALID;
+    int64_t high = RdKafka::Topic::OFFSET_INVALID;
+    if (consumer_->get_watermark_offsets(ref.topic, ref.partition, &low, &high) !=
+            RdKafka::ERR_NO_ERROR ||
+        high < 0) {
+      continue;
+    }
+    lag += std::max<int64_t>(0, high - position->second);
+  }
+  lag_.store(lag, std::memory_order_relaxed);
+}
+
+Status KafkaSource::StoreOffset(const std::string& topic, int32_t partition, int64_t offset) {
+  if (closed_) return FailedPreconditionError("kafka source: StoreOffset after Close");
+  if (offset < 0) {
+    return InvalidArgumentError("kafka source: offset must be >= 0 for " +
+                                Describe({topic, partition}));
+  }
+  if (assignment_.count({topic, partition}) == 0) {
+    return FailedPreconditionError("kafka source: " + Describe({topic, partition}) +
+                                   " is not assigned to this consumer (revoked by a "
+                                   "rebalance); its new owner reads the record again");
+  }
+  PartitionList list;
+  list.items.push_back(RdKafka::TopicPartition::create(topic, partition, offset + 1));
+  RdKafka::ErrorCode err = consumer_->offsets_store(list.items);
+  if (err == RdKafka::ERR_NO_ERROR) err = list.items[0]->err();
+  if (err != RdKafka::ERR_NO_ERROR) {
+    return FailedPreconditionError("kafka source: cannot store offset " +
+                                   std::to_string(offset + 1) + " for " +
+                                   Describe({topic, partition}) + ": " + ErrorDescription(err));
+  }
+  return Status::Ok();
+}
+
+Status KafkaSource::CommitStored(const char* when) {
+  const RdKafka::ErrorCode err = consumer_->commitSync();
+  if (err == RdKafka::ERR_NO_ERROR || err == RdKafka::ERR__NO_OFFSET) {
+    if (err == RdKafka::ERR_NO_ERROR) {
+      std::lock_guard<std::mutex> lock(stats_mutex_);
+      ++stats_.commits;
+    }
+    return Status::Ok();
+  }
+  // The offset-commit callback has counted and logged it already.
+  return UnavailableError(std::string("kafka source: offset commit ") + when +
+                          " failed: " + ErrorDescription(err));
+}
+
+Status KafkaSource::Commit() {
+  if (closed_) return FailedPreconditionError("kafka source: Commit after Close");
+  return CommitStored("");
+}
+
+Status KafkaSource::Close() {
+  if (closed_) return Status::Ok();
+  closed_ = true;
+  if (consumer_ == nullptr) return Status::Ok();
+  Status status = CommitStored("at close");
+  // A group that is rebalancing (another member joining or leaving at the
+  // same moment) may refuse the commit until the rebalance has progressed;
+  // librdkafka completes the join/sync in its own thread, so wait a little.
+  for (int attempt = 0; attempt < kCloseCommitRetries && !status.ok() &&
+                        status.message().find("REBALANCE_IN_PROGRESS") != std::string::npos;
+       ++attempt) {
+    std::this_thread::sleep_for(kCloseCommitBackoff);
+    status = CommitStored("at close");
+  }
+  if (!status.ok()) Log(LogLevel::kWarning, kComponent, status.message());
+  const RdKafka::ErrorCode err = consumer_->close();
+  if (err != RdKafka::ERR_NO_ERROR) {
+    Log(LogLevel::kWarning, kComponent, "consumer close: " + ErrorDescription(err));
+    if (status.ok()) {
+      status = UnavailableError("kafka source: consumer close failed: " + ErrorDescription(err));
+    }
+  }
+  consumer_.reset();
+  assignment_.clear();
+  positions_.clear();
+  lag_.store(0, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(stats_mutex_);
+    stats_.assigned_now = 0;
+  }
+  Log(LogLevel::kInfo, kComponent, "closed");
+  return status;
+}
+
+KafkaSourceStats KafkaSource::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  return stats_;
+}
+
+}  // namespace vipsd::connectors
