@@ -140,14 +140,19 @@ struct Options {
   int64_t max_steps = 0;
   int64_t publish_every = 1;
   std::string extra_schedule;
+  std::string model = "lda";
 };
 
 std::string WriteConfig(const std::string& dir, const Options& o) {
   std::ofstream(dir + "/vocab.txt") << "apple\nbanana\ncherry\ndate\nelder\nfig\n";
   std::ostringstream yaml;
-  yaml << "model:\n  type: lda\n  lda:\n    topics: 2\n    vocabulary: vocab.txt\n"
-          "    alpha: 0.5\n    eta: 0.1\n    resample_length: 10\n"
-          "privacy:\n  noise_multiplier: " << o.sigma << "\n  sampling_rate: " << o.q << "\n";
+  if (o.model == "lda") {
+    yaml << "model:\n  type: lda\n  lda:\n    topics: 2\n    vocabulary: vocab.txt\n"
+            "    alpha: 0.5\n    eta: 0.1\n    resample_length: 10\n";
+  } else {
+    yaml << "model:\n  type: blr\n  blr:\n    dimension: 2\n    norm_rule: rescale\n";
+  }
+  yaml << "privacy:\n  noise_multiplier: " << o.sigma << "\n  sampling_rate: " << o.q << "\n";
   if (o.sigma > 0) {
     yaml << "  delta: 1.0e-5\n  epsilon_ceiling: " << o.ceiling << "\n  on_ceiling: " << o.on_ceiling
          << "\n  accounting: " << o.accounting << "\n  warn_at: [0.5]\n";
@@ -497,6 +502,35 @@ TEST(DaemonTest, NoStepIsRunOrChargedUntilThePoolHoldsMinPoolRecords) {
   (*daemon)->RequestStop();
   runner.join();
   EXPECT_GE((*daemon)->status().steps_run, 2);
+}
+
+TEST(DaemonTest, LogisticRegressionRunsThroughTheSameDaemon) {
+  Harness h("blr");
+  for (int i = 0; i < 200; ++i) {
+    const double x0 = (i % 7) / 7.0 - 0.5, x1 = (i % 5) / 5.0 - 0.4;
+    h.topic->Append(i % 2, "{\"x\": [" + std::to_string(x0) + ", " + std::to_string(x1) +
+                               "], \"y\": " + (x0 > 0 ? "1" : "0") + "}");
+  }
+  h.topic->Append(0, "{\"x\": [3, 4], \"y\": 1}");    // norm 5: rescaled, pooled
+  h.topic->Append(0, "{\"x\": [0.1], \"y\": 1}");     // wrong dimension
+  h.topic->Append(1, "{\"x\": [0.1, 0.2], \"y\": 2}"); // bad label
+  Options options;
+  options.model = "blr";
+  auto daemon = h.Make(WriteConfig(h.dir, options));
+  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+  ASSERT_TRUE(RunUntil(**daemon, [](const DaemonStatus& s) { return s.steps_run >= 3; }).ok());
+  EXPECT_EQ((*daemon)->status().pool_records, 201);
+  std::lock_guard<std::mutex> lock(h.sink->mutex);
+  EXPECT_TRUE(h.sink->ledger_violations.empty());
+  ASSERT_GE(h.sink->releases.size(), 3u);
+  std::set<std::string> files;
+  for (const auto& file : h.sink->releases.back().files) files.insert(file.name);
+  EXPECT_TRUE(files.count("mean.npy") && files.count("covariance.npy")) ;
+  std::multiset<connectors::RejectReason> reasons;
+  for (const auto& [record, reason] : h.sink->dead_letters) reasons.insert(reason);
+  EXPECT_EQ(reasons, (std::multiset<connectors::RejectReason>{
+                         connectors::RejectReason::kWrongDimension,
+                         connectors::RejectReason::kBadLabel}));
 }
 
 TEST(DaemonTest, MissingLedgerNextToACheckpointIsRefused) {
