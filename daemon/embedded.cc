@@ -21,7 +21,7 @@ StatusOr<std::unique_ptr<EmbeddedKafka>> EmbeddedKafka::Start(const config::Vips
     VIPSD_RETURN_IF_ERROR(kafka->cluster_->CreateTopic(topic, partitions));
   }
   if (config.sink_type == config::SinkType::kKafka) {
-    VIPSD_RETURN_IF_ERROR(kafka->cluster_->CreateTopic(config.release_topic, 1));
+    VIPSD_RETURN_IF_ERROR(kafka->cluster_->CreateTopic(config.release_topic, partitions));
   }
   VIPSD_RETURN_IF_ERROR(kafka->cluster_->CreateTopic(config.dead_letter_topic, 1));
   if (!config.alert_topic.empty()) {
