@@ -33,11 +33,16 @@ std::string UtcNow() {
 StatusOr<ModelBundle> BuildModel(const config::VipsdConfig& config) {
   ModelBundle bundle;
   if (config.model_type == "lda") {
-    VIPSD_ASSIGN_OR_RETURN(std::string vocabulary_text,
-                           connectors::ReadWholeFile(config.vocabulary_path));
-    auto vocabulary = text::Vocabulary::Parse(vocabulary_text);
+    const std::string where = config.file + ":" +
+                              std::to_string(config.line_of("model.lda.vocabulary")) +
+                              ": model.lda.vocabulary: ";
+    auto vocabulary_text = connectors::ReadWholeFile(config.vocabulary_path);
+    if (!vocabulary_text.ok()) {
+      return InvalidArgumentError(where + std::string(vocabulary_text.status().message()));
+    }
+    auto vocabulary = text::Vocabulary::Parse(*vocabulary_text);
     if (!vocabulary.ok()) {
-      return InvalidArgumentError(config.vocabulary_path + ": " +
+      return InvalidArgumentError(where + config.vocabulary_path + ": " +
                                   std::string(vocabulary.status().message()));
     }
     bundle.vocabulary = std::make_unique<text::Vocabulary>(std::move(*vocabulary));
