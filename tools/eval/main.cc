@@ -1,5 +1,6 @@
 // vipsd-eval: held-out quality of an LDA release (public parameters only).
 // BLR releases: see tools/eval/blr_eval_command.h.
+// SBN releases: see tools/eval/sbn_eval_command.h.
 //
 //   vipsd-eval RELEASE_DIR --test HELDOUT.jsonl --vocab VOCAB --alpha A [--top-words]
 //   vipsd-eval --baseline unigram --train TRAIN.jsonl --test HELDOUT.jsonl --vocab VOCAB --eta E
@@ -27,6 +28,7 @@
 #include "core/release/release.h"
 #include "core/text/vocabulary.h"
 #include "tools/eval/blr_eval_command.h"
+#include "tools/eval/sbn_eval_command.h"
 
 namespace {
 
@@ -86,6 +88,10 @@ int main(int argc, char** argv) {
   // BLR releases (manifest model_type "blr"): tools/eval/blr_eval_command.h.
   if (!release_dir.empty()) {
     if (auto status = tools::MaybeRunBlrEval(release_dir, flags, std::cout, std::cerr)) {
+      return *status;
+    }
+    // SBN releases (model_type "sbn"): tools/eval/sbn_eval_command.h.
+    if (auto status = tools::MaybeRunSbnEval(release_dir, flags, std::cout, std::cerr)) {
       return *status;
     }
   }
