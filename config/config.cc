@@ -13,6 +13,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <tuple>
 #include <vector>
 
 namespace vipsd::config {
@@ -317,8 +318,50 @@ Status ParseBlr(Section& blr, VipsdConfig& config) {
   return blr.Finish();
 }
 
+Status ParseSbn(Section& sbn, VipsdConfig& config) {
+  models::SbnConfig& c = config.sbn;
+  auto positive_precision = [](double x) { return x > 0; };
+  VIPSD_RETURN_IF_ERROR(sbn.Integer("visible", true, 1, 65536, &c.visible));
+  VIPSD_RETURN_IF_ERROR(sbn.Integer("hidden", true, 1, 1024, &c.hidden));
+  VIPSD_RETURN_IF_ERROR(sbn.Number("weight_prior_precision", false, positive_precision,
+                                   "a number > 0", &c.weight_prior_precision));
+  VIPSD_RETURN_IF_ERROR(sbn.Number("visible_bias_prior_precision", false, positive_precision,
+                                   "a number > 0", &c.visible_bias_prior_precision));
+  VIPSD_RETURN_IF_ERROR(sbn.Number("hidden_bias_prior_precision", false, positive_precision,
+                                   "a number > 0", &c.hidden_bias_prior_precision));
+  VIPSD_RETURN_IF_ERROR(sbn.Number("init_weight_std", false, NonNegative, "a number >= 0",
+                                   &c.init_weight_std));
+  VIPSD_RETURN_IF_ERROR(sbn.Number("init_variance", false,
+                                   [](double x) { return x > 0 && x <= 1e6; },
+                                   "a number in (0, 1e6]", &c.init_variance));
+  int64_t iterations = c.estep_max_iterations;
+  VIPSD_RETURN_IF_ERROR(sbn.Integer("estep_max_iterations", false, 1, 100000, &iterations));
+  c.estep_max_iterations = static_cast<int>(iterations);
+  VIPSD_RETURN_IF_ERROR(sbn.Number("estep_tolerance", false, Positive, "a number > 0",
+                                   &c.estep_tolerance));
+  int64_t init_seed = 0;
+  VIPSD_RETURN_IF_ERROR(sbn.Integer("init_seed", false, 0, int64_t{1} << 53, &init_seed));
+  c.init_seed = static_cast<uint64_t>(init_seed);
+  std::optional<Section> clip;
+  VIPSD_RETURN_IF_ERROR(sbn.Sub("clip_fractions", false, &clip));
+  if (clip.has_value()) {
+    auto fraction = [](double x) { return x > 0 && x <= 1; };
+    const std::string allowed = "a number in (0, 1] (fraction of the block's proven bound)";
+    models::SbnClipFractions& f = c.clip_fractions;
+    for (auto [key, value] : {std::pair<const char*, double*>{"count", &f.count},
+                              {"z", &f.z}, {"y", &f.y}, {"xi", &f.xi}, {"xi_z", &f.xi_z},
+                              {"y_z", &f.y_z}, {"xi_zz", &f.xi_zz}}) {
+      VIPSD_RETURN_IF_ERROR(clip->Number(key, false, fraction, allowed, value));
+    }
+    VIPSD_RETURN_IF_ERROR(clip->Finish());
+  }
+  const Status valid = models::ValidateSbnConfig(c);
+  if (!valid.ok()) return sbn.ErrorAt("hidden", std::string(valid.message()));
+  return sbn.Finish();
+}
+
 Status ParseModel(Section& top, VipsdConfig& config) {
-  const std::vector<std::string> types = {"lda", "blr"};
+  const std::vector<std::string> types = {"lda", "blr", "sbn"};
   std::optional<Section> model, section;
   VIPSD_RETURN_IF_ERROR(top.Sub("model", true, &model));
   VIPSD_RETURN_IF_ERROR(model->String("type", true, types, &config.model_type));
@@ -331,8 +374,10 @@ Status ParseModel(Section& top, VipsdConfig& config) {
   VIPSD_RETURN_IF_ERROR(model->Sub(config.model_type, true, &section));
   if (config.model_type == "lda") {
     VIPSD_RETURN_IF_ERROR(ParseLda(*section, config));
-  } else {
+  } else if (config.model_type == "blr") {
     VIPSD_RETURN_IF_ERROR(ParseBlr(*section, config));
+  } else {
+    VIPSD_RETURN_IF_ERROR(ParseSbn(*section, config));
   }
   return model->Finish();
 }
@@ -721,6 +766,31 @@ StatusOr<std::vector<std::string>> ChangedReloadableKeys(const VipsdConfig& a,
   diff.Fixed("model.blr.prior_rate", a.blr.prior_rate, b.blr.prior_rate);
   diff.Fixed("model.blr.eigenvalue_floor", a.blr.eigenvalue_floor, b.blr.eigenvalue_floor);
   diff.Fixed("model.blr.norm_rule", a.blr_norm_rule, b.blr_norm_rule);
+  diff.Fixed("model.sbn.visible", a.sbn.visible, b.sbn.visible);
+  diff.Fixed("model.sbn.hidden", a.sbn.hidden, b.sbn.hidden);
+  diff.Fixed("model.sbn.weight_prior_precision", a.sbn.weight_prior_precision,
+             b.sbn.weight_prior_precision);
+  diff.Fixed("model.sbn.visible_bias_prior_precision", a.sbn.visible_bias_prior_precision,
+             b.sbn.visible_bias_prior_precision);
+  diff.Fixed("model.sbn.hidden_bias_prior_precision", a.sbn.hidden_bias_prior_precision,
+             b.sbn.hidden_bias_prior_precision);
+  diff.Fixed("model.sbn.init_weight_std", a.sbn.init_weight_std, b.sbn.init_weight_std);
+  diff.Fixed("model.sbn.init_variance", a.sbn.init_variance, b.sbn.init_variance);
+  diff.Fixed("model.sbn.estep_max_iterations", a.sbn.estep_max_iterations,
+             b.sbn.estep_max_iterations);
+  diff.Fixed("model.sbn.estep_tolerance", a.sbn.estep_tolerance, b.sbn.estep_tolerance);
+  diff.Fixed("model.sbn.init_seed", a.sbn.init_seed, b.sbn.init_seed);
+  for (auto [key, x, y] :
+       {std::tuple<const char*, double, double>{"count", a.sbn.clip_fractions.count,
+                                                b.sbn.clip_fractions.count},
+        {"z", a.sbn.clip_fractions.z, b.sbn.clip_fractions.z},
+        {"y", a.sbn.clip_fractions.y, b.sbn.clip_fractions.y},
+        {"xi", a.sbn.clip_fractions.xi, b.sbn.clip_fractions.xi},
+        {"xi_z", a.sbn.clip_fractions.xi_z, b.sbn.clip_fractions.xi_z},
+        {"y_z", a.sbn.clip_fractions.y_z, b.sbn.clip_fractions.y_z},
+        {"xi_zz", a.sbn.clip_fractions.xi_zz, b.sbn.clip_fractions.xi_zz}}) {
+    diff.Fixed(std::string("model.sbn.clip_fractions.") + key, x, y);
+  }
   diff.Fixed("privacy.delta", a.driver.delta, b.driver.delta);
   diff.Fixed("privacy.noise", static_cast<int>(a.noise_mode), static_cast<int>(b.noise_mode));
   diff.Fixed("privacy.noise_seed", a.noise_seed, b.noise_seed);

@@ -30,6 +30,7 @@
 #include "core/base/status.h"
 #include "core/models/blr.h"
 #include "core/models/lda.h"
+#include "core/models/sbn.h"
 #include "core/svi/record_pool.h"
 #include "core/svi/step_driver.h"
 
@@ -66,6 +67,7 @@ struct VipsdConfig {
   std::string vocabulary_path;  // LDA only
   models::BlrConfig blr;
   std::string blr_norm_rule = "reject";  // reject | rescale (records with ||x|| > 1)
+  models::SbnConfig sbn;
 
   // privacy + schedule → the step driver
   svi::DriverConfig driver;

@@ -5,8 +5,10 @@
 
 #include "connectors/file/file_util.h"
 #include "connectors/decode/blr_record_decoder.h"
+#include "connectors/decode/sbn_record_decoder.h"
 #include "core/models/blr.h"
 #include "core/models/lda.h"
+#include "core/models/sbn.h"
 
 namespace vipsd::daemon {
 namespace {
@@ -60,6 +62,10 @@ StatusOr<ModelBundle> BuildModel(const config::VipsdConfig& config) {
       return InvalidArgumentError("model.blr.norm_rule must be reject or rescale");
     }
     bundle.decoder = connectors::NewBlrRecordDecoder(config.blr.dim, *rule);
+  } else if (config.model_type == "sbn") {
+    VIPSD_ASSIGN_OR_RETURN(auto model, models::SbnModel::Create(config.sbn));
+    bundle.model = std::move(model);
+    bundle.decoder = connectors::NewSbnRecordDecoder(config.sbn.visible);
   } else {
     return InvalidArgumentError("model.type '" + config.model_type + "' is not supported");
   }
@@ -79,6 +85,16 @@ std::string ConfigFingerprint(const config::VipsdConfig& c) {
   } else if (c.model_type == "blr") {
     text << " d=" << c.blr.dim << " a0=" << c.blr.prior_shape << " b0=" << c.blr.prior_rate
          << " floor=" << c.blr.eigenvalue_floor << " norm_rule=" << c.blr_norm_rule;
+  } else if (c.model_type == "sbn") {
+    const auto& f = c.sbn.clip_fractions;
+    text << " J=" << c.sbn.visible << " K=" << c.sbn.hidden
+         << " prior_w=" << c.sbn.weight_prior_precision
+         << " prior_c=" << c.sbn.visible_bias_prior_precision
+         << " prior_b=" << c.sbn.hidden_bias_prior_precision
+         << " init_std=" << c.sbn.init_weight_std << " init_var=" << c.sbn.init_variance
+         << " iters=" << c.sbn.estep_max_iterations << " tol=" << c.sbn.estep_tolerance
+         << " seed=" << c.sbn.init_seed << " clip=" << f.count << "," << f.z << "," << f.y << ","
+         << f.xi << "," << f.xi_z << "," << f.y_z << "," << f.xi_zz;
   }
   text << " q=" << c.driver.sampling_rate << " sigma=" << c.driver.noise_multiplier
        << " tau0=" << c.driver.tau0 << " kappa=" << c.driver.kappa << " delta=" << c.driver.delta

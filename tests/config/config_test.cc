@@ -59,7 +59,7 @@ TEST(ConfigTest, ErrorsNameFileLineKeyAndAllowedValues) {
        "f.yaml:23: schedule.kappa: must be a number in (0.5, 1], got '0.5'"},
       {With("    topics: 20 ", "    topics: many "),
        "f.yaml:6: model.lda.topics: must be a whole number in [1, 100000], got 'many'"},
-      {With("  type: lda ", "  type: gmm "), "f.yaml:4: model.type: must be one of lda, blr, got 'gmm'"},
+      {With("  type: lda ", "  type: gmm "), "f.yaml:4: model.type: must be one of lda, blr, sbn, got 'gmm'"},
       {With("  noise: secure ", "  noise: weak "),
        "privacy.noise: must be one of secure, fixed_seed, got 'weak'"},
       {With("  publish_every: 10", "  publish_every: 10\n  colour: blue"),
@@ -221,6 +221,24 @@ TEST(ConfigTest, BlrExampleParsesAndModelSectionsMustMatchTheType) {
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(),
               HasSubstr("model.blr.norm_rule: must be one of reject, rescale, got 'clip'"));
+}
+
+TEST(ConfigTest, SbnExampleParses) {
+  std::ifstream in(std::string(VIPSD_SOURCE_DIR) + "/config/examples/sbn_offline.yaml");
+  std::ostringstream text;
+  text << in.rdbuf();
+  auto config = ParseConfig(text.str(), "/etc/vipsd/sbn.yaml");
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_EQ(config->model_type, "sbn");
+  EXPECT_EQ(config->sbn.visible, 784);
+  EXPECT_EQ(config->sbn.hidden, 50);
+  EXPECT_EQ(config->sbn.clip_fractions.xi_zz, 1.0);
+  std::string bad = text.str();
+  bad.replace(bad.find("      xi_zz: 1.0"), 16, "      xi_zz: 1.5");
+  auto refused = ParseConfig(bad, "s.yaml");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("model.sbn.clip_fractions.xi_zz: must be a number in (0, 1]"));
 }
 
 TEST(ConfigTest, MissingFileIsReportedByName) {

@@ -224,5 +224,61 @@ TEST(OfflineRunTest, BayesianLogisticRegressionRunsThroughTheSamePath) {
   EXPECT_NE(out.find("\"model_type\":\"blr\""), std::string::npos);
 }
 
+TEST(OfflineRunTest, SigmoidBeliefNetworkRunsThroughTheSamePath) {
+  const std::string dir = ::testing::TempDir() + "offline_run_sbn";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  // Two prototypes of 8 pixels, each pixel flipped with probability 1/8.
+  std::ofstream data(dir + "/train.jsonl");
+  uint64_t state = 7;
+  auto next = [&] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return state >> 33;
+  };
+  for (int i = 0; i < 300; ++i) {
+    data << "{\"y\": [";
+    for (int j = 0; j < 8; ++j) {
+      int pixel = (i % 2 == 0) == (j < 4) ? 1 : 0;
+      if (next() % 8 == 0) pixel = 1 - pixel;
+      data << (j ? ", " : "") << pixel;
+    }
+    data << "]}\n";
+  }
+  data << "{\"y\": [0, 1, 2, 0, 0, 0, 0, 0]}\n";  // not binary: rejected
+  data.close();
+  std::ofstream(dir + "/vipsd.yaml")
+      << "model:\n  type: sbn\n  sbn:\n    visible: 8\n    hidden: 2\n"
+         "privacy:\n  noise_multiplier: 1.0\n  sampling_rate: 0.5\n  delta: 1.0e-5\n"
+         "  epsilon_ceiling: 50\n"
+         "schedule:\n  tau0: 1\n  kappa: 0.7\n  threads: 2\n  max_steps: 6\n"
+         "source:\n  type: file\n  path: train.jsonl\n"
+         "sink:\n  type: file\n  directory: releases\n  publish_every: 3\n"
+         "state:\n  directory: state\ndead_letter:\n  path: dead.jsonl\n";
+  auto config = config::LoadConfigFile(dir + "/vipsd.yaml");
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  auto summary = RunOffline(*config);
+  ASSERT_TRUE(summary.ok()) << summary.status().message();
+  EXPECT_EQ(summary->steps_run, 6);
+  EXPECT_EQ(summary->records_pooled, 300);
+  EXPECT_EQ(summary->records_rejected, 1);
+  EXPECT_NE(Slurp(dir + "/dead.jsonl").find("not_binary"), std::string::npos);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/releases/step-6/manifest.json"));
+  auto checkpoint = CheckpointStore(dir + "/state").Load();
+  ASSERT_TRUE(checkpoint.ok() && checkpoint->has_value());
+  EXPECT_EQ((*checkpoint)->model_type, "sbn");
+  // vipsd-eval reads the release.
+  const std::string eval = std::string(VIPSD_EVAL_BINARY) + " " + dir +
+                           "/releases/step-6 --test " + dir + "/train.jsonl --train " + dir +
+                           "/train.jsonl 2>&1";
+  FILE* pipe = popen(eval.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string out;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
+  ASSERT_EQ(pclose(pipe), 0) << out;
+  EXPECT_NE(out.find("sbn"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace vipsd::daemon
