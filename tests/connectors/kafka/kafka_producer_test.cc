@@ -234,9 +234,16 @@ TEST(KafkaProducerTest, BatchResentAfterAConnectionLossKeepsProducerIdAndSequenc
                                                           0 /* Produce */, 1,
                                                           RD_KAFKA_RESP_ERR_NO_ERROR, 3000),
             RD_KAFKA_RESP_ERR_NO_ERROR);
-  // ... and the connection is cut while the client waits for that answer.
-  std::thread outage([&cluster] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  // ... and the connection is cut while the client waits for that answer:
+  // once librdkafka logs that it sent the 20-message batch (not after a
+  // fixed delay, which a loaded machine can overtake).
+  std::thread outage([&cluster, &logs] {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!logs.Contains("Produce MessageSet with 20 message(s)") &&
+           std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
     EXPECT_TRUE(cluster->SetBrokerDown(1).ok());
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     EXPECT_TRUE(cluster->SetBrokerUp(1).ok());

@@ -92,14 +92,19 @@ inline CommandResult RunCommand(const std::string& command, bool merge_stderr = 
 // Collects every vipsd::Log line while alive (and forwards nothing).
 class LogCapture {
  public:
-  LogCapture() {
+  // Captures every level (debug included) while it lives.
+  LogCapture() : previous_level_(MinLogLevel()) {
+    SetMinLogLevel(LogLevel::kDebug);
     SetLogSink([this](LogLevel level, std::string_view component, std::string_view message) {
       std::lock_guard<std::mutex> lock(mutex_);
       lines_.push_back(std::string(LogLevelName(level)) + " " + std::string(component) + " " +
                        std::string(message));
     });
   }
-  ~LogCapture() { SetLogSink(nullptr); }
+  ~LogCapture() {
+    SetLogSink(nullptr);
+    SetMinLogLevel(previous_level_);
+  }
   LogCapture(const LogCapture&) = delete;
   LogCapture& operator=(const LogCapture&) = delete;
 
@@ -116,6 +121,7 @@ class LogCapture {
   }
 
  private:
+  LogLevel previous_level_;
   mutable std::mutex mutex_;
   std::vector<std::string> lines_;
 };
