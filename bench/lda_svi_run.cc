@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
   lda.estep_max_iterations = 100;
   lda.estep_tolerance = 1e-3;
   lda.init_seed = std::stoull(get("--seed", "0"));
+  lda.mstep_threads = std::stoi(get("--threads", "1"));  // the M-step uses the driver's threads
   auto model = vipsd::models::LdaModel::Create(lda);
   if (!model.ok()) {
     std::cerr << model.status().ToString() << "\n";

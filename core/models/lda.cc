@@ -4,21 +4,144 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
+#include <thread>
+#include <vector>
+
+#include "core/models/digamma.h"
 
 namespace vipsd::models {
 namespace {
 
 constexpr double kPhiNormFloor = 1e-100;
 
+// The E-step works on topic vectors padded with zeros to an even length, so
+// that its inner loops run on whole pairs of doubles (one SSE2 operation)
+// without tails. Padding entries of E[θ] and of the gathered columns of
+// exp(E[log β]) are zero, so they change no sum. (Wider GCC vectors than the
+// machine's registers are kept in memory by the compiler: slower.)
+constexpr Eigen::Index kTopicPadding = 2;
+typedef double Pair __attribute__((vector_size(kTopicPadding * sizeof(double))));
+
+Eigen::Index PaddedTopics(Eigen::Index num_topics) {
+  return (num_topics + kTopicPadding - 1) / kTopicPadding * kTopicPadding;
+}
+
+void LoadPair(const double* data, Pair& value) { std::memcpy(&value, data, sizeof(value)); }
+
+void StorePair(const Pair& value, double* data) { std::memcpy(data, &value, sizeof(value)); }
+
+double Sum(const Pair& value) { return value[0] + value[1]; }
+
 struct LdaScratch final : model::EStepScratch {
   std::vector<int32_t> tokens;
   std::vector<int32_t> words;
   std::vector<double> counts;
-  Eigen::MatrixXd beta_d;  // K × m columns of exp(E[log β]) for the words
-  Eigen::VectorXd gamma, new_gamma, e, norm;
+  // Padded topics × m, column-major: the document's columns of exp(E[log β]).
+  std::vector<double> beta_d;
+  // Padded topics each.
+  std::vector<double> gamma, new_gamma, e, weighted;
+  std::vector<double> ratio;  // m: c_v / n_v
 };
+
+// The implicit-φ core of the E-step, one pass over the document's columns
+// β_j (padded_topics doubles each, zero padding) of exp(E[log β]):
+//   n_j = β_j · e + floor, ratio_j = c_j / n_j,
+// and, if `weighted` is not null, weighted = Σ_j ratio_j β_j (padded_topics).
+// Four columns at a time, so that four dot products and their updates are in
+// flight together.
+void WordRatios(const double* beta_d, Eigen::Index padded_topics, Eigen::Index m,
+                const double* e, const double* counts, double* ratio, double* weighted) {
+  if (weighted != nullptr) std::fill(weighted, weighted + padded_topics, 0.0);
+  Pair ep, b0p, b1p, b2p, b3p, w;
+  Eigen::Index j = 0;
+  for (; j + 4 <= m; j += 4) {
+    const double* b0 = beta_d + j * padded_topics;
+    const double* b1 = b0 + padded_topics;
+    const double* b2 = b1 + padded_topics;
+    const double* b3 = b2 + padded_topics;
+    Pair s0{}, s1{}, s2{}, s3{};
+    for (Eigen::Index offset = 0; offset < padded_topics; offset += kTopicPadding) {
+      LoadPair(e + offset, ep);
+      LoadPair(b0 + offset, b0p);
+      LoadPair(b1 + offset, b1p);
+      LoadPair(b2 + offset, b2p);
+      LoadPair(b3 + offset, b3p);
+      s0 += b0p * ep;
+      s1 += b1p * ep;
+      s2 += b2p * ep;
+      s3 += b3p * ep;
+    }
+    const double r0 = counts[j] / (Sum(s0) + kPhiNormFloor);
+    const double r1 = counts[j + 1] / (Sum(s1) + kPhiNormFloor);
+    const double r2 = counts[j + 2] / (Sum(s2) + kPhiNormFloor);
+    const double r3 = counts[j + 3] / (Sum(s3) + kPhiNormFloor);
+    ratio[j] = r0;
+    ratio[j + 1] = r1;
+    ratio[j + 2] = r2;
+    ratio[j + 3] = r3;
+    if (weighted == nullptr) continue;
+    for (Eigen::Index offset = 0; offset < padded_topics; offset += kTopicPadding) {
+      LoadPair(weighted + offset, w);
+      LoadPair(b0 + offset, b0p);
+      LoadPair(b1 + offset, b1p);
+      LoadPair(b2 + offset, b2p);
+      LoadPair(b3 + offset, b3p);
+      w += ((b0p * r0 + b1p * r1) + b2p * r2) + b3p * r3;
+      StorePair(w, weighted + offset);
+    }
+  }
+  for (; j < m; ++j) {
+    const double* b = beta_d + j * padded_topics;
+    Pair sum{};
+    for (Eigen::Index offset = 0; offset < padded_topics; offset += kTopicPadding) {
+      LoadPair(e + offset, ep);
+      LoadPair(b + offset, b0p);
+      sum += b0p * ep;
+    }
+    const double r = counts[j] / (Sum(sum) + kPhiNormFloor);
+    ratio[j] = r;
+    if (weighted == nullptr) continue;
+    for (Eigen::Index offset = 0; offset < padded_topics; offset += kTopicPadding) {
+      LoadPair(weighted + offset, w);
+      LoadPair(b + offset, b0p);
+      w += b0p * r;
+      StorePair(w, weighted + offset);
+    }
+  }
+}
+
+// e_k = exp(ψ(γ_k) − ψ(Σ_k γ_k)) for the first num_topics entries (the
+// padding of e stays zero).
+void ExpElogTheta(const std::vector<double>& gamma, Eigen::Index num_topics,
+                  std::vector<double>& e) {
+  const auto k = static_cast<size_t>(num_topics);
+  double total = 0;
+  for (size_t i = 0; i < k; ++i) total += gamma[i];
+  ExpDigammaMinus(std::span(gamma.data(), k), Digamma(total), std::span(e.data(), k));
+}
+
+// Runs body(begin, end) over [0, count) split into `threads` contiguous
+// ranges, on the calling thread and threads − 1 new ones.
+template <typename Body>
+void ParallelRanges(Eigen::Index count, int threads, const Body& body) {
+  const auto parts = static_cast<Eigen::Index>(std::max(1, std::min<int>(threads, 256)));
+  if (parts == 1 || count < 2 * parts) {
+    body(Eigen::Index{0}, count);
+    return;
+  }
+  std::vector<std::thread> workers;
+  workers.reserve(static_cast<size_t>(parts - 1));
+  for (Eigen::Index part = 1; part < parts; ++part) {
+    workers.emplace_back([&body, count, parts, part] {
+      body(count * part / parts, count * (part + 1) / parts);
+    });
+  }
+  body(Eigen::Index{0}, count / parts);
+  for (std::thread& worker : workers) worker.join();
+}
 
 Status FieldError(const std::string& field, const std::string& allowed) {
   return InvalidArgumentError("lda." + field + " must be " + allowed);
@@ -48,6 +171,9 @@ Status ValidateLdaConfig(const LdaConfig& c) {
   if (!(c.estep_tolerance > 0) || !std::isfinite(c.estep_tolerance)) {
     return FieldError("estep_tolerance", "finite and > 0");
   }
+  if (c.mstep_threads < 1 || c.mstep_threads > 256) {
+    return FieldError("mstep_threads", "in [1, 256]");
+  }
   return Status::Ok();
 }
 
@@ -76,10 +202,14 @@ void CountWords(std::span<const int32_t> tokens, std::vector<int32_t>* words,
 StatusOr<std::unique_ptr<LdaModel>> LdaModel::Create(const LdaConfig& config) {
   VIPSD_RETURN_IF_ERROR(ValidateLdaConfig(config));
   // Without resampling there is no proven bound; the layout still needs a
-  // finite one, and the driver refuses σ > 0 for such a model.
+  // finite one, and the driver refuses σ > 0 for such a model. 2^400 is never
+  // reached (‖s_d‖ ≤ the document's length), and as a power of two it makes
+  // the mechanism's scaling by 1/C and back exact, and keeps the scaled
+  // squares (≥ 2^-800·Σ s²) in the normal range, so the norm takes its fast
+  // path.
   const double bound = config.resample_length > 0
                            ? config.clip_fraction * static_cast<double>(config.resample_length)
-                           : 1e300;
+                           : std::ldexp(1.0, 400);
   VIPSD_ASSIGN_OR_RETURN(
       auto layout,
       privacy::BlockLayout::Create({privacy::BlockSpec{
@@ -108,12 +238,25 @@ std::vector<std::pair<std::string, int64_t>> LdaModel::dimensions() const {
 }
 
 void LdaModel::RecomputeExpectations() {
+  const Eigen::Index num_topics = lambda_.rows();
+  const Eigen::Index vocabulary_size = lambda_.cols();
+  // ψ(Σ_v λ_kv), repeated so that the offsets of any entry of the
+  // column-major K × V array start at psi_rows[k] with k = index mod K.
+  std::vector<double> psi_rows(static_cast<size_t>(num_topics) + digamma_internal::kBlock);
   const Eigen::VectorXd row_sums = lambda_.rowwise().sum();
-  Eigen::VectorXd psi_rows(row_sums.size());
-  for (Eigen::Index k = 0; k < row_sums.size(); ++k) {
-    psi_rows[k] = Eigen::numext::digamma(row_sums[k]);
+  for (size_t i = 0; i < psi_rows.size(); ++i) {
+    psi_rows[i] = Digamma(row_sums[static_cast<Eigen::Index>(i % static_cast<size_t>(num_topics))]);
   }
-  exp_elog_beta_ = (lambda_.array().digamma().colwise() - psi_rows.array()).exp().matrix();
+  const double* offsets = psi_rows.data();
+  const auto k = static_cast<size_t>(num_topics);
+  ParallelRanges(vocabulary_size, config_.mstep_threads, [&](Eigen::Index begin, Eigen::Index end) {
+    // Columns [begin, end): a contiguous run of the column-major arrays whose
+    // first entry is row 0, so entry i of the run has offset psi_rows[i mod K].
+    digamma_internal::ExpDigammaMinusLoop(
+        lambda_.data() + begin * num_topics, static_cast<size_t>((end - begin) * num_topics),
+        [offsets, k](size_t i) { return offsets + i % k; },
+        exp_elog_beta_.data() + begin * num_topics);
+  });
 }
 
 Status LdaModel::SetLambda(const Eigen::MatrixXd& lambda) {
@@ -136,45 +279,61 @@ std::unique_ptr<model::EStepScratch> LdaModel::NewScratch() const {
 LdaDocumentFit LdaModel::FitDocument(std::span<const int32_t> words,
                                      std::span<const double> counts) const {
   LdaScratch scratch;
-  return FitDocumentInto(words, counts, scratch);
+  LdaDocumentFit fit;
+  fit.iterations = FitDocumentInto(words, counts, scratch);
+  fit.gamma = Eigen::Map<const Eigen::VectorXd>(scratch.gamma.data(), lambda_.rows());
+  return fit;
 }
 
-LdaDocumentFit LdaModel::FitDocumentInto(std::span<const int32_t> words,
-                                         std::span<const double> counts,
-                                         model::EStepScratch& scratch_base) const {
+int LdaModel::FitDocumentInto(std::span<const int32_t> words, std::span<const double> counts,
+                              model::EStepScratch& scratch_base) const {
   auto& s = static_cast<LdaScratch&>(scratch_base);
   const Eigen::Index num_topics = lambda_.rows();
+  const Eigen::Index padded = PaddedTopics(num_topics);
+  const auto k = static_cast<size_t>(num_topics);
   const auto m = static_cast<Eigen::Index>(words.size());
-  s.beta_d.resize(num_topics, m);
-  for (Eigen::Index j = 0; j < m; ++j) s.beta_d.col(j) = exp_elog_beta_.col(words[j]);
-  const Eigen::Map<const Eigen::VectorXd> c(counts.data(), m);
-  LdaDocumentFit fit;
-  fit.gamma = Eigen::VectorXd::Ones(num_topics);
-  for (fit.iterations = 1; fit.iterations <= config_.estep_max_iterations; ++fit.iterations) {
-    s.e = ExpDirichletExpectation(fit.gamma);
-    s.norm.noalias() = s.beta_d.transpose() * s.e;
-    s.norm.array() = c.array() / (s.norm.array() + kPhiNormFloor);
-    s.new_gamma.noalias() = s.beta_d * s.norm;
-    s.new_gamma.array() = config_.alpha + s.e.array() * s.new_gamma.array();
-    const double change = (s.new_gamma - fit.gamma).cwiseAbs().mean();
-    fit.gamma.swap(s.new_gamma);
-    if (change < config_.estep_tolerance) break;
+  s.beta_d.assign(static_cast<size_t>(padded * m), 0.0);
+  for (Eigen::Index j = 0; j < m; ++j) {
+    const double* column = exp_elog_beta_.data() + static_cast<Eigen::Index>(words[j]) * num_topics;
+    std::copy(column, column + num_topics, s.beta_d.begin() + j * padded);
   }
-  fit.iterations = std::min(fit.iterations, config_.estep_max_iterations);
-  return fit;
+  s.gamma.assign(static_cast<size_t>(padded), 0.0);
+  std::fill(s.gamma.begin(), s.gamma.begin() + num_topics, 1.0);
+  s.new_gamma.assign(static_cast<size_t>(padded), 0.0);
+  s.e.assign(static_cast<size_t>(padded), 0.0);
+  s.weighted.resize(static_cast<size_t>(padded));
+  s.ratio.resize(static_cast<size_t>(m));
+  int iteration = 1;
+  for (; iteration <= config_.estep_max_iterations; ++iteration) {
+    ExpElogTheta(s.gamma, num_topics, s.e);
+    // n_v = Σ_k e_k β_kv (+ floor); γ'_k = α + e_k Σ_v β_kv c_v / n_v.
+    WordRatios(s.beta_d.data(), padded, m, s.e.data(), counts.data(), s.ratio.data(),
+               s.weighted.data());
+    double change = 0;
+    for (size_t i = 0; i < k; ++i) {
+      s.new_gamma[i] = config_.alpha + s.e[i] * s.weighted[i];
+      change += std::abs(s.new_gamma[i] - s.gamma[i]);
+    }
+    s.gamma.swap(s.new_gamma);
+    if (change / static_cast<double>(k) < config_.estep_tolerance) break;
+  }
+  return std::min(iteration, config_.estep_max_iterations);
 }
 
 Status LdaModel::EStep(const model::Record& record, model::RecordRng& rng,
                        model::EStepScratch& scratch_base, model::SparseStatistic& out) const {
   auto& scratch = static_cast<LdaScratch&>(scratch_base);
-  out.Clear();
   const int64_t vocabulary_size = config_.vocabulary_size;
   for (int32_t id : record.word_ids) {
     if (id < 0 || id >= vocabulary_size) {
+      out.Clear();
       return InvalidArgumentError("document has a word id outside [0, V)");
     }
   }
-  if (record.word_ids.empty()) return Status::Ok();  // contributes the zero vector
+  if (record.word_ids.empty()) {  // contributes the zero vector
+    out.Clear();
+    return Status::Ok();
+  }
   std::span<const int32_t> tokens(record.word_ids);
   if (config_.resample_length > 0) {
     // Exactly N draws with replacement from the document's tokens.
@@ -185,25 +344,30 @@ Status LdaModel::EStep(const model::Record& record, model::RecordRng& rng,
     tokens = scratch.tokens;
   }
   CountWords(tokens, &scratch.words, &scratch.counts);
-  const LdaDocumentFit fit = FitDocumentInto(scratch.words, scratch.counts, scratch);
+  FitDocumentInto(scratch.words, scratch.counts, scratch);
 
+  // With e from the final γ: n_v = Σ_k e_k expElogβ[k, v] (+ floor) and
+  // s[k, v] = e_k expElogβ[k, v] c_v / n_v.
   const Eigen::Index num_topics = lambda_.rows();
+  const Eigen::Index padded = PaddedTopics(num_topics);
   const auto m = static_cast<Eigen::Index>(scratch.words.size());
-  const Eigen::VectorXd e = ExpDirichletExpectation(fit.gamma);
+  ExpElogTheta(scratch.gamma, num_topics, scratch.e);
+  WordRatios(scratch.beta_d.data(), padded, m, scratch.e.data(), scratch.counts.data(),
+             scratch.ratio.data(), nullptr);
+  // Every entry is overwritten below: resizing without clearing first avoids
+  // zero-filling K·m entries per document.
+  // Word-major coordinates w·K + k: increasing because the words are sorted,
+  // and each word's K values are contiguous in the mechanism's accumulator.
   out.indices.resize(static_cast<size_t>(num_topics * m));
   out.values.resize(out.indices.size());
-  // n_v = Σ_k e_k expElogβ[k, v]; s[k, v] = e_k expElogβ[k, v] c_v / n_v.
-  std::vector<double>& ratio = scratch.counts;  // reuse: c_v / n_v
-  for (Eigen::Index j = 0; j < m; ++j) {
-    const double norm = exp_elog_beta_.col(scratch.words[j]).dot(e) + kPhiNormFloor;
-    ratio[j] = scratch.counts[j] / norm;
-  }
   size_t out_index = 0;
-  for (Eigen::Index k = 0; k < num_topics; ++k) {
-    for (Eigen::Index j = 0; j < m; ++j) {
-      const int32_t v = scratch.words[j];
-      out.indices[out_index] = static_cast<uint32_t>(k * vocabulary_size + v);
-      out.values[out_index] = e[k] * exp_elog_beta_(k, v) * ratio[j];
+  for (Eigen::Index j = 0; j < m; ++j) {
+    const auto column_offset = static_cast<uint32_t>(scratch.words[j] * num_topics);
+    const double* beta_column = scratch.beta_d.data() + j * padded;
+    const double ratio = scratch.ratio[j];
+    for (Eigen::Index topic = 0; topic < num_topics; ++topic) {
+      out.indices[out_index] = column_offset + static_cast<uint32_t>(topic);
+      out.values[out_index] = scratch.e[static_cast<size_t>(topic)] * beta_column[topic] * ratio;
       ++out_index;
     }
   }
@@ -220,12 +384,18 @@ Status LdaModel::MStep(const Eigen::VectorXd& statistic_sum, double sampling_rat
   }
   if (!(rho > 0 && rho <= 1)) return InvalidArgumentError("rho must be in (0, 1]");
   if (!statistic_sum.allFinite()) return OutOfRangeError("statistic sum is not finite");
-  // Row-major K × V sum → column-major λ.
-  const Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>
-      sum(statistic_sum.data(), lambda_.rows(), lambda_.cols());
-  const Eigen::MatrixXd lambda_hat =
-      (config_.eta + sum.array().max(0.0) / sampling_rate).matrix();
-  lambda_ = (1.0 - rho) * lambda_ + rho * lambda_hat;
+  // λ ← (1 − ρ)λ + ρ(η + max(S̃, 0)/q) in place; the sum's word-major layout
+  // is λ's column-major one.
+  const Eigen::Index num_topics = lambda_.rows();
+  const double keep = 1.0 - rho;
+  const double* sum = statistic_sum.data();
+  double* lambda = lambda_.data();
+  ParallelRanges(lambda_.cols(), config_.mstep_threads, [&](Eigen::Index begin, Eigen::Index end) {
+    for (Eigen::Index i = begin * num_topics; i < end * num_topics; ++i) {
+      const double lambda_hat = config_.eta + std::max(sum[i], 0.0) / sampling_rate;
+      lambda[i] = keep * lambda[i] + rho * lambda_hat;
+    }
+  });
   RecomputeExpectations();
   return Status::Ok();
 }

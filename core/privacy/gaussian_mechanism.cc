@@ -51,8 +51,7 @@ StatusOr<std::vector<double>> NoiseStdPerBlock(const BlockLayout& layout,
 
 GaussianSumMechanism::GaussianSumMechanism(BlockLayout layout)
     : layout_(std::move(layout)),
-      scaled_sum_(Eigen::VectorXd::Zero(static_cast<Eigen::Index>(layout_.total_size()))),
-      scratch_(static_cast<Eigen::Index>(layout_.total_size())) {}
+      scaled_sum_(Eigen::VectorXd::Zero(static_cast<Eigen::Index>(layout_.total_size()))) {}
 
 Status GaussianSumMechanism::Add(std::span<const double> record) {
   if (released_) return AlreadyReleasedError();
@@ -62,6 +61,8 @@ Status GaussianSumMechanism::Add(std::span<const double> record) {
                                 " coordinates but the block layout expects " +
                                 std::to_string(layout_.total_size()));
   }
+  // Allocated on first use: sparse-only accumulators never need it.
+  scratch_.resize(static_cast<Eigen::Index>(layout_.total_size()));
   std::copy(record.begin(), record.end(), scratch_.data());
   const std::span<double> clipped(scratch_.data(), layout_.total_size());
   if (Status status = ClipRecordStatistic(layout_, clipped); !status.ok()) {
@@ -77,6 +78,7 @@ Status GaussianSumMechanism::Add(std::span<const double> record) {
     ClipToL2Bound(clipped.subspan(block.offset, block.size), 1.0);
   }
   scaled_sum_ += scratch_;
+  sum_is_zero_ = false;
   ++counts_.accepted;
   return Status::Ok();
 }
@@ -122,6 +124,7 @@ Status GaussianSumMechanism::AddSparse(std::span<const uint32_t> indices,
   for (size_t i = 0; i < indices.size(); ++i) {
     scaled_sum_[static_cast<Eigen::Index>(indices[i])] += sparse_scratch_[i];
   }
+  if (!indices.empty()) sum_is_zero_ = false;
   ++counts_.accepted;
   return Status::Ok();
 }
@@ -132,7 +135,17 @@ Status GaussianSumMechanism::Merge(GaussianSumMechanism&& other) {
   if (!SameLayout(layout_, other.layout_)) {
     return InvalidArgumentError("Merge: the two mechanisms have different block layouts");
   }
-  scaled_sum_ += other.scaled_sum_;
+  if (sum_is_zero_) {
+    // 0 + x == x exactly: a running sum starts at +0.0 and, in
+    // round-to-nearest, never becomes −0.0 (x + y is −0.0 only if both are),
+    // so taking over the other buffer gives the same bits as adding it, and
+    // the other side is left with our zeros.
+    scaled_sum_.swap(other.scaled_sum_);
+    sum_is_zero_ = other.sum_is_zero_;
+    other.sum_is_zero_ = true;
+  } else {
+    scaled_sum_ += other.scaled_sum_;
+  }
   counts_.accepted += other.counts_.accepted;
   counts_.rejected += other.counts_.rejected;
   other.Reset();
@@ -158,13 +171,14 @@ StatusOr<GaussianRelease> GaussianSumMechanism::Release(NoiseSource& noise,
         "noise_multiplier must be finite and > 0, got " + std::to_string(noise_multiplier) +
         "; the sigma = 0 baseline must use ReleaseNonPrivate()");
   }
-  Eigen::VectorXd standard_normal(scaled_sum_.size());
-  noise.FillStandardNormal(
-      std::span<double>(standard_normal.data(), static_cast<size_t>(standard_normal.size())));
+  // One buffer: the standard normals, then (in place) the noisy scaled sum.
+  Eigen::VectorXd noisy(scaled_sum_.size());
+  noise.FillStandardNormal(std::span<double>(noisy.data(), static_cast<size_t>(noisy.size())));
   const double scaled_std = ScaledNoiseStd(layout_.num_blocks(), noise_multiplier);
-  Eigen::VectorXd noisy = scaled_sum_ + scaled_std * standard_normal;
+  noisy = scaled_sum_ + scaled_std * noisy;  // coefficient-wise: no aliasing problem
   released_ = true;
   scaled_sum_.setZero();  // the private sum is no longer needed
+  sum_is_zero_ = true;
   GaussianRelease release = ScaleBack(std::move(noisy));
   release.noise_multiplier = noise_multiplier;
   release.is_private = noise.is_private();
@@ -177,6 +191,7 @@ StatusOr<GaussianRelease> GaussianSumMechanism::ReleaseNonPrivate() {
   released_ = true;
   GaussianRelease release = ScaleBack(scaled_sum_);
   scaled_sum_.setZero();
+  sum_is_zero_ = true;
   release.noise_multiplier = 0;
   release.is_private = false;
   release.noise_description = "none (sigma = 0, NOT PRIVATE)";
@@ -184,7 +199,11 @@ StatusOr<GaussianRelease> GaussianSumMechanism::ReleaseNonPrivate() {
 }
 
 void GaussianSumMechanism::Reset() {
-  scaled_sum_.setZero();
+  // Skipping the fill when nothing was added since the last one saves a
+  // statistic-sized memset (e.g. Merge resets its argument, and the step
+  // driver resets it again before reuse).
+  if (!sum_is_zero_) scaled_sum_.setZero();
+  sum_is_zero_ = true;
   counts_ = PrivateCounts{};
   released_ = false;
 }

@@ -141,8 +141,9 @@ class GaussianSumMechanism {
 
   BlockLayout layout_;
   Eigen::VectorXd scaled_sum_;
-  Eigen::VectorXd scratch_;  // the record being clipped
+  Eigen::VectorXd scratch_;  // the record being clipped (dense Add; allocated on first use)
   std::vector<double> sparse_scratch_;  // the sparse record being clipped
+  bool sum_is_zero_ = true;  // scaled_sum_ is all zeros: Reset() need not refill it
   PrivateCounts counts_;
   bool released_ = false;
 };

@@ -151,7 +151,12 @@ StatusOr<StepResult> StepDriver::Step(std::span<const model::Record> pool) {
   // bounded (a few accumulators per worker) even when a record's statistic
   // is dense and large.
   const privacy::BlockLayout& layout = model_->statistic_layout();
-  privacy::GaussianSumMechanism total(layout);
+  if (total_ == nullptr) {
+    total_ = std::make_unique<privacy::GaussianSumMechanism>(layout);
+  } else {
+    total_->Reset();
+  }
+  privacy::GaussianSumMechanism& total = *total_;
   const size_t num_chunks = (batch.size() + kChunkRecords - 1) / kChunkRecords;
   const size_t num_workers =
       std::min<size_t>(static_cast<size_t>(config_.threads), std::max<size_t>(num_chunks, 1));
@@ -161,7 +166,7 @@ StatusOr<StepResult> StepDriver::Step(std::span<const model::Record> pool) {
   size_t next_chunk = 0;  // guarded by mutex
   size_t next_merge = 0;  // guarded by mutex
   std::vector<std::unique_ptr<privacy::GaussianSumMechanism>> finished(num_chunks);
-  std::vector<std::unique_ptr<privacy::GaussianSumMechanism>> spare;  // guarded by mutex
+  std::vector<std::unique_ptr<privacy::GaussianSumMechanism>>& spare = spare_;  // guarded by mutex
   Status merge_status = Status::Ok();                                   // guarded by mutex
   auto worker = [&]() {
     auto scratch = model_->NewScratch();

@@ -84,8 +84,8 @@ TEST(LdaModelTest, EStepMatchesBruteForceMeanField) {
   ASSERT_TRUE((*model)->EStep(record, rng, *scratch, statistic).ok());
   const Eigen::MatrixXd expected = BruteForceStatistic(**model, tokens);
   Eigen::MatrixXd got = Eigen::MatrixXd::Zero(3, 5);
-  for (size_t i = 0; i < statistic.indices.size(); ++i) {
-    got(statistic.indices[i] / 5, statistic.indices[i] % 5) = statistic.values[i];
+  for (size_t i = 0; i < statistic.indices.size(); ++i) {  // word-major: v·K + k
+    got(statistic.indices[i] % 3, statistic.indices[i] / 3) = statistic.values[i];
   }
   EXPECT_LT((got - expected).cwiseAbs().maxCoeff(), 1e-9) << got << "\n\n" << expected;
   // φ sums to one per token: column sums are the word counts.
@@ -163,12 +163,12 @@ TEST(LdaModelTest, MStepBlendsTheClampedNoisySumDividedByQ) {
   ASSERT_TRUE(model.ok());
   const Eigen::MatrixXd before = (*model)->lambda();
   Eigen::VectorXd sum(15);
-  for (int i = 0; i < 15; ++i) sum[i] = (i % 3 == 0) ? -2.0 : 0.5 * i;  // row-major K×V
+  for (int i = 0; i < 15; ++i) sum[i] = (i % 4 == 0) ? -2.0 : 0.5 * i;  // word-major v·K + k
   const double q = 0.25, rho = 0.3;
   ASSERT_TRUE((*model)->MStep(sum, q, rho).ok());
   for (int k = 0; k < 3; ++k) {
     for (int v = 0; v < 5; ++v) {
-      const double s = std::max(0.0, sum[k * 5 + v]);
+      const double s = std::max(0.0, sum[v * 3 + k]);
       EXPECT_DOUBLE_EQ((*model)->lambda()(k, v), (1 - rho) * before(k, v) + rho * (0.05 + s / q));
     }
   }
@@ -179,6 +179,40 @@ TEST(LdaModelTest, MStepBlendsTheClampedNoisySumDividedByQ) {
   EXPECT_FALSE((*model)->MStep(Eigen::VectorXd::Zero(14), q, rho).ok());
   EXPECT_FALSE((*model)->MStep(sum, 0.0, rho).ok());
   EXPECT_FALSE((*model)->MStep(sum, q, 0.0).ok());
+}
+
+TEST(LdaModelTest, MStepResultDoesNotDependOnItsThreadCount) {
+  Eigen::MatrixXd lambda[3], expectations[3];
+  for (int threads : {1, 2, 3}) {
+    LdaConfig config = SmallConfig(10);
+    config.num_topics = 7;  // odd: the expectation kernel's tails are exercised
+    config.vocabulary_size = 1001;
+    config.mstep_threads = threads;
+    auto model = LdaModel::Create(config);
+    ASSERT_TRUE(model.ok());
+    std::mt19937_64 rng(4);
+    std::exponential_distribution<double> value(0.5);
+    for (int step = 0; step < 3; ++step) {
+      Eigen::VectorXd sum(7 * 1001);
+      for (auto& entry : sum) entry = (rng() % 3 == 0) ? value(rng) : 0.0;
+      ASSERT_TRUE((*model)->MStep(sum, 0.1, 0.4).ok());
+    }
+    lambda[threads - 1] = (*model)->lambda();
+    expectations[threads - 1] = (*model)->exp_elog_beta();
+  }
+  for (int i : {1, 2}) {
+    EXPECT_EQ(lambda[0], lambda[i]);  // bit for bit
+    EXPECT_EQ(expectations[0], expectations[i]);
+  }
+  // Every entry of exp(E[log β]) against Boost's ψ.
+  const Eigen::MatrixXd& l = lambda[0];
+  for (Eigen::Index v = 0; v < l.cols(); v += 37) {
+    for (Eigen::Index k = 0; k < l.rows(); ++k) {
+      const double expected =
+          std::exp(boost::math::digamma(l(k, v)) - boost::math::digamma(l.row(k).sum()));
+      EXPECT_NEAR(expectations[0](k, v), expected, 1e-13 * expected) << k << ", " << v;
+    }
+  }
 }
 
 TEST(LdaModelTest, ReleaseIsLambdaRowMajor) {
@@ -245,6 +279,11 @@ TEST(LdaModelTest, ConfigValidationNamesTheField) {
   EXPECT_FALSE(LdaModel::Create(config).ok());
   config = SmallConfig(-1);
   EXPECT_FALSE(LdaModel::Create(config).ok());
+  config = SmallConfig(10);
+  config.mstep_threads = 0;
+  auto no_threads = LdaModel::Create(config);
+  ASSERT_FALSE(no_threads.ok());
+  EXPECT_NE(no_threads.status().message().find("lda.mstep_threads"), std::string::npos);
   EXPECT_TRUE(LdaModel::Create(SmallConfig(0)).ok());
   EXPECT_FALSE((*LdaModel::Create(SmallConfig(0)))->has_proven_bounds());
   EXPECT_TRUE((*LdaModel::Create(SmallConfig(10)))->has_proven_bounds());

@@ -371,6 +371,38 @@ TEST(GaussianMechanismTest, OneReleasePerStepUntilReset) {
   EXPECT_TRUE(ReleaseExactly(mechanism).isZero(0.0));
 }
 
+TEST(GaussianMechanismTest, ResetEmptiesAnUnreleasedSum) {
+  // A step abandoned before its release (the step driver reuses its
+  // accumulators): Reset must drop what was added, dense or sparse, and a
+  // reset of an already empty sum must leave it empty.
+  const BlockLayout layout = PowerOfTwoLayout();
+  GaussianSumMechanism mechanism(layout);
+  const auto records = RandomRecords(layout, 2, 10);
+  const std::vector<uint32_t> indices = {1, 4};
+  const std::vector<double> values = {0.5, -0.25};
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_TRUE(mechanism.AddSparse(indices, values).ok());  // sparse only
+    mechanism.Reset();
+    EXPECT_TRUE(ReleaseExactly(mechanism).isZero(0.0)) << round;
+    mechanism.Reset();
+    ASSERT_TRUE(mechanism.Add(records[0]).ok());  // dense only
+    mechanism.Reset();
+    EXPECT_TRUE(ReleaseExactly(mechanism).isZero(0.0)) << round;
+    mechanism.Reset();
+    ASSERT_TRUE(mechanism.Add(records[0]).ok());
+    ASSERT_TRUE(mechanism.AddSparse(indices, values).ok());
+    mechanism.Reset();
+    mechanism.Reset();
+    EXPECT_TRUE(ReleaseExactly(mechanism).isZero(0.0)) << round;
+    mechanism.Reset();
+    ASSERT_TRUE(mechanism.Add(records[1]).ok());
+    GaussianSumMechanism expected(layout);
+    ASSERT_TRUE(expected.Add(records[1]).ok());
+    EXPECT_EQ(ReleaseExactly(mechanism), ReleaseExactly(expected)) << round;
+    mechanism.Reset();
+  }
+}
+
 TEST(GaussianMechanismTest, MergeCombinesSumsAndCounts) {
   const BlockLayout layout = PowerOfTwoLayout();
   const auto records = RandomRecords(layout, 40, 9);
@@ -395,6 +427,33 @@ TEST(GaussianMechanismTest, MergeCombinesSumsAndCounts) {
   EXPECT_EQ(second.Add(records[0]).code(), StatusCode::kFailedPrecondition);
   second.Reset();
   EXPECT_TRUE(ReleaseExactly(second).isZero(0.0));
+
+  // Merging into an empty accumulator (it takes over the other's buffer)
+  // gives exactly what adding gives; the consumed side is empty after Reset
+  // and usable again.
+  GaussianSumMechanism into_empty(layout), into_nonempty(layout), head(layout), tail(layout),
+      tail_copy(layout);
+  for (size_t r = 0; r < records.size(); ++r) {
+    if (r < 10) {
+      ASSERT_TRUE(head.Add(records[r]).ok());
+      ASSERT_TRUE(into_nonempty.Add(records[r]).ok());
+    } else {
+      ASSERT_TRUE(tail.Add(records[r]).ok());
+      ASSERT_TRUE(tail_copy.Add(records[r]).ok());
+    }
+  }
+  ASSERT_TRUE(into_empty.Merge(std::move(head)).ok());          // takes the buffer
+  ASSERT_TRUE(into_empty.Merge(std::move(tail)).ok());          // adds
+  ASSERT_TRUE(into_nonempty.Merge(std::move(tail_copy)).ok());  // adds
+  EXPECT_EQ(into_empty.private_counts().accepted, into_nonempty.private_counts().accepted);
+  EXPECT_EQ(ReleaseExactly(into_empty), ReleaseExactly(into_nonempty));  // bit for bit
+  head.Reset();
+  EXPECT_TRUE(ReleaseExactly(head).isZero(0.0));
+  head.Reset();
+  GaussianSumMechanism single(layout);
+  ASSERT_TRUE(head.Add(records[0]).ok());
+  ASSERT_TRUE(single.Add(records[0]).ok());
+  EXPECT_EQ(ReleaseExactly(head), ReleaseExactly(single));
 
   GaussianSumMechanism other_layout(MakeLayout({{"a", BlockKind::kVector, 15, 2.0}}));
   GaussianSumMechanism fresh(layout);

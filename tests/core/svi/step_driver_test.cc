@@ -184,6 +184,36 @@ TEST(StepDriverTest, ResultDoesNotDependOnTheThreadCount) {
   EXPECT_EQ(lambda[0], lambda[2]);
 }
 
+TEST(StepDriverTest, AccumulatorsReusedAcrossStepsLeaveNoTrace) {
+  // The driver keeps its accumulators from step to step. One driver for four
+  // steps must give exactly what a fresh driver per step gives (same noise
+  // stream, same step numbers), with one and with two threads.
+  for (int threads : {1, 2}) {
+    Eigen::MatrixXd lambda[2];
+    for (int fresh : {0, 1}) {
+      auto model = models::LdaModel::Create(Lda(20));
+      auto noise = privacy::SecureNoiseSource::CreateReproducible(5);
+      ASSERT_TRUE(model.ok() && noise.ok());
+      privacy::RdpAccountant accountant;
+      DriverConfig config = Private();
+      config.sampling_rate = 0.5;
+      config.threads = threads;
+      const auto pool = Pool(600);
+      std::unique_ptr<StepDriver> driver;
+      for (int64_t t = 1; t <= 4; ++t) {
+        if (driver == nullptr || fresh == 1) {
+          auto created = StepDriver::Create(model->get(), noise->get(), &accountant, config, t);
+          ASSERT_TRUE(created.ok());
+          driver = std::move(*created);
+        }
+        ASSERT_TRUE(driver->Step(pool).ok());
+      }
+      lambda[fresh] = (*model)->lambda();
+    }
+    EXPECT_EQ(lambda[0], lambda[1]) << threads << " threads";  // bit-for-bit
+  }
+}
+
 TEST(StepDriverTest, PublicResultIsTheSameWhateverTheBatchSize) {
   // The step result carries only public values: pools of very different
   // sizes (so very different realised batches) give identical results.
