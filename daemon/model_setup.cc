@@ -50,6 +50,8 @@ StatusOr<ModelBundle> BuildModel(const config::VipsdConfig& config) {
     bundle.vocabulary = std::make_unique<text::Vocabulary>(std::move(*vocabulary));
     models::LdaConfig lda = config.lda;
     lda.vocabulary_size = bundle.vocabulary->size();
+    // The M-step uses the driver's workers (thread-count independent result).
+    lda.mstep_threads = config.driver.threads;
     VIPSD_ASSIGN_OR_RETURN(auto model, models::LdaModel::Create(lda));
     bundle.model = std::move(model);
     bundle.decoder = connectors::NewLdaRecordDecoder(*bundle.vocabulary);
