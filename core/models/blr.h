@@ -107,6 +107,7 @@
 
 #include "core/base/status.h"
 #include "core/model/model.h"
+#include "core/models/polya_gamma.h"
 
 namespace vipsd::models {
 
@@ -128,14 +129,6 @@ Status ValidateBlrConfig(const BlrConfig& config);
 // E-step (which checks it). Overflows to +inf only if some |x_i| is huge,
 // which correctly reads as "above 1".
 double FeatureSquaredNorm(std::span<const double> x);
-
-// E[ω] for ω ~ PG(1, c): tanh(c/2) / (2c) (Polson, Scott, Windle 2013),
-// evaluated for |c| (the PG(1, c) law depends on |c| only). For |c| < 1e-3 the
-// Taylor series ¼(1 − c²/12 + c⁴/120) is used (truncation error below
-// 1e-20 relative), so c = 0 gives exactly ¼. The result is clamped to
-// [0, ¼] against rounding; +inf gives 0. NaN gives ¼ (the bound-safe value;
-// the E-step never passes NaN).
-double PolyaGammaMean(double c);
 
 // V diag(max(λ_i, floor)) Vᵀ for the symmetric `matrix` = V diag(λ) Vᵀ
 // (only its lower triangle is read), symmetrised exactly ((A + Aᵀ)/2): the

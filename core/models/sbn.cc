@@ -125,28 +125,13 @@ void UpdateXi(const SbnExpectations& e, const Eigen::VectorXd& m, SbnFitScratch&
   s.second.array() = s.quad.array() + s.diag_term.array() +
                      2.0 * e.c_mean.array() * s.r.array() + e.c_second.array();
   for (Eigen::Index j = 0; j < xi.size(); ++j) {
-    xi[j] = sbn::PolyaGammaMean(std::sqrt(std::max(s.second[j], 0.0)));
+    xi[j] = PolyaGammaMean(std::sqrt(std::max(s.second[j], 0.0)));
   }
 }
 
 }  // namespace
 
 namespace sbn {
-
-double PolyaGammaMean(double t) {
-  if (std::isnan(t)) return 0.25;
-  const double a = std::fabs(t);
-  double value;
-  if (a < 1e-3) {
-    const double a2 = a * a;
-    value = 0.25 * (1.0 - a2 / 12.0 + a2 * a2 / 120.0);
-  } else if (std::isinf(a)) {
-    value = 0.0;
-  } else {
-    value = std::tanh(0.5 * a) / (2.0 * a);
-  }
-  return std::clamp(value, 0.0, 0.25);
-}
 
 double Sigmoid(double x) {
   if (std::isnan(x)) return 0.5;
@@ -595,7 +580,7 @@ Status SbnModel::MStep(const Eigen::VectorXd& statistic_sum, double sampling_rat
   for (Eigen::Index k = 0; k < num_hidden; ++k) {
     const double b_second = expectations_.b_mean[k] * expectations_.b_mean[k] + b_variance_[k];
     b_precision_hat[k] = config_.hidden_bias_prior_precision +
-                         count * sbn::PolyaGammaMean(std::sqrt(b_second));
+                         count * PolyaGammaMean(std::sqrt(b_second));
   }
   const Eigen::VectorXd& b_precision_mean_hat = z_sum;
 

@@ -166,6 +166,7 @@
 
 #include "core/base/status.h"
 #include "core/model/model.h"
+#include "core/models/polya_gamma.h"
 
 namespace vipsd::models {
 
@@ -214,11 +215,6 @@ std::array<double, kSbnNumBlocks> SbnProvenBounds(int64_t visible, int64_t hidde
 inline int64_t SbnPackedSize(int64_t hidden) { return hidden * (hidden + 1) / 2; }
 
 namespace sbn {
-
-// E[ω] for ω ~ PG(1, t): tanh(t/2)/(2t) (Polson et al. 2013), for |t|;
-// ¼(1 − t²/12 + t⁴/120) below |t| = 1e-3 (so t = 0 gives exactly ¼);
-// clamped to [0, ¼]; +inf gives 0, NaN gives ¼ (the bound-safe value).
-double PolyaGammaMean(double t);
 
 // 1/(1 + exp(−x)) in [0, 1]; NaN gives ½.
 double Sigmoid(double x);

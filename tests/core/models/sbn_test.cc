@@ -199,39 +199,9 @@ TEST(SbnLayoutTest, SevenBlocksWithProvenBoundsTimesFractions) {
   EXPECT_EQ(big->statistic_layout().block(kSbnXiZZ).size, 999600u);
 }
 
-// ------------------------------------------------------------ PG mean --
-
-// Independent oracle: PG(1, c) = (1/2π²) Σ_k g_k / ((k − ½)² + c²/4π²) with
-// g_k ~ Gamma(1, 1) (Polson et al. 2013, eq. 1), so
-// E[ω] = (1/2π²) Σ_k 1/((k − ½)² + a²), a = c/2π. The tail beyond n terms is
-// ≈ 1/n (integral bound), added analytically.
-double PgMeanSeries(double c) {
-  const long double a = c / (2 * M_PIl);
-  const int n = 1000000;
-  long double sum = 0;
-  for (int k = n; k >= 1; --k) sum += 1.0L / ((k - 0.5L) * (k - 0.5L) + a * a);
-  // Σ_{k>n} ≈ ∫_n^∞ dx / (x² + a²) (error O(n⁻³)).
-  const long double tail = a > 0 ? (M_PIl / 2 - std::atan(n / a)) / a : 1.0L / n;
-  return static_cast<double>((sum + tail) / (2 * M_PIl * M_PIl));
-}
-
-TEST(SbnPolyaGammaTest, MatchesSeriesOracleAndLimits) {
-  for (double c : {0.0, 1e-6, 1e-3, 0.5, 1.0, 3.0, 10.0, 50.0}) {
-    EXPECT_NEAR(sbn::PolyaGammaMean(c), PgMeanSeries(c), 1e-7 * PgMeanSeries(c)) << c;
-  }
-  EXPECT_EQ(sbn::PolyaGammaMean(0.0), 0.25);
-  EXPECT_EQ(sbn::PolyaGammaMean(-2.0), sbn::PolyaGammaMean(2.0));
-  EXPECT_EQ(sbn::PolyaGammaMean(INFINITY), 0.0);
-  EXPECT_EQ(sbn::PolyaGammaMean(NAN), 0.25);
-  // Continuous at the series/closed-form switch and never above ¼.
-  EXPECT_NEAR(sbn::PolyaGammaMean(0.999999e-3), sbn::PolyaGammaMean(1.000001e-3), 1e-12);
-  double previous = 0.25;
-  for (double c = 0; c < 100; c += 0.01) {
-    const double value = sbn::PolyaGammaMean(c);
-    EXPECT_LE(value, 0.25);
-    EXPECT_LE(value, previous + 1e-17);
-    previous = value;
-  }
+// The Pólya-Gamma mean is shared with BLR (core/models/polya_gamma.h) and
+// tested against its series oracle in blr_test.cc.
+TEST(SbnSigmoidTest, Limits) {
   EXPECT_EQ(sbn::Sigmoid(NAN), 0.5);
   EXPECT_EQ(sbn::Sigmoid(1e300), 1.0);
   EXPECT_EQ(sbn::Sigmoid(-1e300), 0.0);
