@@ -51,13 +51,13 @@ void RecordPool::Compact() {
   head_ = 0;
 }
 
-int64_t RecordPool::CompleteStep() {
+int64_t RecordPool::EvictAtResidencyLimit(int64_t presence_increment) {
   Compact();
   const int64_t limit = options_.max_residency_steps;
   size_t kept = 0;
   int64_t evicted = 0;
   for (size_t i = 0; i < records_.size(); ++i) {
-    ++presence_[i];
+    presence_[i] += presence_increment;
     if (limit > 0 && presence_[i] >= limit) {
       ++evicted;
       continue;
@@ -76,30 +76,14 @@ int64_t RecordPool::CompleteStep() {
   return evicted;
 }
 
+int64_t RecordPool::CompleteStep() { return EvictAtResidencyLimit(1); }
+
 Status RecordPool::Reconfigure(const PoolOptions& options) {
   VIPSD_RETURN_IF_ERROR(ValidatePoolOptions(options));
   options_ = options;
   if (size() > options_.capacity) EvictOldest(size() - options_.capacity);
-  const int64_t limit = options_.max_residency_steps;
-  if (limit > 0) {
-    Compact();
-    size_t kept = 0;
-    for (size_t i = 0; i < records_.size(); ++i) {
-      if (presence_[i] >= limit) {
-        ++evicted_residency_;
-        continue;
-      }
-      if (kept != i) {
-        records_[kept] = std::move(records_[i]);
-        origins_[kept] = origins_[i];
-        presence_[kept] = presence_[i];
-      }
-      ++kept;
-    }
-    records_.resize(kept);
-    origins_.resize(kept);
-    presence_.resize(kept);
-  }
+  // A lowered residency limit applies at once to the records already present.
+  if (options_.max_residency_steps > 0) EvictAtResidencyLimit(0);
   return Status::Ok();
 }
 

@@ -103,6 +103,10 @@ class RecordPool {
   explicit RecordPool(const PoolOptions& options) : options_(options) {}
   void EvictOldest(int64_t count);
   void Compact();
+  // Adds `presence_increment` to every record's presence count, then evicts
+  // (counting as residency evictions) the records whose count reached
+  // max_residency_steps (none when it is 0). Returns how many were evicted.
+  int64_t EvictAtResidencyLimit(int64_t presence_increment);
 
   PoolOptions options_;
   // Parallel arrays in arrival order; [0, head_) are evicted slots awaiting
