@@ -35,11 +35,16 @@ Status SetProperty(RdKafka::Conf& conf, std::string_view what, const std::string
                               name + "': " + explanation);
 }
 
-Status ApplyExtraProperties(RdKafka::Conf& conf, std::string_view what,
-                            const std::map<std::string, std::string>& extra,
-                            const std::set<std::string>& managed) {
+Status ApplyProperties(RdKafka::Conf& conf, std::string_view what,
+                       std::span<const ManagedProperty> managed,
+                       const std::map<std::string, std::string>& extra) {
+  std::set<std::string> managed_names;
+  for (const ManagedProperty& property : managed) {
+    VIPSD_RETURN_IF_ERROR(SetProperty(conf, what, property.name, property.value));
+    managed_names.insert(property.name);
+  }
   for (const auto& [name, value] : extra) {
-    if (managed.count(name) != 0) {
+    if (managed_names.count(name) != 0) {
       return InvalidArgumentError(std::string(what) + ": librdkafka property '" + name +
                                   "' is set by vipsd and cannot be overridden");
     }

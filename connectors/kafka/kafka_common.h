@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -41,12 +42,18 @@ LogLevel LogLevelFromSyslog(int level);
 Status SetProperty(RdKafka::Conf& conf, std::string_view what, const std::string& name,
                    const std::string& value);
 
-// Applies `extra` (operator-supplied properties) after checking that none of
-// them is in `managed` (properties the connector sets itself because its
-// contract depends on them): such a name is INVALID_ARGUMENT naming it.
-Status ApplyExtraProperties(RdKafka::Conf& conf, std::string_view what,
-                            const std::map<std::string, std::string>& extra,
-                            const std::set<std::string>& managed);
+// A property the connector sets itself because its contract depends on it.
+struct ManagedProperty {
+  const char* name;
+  std::string value;
+};
+
+// Sets the `managed` properties, then `extra` (operator-supplied properties)
+// after checking that none of them names a managed property: such a name is
+// INVALID_ARGUMENT naming it.
+Status ApplyProperties(RdKafka::Conf& conf, std::string_view what,
+                       std::span<const ManagedProperty> managed,
+                       const std::map<std::string, std::string>& extra);
 
 // The event callback every vipsd Kafka handle installs: librdkafka log lines
 // go to vipsd::Log under `component` (the default handler would print them

@@ -78,20 +78,14 @@ StatusOr<std::unique_ptr<KafkaProducer>> KafkaProducer::Create(KafkaProducerOpti
   std::unique_ptr<KafkaProducer> producer(new KafkaProducer(std::move(options)));
   const KafkaProducerOptions& o = producer->options_;
   std::unique_ptr<RdKafka::Conf> conf(RdKafka::Conf::create(RdKafka::Conf::CONF_GLOBAL));
-  const std::pair<const char*, std::string> managed[] = {
+  const kafka_internal::ManagedProperty managed[] = {
       {"bootstrap.servers", o.bootstrap_servers},
       {"client.id", o.client_id},
       {"enable.idempotence", "true"},
       {"acks", "all"},
       {"message.timeout.ms", std::to_string(o.message_timeout.count())},
   };
-  std::set<std::string> managed_names;
-  for (const auto& [name, value] : managed) {
-    VIPSD_RETURN_IF_ERROR(kafka_internal::SetProperty(*conf, kWhat, name, value));
-    managed_names.insert(name);
-  }
-  VIPSD_RETURN_IF_ERROR(
-      kafka_internal::ApplyExtraProperties(*conf, kWhat, o.properties, managed_names));
+  VIPSD_RETURN_IF_ERROR(kafka_internal::ApplyProperties(*conf, kWhat, managed, o.properties));
   std::string errstr;
   Callbacks* callbacks = producer->callbacks_.get();
   if (conf->set("event_cb", static_cast<RdKafka::EventCb*>(callbacks), errstr) !=

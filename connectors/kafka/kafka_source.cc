@@ -130,7 +130,7 @@ StatusOr<std::unique_ptr<KafkaSource>> KafkaSource::Create(KafkaSourceOptions op
   std::unique_ptr<KafkaSource> source(new KafkaSource(std::move(options)));
   const KafkaSourceOptions& o = source->options_;
   std::unique_ptr<RdKafka::Conf> conf(RdKafka::Conf::create(RdKafka::Conf::CONF_GLOBAL));
-  const std::pair<const char*, std::string> managed[] = {
+  const kafka_internal::ManagedProperty managed[] = {
       {"bootstrap.servers", o.bootstrap_servers},
       {"group.id", o.group_id},
       {"client.id", o.client_id},
@@ -138,13 +138,7 @@ StatusOr<std::unique_ptr<KafkaSource>> KafkaSource::Create(KafkaSourceOptions op
       {"enable.auto.offset.store", "false"},
       {"enable.partition.eof", "false"},
   };
-  std::set<std::string> managed_names;
-  for (const auto& [name, value] : managed) {
-    VIPSD_RETURN_IF_ERROR(kafka_internal::SetProperty(*conf, kWhat, name, value));
-    managed_names.insert(name);
-  }
-  VIPSD_RETURN_IF_ERROR(
-      kafka_internal::ApplyExtraProperties(*conf, kWhat, o.properties, managed_names));
+  VIPSD_RETURN_IF_ERROR(kafka_internal::ApplyProperties(*conf, kWhat, managed, o.properties));
   std::string errstr;
   Callbacks* callbacks = source->callbacks_.get();
   if (conf->set("event_cb", static_cast<RdKafka::EventCb*>(callbacks), errstr) !=
