@@ -11,48 +11,9 @@
 #include "connectors/file/file_util.h"
 #include "core/models/blr_eval.h"
 #include "core/release/release.h"
+#include "tools/eval/eval_common.h"
 
 namespace vipsd::tools {
-namespace {
-
-int Fail(std::ostream& err, const Status& status) {
-  err << "vipsd-eval: " << status.message() << "\n";
-  return 1;
-}
-
-StatusOr<release::ReleaseArray> ReadArray(const std::string& release_dir,
-                                          const std::string& name) {
-  VIPSD_ASSIGN_OR_RETURN(std::string bytes,
-                         connectors::ReadWholeFile(release_dir + "/" +
-                                                   release::ArrayFileName(name)));
-  return release::DecodeNpy(bytes, name);
-}
-
-int RunBlrEval(const std::string& release_dir, const nlohmann::json& manifest,
-               const std::map<std::string, std::string>& flags, std::ostream& out,
-               std::ostream& err);
-
-}  // namespace
-
-std::optional<int> MaybeRunBlrEval(const std::string& release_dir,
-                                   const std::map<std::string, std::string>& flags,
-                                   std::ostream& out, std::ostream& err) {
-  auto manifest_text =
-      connectors::ReadWholeFile(release_dir + "/" + std::string(release::kManifestFileName));
-  if (!manifest_text.ok()) return std::nullopt;
-  const nlohmann::json manifest = nlohmann::json::parse(*manifest_text, nullptr, false);
-  if (manifest.is_discarded() || !manifest.is_object() || !manifest.contains("model_type") ||
-      manifest["model_type"] != "blr") {
-    return std::nullopt;
-  }
-  try {
-    return RunBlrEval(release_dir, manifest, flags, out, err);
-  } catch (const nlohmann::json::exception&) {
-    return Fail(err, InvalidArgumentError(release_dir + "/manifest.json has a field of the "
-                                                        "wrong type"));
-  }
-}
-
 namespace {
 
 int RunBlrEval(const std::string& release_dir, const nlohmann::json& manifest,
@@ -82,21 +43,21 @@ int RunBlrEval(const std::string& release_dir, const nlohmann::json& manifest,
 
   std::vector<release::ReleaseArray> arrays;
   for (const char* name : {"mean", "covariance"}) {
-    auto array = ReadArray(release_dir, name);
-    if (!array.ok()) return Fail(err, array.status());
+    auto array = ReadReleaseArray(release_dir, name);
+    if (!array.ok()) return FailEval(err, array.status());
     arrays.push_back(std::move(*array));
   }
   auto posterior = models::BlrPosteriorFromArrays(arrays);
-  if (!posterior.ok()) return Fail(err, posterior.status());
+  if (!posterior.ok()) return FailEval(err, posterior.status());
   const int64_t dim = posterior->mean.size();
   if (manifest.contains("dimensions") && manifest["dimensions"].is_object() &&
       manifest["dimensions"].value("d", dim) != dim) {
-    return Fail(err, InvalidArgumentError(release_dir +
+    return FailEval(err, InvalidArgumentError(release_dir +
                                           "/manifest.json: dimensions.d differs from mean.npy"));
   }
 
   std::ifstream file(test->second);
-  if (!file) return Fail(err, NotFoundError("cannot open " + test->second));
+  if (!file) return FailEval(err, NotFoundError("cannot open " + test->second));
   const auto decoder = connectors::NewBlrRecordDecoder(dim, rule);
   std::vector<std::vector<double>> features;
   std::vector<double> labels;
@@ -112,10 +73,10 @@ int RunBlrEval(const std::string& release_dir, const nlohmann::json& manifest,
       ++rejected;
     }
   }
-  if (file.bad()) return Fail(err, UnavailableError("error reading " + test->second));
+  if (file.bad()) return FailEval(err, UnavailableError("error reading " + test->second));
   auto evaluation = models::EvaluateBlr(*posterior, features, labels);
   if (!evaluation.ok()) {
-    return Fail(err, Status(evaluation.status().code(),
+    return FailEval(err, Status(evaluation.status().code(),
                             test->second + ": " + evaluation.status().message()));
   }
   const nlohmann::json result = {
@@ -136,4 +97,13 @@ int RunBlrEval(const std::string& release_dir, const nlohmann::json& manifest,
 }
 
 }  // namespace
+
+std::optional<int> MaybeRunBlrEval(const std::string& release_dir,
+                                   const std::map<std::string, std::string>& flags,
+                                   std::ostream& out, std::ostream& err) {
+  return RunForModelType(release_dir, "blr", err, [&](const nlohmann::json& manifest) {
+    return RunBlrEval(release_dir, manifest, flags, out, err);
+  });
+}
+
 }  // namespace vipsd::tools

@@ -16,6 +16,7 @@
 #include "core/models/sbn.h"
 #include "core/models/sbn_eval.h"
 #include "core/release/release.h"
+#include "tools/eval/eval_common.h"
 
 namespace vipsd::tools {
 namespace {
@@ -23,11 +24,6 @@ namespace {
 constexpr const char* kUsage =
     "usage: vipsd-eval RELEASE_DIR --test FILE [--train FILE] [--samples S] [--seed N] "
     "[--threads T] [--estep-iterations I] [--estep-tolerance E]\n";
-
-int Fail(std::ostream& err, const Status& status) {
-  err << "vipsd-eval: " << status.message() << "\n";
-  return 1;
-}
 
 int BadFlag(std::ostream& err, const std::string& message) {
   err << "vipsd-eval: " << message << "\n" << kUsage;
@@ -118,46 +114,44 @@ int RunSbnEval(const std::string& release_dir, const nlohmann::json& manifest,
 
   std::vector<model::NamedArray> arrays;
   for (const char* name : {"w_mean", "w_covariance", "b_mean", "c_mean", "c_variance"}) {
-    auto bytes = connectors::ReadWholeFile(release_dir + "/" + release::ArrayFileName(name));
-    if (!bytes.ok()) return Fail(err, bytes.status());
-    auto array = release::DecodeNpy(*bytes, name);
-    if (!array.ok()) return Fail(err, array.status());
+    auto array = ReadReleaseArray(release_dir, name);
+    if (!array.ok()) return FailEval(err, array.status());
     arrays.push_back({array->name, array->shape, std::move(array->data)});
   }
   auto expectations = models::SbnExpectationsFromRelease(arrays);
   if (!expectations.ok()) {
-    return Fail(err, Status(expectations.status().code(),
+    return FailEval(err, Status(expectations.status().code(),
                             release_dir + ": " + expectations.status().message()));
   }
   const int64_t visible = expectations->visible;
   if (manifest.contains("dimensions") && manifest["dimensions"].is_object() &&
       (manifest["dimensions"].value("J", visible) != visible ||
        manifest["dimensions"].value("K", expectations->hidden) != expectations->hidden)) {
-    return Fail(err, InvalidArgumentError(release_dir +
+    return FailEval(err, InvalidArgumentError(release_dir +
                                           "/manifest.json: dimensions J, K differ from w_mean.npy"));
   }
 
   auto test = ReadRecords(test_flag->second, visible);
-  if (!test.ok()) return Fail(err, test.status());
+  if (!test.ok()) return FailEval(err, test.status());
   auto evaluation = models::EvaluateSbnHeldOut(*expectations, test->records, options);
   if (!evaluation.ok()) {
-    return Fail(err, Status(evaluation.status().code(),
+    return FailEval(err, Status(evaluation.status().code(),
                             test_flag->second + ": " + evaluation.status().message()));
   }
   std::string marginal_source = "test";
   ReadResult train;
   if (const auto it = flags.find("--train"); it != flags.end()) {
     auto read = ReadRecords(it->second, visible);
-    if (!read.ok()) return Fail(err, read.status());
+    if (!read.ok()) return FailEval(err, read.status());
     train = std::move(*read);
     marginal_source = "train";
     if (train.records.empty()) {
-      return Fail(err, InvalidArgumentError(it->second + ": no valid records"));
+      return FailEval(err, InvalidArgumentError(it->second + ": no valid records"));
     }
   }
   auto baseline = models::SbnMarginalBaseline(
       marginal_source == "train" ? train.records : test->records, test->records);
-  if (!baseline.ok()) return Fail(err, baseline.status());
+  if (!baseline.ok()) return FailEval(err, baseline.status());
 
   nlohmann::json result = {
       {"model_type", "sbn"},
@@ -189,20 +183,9 @@ int RunSbnEval(const std::string& release_dir, const nlohmann::json& manifest,
 std::optional<int> MaybeRunSbnEval(const std::string& release_dir,
                                    const std::map<std::string, std::string>& flags,
                                    std::ostream& out, std::ostream& err) {
-  auto manifest_text =
-      connectors::ReadWholeFile(release_dir + "/" + std::string(release::kManifestFileName));
-  if (!manifest_text.ok()) return std::nullopt;
-  const nlohmann::json manifest = nlohmann::json::parse(*manifest_text, nullptr, false);
-  if (manifest.is_discarded() || !manifest.is_object() || !manifest.contains("model_type") ||
-      manifest["model_type"] != "sbn") {
-    return std::nullopt;
-  }
-  try {
+  return RunForModelType(release_dir, "sbn", err, [&](const nlohmann::json& manifest) {
     return RunSbnEval(release_dir, manifest, flags, out, err);
-  } catch (const nlohmann::json::exception&) {
-    return Fail(err, InvalidArgumentError(release_dir + "/manifest.json has a field of the "
-                                                        "wrong type"));
-  }
+  });
 }
 
 }  // namespace vipsd::tools
