@@ -84,6 +84,28 @@ class Section {
     return ParseString(node_[key], Join(key), choices, out);
   }
 
+  // A whole number in [low, high], or `keyword` (stored as keyword_value).
+  Status IntegerOrKeyword(const std::string& key, const std::string& keyword,
+                          int64_t keyword_value, int64_t low, int64_t high, int64_t* out) {
+    if (Has(key) && node_[key].IsScalar() && node_[key].Scalar() == keyword) {
+      Consume(key);
+      *out = keyword_value;
+      return Status::Ok();
+    }
+    const std::string allowed = keyword + " or a whole number in [" + std::to_string(low) +
+                                ", " + std::to_string(high) + "]";
+    double value = static_cast<double>(*out);
+    VIPSD_RETURN_IF_ERROR(Number(
+        key, false,
+        [&](double x) {
+          return std::floor(x) == x && x >= static_cast<double>(low) &&
+                 x <= static_cast<double>(high);
+        },
+        allowed, &value));
+    *out = static_cast<int64_t>(value);
+    return Status::Ok();
+  }
+
   // A string that may be empty ("" disables a feature).
   Status OptionalString(const std::string& key, std::string* out) {
     Consume(key);
@@ -570,6 +592,9 @@ Status ParseIo(Section& top, VipsdConfig& config) {
       VIPSD_RETURN_IF_ERROR(pool->String("eviction", false, {"oldest", "refuse_new"}, &eviction));
       config.pool.eviction = eviction == "oldest" ? svi::EvictionPolicy::kEvictOldest
                                                   : svi::EvictionPolicy::kRefuseNew;
+      VIPSD_RETURN_IF_ERROR(pool->IntegerOrKeyword("rebuild_lookback", "all", -1, 0,
+                                                   int64_t{1} << 40,
+                                                   &config.pool_rebuild_lookback));
       VIPSD_RETURN_IF_ERROR(pool->Finish());
     }
     VIPSD_RETURN_IF_ERROR(top.Sub("kafka", true, &kafka));
@@ -843,6 +868,7 @@ StatusOr<std::vector<std::string>> ChangedReloadableKeys(const VipsdConfig& a,
   diff.Live("schedule.max_epochs", a.max_epochs, b.max_epochs);
   diff.Live("pool.capacity", a.pool.capacity, b.pool.capacity);
   diff.Live("pool.eviction", static_cast<int>(a.pool.eviction), static_cast<int>(b.pool.eviction));
+  diff.Live("pool.rebuild_lookback", a.pool_rebuild_lookback, b.pool_rebuild_lookback);
   diff.Live("sink.publish_every", a.publish_every, b.publish_every);
   diff.Live("state.checkpoint_every", a.checkpoint_every, b.checkpoint_every);
   diff.Live("log.level", static_cast<int>(a.log_level), static_cast<int>(b.log_level));

@@ -88,6 +88,10 @@ struct VipsdConfig {
 
   // pool (kafka source)
   svi::PoolOptions pool;
+  // How far behind the first unread record a restart re-reads each partition
+  // to rebuild the pool: at most this many records (0 = only records that
+  // were read but not yet pooled); -1 ("all") = every record still pooled.
+  int64_t pool_rebuild_lookback = -1;
 
   // I/O
   SourceType source_type = SourceType::kFile;

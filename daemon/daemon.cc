@@ -449,11 +449,15 @@ std::map<std::string, int64_t> Daemon::ResumeOffsets() {
     for (const Staged& item : staging_) staged.emplace_back(item.stream, item.offset);
   }
   // Streams seen in this process: re-read from the oldest record still
-  // pooled or staged, else from the first unread record.
+  // pooled or staged, else from the first unread record. pool.rebuild_lookback
+  // caps how far behind the first unread record the pooled part reaches;
+  // staged records (read, not yet pooled, offsets not stored) are always
+  // re-read, so nothing acknowledged-as-unread is skipped.
+  const int64_t lookback = config_.pool_rebuild_lookback;
   for (const auto& [stream, next] : next_unread) resume[stream] = next;
   for (const auto& [stream_id, offset] : pool_.LowestOffsets()) {
     int64_t& at = resume[names[stream_id]];
-    at = std::min(at, offset);
+    at = std::min(at, lookback < 0 ? offset : std::max(offset, at - lookback));
   }
   for (const auto& [stream_id, offset] : staged) {
     int64_t& at = resume[names[stream_id]];

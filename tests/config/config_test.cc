@@ -139,6 +139,7 @@ TEST(ConfigTest, KafkaExampleParsesWithItsValues) {
   EXPECT_EQ(config->warn_at, (std::vector<double>{0.5, 0.8, 0.95}));
   EXPECT_DOUBLE_EQ(config->step_interval_seconds, 10);
   EXPECT_EQ(config->pool.capacity, 100000);
+  EXPECT_EQ(config->pool_rebuild_lookback, -1);  // all
   EXPECT_EQ(config->kafka.bootstrap_servers, "kafka-1:9092,kafka-2:9092");
   EXPECT_EQ(config->kafka.properties.at("reconnect.backoff.max.ms"), "1000");
   EXPECT_EQ(config->state_directory, "/var/lib/vipsd");
@@ -162,6 +163,10 @@ TEST(ConfigTest, KafkaErrorsNameTheKey) {
        "dead_letter.topic: required key is missing"},
       {KafkaWith("  eviction: oldest ", "  eviction: random "),
        "pool.eviction: must be one of oldest, refuse_new, got 'random'"},
+      {KafkaWith("  rebuild_lookback: all ", "  rebuild_lookback: some "),
+       "pool.rebuild_lookback: must be all or a whole number in [0, 1099511627776], got 'some'"},
+      {KafkaWith("  rebuild_lookback: all ", "  rebuild_lookback: -2 "),
+       "pool.rebuild_lookback: must be all or a whole number"},
       {KafkaWith("  level: info ", "  level: chatty "), "log.level: must be one of debug"},
   };
   for (const Bad& bad : cases) {
@@ -184,6 +189,14 @@ TEST(ConfigTest, ReloadAppliesLiveKeysAndNamesTheFirstFixedOne) {
   auto changed = ChangedReloadableKeys(*running, *live);
   ASSERT_TRUE(changed.ok());
   EXPECT_EQ(*changed, std::vector<std::string>{"privacy.sampling_rate"});
+
+  auto lookback =
+      ParseConfig(KafkaWith("  rebuild_lookback: all ", "  rebuild_lookback: 5000 "), "k.yaml");
+  ASSERT_TRUE(lookback.ok()) << lookback.status().message();
+  EXPECT_EQ(lookback->pool_rebuild_lookback, 5000);
+  auto lookback_changed = ChangedReloadableKeys(*running, *lookback);
+  ASSERT_TRUE(lookback_changed.ok());
+  EXPECT_EQ(*lookback_changed, std::vector<std::string>{"pool.rebuild_lookback"});
 
   auto topics = ParseConfig(KafkaWith("    topics: 50 ", "    topics: 60 "), "k.yaml");
   ASSERT_TRUE(topics.ok());

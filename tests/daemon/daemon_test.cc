@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -140,6 +141,7 @@ struct Options {
   int64_t max_steps = 0;
   int64_t publish_every = 1;
   std::string extra_schedule;
+  std::string extra_top;  // appended as top-level YAML (e.g. a pool section)
   std::string model = "lda";
 };
 
@@ -164,7 +166,8 @@ std::string WriteConfig(const std::string& dir, const Options& o) {
           "sink:\n  type: kafka\n  topic: releases\n  publish_every: " << o.publish_every << "\n"
        << "dead_letter:\n  topic: dead\nalerts:\n  topic: alerts\n"
           "kafka:\n  bootstrap_servers: unused:9092\n"
-          "state:\n  directory: state\nmetrics:\n  listen: \"\"\n";
+          "state:\n  directory: state\nmetrics:\n  listen: \"\"\n"
+       << o.extra_top;
   std::ofstream(dir + "/vipsd.yaml") << yaml.str();
   return dir + "/vipsd.yaml";
 }
@@ -377,6 +380,39 @@ TEST(DaemonTest, RestartContinuesStepsBudgetModelAndRebuildsThePool) {
   EXPECT_TRUE(h.sink->ledger_violations.empty());
   std::set<std::string> ids;
   for (const auto& release : h.sink->releases) EXPECT_TRUE(ids.insert(release.release_id).second);
+}
+
+TEST(DaemonTest, RebuildLookbackCapsHowFarARestartReReadsEachPartition) {
+  // 3 partitions × 10 records, all pooled before the stop; no new records.
+  // rebuild_lookback: 4 re-reads the last 4 of each partition, 0 none, and
+  // "all" (the default, previous test) everything still pooled.
+  for (const auto& [lookback, expected] :
+       std::vector<std::pair<std::string, int64_t>>{{"4", 12}, {"0", 0}, {"all", 30}}) {
+    Harness h("lookback_" + lookback);
+    for (int i = 0; i < 30; ++i) h.topic->Append(i % 3, Document(i));
+    Options options;
+    options.extra_top = "pool:\n  capacity: 1000\n  rebuild_lookback: " + lookback + "\n";
+    const std::string config = WriteConfig(h.dir, options);
+    {
+      auto daemon = h.Make(config);
+      ASSERT_TRUE(daemon.ok()) << daemon.status().message();
+      ASSERT_TRUE(RunUntil(**daemon, [](const DaemonStatus& s) {
+                    return s.steps_run >= 2 && s.pool_records == 30;
+                  }).ok());
+    }
+    std::atomic<int64_t> rebuilt{-1};
+    DaemonHooks hooks;
+    hooks.before_step = [&](int64_t, const svi::RecordPool& pool) {
+      if (rebuilt < 0) rebuilt = pool.size();
+    };
+    auto daemon = h.Make(config, hooks);
+    ASSERT_TRUE(daemon.ok());
+    // A step with an empty pool still runs (min_pool_records is 0).
+    ASSERT_TRUE(RunUntil(**daemon, [&](const DaemonStatus& s) {
+                  return s.steps_run >= 1 && s.pool_records == expected;
+                }).ok());
+    EXPECT_EQ(rebuilt.load(), expected) << "rebuild_lookback " << lookback;
+  }
 }
 
 TEST(DaemonTest, ResidencyNoRecordIsACandidateInMoreThanMStepsAcrossARestart) {
