@@ -376,11 +376,38 @@ bool Daemon::WaitForNextStep() {
         config_.step_min_new_records > 0 && new_records_ >= config_.step_min_new_records;
     const bool by_time = config_.step_interval_seconds > 0 && Clock::now() >= due;
     if (by_count || by_time) return true;
-    if (config_.step_interval_seconds > 0) {
-      wake_.wait_until(lock, due);
-    } else {
-      wake_.wait_for(lock, std::chrono::seconds(1));
+    if (release_owed_ && Clock::now() >= release_retry_at_) {
+      lock.unlock();  // publishing takes mutex_ itself
+      RetryOwedRelease();
+      lock.lock();
+      continue;
     }
+    Clock::time_point until = config_.step_interval_seconds > 0
+                                  ? due
+                                  : Clock::now() + std::chrono::seconds(1);
+    if (release_owed_) until = std::min(until, release_retry_at_);
+    wake_.wait_until(lock, until);
+  }
+}
+
+void Daemon::RetryOwedRelease() {
+  // A model that includes a step the ledger does not cover is never
+  // published (sticky ledger error).
+  if (sticky_error_ || model_step_ <= 0) {
+    release_owed_ = false;
+    metrics_->release_pending().Set(0);
+    return;
+  }
+  const Status published = PublishModel(model_step_, last_rho_);
+  if (published.ok()) {
+    Log(LogLevel::kInfo, kComponent,
+        "owed release published: release_id=step-" + std::to_string(model_step_));
+  } else {
+    Log(LogLevel::kWarning, kComponent,
+        "release retry failed (" + std::to_string(release_attempts_failed_) +
+            " failed attempts; next in " +
+            JsonNumber(static_cast<double>(release_retry_backoff_.count()) / 2000.0) +
+            " s): " + published.ToString());
   }
 }
 
@@ -490,8 +517,9 @@ Status Daemon::PublishModel(int64_t step, double rho) {
   facts.epsilon_spent = EpsilonSpent();
   facts.noise_is_private = noise_->is_private();
   facts.noise_description = noise_->description();
-  facts.noise_multiplier = config_.driver.noise_multiplier;
-  facts.sampling_rate = config_.driver.sampling_rate;
+  facts.noise_multiplier =
+      last_step_sigma_ >= 0 ? last_step_sigma_ : config_.driver.noise_multiplier;
+  facts.sampling_rate = last_step_q_ >= 0 ? last_step_q_ : config_.driver.sampling_rate;
   if (facts.rho <= 0) facts.rho = svi::StepSize(config_.driver.tau0, config_.driver.kappa, std::max<int64_t>(step, 1));
   const release::Release out = MakeRelease(bundle_, config_, facts);
   VIPSD_ASSIGN_OR_RETURN(release::EncodedRelease encoded, release::EncodeRelease(out));
@@ -501,8 +529,17 @@ Status Daemon::PublishModel(int64_t step, double rho) {
   const Status published = sink_->PublishRelease(out, encoded);
   if (!published.ok()) {
     metrics_->releases_failed_total().Increment();
+    metrics_->release_pending().Set(1);
+    ++release_attempts_failed_;
+    release_owed_ = true;
+    release_retry_at_ = std::chrono::steady_clock::now() + release_retry_backoff_;
+    release_retry_backoff_ = std::min(release_retry_backoff_ * 2, std::chrono::milliseconds(60000));
     return published;
   }
+  release_owed_ = false;
+  release_retry_backoff_ = std::chrono::milliseconds(1000);
+  release_attempts_failed_ = 0;
+  metrics_->release_pending().Set(0);
   metrics_->release_publish_duration_seconds().Observe(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   metrics_->releases_published_total().Increment();
@@ -641,6 +678,8 @@ void Daemon::RunOneStep() {
   }
   model_step_ = result->step;
   last_rho_ = result->rho;
+  last_step_q_ = q;
+  last_step_sigma_ = sigma;
   ++steps_run_;
   CheckWarnings();
   // Durable BEFORE anything about this step leaves the process.
@@ -826,6 +865,11 @@ Status Daemon::Run() {
       halted_ = false;
     }
     RunOneStep();
+  }
+  if (release_owed_ && !sticky_error_) {
+    Log(LogLevel::kWarning, kComponent,
+        "stopping with the release of step " + std::to_string(model_step_) +
+            " undelivered (the sink kept failing); the next release will include it");
   }
   // Stop: the ingest thread ends its current batch.
   RequestStop();

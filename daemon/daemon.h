@@ -53,6 +53,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -144,6 +145,7 @@ class Daemon {
   void Reload();
   Status CommitLedger();
   Status PublishModel(int64_t step, double rho);
+  void RetryOwedRelease();
   void UpdateBudgetMetrics();
   void CheckWarnings();
   void PublishAlertJson(const std::string& json);
@@ -167,6 +169,18 @@ class Daemon {
   int64_t model_step_ = 0;           // step whose M-step the model includes
   int64_t published_model_step_ = -1;
   double last_rho_ = 0;
+  // (q, σ) of the step model_step_ ran with in this process (a later reload
+  // must not relabel its release); negative until a step has run.
+  double last_step_q_ = -1;
+  double last_step_sigma_ = -1;
+  // A due release that could not be delivered: the current model (post-
+  // processing of released noisy sums, so re-publishing costs no budget) is
+  // published again at release_retry_at_, backing off from 1 s to 60 s, until
+  // a publication succeeds.
+  bool release_owed_ = false;
+  std::chrono::steady_clock::time_point release_retry_at_;
+  std::chrono::milliseconds release_retry_backoff_{1000};
+  int64_t release_attempts_failed_ = 0;
   bool halted_ = false;
   std::optional<Status> sticky_error_;
   int64_t steps_run_ = 0;

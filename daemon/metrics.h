@@ -194,6 +194,8 @@ inline constexpr std::array<double, 15> kLedgerCommitDurationBuckets = {
   COUNTER(releases_published_total, "releases", "Releases whose publication was confirmed.")     \
   COUNTER(releases_failed_total, "releases",                                                     \
           "Releases that could not be published; their step's budget is spent regardless.")     \
+  GAUGE(release_pending, "",                                                                     \
+        "1 while a due release is undelivered and being retried with backoff, else 0.")         \
   HISTOGRAM(release_publish_duration_seconds, "seconds",                                         \
             "Time from the start of publishing a release to its confirmation.",                  \
             kReleasePublishDurationBuckets)                                                      \

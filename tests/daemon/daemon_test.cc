@@ -92,6 +92,7 @@ struct SinkLog {
   std::vector<std::pair<InputRecord, connectors::RejectReason>> dead_letters;
   std::vector<std::string> alerts;
   int fail_next_dead_letters = 0;
+  int fail_next_releases = 0;
   std::string ledger_path;
   std::vector<std::string> ledger_violations;
 };
@@ -107,6 +108,10 @@ class FakeSink : public OutputSink {
     const int64_t step = std::stoll(release.release_id.substr(5));
     if (!ledger.ok() || ledger->next_step <= step) {
       log_->ledger_violations.push_back(release.release_id);
+    }
+    if (log_->fail_next_releases > 0) {
+      --log_->fail_next_releases;
+      return UnavailableError("release topic unreachable (fake)");
     }
     log_->releases.push_back(release);
     return Status::Ok();
@@ -335,6 +340,35 @@ TEST(DaemonTest, HaltsExactlyBeforeTheCeilingAndARestartGrantsNothing) {
   EXPECT_EQ((*again)->status().next_step, halted.next_step);
   EXPECT_GE((*again)->status().epsilon_spent, halted.epsilon_spent);
   EXPECT_EQ(h.metrics->privacy_halted().Value(), 1);
+}
+
+TEST(DaemonTest, AnUndeliveredReleaseIsRetriedWithoutSpendingBudget) {
+  Harness h("release_retry");
+  for (int i = 0; i < 40; ++i) h.topic->Append(0, Document(i));
+  h.sink->fail_next_releases = 2;  // the halt's final release, then the first retry
+  Options options;
+  options.ceiling = 3.0;
+  options.q = 0.2;
+  options.sigma = 1.5;
+  options.publish_every = 1000;  // only the final release on halt
+  auto daemon = h.Make(WriteConfig(h.dir, options));
+  ASSERT_TRUE(daemon.ok());
+  ASSERT_TRUE(RunUntil(**daemon, [&](const DaemonStatus& s) {
+                return s.halted && h.metrics->releases_published_total().Value() >= 1;
+              }).ok());
+  const DaemonStatus status = (*daemon)->status();
+  EXPECT_EQ(h.metrics->releases_failed_total().Value(), 2);
+  EXPECT_EQ(h.metrics->release_pending().Value(), 0);
+  std::lock_guard<std::mutex> lock(h.sink->mutex);
+  ASSERT_EQ(h.sink->releases.size(), 1u);  // the refused attempts are not kept
+  EXPECT_EQ(h.sink->releases[0].release_id, "step-" + std::to_string(status.next_step - 1));
+  EXPECT_TRUE(h.sink->ledger_violations.empty());
+  // The retries charged nothing: the ledger still holds exactly the steps run.
+  auto bytes = connectors::ReadWholeFile(h.dir + "/state/ledger");
+  ASSERT_TRUE(bytes.ok());
+  auto state = Ledger::Decode(*bytes, "ledger");
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ(state->accountant.steps(), status.next_step - 1);
 }
 
 TEST(DaemonTest, ExitActionStopsRunByItself) {
