@@ -63,18 +63,7 @@ class Section {
 
   Status Integer(const std::string& key, bool required, int64_t low, int64_t high,
                  int64_t* out) {
-    const std::string allowed =
-        "a whole number in [" + std::to_string(low) + ", " + std::to_string(high) + "]";
-    double value = static_cast<double>(*out);
-    VIPSD_RETURN_IF_ERROR(Number(
-        key, required,
-        [&](double x) {
-          return std::floor(x) == x && x >= static_cast<double>(low) &&
-                 x <= static_cast<double>(high);
-        },
-        allowed, &value));
-    *out = static_cast<int64_t>(value);
-    return Status::Ok();
+    return BoundedInteger(key, required, low, high, RangeText(low, high), out);
   }
 
   Status String(const std::string& key, bool required, const std::vector<std::string>& choices,
@@ -92,18 +81,7 @@ class Section {
       *out = keyword_value;
       return Status::Ok();
     }
-    const std::string allowed = keyword + " or a whole number in [" + std::to_string(low) +
-                                ", " + std::to_string(high) + "]";
-    double value = static_cast<double>(*out);
-    VIPSD_RETURN_IF_ERROR(Number(
-        key, false,
-        [&](double x) {
-          return std::floor(x) == x && x >= static_cast<double>(low) &&
-                 x <= static_cast<double>(high);
-        },
-        allowed, &value));
-    *out = static_cast<int64_t>(value);
-    return Status::Ok();
+    return BoundedInteger(key, false, low, high, keyword + " or " + RangeText(low, high), out);
   }
 
   // A string that may be empty ("" disables a feature).
@@ -237,6 +215,24 @@ class Section {
       (*lines_)[Join(key)] = it->second;
       unread_.erase(it);
     }
+  }
+
+  static std::string RangeText(int64_t low, int64_t high) {
+    return "a whole number in [" + std::to_string(low) + ", " + std::to_string(high) + "]";
+  }
+
+  Status BoundedInteger(const std::string& key, bool required, int64_t low, int64_t high,
+                        const std::string& allowed, int64_t* out) {
+    double value = static_cast<double>(*out);
+    VIPSD_RETURN_IF_ERROR(Number(
+        key, required,
+        [&](double x) {
+          return std::floor(x) == x && x >= static_cast<double>(low) &&
+                 x <= static_cast<double>(high);
+        },
+        allowed, &value));
+    *out = static_cast<int64_t>(value);
+    return Status::Ok();
   }
 
   Status ParseNumber(const YAML::Node& value, const std::string& key,
