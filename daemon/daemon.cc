@@ -340,7 +340,11 @@ Status Daemon::IngestBatch(std::vector<InputRecord>& records) {
     for (size_t i = 0; i < records.size(); ++i) {
       const std::string stream = StreamName(records[i].topic, records[i].partition);
       auto [it, inserted] = stream_ids_.emplace(stream, static_cast<uint32_t>(stream_names_.size()));
-      if (inserted) stream_names_.push_back(stream);
+      if (inserted) {
+        stream_names_.push_back(stream);
+        new_stream_ = true;
+        ++streams_seen_;
+      }
       int64_t& next = next_unread_[stream];
       next = std::max(next, records[i].offset + 1);
       if (decoded[i].has_value()) {
@@ -349,6 +353,13 @@ Status Daemon::IngestBatch(std::vector<InputRecord>& records) {
       }
     }
     wake_.notify_all();
+  }
+  {
+    // A new partition: wait until the ledger can re-read it after a crash.
+    std::unique_lock<std::mutex> lock(mutex_);
+    const uint64_t generation = streams_seen_;
+    wake_.wait(lock, [&] { return stop_ || streams_covered_ >= generation; });
+    if (streams_covered_ < generation) return Status::Ok();  // stopping: read again next start
   }
   for (const InputRecord& record : records) {
     const Status done = source_->MarkDone(record);
@@ -372,6 +383,16 @@ bool Daemon::WaitForNextStep() {
   for (;;) {
     if (stop_) return false;
     if (reload_) return true;
+    if (new_stream_) {
+      new_stream_ = false;
+      const uint64_t generation = streams_seen_;
+      lock.unlock();  // committing the ledger takes mutex_ itself
+      CoverNewStreams();
+      lock.lock();
+      streams_covered_ = std::max(streams_covered_, generation);
+      wake_.notify_all();
+      continue;
+    }
     const bool by_count =
         config_.step_min_new_records > 0 && new_records_ >= config_.step_min_new_records;
     const bool by_time = config_.step_interval_seconds > 0 && Clock::now() >= due;
@@ -387,6 +408,30 @@ bool Daemon::WaitForNextStep() {
                                   : Clock::now() + std::chrono::seconds(1);
     if (release_owed_) until = std::min(until, release_retry_at_);
     wake_.wait_until(lock, until);
+  }
+}
+
+void Daemon::CoverNewStreams() {
+  // Records of a partition the ledger has no resume offset for would, after
+  // a crash before the next step's commit, be skipped once the source has
+  // stored their offsets (a restart would start at the group's committed
+  // offset). Committing the ledger first (resume offsets only; t and the
+  // accountants are unchanged) makes a restart re-read them; the ingest
+  // thread stores their offsets only after this.
+  if (sticky_error_) return;
+  bool uncovered = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [stream, next] : next_unread_) {
+      if (state_.resume_offsets.count(stream) == 0) uncovered = true;
+    }
+  }
+  if (!uncovered) return;
+  const Status committed = CommitLedger();
+  if (!committed.ok()) {
+    Log(LogLevel::kError, kComponent,
+        "ledger commit of new resume offsets failed (a crash before the next step would "
+        "skip those records): " + committed.ToString());
   }
 }
 
@@ -478,8 +523,7 @@ std::map<std::string, int64_t> Daemon::ResumeOffsets() {
   // Streams seen in this process: re-read from the oldest record still
   // pooled or staged, else from the first unread record. pool.rebuild_lookback
   // caps how far behind the first unread record the pooled part reaches;
-  // staged records (read, not yet pooled, offsets not stored) are always
-  // re-read, so nothing acknowledged-as-unread is skipped.
+  // staged records (read, not yet moved into the pool) are always re-read.
   const int64_t lookback = config_.pool_rebuild_lookback;
   for (const auto& [stream, next] : next_unread) resume[stream] = next;
   for (const auto& [stream_id, offset] : pool_.LowestOffsets()) {

@@ -146,6 +146,7 @@ class Daemon {
   Status CommitLedger();
   Status PublishModel(int64_t step, double rho);
   void RetryOwedRelease();
+  void CoverNewStreams();
   void UpdateBudgetMetrics();
   void CheckWarnings();
   void PublishAlertJson(const std::string& json);
@@ -198,6 +199,12 @@ class Daemon {
   int64_t new_records_ = 0;                     // guarded by mutex_
   bool stop_ = false;                           // guarded by mutex_
   bool reload_ = false;                         // guarded by mutex_
+  // A partition first read in this process: the ingest thread stores its
+  // offsets only after the step thread has made sure the ledger holds a
+  // resume offset for it (CoverNewStreams).
+  bool new_stream_ = false;                     // guarded by mutex_
+  uint64_t streams_seen_ = 0;                   // guarded by mutex_: generation
+  uint64_t streams_covered_ = 0;                // guarded by mutex_: generation
   std::optional<Status> ingest_error_;          // guarded by mutex_
   int64_t pool_size_ = 0;                       // guarded by mutex_ (copy for ingest)
   std::atomic<bool> refuse_new_{false};         // pool.eviction == refuse_new

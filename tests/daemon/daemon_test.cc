@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -449,6 +450,52 @@ TEST(DaemonTest, RebuildLookbackCapsHowFarARestartReReadsEachPartition) {
   }
 }
 
+TEST(DaemonTest, RecordsReadBeforeTheFirstStepAreReReadAfterACrash) {
+  // No step runs (min_pool_records is out of reach), so no step ever commits
+  // the ledger; the source has stored the offsets of everything it read.
+  // The ledger must still hold resume offsets for every partition read, and
+  // they must be no later than the first record of each: a crash here would
+  // otherwise skip the records the pool held.
+  Harness h("first_read");
+  for (int i = 0; i < 30; ++i) h.topic->Append(i % 3, Document(i));
+  Options options;
+  options.extra_schedule = "  min_pool_records: 1000\n";
+  const std::string config = WriteConfig(h.dir, options);
+  std::optional<LedgerState> seen;
+  {
+    auto daemon = h.Make(config);
+    ASSERT_TRUE(daemon.ok()) << daemon.status().message();
+    ASSERT_TRUE(RunUntil(**daemon, [&](const DaemonStatus&) {
+                  {
+                    std::lock_guard<std::mutex> lock(h.topic->mutex);
+                    for (int32_t p = 0; p < 3; ++p) {
+                      if (h.topic->committed[p] < 10) return false;  // not all stored yet
+                    }
+                  }
+                  // Every offset is stored: the ledger must cover the partitions now.
+                  auto bytes = connectors::ReadWholeFile(h.dir + "/state/ledger");
+                  if (bytes.ok()) seen = Ledger::Decode(*bytes, "ledger").value();
+                  return true;
+                }).ok());
+    EXPECT_EQ((*daemon)->status().steps_run, 0);
+  }
+  ASSERT_TRUE(seen.has_value()) << "no ledger although offsets were stored";
+  ASSERT_EQ(seen->resume_offsets.size(), 3u);
+  for (const auto& [stream, offset] : seen->resume_offsets) EXPECT_EQ(offset, 0) << stream;
+  EXPECT_EQ(seen->next_step, 1);
+  // A restart (here after a clean stop, which does not commit the ledger
+  // either) rebuilds the pool from those offsets, not from the source's.
+  std::atomic<int64_t> rebuilt{-1};
+  DaemonHooks hooks;
+  hooks.before_step = [&](int64_t, const svi::RecordPool& pool) {
+    if (rebuilt < 0) rebuilt = pool.size();
+  };
+  auto daemon = h.Make(WriteConfig(h.dir, {}), hooks);
+  ASSERT_TRUE(daemon.ok());
+  ASSERT_TRUE(RunUntil(**daemon, [](const DaemonStatus& s) { return s.steps_run >= 1; }).ok());
+  EXPECT_EQ(rebuilt.load(), 30);
+}
+
 TEST(DaemonTest, ResidencyNoRecordIsACandidateInMoreThanMStepsAcrossARestart) {
   Harness h("residency");
   constexpr int64_t kM = 4;
@@ -563,7 +610,16 @@ TEST(DaemonTest, NoStepIsRunOrChargedUntilThePoolHoldsMinPoolRecords) {
   std::this_thread::sleep_for(300ms);  // ≈ 15 scheduled intervals
   EXPECT_EQ((*daemon)->status().steps_run, 0);
   EXPECT_EQ((*daemon)->status().epsilon_spent, 0);
-  EXPECT_FALSE(std::filesystem::exists(h.dir + "/state/ledger"));
+  {
+    // The ledger holds the partition's resume offset, and no step.
+    auto bytes = connectors::ReadWholeFile(h.dir + "/state/ledger");
+    ASSERT_TRUE(bytes.ok());
+    auto state = Ledger::Decode(*bytes, "ledger");
+    ASSERT_TRUE(state.ok());
+    EXPECT_EQ(state->next_step, 1);
+    EXPECT_EQ(state->accountant.steps(), 0);
+    EXPECT_EQ(state->resume_offsets.size(), 1u);
+  }
   for (int i = 20; i < 60; ++i) h.topic->Append(0, Document(i));
   const auto until = std::chrono::steady_clock::now() + 10s;
   while ((*daemon)->status().steps_run < 2 && std::chrono::steady_clock::now() < until) {
