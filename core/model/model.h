@@ -143,4 +143,26 @@ class Model {
   virtual Status RestoreCheckpoint(std::span<const NamedArray> arrays) = 0;
 };
 
+// The MStep arguments every model checks first: `statistic_sum` has the
+// layout's size (INVALID_ARGUMENT), q and ρ are in (0, 1] (INVALID_ARGUMENT)
+// and the sum is finite (OUT_OF_RANGE). `model` prefixes the messages.
+inline Status CheckMStepInputs(const std::string& model, const Eigen::VectorXd& statistic_sum,
+                               const privacy::BlockLayout& layout, double sampling_rate,
+                               double rho) {
+  if (statistic_sum.size() != static_cast<Eigen::Index>(layout.total_size())) {
+    return InvalidArgumentError(model + ": statistic sum has " +
+                                std::to_string(statistic_sum.size()) +
+                                " coordinates, the layout has " +
+                                std::to_string(layout.total_size()));
+  }
+  if (!(sampling_rate > 0 && sampling_rate <= 1)) {
+    return InvalidArgumentError(model + ": sampling_rate must be in (0, 1]");
+  }
+  if (!(rho > 0 && rho <= 1)) return InvalidArgumentError(model + ": rho must be in (0, 1]");
+  if (!statistic_sum.allFinite()) {
+    return OutOfRangeError(model + ": statistic sum is not finite");
+  }
+  return Status::Ok();
+}
+
 }  // namespace vipsd::model

@@ -228,14 +228,8 @@ Status BlrModel::EStep(const model::Record& record, model::RecordRng& /*rng*/,
 
 Status BlrModel::MStep(const Eigen::VectorXd& statistic_sum, double sampling_rate, double rho) {
   const auto dim = static_cast<size_t>(config_.dim);
-  if (statistic_sum.size() != static_cast<Eigen::Index>(layout_.total_size())) {
-    return InvalidArgumentError("statistic sum has the wrong size for d + d(d+1)/2");
-  }
-  if (!(sampling_rate > 0 && sampling_rate <= 1)) {
-    return InvalidArgumentError("sampling_rate must be in (0, 1]");
-  }
-  if (!(rho > 0 && rho <= 1)) return InvalidArgumentError("rho must be in (0, 1]");
-  if (!statistic_sum.allFinite()) return OutOfRangeError("statistic sum is not finite");
+  VIPSD_RETURN_IF_ERROR(
+      model::CheckMStepInputs("blr", statistic_sum, layout_, sampling_rate, rho));
 
   const Eigen::VectorXd s1 = statistic_sum.head(config_.dim);
   VIPSD_ASSIGN_OR_RETURN(

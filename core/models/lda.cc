@@ -376,14 +376,8 @@ Status LdaModel::EStep(const model::Record& record, model::RecordRng& rng,
 
 Status LdaModel::MStep(const Eigen::VectorXd& statistic_sum, double sampling_rate,
                        double rho) {
-  if (statistic_sum.size() != lambda_.size()) {
-    return InvalidArgumentError("statistic sum has the wrong size for K x V");
-  }
-  if (!(sampling_rate > 0 && sampling_rate <= 1)) {
-    return InvalidArgumentError("sampling_rate must be in (0, 1]");
-  }
-  if (!(rho > 0 && rho <= 1)) return InvalidArgumentError("rho must be in (0, 1]");
-  if (!statistic_sum.allFinite()) return OutOfRangeError("statistic sum is not finite");
+  VIPSD_RETURN_IF_ERROR(
+      model::CheckMStepInputs("lda", statistic_sum, layout_, sampling_rate, rho));
   // λ ← (1 − ρ)λ + ρ(η + max(S̃, 0)/q) in place; the sum's word-major layout
   // is λ's column-major one.
   const Eigen::Index num_topics = lambda_.rows();

@@ -505,16 +505,8 @@ Status SbnModel::EStep(const model::Record& record, model::RecordRng& /*rng*/,
 }
 
 Status SbnModel::MStep(const Eigen::VectorXd& statistic_sum, double sampling_rate, double rho) {
-  if (statistic_sum.size() != static_cast<Eigen::Index>(layout_.total_size())) {
-    return InvalidArgumentError("sbn: statistic sum has " + std::to_string(statistic_sum.size()) +
-                                " coordinates, the layout has " +
-                                std::to_string(layout_.total_size()));
-  }
-  if (!(sampling_rate > 0 && sampling_rate <= 1)) {
-    return InvalidArgumentError("sampling_rate must be in (0, 1]");
-  }
-  if (!(rho > 0 && rho <= 1)) return InvalidArgumentError("rho must be in (0, 1]");
-  if (!statistic_sum.allFinite()) return OutOfRangeError("sbn: statistic sum is not finite");
+  VIPSD_RETURN_IF_ERROR(
+      model::CheckMStepInputs("sbn", statistic_sum, layout_, sampling_rate, rho));
   const Eigen::Index num_visible = config_.visible;
   const Eigen::Index num_hidden = config_.hidden;
   const Eigen::Index packed = SbnPackedSize(num_hidden);
