@@ -23,9 +23,7 @@ void FillPool(benchmark::State& state, bool features) {
   double bytes_per_record = 0;
   for (auto _ : state) {
     const size_t before = HeapInUse();
-    vipsd::svi::PoolOptions options;
-    options.capacity = records;
-    auto pool = vipsd::svi::RecordPool::Create(options);
+    vipsd::svi::RecordPool pool;
     for (int64_t i = 0; i < records; ++i) {
       vipsd::model::Record record;
       if (features) {
@@ -33,10 +31,10 @@ void FillPool(benchmark::State& state, bool features) {
       } else {
         record.word_ids.assign(static_cast<size_t>(length), static_cast<int32_t>(i % 1000));
       }
-      (void)pool->Add(std::move(record), {0, i});
+      pool.Add(std::move(record), {0, i});
     }
     bytes_per_record = static_cast<double>(HeapInUse() - before) / static_cast<double>(records);
-    benchmark::DoNotOptimize(pool->size());
+    benchmark::DoNotOptimize(pool.size());
   }
   state.counters["bytes_per_record"] = bytes_per_record;
   state.counters["payload_bytes"] =

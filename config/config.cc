@@ -331,8 +331,15 @@ Status ParseBlr(Section& blr, VipsdConfig& config) {
   VIPSD_RETURN_IF_ERROR(blr.Number("eigenvalue_floor", false,
                                    [](double x) { return x > 0 && x <= 1e6; },
                                    "a number in (0, 1e6]", &b.eigenvalue_floor));
-  VIPSD_RETURN_IF_ERROR(blr.String("norm_rule", false, {"reject", "rescale"},
+  VIPSD_RETURN_IF_ERROR(blr.String("norm_rule", false, {"rescale", "reject"},
                                    &config.blr_norm_rule));
+  if (config.is_private() && config.blr_norm_rule == "reject") {
+    return blr.ErrorAt(
+        "norm_rule",
+        "reject is not allowed when privacy.noise_multiplier > 0: it would drop well-formed "
+        "records for their content, outside the mechanism; use rescale (the default), which "
+        "keeps every record and bounds ||x|| <= 1");
+  }
   return blr.Finish();
 }
 
@@ -427,13 +434,10 @@ Status ParsePrivacy(Section& top, VipsdConfig& config) {
   std::string accounting = "global";
   VIPSD_RETURN_IF_ERROR(privacy->String("accounting", false, {"global", "residency"}, &accounting));
   config.accounting = accounting == "global" ? Accounting::kGlobal : Accounting::kResidency;
-  VIPSD_RETURN_IF_ERROR(privacy->Integer("residency_steps",
-                                         config.accounting == Accounting::kResidency, 1,
-                                         int64_t{1} << 40, &config.residency_steps));
-  if (config.accounting == Accounting::kGlobal) {
-    VIPSD_RETURN_IF_ERROR(privacy->NotHere("residency_steps",
-                                           "only allowed with accounting: residency"));
-  }
+  VIPSD_RETURN_IF_ERROR(privacy->NotHere(
+      "residency_steps",
+      "no longer a key: a record is a candidate in exactly the steps of its window, so its "
+      "residency M is schedule.window_steps (set that instead)"));
   if (config.accounting == Accounting::kResidency && !config.is_private()) {
     return privacy->ErrorAt("accounting",
                             "residency accounting needs noise_multiplier > 0 (a non-private "
@@ -466,33 +470,53 @@ Status ParseSchedule(Section& top, VipsdConfig& config) {
   d.threads = static_cast<int>(threads);
   VIPSD_RETURN_IF_ERROR(schedule->Integer("max_steps", false, 0, int64_t{1} << 40,
                                           &config.max_steps));
+  // Count-based triggers made one record's presence move every later step
+  // (add/remove adjacency became substitution); steps now run on a public
+  // clock only, in every mode.
+  static const char* kCountTrigger =
+      "removed: a step triggered by a record count lets one record shift which records every "
+      "later step sees, which breaks the add/remove privacy claim; steps run on the public "
+      "clock schedule.interval_seconds, and a step's candidates are the records of its "
+      "window (schedule.window_steps)";
+  VIPSD_RETURN_IF_ERROR(schedule->NotHere("min_new_records", kCountTrigger));
+  VIPSD_RETURN_IF_ERROR(schedule->NotHere("min_pool_records", kCountTrigger));
   if (kafka) {
     VIPSD_RETURN_IF_ERROR(schedule->NotHere("max_epochs", "only allowed with source.type: file"));
-    VIPSD_RETURN_IF_ERROR(schedule->Number("interval_seconds", false,
-                                           [](double x) { return x >= 0 && x <= 86400 * 7; },
-                                           "a number of seconds in [0, 604800] (0 = off)",
+    VIPSD_RETURN_IF_ERROR(schedule->Number("interval_seconds", true,
+                                           [](double x) { return x >= 0.01 && x <= 86400 * 7; },
+                                           "a number of seconds in [0.01, 604800] (slot k is "
+                                           "due at start_time + k * interval_seconds)",
                                            &config.step_interval_seconds));
-    VIPSD_RETURN_IF_ERROR(schedule->Integer("min_new_records", false, 0, int64_t{1} << 40,
-                                            &config.step_min_new_records));
-    VIPSD_RETURN_IF_ERROR(schedule->Integer("min_pool_records", false, 0, int64_t{1} << 40,
-                                            &config.step_min_pool_records));
-    if (config.step_interval_seconds == 0 && config.step_min_new_records == 0) {
-      return schedule->ErrorAt("interval_seconds",
-                               "a Kafka run needs interval_seconds > 0 or min_new_records > 0 "
-                               "(otherwise no step ever fires)");
-    }
-    if (config.step_interval_seconds > 0 && config.step_interval_seconds < 0.01) {
-      return schedule->ErrorAt("interval_seconds", "must be 0 (off) or >= 0.01 seconds");
-    }
+    VIPSD_RETURN_IF_ERROR(schedule->IntegerOrKeyword("window_steps", "all", svi::kWindowAll, 1,
+                                                     int64_t{1} << 40, &config.window_steps));
+    config.release_delay_seconds = config.step_interval_seconds;
+    VIPSD_RETURN_IF_ERROR(schedule->Number(
+        "release_delay_seconds", false,
+        [&](double x) { return x >= 0 && x <= 10 * config.step_interval_seconds; },
+        "a number of seconds in [0, 10 * interval_seconds] (a step's release leaves at its "
+        "slot time plus this; default interval_seconds)",
+        &config.release_delay_seconds));
+    VIPSD_RETURN_IF_ERROR(schedule->Number("start_time", false,
+                                           [](double x) { return x >= 1e9 && x <= 1e11; },
+                                           "unix seconds in [1e9, 1e11] (the time of slot 0 of "
+                                           "a new state directory; default: when it is "
+                                           "created)",
+                                           &config.start_time));
   } else {
-    VIPSD_RETURN_IF_ERROR(schedule->NotHere("interval_seconds",
-                                            "only allowed with source.type: kafka"));
-    VIPSD_RETURN_IF_ERROR(schedule->NotHere("min_new_records",
-                                            "only allowed with source.type: kafka"));
-    VIPSD_RETURN_IF_ERROR(schedule->NotHere("min_pool_records",
-                                            "only allowed with source.type: kafka"));
+    for (const char* key : {"interval_seconds", "window_steps", "release_delay_seconds",
+                            "start_time"}) {
+      VIPSD_RETURN_IF_ERROR(schedule->NotHere(
+          key, "only allowed with source.type: kafka (a file run steps over the whole file, "
+               "one step after the other)"));
+    }
     VIPSD_RETURN_IF_ERROR(schedule->Number("max_epochs", false, NonNegative,
                                            "a number >= 0 (0 = no limit)", &config.max_epochs));
+    if (config.max_epochs / config.driver.sampling_rate > 1e12) {
+      return schedule->ErrorAt(
+          "max_epochs", "max_epochs / privacy.sampling_rate is " +
+                            std::to_string(config.max_epochs / config.driver.sampling_rate) +
+                            " steps; at most 1e12 steps are allowed (one epoch is 1/q steps)");
+    }
     if (config.max_steps == 0 && config.max_epochs == 0 && !config.is_private()) {
       return schedule->ErrorAt("max_steps",
                                "a non-private run needs max_steps or max_epochs > 0 (no "
@@ -583,14 +607,18 @@ Status ParseIo(Section& top, VipsdConfig& config) {
     VIPSD_RETURN_IF_ERROR(top.Sub("pool", false, &pool));
     if (pool.has_value()) {
       VIPSD_RETURN_IF_ERROR(pool->Integer("capacity", false, 1, int64_t{1} << 32,
-                                          &config.pool.capacity));
-      std::string eviction = "oldest";
-      VIPSD_RETURN_IF_ERROR(pool->String("eviction", false, {"oldest", "refuse_new"}, &eviction));
-      config.pool.eviction = eviction == "oldest" ? svi::EvictionPolicy::kEvictOldest
-                                                  : svi::EvictionPolicy::kRefuseNew;
-      VIPSD_RETURN_IF_ERROR(pool->IntegerOrKeyword("rebuild_lookback", "all", -1, 0,
-                                                   int64_t{1} << 40,
-                                                   &config.pool_rebuild_lookback));
+                                          &config.pool_capacity));
+      VIPSD_RETURN_IF_ERROR(pool->NotHere(
+          "eviction",
+          "removed: evicting an old record when a new one arrives makes one record's presence "
+          "remove another from the pool (add/remove becomes substitution); records leave the "
+          "pool only when their window ends, and a window larger than pool.capacity skips "
+          "its step with an alert"));
+      VIPSD_RETURN_IF_ERROR(pool->NotHere(
+          "rebuild_lookback",
+          "removed: capping a restart's re-read by a record count would drop records from "
+          "windows depending on how many others arrived; a restart re-reads each window "
+          "from its start"));
       VIPSD_RETURN_IF_ERROR(pool->Finish());
     }
     VIPSD_RETURN_IF_ERROR(top.Sub("kafka", true, &kafka));
@@ -637,8 +665,10 @@ Status ParseIo(Section& top, VipsdConfig& config) {
 
   // metrics, log
   VIPSD_RETURN_IF_ERROR(top.Sub("metrics", false, &metrics));
+  config.expose_step_timing = !config.is_private();
   if (metrics.has_value()) {
     VIPSD_RETURN_IF_ERROR(metrics->OptionalString("listen", &config.metrics_listen));
+    VIPSD_RETURN_IF_ERROR(metrics->Bool("expose_step_timing", &config.expose_step_timing));
     VIPSD_RETURN_IF_ERROR(metrics->Finish());
   }
   VIPSD_RETURN_IF_ERROR(top.Sub("log", false, &log));
@@ -697,6 +727,15 @@ StatusOr<VipsdConfig> ParseConfig(std::string_view yaml_text, const std::string&
     return InvalidArgumentError(file + ":" + std::to_string(config.line_of("privacy.accounting")) +
                                 ": privacy.accounting: residency needs source.type: kafka (a "
                                 "file run has a fixed data set: use global)");
+  }
+  if (config.accounting == Accounting::kResidency && config.window_steps == svi::kWindowAll) {
+    const int line = config.line_of("schedule.window_steps") > 0
+                         ? config.line_of("schedule.window_steps")
+                         : config.line_of("privacy.accounting");
+    return InvalidArgumentError(
+        file + ":" + std::to_string(line) +
+        ": schedule.window_steps: residency accounting needs a finite window (a whole number "
+        ">= 1: each record is a candidate in at most that many steps), got all");
   }
   return config;
 }
@@ -846,6 +885,8 @@ StatusOr<std::vector<std::string>> ChangedReloadableKeys(const VipsdConfig& a,
   diff.Fixed("kafka.partitions", a.kafka.partitions, b.kafka.partitions);
   diff.Fixed("state.directory", a.state_directory, b.state_directory);
   diff.Fixed("metrics.listen", a.metrics_listen, b.metrics_listen);
+  diff.Fixed("metrics.expose_step_timing", a.expose_step_timing, b.expose_step_timing);
+  diff.Fixed("schedule.start_time", a.start_time, b.start_time);
   VIPSD_RETURN_IF_ERROR(diff.status());
   // Live.
   diff.Live("privacy.noise_multiplier", a.driver.noise_multiplier, b.driver.noise_multiplier);
@@ -853,18 +894,15 @@ StatusOr<std::vector<std::string>> ChangedReloadableKeys(const VipsdConfig& a,
   diff.Live("privacy.epsilon_ceiling", a.driver.epsilon_ceiling, b.driver.epsilon_ceiling);
   diff.Live("privacy.on_ceiling", static_cast<int>(a.on_ceiling), static_cast<int>(b.on_ceiling));
   diff.Live("privacy.warn_at", a.warn_at, b.warn_at);
-  diff.Live("privacy.residency_steps", a.residency_steps, b.residency_steps);
   diff.Live("schedule.tau0", a.driver.tau0, b.driver.tau0);
   diff.Live("schedule.kappa", a.driver.kappa, b.driver.kappa);
   diff.Live("schedule.threads", a.driver.threads, b.driver.threads);
   diff.Live("schedule.interval_seconds", a.step_interval_seconds, b.step_interval_seconds);
-  diff.Live("schedule.min_new_records", a.step_min_new_records, b.step_min_new_records);
-  diff.Live("schedule.min_pool_records", a.step_min_pool_records, b.step_min_pool_records);
+  diff.Live("schedule.window_steps", a.window_steps, b.window_steps);
+  diff.Live("schedule.release_delay_seconds", a.release_delay_seconds, b.release_delay_seconds);
   diff.Live("schedule.max_steps", a.max_steps, b.max_steps);
   diff.Live("schedule.max_epochs", a.max_epochs, b.max_epochs);
-  diff.Live("pool.capacity", a.pool.capacity, b.pool.capacity);
-  diff.Live("pool.eviction", static_cast<int>(a.pool.eviction), static_cast<int>(b.pool.eviction));
-  diff.Live("pool.rebuild_lookback", a.pool_rebuild_lookback, b.pool_rebuild_lookback);
+  diff.Live("pool.capacity", a.pool_capacity, b.pool_capacity);
   diff.Live("sink.publish_every", a.publish_every, b.publish_every);
   diff.Live("state.checkpoint_every", a.checkpoint_every, b.checkpoint_every);
   diff.Live("log.level", static_cast<int>(a.log_level), static_cast<int>(b.log_level));

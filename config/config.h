@@ -31,7 +31,7 @@
 #include "core/models/blr.h"
 #include "core/models/lda.h"
 #include "core/models/sbn.h"
-#include "core/svi/record_pool.h"
+#include "core/svi/slot_windows.h"
 #include "core/svi/step_driver.h"
 
 namespace vipsd::config {
@@ -66,7 +66,7 @@ struct VipsdConfig {
   models::LdaConfig lda;       // vocabulary_size is filled from the file
   std::string vocabulary_path;  // LDA only
   models::BlrConfig blr;
-  std::string blr_norm_rule = "reject";  // reject | rescale (records with ||x|| > 1)
+  std::string blr_norm_rule = "rescale";  // rescale | reject (non-private only)
   models::SbnConfig sbn;
 
   // privacy + schedule → the step driver
@@ -74,24 +74,21 @@ struct VipsdConfig {
   NoiseMode noise_mode = NoiseMode::kSecure;
   uint64_t noise_seed = 0;
   Accounting accounting = Accounting::kGlobal;
-  int64_t residency_steps = 0;            // M (residency only)
   CeilingAction on_ceiling = CeilingAction::kHalt;
   std::vector<double> warn_at = {0.5, 0.8, 0.95};  // fractions of the ceiling
-  double step_interval_seconds = 0;       // T (kafka; 0 = off)
-  int64_t step_min_new_records = 0;       // R (kafka; 0 = off)
-  // Kafka: no step runs (none is charged) while the pool holds fewer
-  // records. The pool size is stream volume (public), so the rule leaks
-  // nothing; it avoids spending budget on an empty pool at start-up.
-  int64_t step_min_pool_records = 0;
+  // Kafka: the public clock. Slot k is due at start_time + k·interval; its
+  // step samples the records appended in the window_steps slot intervals
+  // before it (core/svi/slot_windows.h).
+  double step_interval_seconds = 0;       // > 0 (kafka)
+  int64_t window_steps = 0;               // M >= 1, or 0 = all (svi::kWindowAll)
+  double release_delay_seconds = 0;       // a step's outputs leave at slot time + this
+  double start_time = 0;                  // unix seconds of slot 0; 0 = ledger creation
   int64_t max_steps = 0;                  // 0 = no limit
   double max_epochs = 0;                  // file source; 0 = no limit; one epoch = 1/q steps
 
-  // pool (kafka source)
-  svi::PoolOptions pool;
-  // How far behind the first unread record a restart re-reads each partition
-  // to rebuild the pool: at most this many records (0 = only records that
-  // were read but not yet pooled); -1 ("all") = every record still pooled.
-  int64_t pool_rebuild_lookback = -1;
+  // pool (kafka source): the most window records held in memory; a window
+  // with more records skips its step (an alert, never a dropped record).
+  int64_t pool_capacity = 100000;
 
   // I/O
   SourceType source_type = SourceType::kFile;
@@ -113,6 +110,9 @@ struct VipsdConfig {
   std::string state_directory;            // ledger, checkpoint
   int64_t checkpoint_every = 1;
   std::string metrics_listen = "127.0.0.1:9464";  // "" = no endpoint
+  // Export step durations (they reveal how long each step took). Default:
+  // off in private runs, on in non-private ones.
+  bool expose_step_timing = false;
   LogLevel log_level = LogLevel::kInfo;
 
   bool is_private() const { return driver.noise_multiplier > 0; }
@@ -128,11 +128,11 @@ StatusOr<VipsdConfig> ParseConfig(std::string_view yaml_text, const std::string&
 StatusOr<VipsdConfig> LoadConfigFile(const std::string& path);
 
 // What a reload (SIGHUP) may change: σ (not between 0 and > 0), q, the
-// ceiling and its action, warning fractions, τ0, κ, threads, the step
-// schedule, max_steps, pool capacity and eviction, M (lower only — checked by
-// the accountant), publish cadence, checkpoint cadence, log level. Anything
-// else (model, vocabulary, accounting mode, δ, noise mode, I/O, Kafka,
-// state, metrics) is refused. Returns the dotted keys that change (empty:
+// ceiling and its action, warning fractions, τ0, κ, threads, the slot
+// interval and release delay, the window (shorter only — checked by the
+// daemon), max_steps, pool capacity, publish cadence, checkpoint cadence,
+// log level. Anything else (model, vocabulary, accounting mode, δ, noise
+// mode, start time, I/O, Kafka, state, metrics) is refused. Returns the dotted keys that change (empty:
 // nothing to do) or INVALID_ARGUMENT naming the first key that may not
 // change, its line in `next` and both values.
 StatusOr<std::vector<std::string>> ChangedReloadableKeys(const VipsdConfig& running,

@@ -1,5 +1,6 @@
 #include "daemon/checkpoint.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -12,10 +13,19 @@
 namespace vipsd::daemon {
 namespace {
 
-constexpr std::string_view kHeader = "vipsd-checkpoint 1\n";
+constexpr std::string_view kHeader = "vipsd-checkpoint 2\n";
+constexpr std::string_view kHeaderV1 = "vipsd-checkpoint 1\n";
+// Step numbers above this are refused (kept far from int64 overflow).
+constexpr int64_t kMaxStep = int64_t{1} << 53;
 constexpr std::string_view kChecksumPrefix = "blake2b ";
 constexpr size_t kMaxArrays = 64;
 constexpr int kMaxRank = 8;
+
+bool IsRunId(const std::string& id) {
+  return id.size() == 32 && std::all_of(id.begin(), id.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
 
 bool IsName(const std::string& name) {
   if (name.empty() || name.size() > 64) return false;
@@ -49,7 +59,12 @@ CheckpointStore::CheckpointStore(std::string directory)
     : directory_(std::move(directory)), path_(directory_ + "/checkpoint") {}
 
 StatusOr<std::string> CheckpointStore::Encode(const Checkpoint& checkpoint) {
-  if (checkpoint.step < 0) return InvalidArgumentError("checkpoint step must be >= 0");
+  if (checkpoint.step < 0 || checkpoint.step > kMaxStep) {
+    return InvalidArgumentError("checkpoint step must be in [0, 2^53]");
+  }
+  if (!IsRunId(checkpoint.run_id)) {
+    return InvalidArgumentError("checkpoint run id must be 32 lowercase hex characters");
+  }
   if (!IsName(checkpoint.model_type)) return InvalidArgumentError("bad checkpoint model type");
   if (checkpoint.model_fingerprint.size() != 64) {
     return InvalidArgumentError("checkpoint fingerprint must be 64 hex characters");
@@ -58,6 +73,7 @@ StatusOr<std::string> CheckpointStore::Encode(const Checkpoint& checkpoint) {
     return InvalidArgumentError("a checkpoint holds 1 to 64 arrays");
   }
   std::string out(kHeader);
+  out += "run " + checkpoint.run_id + "\n";
   out += "step " + std::to_string(checkpoint.step) + "\n";
   out += "model " + checkpoint.model_type + "\n";
   out += "fingerprint " + checkpoint.model_fingerprint + "\n";
@@ -94,6 +110,10 @@ StatusOr<Checkpoint> CheckpointStore::Decode(const std::string& bytes, const std
   auto bad = [&](const std::string& what) {
     return DataLossError(where + ": " + what + "; refusing to start from a fresh model");
   };
+  if (bytes.compare(0, kHeaderV1.size(), kHeaderV1) == 0) {
+    return bad("written by an older vipsd (checkpoint version 1, without the run id that ties "
+               "it to its ledger)");
+  }
   if (bytes.compare(0, kHeader.size(), kHeader) != 0) return bad("not a vipsd checkpoint");
   const size_t checksum_at = bytes.rfind(std::string("\n") + std::string(kChecksumPrefix));
   if (checksum_at == std::string::npos || bytes.back() != '\n') return bad("truncated");
@@ -108,7 +128,11 @@ StatusOr<Checkpoint> CheckpointStore::Decode(const std::string& bytes, const std
   Checkpoint checkpoint;
   std::string word;
   size_t num_arrays = 0;
-  if (!(header >> word >> checkpoint.step) || word != "step" || checkpoint.step < 0) {
+  if (!(header >> word >> checkpoint.run_id) || word != "run" || !IsRunId(checkpoint.run_id)) {
+    return bad("bad run line");
+  }
+  if (!(header >> word >> checkpoint.step) || word != "step" || checkpoint.step < 0 ||
+      checkpoint.step > kMaxStep) {
     return bad("bad step line");
   }
   if (!(header >> word >> checkpoint.model_type) || word != "model") return bad("bad model line");

@@ -14,7 +14,10 @@
 // committed every step; the checkpoint may lag (checkpoint_every) or be
 // missing after a crash. On restart the daemon restores the checkpoint and
 // continues at the ledger's t: steps charged after the checkpoint are lost
-// model progress, never lost budget.
+// model progress, never lost budget. The checkpoint carries the ledger's
+// run id and its step; the start-up check (daemon/startup.h) refuses a
+// checkpoint of another run, of another model, or of a step the ledger does
+// not cover.
 //
 // Failure: Load() returns nullopt when no checkpoint exists and DATA_LOSS
 // (naming the file) for a corrupt or mismatching one; the daemon refuses to
@@ -36,6 +39,9 @@
 namespace vipsd::daemon {
 
 struct Checkpoint {
+  // The ledger's run id: a checkpoint is only restored next to the ledger of
+  // the run that wrote it.
+  std::string run_id;           // 32 lowercase hex
   int64_t step = 0;             // t of the last M-step included (0 = initial)
   std::string model_type;       // "lda" | "blr" | "sbn"
   std::string model_fingerprint;  // 64 lowercase hex

@@ -5,9 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <sstream>
+#include <limits>
 
-#include "connectors/file/file_util.h"
 #include "core/base/log.h"
 #include "core/privacy/secure_noise.h"
 #include "core/release/release.h"
@@ -18,8 +17,9 @@ namespace {
 constexpr std::string_view kComponent = "daemon";
 constexpr size_t kPollBatch = 512;
 constexpr auto kPollTimeout = std::chrono::milliseconds(200);
+constexpr int64_t kNoTarget = std::numeric_limits<int64_t>::max();
 
-double UnixNow() {
+double WallNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
@@ -49,6 +49,58 @@ bool IsHarmlessStateFile(const std::string& name) {
          name == "checkpoint.tmp";
 }
 
+std::string Where(const config::VipsdConfig& config, const std::string& key) {
+  return config.file + ":" + std::to_string(config.line_of(key)) + ": " + key + ": ";
+}
+
+// The start-up check of the ledger against the configuration (see daemon.h).
+Status CheckLedgerBelongs(const config::VipsdConfig& config, const ModelBundle& bundle,
+                          const LedgerState& state, const std::string& ledger_path,
+                          AccountingMode mode, SourceKind source) {
+  if (state.model_type != bundle.model->type() ||
+      state.model_fingerprint != bundle.model_fingerprint) {
+    return FailedPreconditionError(
+        ledger_path + " belongs to a different model (ledger: " + state.model_type +
+        ", configured: " + bundle.model->type() +
+        "; type, dimensions or vocabulary differ); the model cannot change for a state "
+        "directory (use a new one)");
+  }
+  if (state.source != source) {
+    return FailedPreconditionError(
+        ledger_path + " was written by a " + std::string(SourceKindName(state.source)) +
+        " run; this is a " + std::string(SourceKindName(source)) +
+        " run (a state directory serves one kind of source; use a new one)");
+  }
+  if (state.mode != mode) {
+    return FailedPreconditionError(
+        Where(config, "privacy.accounting") + "the ledger " + ledger_path + " was written in " +
+        std::string(AccountingModeName(state.mode)) +
+        " mode; the accounting mode cannot change for a state directory (use a new one)");
+  }
+  // One privacy mode per state directory: a private run never continues a
+  // model that took an un-noised or reproducibly-noised step.
+  if (config.is_private() && config.noise_mode == config::NoiseMode::kSecure) {
+    if (state.noise.non_private_steps > 0) {
+      return FailedPreconditionError(
+          ledger_path + ": this state directory ran " +
+          std::to_string(state.noise.non_private_steps) +
+          " non-private steps (noise_multiplier 0; the first was step " +
+          std::to_string(state.noise.first_non_private_step) +
+          "), so its model contains un-noised statistics; a private run needs a new state "
+          "directory");
+    }
+    if (state.noise.fixed_seed_steps > 0) {
+      return FailedPreconditionError(
+          ledger_path + ": this state directory ran " +
+          std::to_string(state.noise.fixed_seed_steps) +
+          " steps with fixed-seed noise (NOT private; the first was step " +
+          std::to_string(state.noise.first_fixed_seed_step) +
+          "); a private run needs a new state directory");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::string StreamName(const std::string& topic, int32_t partition) {
@@ -65,29 +117,34 @@ svi::DriverConfig Daemon::DriverConfigFor(const config::VipsdConfig& config) con
 StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const config::VipsdConfig& config,
                                                  SourceFactory make_source,
                                                  std::unique_ptr<OutputSink> sink,
-                                                 Metrics* metrics, DaemonHooks hooks) {
+                                                 Metrics* metrics, DaemonHooks hooks,
+                                                 DaemonOptions options) {
   if (metrics == nullptr || sink == nullptr || !make_source) {
     return InvalidArgumentError("the daemon needs a source factory, a sink and metrics");
   }
+  if (config.noise_mode == config::NoiseMode::kFixedSeed && !options.allow_fixed_seed_noise) {
+    return InvalidArgumentError(
+        Where(config, "privacy.noise") +
+        "fixed_seed noise is reproducible and NOT private; it also needs the command-line flag "
+        "--insecure-fixed-seed-noise (tests and experiments only)");
+  }
   VIPSD_ASSIGN_OR_RETURN(ModelBundle bundle, BuildModel(config));
+
+  const AccountingMode mode = config.accounting == config::Accounting::kGlobal
+                                  ? AccountingMode::kGlobal
+                                  : AccountingMode::kResidency;
+  const SourceKind source_kind =
+      config.source_type == config::SourceType::kKafka ? SourceKind::kKafka : SourceKind::kFile;
 
   // Ledger: the budget of record.
   VIPSD_ASSIGN_OR_RETURN(Ledger ledger, Ledger::Open(config.state_directory));
   VIPSD_ASSIGN_OR_RETURN(auto previous, ledger.Load());
   CheckpointStore checkpoints(config.state_directory);
-  const AccountingMode mode = config.accounting == config::Accounting::kGlobal
-                                  ? AccountingMode::kGlobal
-                                  : AccountingMode::kResidency;
   LedgerState state;
   if (previous.has_value()) {
     state = std::move(*previous);
-    if (state.mode != mode) {
-      return FailedPreconditionError(
-          config.file + ":" + std::to_string(config.line_of("privacy.accounting")) +
-          ": privacy.accounting: the ledger in " + config.state_directory + " was written in " +
-          std::string(AccountingModeName(state.mode)) +
-          " mode; the accounting mode cannot change for a state directory (use a new one)");
-    }
+    VIPSD_RETURN_IF_ERROR(
+        CheckLedgerBelongs(config, bundle, state, ledger.path(), mode, source_kind));
   } else {
     // No ledger: a fresh start only if nothing else of a previous run is
     // here (a missing ledger next to a checkpoint is lost state, not a new
@@ -96,57 +153,110 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const config::VipsdConfig& conf
     for (const auto& entry : std::filesystem::directory_iterator(config.state_directory, error)) {
       const std::string name = entry.path().filename().string();
       if (!IsHarmlessStateFile(name)) {
-        return DataLossError("the state directory " + config.state_directory +
-                             " holds " + name +
+        return DataLossError("the state directory " + config.state_directory + " holds " +
+                             name +
                              " but no ledger: the spent budget is unknown; refusing to start "
                              "from zero (restore the ledger or use an empty directory)");
       }
     }
+    VIPSD_ASSIGN_OR_RETURN(state.run_id, NewRunId());
+    state.model_type = bundle.model->type();
+    state.model_fingerprint = bundle.model_fingerprint;
+    state.source = source_kind;
     state.mode = mode;
+    if (source_kind == SourceKind::kKafka) {
+      const double start = config.start_time > 0 ? config.start_time : WallNow();
+      VIPSD_ASSIGN_OR_RETURN(state.windows,
+                             svi::SlotWindows::Create(start, config.step_interval_seconds,
+                                                      config.window_steps));
+    }
     if (mode == AccountingMode::kResidency) {
       VIPSD_ASSIGN_OR_RETURN(auto residency,
-                             privacy::ResidencyAccountant::Create(config.residency_steps));
+                             privacy::ResidencyAccountant::Create(config.window_steps));
       state.residency = std::move(residency);
-      state.arrivals = svi::ArrivalHistory(config.residency_steps);
+    }
+  }
+  if (source_kind == SourceKind::kKafka) {
+    // The window may be shortened, never lengthened, on a state directory;
+    // the interval may change (slot times already passed keep theirs).
+    if (config.window_steps != state.windows.window_slots()) {
+      const Status changed = state.windows.SetWindowSlots(config.window_steps);
+      if (!changed.ok()) {
+        return InvalidArgumentError(Where(config, "schedule.window_steps") +
+                                    "the ledger has a window of " +
+                                    std::to_string(state.windows.window_slots()) +
+                                    " slots (0 = all); it can only be shortened");
+      }
+    }
+    if (config.step_interval_seconds != state.windows.interval_seconds()) {
+      VIPSD_RETURN_IF_ERROR(state.windows.SetInterval(config.step_interval_seconds,
+                                                      state.windows.last_slot()));
     }
   }
   if (mode == AccountingMode::kResidency) {
     // M may be lowered, never raised, against an existing ledger.
-    VIPSD_RETURN_IF_ERROR(state.residency->SetMaxResidencySteps(config.residency_steps));
-    state.arrivals.set_window(config.residency_steps);
+    const Status lowered = state.residency->SetMaxResidencySteps(config.window_steps);
+    if (!lowered.ok()) {
+      return InvalidArgumentError(Where(config, "schedule.window_steps") +
+                                  std::string(lowered.message()));
+    }
     VIPSD_ASSIGN_OR_RETURN(
         auto check, privacy::ResidencyAccountant::CheckConfiguration(
-                        config.residency_steps, config.driver.sampling_rate,
+                        config.window_steps, config.driver.sampling_rate,
                         config.driver.noise_multiplier, config.driver.delta,
                         config.driver.epsilon_ceiling, Adaptive()));
     if (check.would_exceed) {
       return InvalidArgumentError(
-          config.file + ":" + std::to_string(config.line_of("privacy.residency_steps")) +
-          ": privacy.residency_steps: a record present for " +
-          std::to_string(config.residency_steps) + " steps at sampling_rate " +
+          Where(config, "schedule.window_steps") + "a record that is a candidate in " +
+          std::to_string(config.window_steps) + " steps at sampling_rate " +
           JsonNumber(config.driver.sampling_rate) + " and noise_multiplier " +
           JsonNumber(config.driver.noise_multiplier) + " would spend epsilon " +
           Fixed(check.epsilon_after) + " > epsilon_ceiling " +
-          JsonNumber(config.driver.epsilon_ceiling) +
-          " (delta " + JsonNumber(config.driver.delta) +
-          "); lower M or q, or raise sigma (vipsd-privacy steps ... gives the largest M)");
+          JsonNumber(config.driver.epsilon_ceiling) + " (delta " +
+          JsonNumber(config.driver.delta) +
+          "); lower the window or q, or raise sigma (vipsd-privacy steps ... gives the largest)");
     }
   }
 
-  // Model state.
+  // Model state: the checkpoint must belong to this ledger.
   VIPSD_ASSIGN_OR_RETURN(auto checkpoint, checkpoints.Load());
   int64_t model_step = 0;
   if (checkpoint.has_value()) {
-    if (checkpoint->model_fingerprint != bundle.model_fingerprint) {
+    if (!previous.has_value()) {
+      return DataLossError(checkpoints.path() + " exists but " + ledger.path() +
+                           " does not: the spent budget is unknown; refusing to start from "
+                           "zero (restore the ledger or use an empty directory)");
+    }
+    if (checkpoint->run_id != state.run_id) {
+      return FailedPreconditionError(checkpoints.path() + " belongs to run " +
+                                     checkpoint->run_id + ", but " + ledger.path() +
+                                     " is run " + state.run_id +
+                                     "; a checkpoint is only resumed next to its own ledger");
+    }
+    if (checkpoint->model_fingerprint != bundle.model_fingerprint ||
+        checkpoint->model_type != bundle.model->type()) {
       return FailedPreconditionError(
           checkpoints.path() + " was written for a different model (type, dimensions or "
                                "vocabulary); the model cannot change for a state directory");
+    }
+    if (checkpoint->step > state.next_step - 1) {
+      return DataLossError(checkpoints.path() + " holds the model after step " +
+                           std::to_string(checkpoint->step) + ", but " + ledger.path() +
+                           " records only " + std::to_string(state.next_step - 1) +
+                           " steps: the budget of the steps in between is unknown; refusing "
+                           "to start");
     }
     const Status restored = bundle.model->RestoreCheckpoint(checkpoint->arrays);
     if (!restored.ok()) {
       return DataLossError(checkpoints.path() + ": " + std::string(restored.message()));
     }
     model_step = checkpoint->step;
+    if (model_step < state.next_step - 1) {
+      Log(LogLevel::kWarning, kComponent,
+          "the checkpoint holds the model after step " + std::to_string(model_step) +
+              "; steps up to " + std::to_string(state.next_step - 1) +
+              " are spent budget without model progress (checkpoint_every > 1 or a crash)");
+    }
   } else if (state.next_step > 1) {
     Log(LogLevel::kWarning, kComponent,
         "no model checkpoint in " + config.state_directory + ": the model restarts from its "
@@ -160,40 +270,55 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const config::VipsdConfig& conf
     VIPSD_ASSIGN_OR_RETURN(auto secure, privacy::SecureNoiseSource::Create());
     noise = std::move(secure);
   } else {
+    Log(LogLevel::kWarning, kComponent,
+        "NOT PRIVATE: fixed-seed noise (privacy.noise: fixed_seed, --insecure-fixed-seed-noise); "
+        "releases of this run are reproducible and carry no privacy guarantee");
     VIPSD_ASSIGN_OR_RETURN(noise, privacy::SecureNoiseSource::CreateReproducible(config.noise_seed));
   }
 
-  svi::PoolOptions pool_options = config.pool;
-  pool_options.max_residency_steps = mode == AccountingMode::kResidency ? config.residency_steps : 0;
-  VIPSD_ASSIGN_OR_RETURN(svi::RecordPool pool, svi::RecordPool::Create(pool_options));
-
-  std::unique_ptr<Daemon> daemon(new Daemon(config, std::move(bundle), std::move(sink), metrics,
-                                            std::move(hooks), std::move(ledger), std::move(state),
-                                            std::move(noise), std::move(pool)));
+  std::unique_ptr<Daemon> daemon(new Daemon(config, options, std::move(bundle), std::move(sink),
+                                            metrics, std::move(hooks), std::move(ledger),
+                                            std::move(state), std::move(noise)));
   daemon->model_step_ = model_step;
+  daemon->pool_.set_max_candidate_steps(daemon->paced_ ? config.window_steps : 0);
   VIPSD_ASSIGN_OR_RETURN(
       daemon->driver_,
       svi::StepDriver::Create(daemon->bundle_.model.get(), daemon->noise_.get(),
                               config.is_private() ? &daemon->state_.accountant : nullptr,
                               daemon->DriverConfigFor(config), daemon->state_.next_step));
+  if (!daemon->paced_) {
+    // The offline run: max_steps and max_epochs (one epoch = 1/q steps,
+    // validated against overflow by the configuration) bound this run.
+    int64_t limit = config.max_steps;
+    if (config.max_epochs > 0) {
+      const auto epochs =
+          static_cast<int64_t>(std::ceil(config.max_epochs / config.driver.sampling_rate));
+      limit = limit > 0 ? std::min(limit, epochs) : epochs;
+    }
+    daemon->step_limit_ = limit;
+  }
 
-  // The source resumes each partition where the ledger says the pool began.
-  const std::map<std::string, int64_t> resume = daemon->state_.resume_offsets;
+  // The source resumes each partition where the ledger's windows begin.
+  daemon->PublishResumeOffsets();
+  Daemon* self = daemon.get();
   VIPSD_ASSIGN_OR_RETURN(daemon->source_,
-                         make_source([resume](const std::string& topic, int32_t partition)
+                         make_source([self](const std::string& topic, int32_t partition)
                                          -> std::optional<int64_t> {
-                           const auto it = resume.find(StreamName(topic, partition));
-                           if (it == resume.end()) return std::nullopt;
+                           std::lock_guard<std::mutex> lock(self->mutex_);
+                           const auto it =
+                               self->resume_offsets_.find(StreamName(topic, partition));
+                           if (it == self->resume_offsets_.end()) return std::nullopt;
                            return it->second;
                          }));
   return daemon;
 }
 
-Daemon::Daemon(const config::VipsdConfig& config, ModelBundle bundle,
+Daemon::Daemon(const config::VipsdConfig& config, DaemonOptions options, ModelBundle bundle,
                std::unique_ptr<OutputSink> sink, Metrics* metrics, DaemonHooks hooks,
-               Ledger ledger, LedgerState state, std::unique_ptr<privacy::NoiseSource> noise,
-               svi::RecordPool pool)
-    : config_(config),
+               Ledger ledger, LedgerState state, std::unique_ptr<privacy::NoiseSource> noise)
+    : options_(options),
+      paced_(config.source_type == config::SourceType::kKafka),
+      config_(config),
       bundle_(std::move(bundle)),
       sink_(std::move(sink)),
       metrics_(metrics),
@@ -201,11 +326,11 @@ Daemon::Daemon(const config::VipsdConfig& config, ModelBundle bundle,
       ledger_(std::move(ledger)),
       state_(std::move(state)),
       checkpoints_(config.state_directory),
-      noise_(std::move(noise)),
-      pool_(std::move(pool)) {}
+      noise_(std::move(noise)) {}
 
 Daemon::~Daemon() {
   RequestStop();
+  if (clock_thread_.joinable()) clock_thread_.join();
   if (ingest_thread_.joinable()) ingest_thread_.join();
 }
 
@@ -223,7 +348,22 @@ void Daemon::RequestReload() {
 
 DaemonStatus Daemon::status() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return status_;
+  DaemonStatus status = status_;
+  status.records_pooled = records_pooled_;
+  status.records_rejected = records_rejected_;
+  return status;
+}
+
+double Daemon::Now() const { return WallNow(); }
+
+bool Daemon::SleepUntil(double unix_time) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    if (stop_) return false;
+    const double left = unix_time - Now();
+    if (left <= 0) return true;
+    wake_.wait_for(lock, std::chrono::duration<double>(std::min(left, 1.0)));
+  }
 }
 
 double Daemon::EpsilonSpent() const {
@@ -241,33 +381,78 @@ void Daemon::UpdateBudgetMetrics() {
   metrics_->noise_multiplier().Set(config_.driver.noise_multiplier);
   metrics_->sampling_rate().Set(config_.driver.sampling_rate);
   metrics_->step_interval_seconds().Set(config_.step_interval_seconds);
-  metrics_->pool_capacity().Set(static_cast<double>(config_.pool.capacity));
+  metrics_->pool_capacity().Set(static_cast<double>(config_.pool_capacity));
   metrics_->privacy_halted().Set(halted_ ? 1 : 0);
+  metrics_->window_overflow().Set(overflow_ ? 1 : 0);
   metrics_->privacy_budget_warning_level().Set(state_.warning_level);
   std::lock_guard<std::mutex> lock(mutex_);
   status_.epsilon_spent = spent;
   status_.halted = halted_;
+  status_.window_overflow = overflow_;
   status_.next_step = driver_->next_step();
   status_.steps_run = steps_run_;
+  status_.slots_skipped = slots_skipped_;
+  status_.last_slot = state_.windows.last_slot();
   status_.pool_records = pool_.size();
+}
+
+void Daemon::PublishResumeOffsets() {
+  std::map<std::string, int64_t> resume;
+  for (const std::string& stream : state_.windows.Streams()) {
+    resume[stream] = state_.windows.ResumeOffset(stream);
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  resume_offsets_ = std::move(resume);
+  for (const auto& [stream, offset] : resume_offsets_) covered_streams_.insert(stream);
+}
+
+uint32_t Daemon::StreamId(const std::string& stream) {
+  auto [it, inserted] = stream_ids_.emplace(stream, static_cast<uint32_t>(stream_names_.size()));
+  if (inserted) {
+    stream_names_.push_back(stream);
+    staging_.emplace_back();
+    next_unread_.push_back(0);
+    target_.push_back(kNoTarget);
+  }
+  return it->second;
 }
 
 // ---------------------------------------------------------------------------
 // Ingest thread
 
 void Daemon::IngestLoop() {
-  std::vector<InputRecord> records;
   auto backoff = std::chrono::milliseconds(100);
+  std::set<std::string> paused;
   for (;;) {
+    std::set<std::string> pause, resume;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       if (stop_) return;
-      if (refuse_new_.load() &&
-          pool_size_ + static_cast<int64_t>(staging_.size()) >= capacity_.load()) {
-        // Back-pressure: leave records in Kafka until a step frees room.
+      // A stream read up to the cut the step thread gathers for is paused,
+      // so that records of later slots do not crowd the window's.
+      for (uint32_t id = 0; id < stream_names_.size(); ++id) {
+        const bool done = target_[id] != kNoTarget && next_unread_[id] >= target_[id];
+        const std::string& name = stream_names_[id];
+        if (done && paused.count(name) == 0) pause.insert(name);
+        if (!done && paused.count(name) > 0) resume.insert(name);
+      }
+      if (pause.empty() && resume.empty() && capacity_ > 0 &&
+          pool_size_ + staged_in_window_ >= capacity_) {
+        // Back-pressure: the window's records fill pool.capacity; leave the
+        // rest in Kafka. The step thread decides whether the slot overflows.
         wake_.wait_for(lock, std::chrono::milliseconds(100));
         continue;
       }
+    }
+    if (!pause.empty()) {
+      const Status paused_ok = source_->Pause(pause);
+      if (!paused_ok.ok()) Log(LogLevel::kWarning, kComponent, "pause: " + paused_ok.ToString());
+      paused.insert(pause.begin(), pause.end());
+    }
+    if (!resume.empty()) {
+      const Status resumed = source_->Resume(resume);
+      if (!resumed.ok()) Log(LogLevel::kWarning, kComponent, "resume: " + resumed.ToString());
+      for (const auto& name : resume) paused.erase(name);
     }
     auto polled = source_->Poll(kPollBatch, kPollTimeout);
     if (!polled.ok()) {
@@ -279,9 +464,8 @@ void Daemon::IngestLoop() {
       continue;
     }
     backoff = std::chrono::milliseconds(100);
-    records = std::move(*polled);
-    if (records.empty()) continue;
-    const Status status = IngestBatch(records);
+    if (polled->records.empty() && polled->reached_end.empty()) continue;
+    const Status status = IngestBatch(*polled);
     if (!status.ok()) {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!stop_) {
@@ -294,13 +478,30 @@ void Daemon::IngestLoop() {
   }
 }
 
-Status Daemon::IngestBatch(std::vector<InputRecord>& records) {
-  // Decode everything first; dead letters are delivered before any offset
-  // of the batch is marked done, so a crash never skips a rejected record.
+Status Daemon::IngestBatch(PollBatch& batch) {
+  std::vector<InputRecord>& records = batch.records;
+  // Re-delivered records (a rebalance or a restart re-reads from an earlier
+  // offset) are dropped before they are decoded: the pool holds each offset
+  // once.
+  std::vector<bool> duplicate(records.size(), false);
+  std::set<std::string> uncovered;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::map<uint32_t, int64_t> seen;
+    for (size_t i = 0; i < records.size(); ++i) {
+      const std::string stream = StreamName(records[i].topic, records[i].partition);
+      const uint32_t id = StreamId(stream);
+      int64_t& next = seen.try_emplace(id, next_unread_[id]).first->second;
+      duplicate[i] = records[i].offset < next;
+      next = std::max(next, records[i].offset + 1);
+      if (covered_streams_.count(stream) == 0) uncovered.insert(stream);
+    }
+  }
   std::vector<std::optional<model::Record>> decoded(records.size());
   std::vector<std::pair<size_t, connectors::RejectReason>> rejected;
   for (size_t i = 0; i < records.size(); ++i) {
     metrics_->records_consumed_total(records[i].topic).Increment();
+    if (duplicate[i]) continue;
     if (records[i].oversize) {
       rejected.emplace_back(i, connectors::RejectReason::kRecordTooLarge);
       continue;
@@ -314,6 +515,8 @@ Status Daemon::IngestBatch(std::vector<InputRecord>& records) {
       records[i].payload.shrink_to_fit();
     }
   }
+  // Dead letters are delivered before any offset of the batch is marked
+  // done, so a crash never skips a rejected record.
   for (const auto& [index, reason] : rejected) {
     auto backoff = std::chrono::milliseconds(200);
     for (;;) {
@@ -338,28 +541,34 @@ Status Daemon::IngestBatch(std::vector<InputRecord>& records) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (size_t i = 0; i < records.size(); ++i) {
-      const std::string stream = StreamName(records[i].topic, records[i].partition);
-      auto [it, inserted] = stream_ids_.emplace(stream, static_cast<uint32_t>(stream_names_.size()));
-      if (inserted) {
-        stream_names_.push_back(stream);
-        new_stream_ = true;
-        ++streams_seen_;
-      }
-      int64_t& next = next_unread_[stream];
-      next = std::max(next, records[i].offset + 1);
+      const uint32_t id = stream_ids_.at(StreamName(records[i].topic, records[i].partition));
+      if (records[i].offset < next_unread_[id]) continue;  // duplicate
+      next_unread_[id] = records[i].offset + 1;
       if (decoded[i].has_value()) {
-        staging_.push_back({std::move(*decoded[i]), it->second, records[i].offset});
-        ++new_records_;
+        staging_[id].push_back({std::move(*decoded[i]), records[i].offset});
+        if (records[i].offset < target_[id]) ++staged_in_window_;
+        ++records_pooled_;
+      } else {
+        ++records_rejected_;
       }
     }
+    for (const auto& [stream, end] : batch.reached_end) {
+      const uint32_t id = StreamId(stream);
+      next_unread_[id] = std::max(next_unread_[id], end);
+    }
+    if (!uncovered.empty()) cover_requested_ = true;
     wake_.notify_all();
   }
-  {
-    // A new partition: wait until the ledger can re-read it after a crash.
+  if (!uncovered.empty()) {
+    // A partition the ledger does not know yet: acknowledge its records only
+    // once the ledger can re-read them after a crash.
     std::unique_lock<std::mutex> lock(mutex_);
-    const uint64_t generation = streams_seen_;
-    wake_.wait(lock, [&] { return stop_ || streams_covered_ >= generation; });
-    if (streams_covered_ < generation) return Status::Ok();  // stopping: read again next start
+    wake_.wait(lock, [&] {
+      if (stop_) return true;
+      return std::all_of(uncovered.begin(), uncovered.end(),
+                         [&](const std::string& s) { return covered_streams_.count(s) > 0; });
+    });
+    if (stop_) return Status::Ok();  // read again at the next start
   }
   for (const InputRecord& record : records) {
     const Status done = source_->MarkDone(record);
@@ -373,234 +582,580 @@ Status Daemon::IngestBatch(std::vector<InputRecord>& records) {
 }
 
 // ---------------------------------------------------------------------------
+// Clock thread (paced runs): observes every slot's cuts at the slot's time.
+
+void Daemon::ClockLoop() {
+  for (;;) {
+    int64_t slot = 0;
+    double due = 0;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      for (;;) {
+        if (stop_) return;
+        slot = clock_next_slot_;
+        due = clock_anchor_time_ + static_cast<double>(slot - clock_anchor_slot_) * clock_interval_;
+        const double left = due - Now();
+        if (left <= 0) break;
+        wake_.wait_for(lock, std::chrono::duration<double>(std::min(left, 1.0)));
+      }
+    }
+    auto bounds = ObserveWithRetry(due);
+    if (!bounds.ok()) return;  // stopping
+
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (clock_next_slot_ != slot) continue;  // the schedule changed meanwhile: observe again
+    observed_[slot] = std::move(*bounds);
+    ++clock_next_slot_;
+    wake_.notify_all();
+  }
+}
+
+StatusOr<std::map<std::string, StreamBounds>> Daemon::ObserveWithRetry(double as_of) {
+  auto backoff = std::chrono::milliseconds(250);
+  int failures = 0;
+  for (;;) {
+    auto bounds = source_->ObserveBounds(as_of);
+    if (bounds.ok()) {
+      if (failures > 0) {
+        Log(LogLevel::kWarning, kComponent,
+            "observed the input's end offsets after " + std::to_string(failures) +
+                " failed attempts; the cut is the log end at this later time");
+      }
+      return bounds;
+    }
+    if (failures++ == 0 || failures % 20 == 0) {
+      Log(LogLevel::kWarning, kComponent,
+          "cannot read the input's end offsets (retrying): " + bounds.status().ToString());
+    }
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (wake_.wait_for(lock, backoff, [&] { return stop_; })) {
+      return CancelledError("stopping");
+    }
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+  }
+}
+
+// ---------------------------------------------------------------------------
 // Step thread
 
-bool Daemon::WaitForNextStep() {
-  using Clock = std::chrono::steady_clock;
-  const auto interval = std::chrono::duration<double>(config_.step_interval_seconds);
-  const auto due = Clock::now() + std::chrono::duration_cast<Clock::duration>(interval);
-  std::unique_lock<std::mutex> lock(mutex_);
-  for (;;) {
-    if (stop_) return false;
-    if (reload_) return true;
-    if (new_stream_) {
-      new_stream_ = false;
-      const uint64_t generation = streams_seen_;
-      lock.unlock();  // committing the ledger takes mutex_ itself
-      CoverNewStreams();
-      lock.lock();
-      streams_covered_ = std::max(streams_covered_, generation);
-      wake_.notify_all();
-      continue;
+Status Daemon::Initialize() {
+  // Streams and their origins. A fresh state directory takes every input
+  // stream from its start (or its end, start_position: latest); a stream
+  // that appears later starts at its first retained record.
+  const bool fresh = state_.next_step == 1 && state_.windows.Streams().empty() &&
+                     state_.windows.last_slot() == 0;
+  VIPSD_ASSIGN_OR_RETURN(auto bounds, ObserveWithRetry(Now()));
+  if (paced_) {
+    for (const auto& [stream, b] : bounds) {
+      if (state_.windows.HasStream(stream)) continue;
+      const int64_t origin = fresh && config_.start_position == "latest" ? b.end : b.start;
+      VIPSD_RETURN_IF_ERROR(state_.windows.AddStream(stream, origin));
     }
-    const bool by_count =
-        config_.step_min_new_records > 0 && new_records_ >= config_.step_min_new_records;
-    const bool by_time = config_.step_interval_seconds > 0 && Clock::now() >= due;
-    if (by_count || by_time) return true;
-    if (release_owed_ && Clock::now() >= release_retry_at_) {
-      lock.unlock();  // publishing takes mutex_ itself
-      RetryOwedRelease();
-      lock.lock();
-      continue;
+    // Slots whose time passed while no daemon observed them are missed: the
+    // records appended meanwhile belong to the first slot observed now.
+    const int64_t first = state_.windows.FirstSlotAtOrAfter(Now());
+    if (first > state_.windows.last_slot() + 1) {
+      const int64_t missed = first - 1 - state_.windows.last_slot();
+      if (state_.windows.last_slot() > 0) {
+        Log(LogLevel::kInfo, kComponent,
+            std::to_string(missed) + " slots passed while vipsd was not running (" +
+                std::to_string(state_.windows.last_slot() + 1) + " to " +
+                std::to_string(first - 1) + "); the first slot observed is " +
+                std::to_string(first));
+        slots_skipped_ += missed;
+        metrics_->slots_skipped_total(SkipReason::kMissed).Increment(static_cast<double>(missed));
+      }
+      VIPSD_RETURN_IF_ERROR(state_.windows.SkipTo(first - 1));
     }
-    Clock::time_point until = config_.step_interval_seconds > 0
-                                  ? due
-                                  : Clock::now() + std::chrono::seconds(1);
-    if (release_owed_) until = std::min(until, release_retry_at_);
-    wake_.wait_until(lock, until);
+    std::lock_guard<std::mutex> lock(mutex_);
+    clock_next_slot_ = first;
+    clock_anchor_slot_ = state_.windows.anchor_slot();
+    clock_anchor_time_ = state_.windows.anchor_time();
+    clock_interval_ = state_.windows.interval_seconds();
+  }
+  PendingOutput ignored;
+  VIPSD_RETURN_IF_ERROR(CommitLedger(&ignored));
+  PublishResumeOffsets();
+  if (!paced_) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [stream, b] : bounds) covered_streams_.insert(stream);
+  }
+  return Status::Ok();
+}
+
+void Daemon::ServiceRequests(std::unique_lock<std::mutex>& lock) {
+  if (reload_) {
+    reload_ = false;
+    lock.unlock();
+    Reload();
+    lock.lock();
+  }
+  if (cover_requested_) {
+    cover_requested_ = false;
+    lock.unlock();
+    CoverNewStreams();
+    lock.lock();
   }
 }
 
 void Daemon::CoverNewStreams() {
-  // Records of a partition the ledger has no resume offset for would, after
-  // a crash before the next step's commit, be skipped once the source has
-  // stored their offsets (a restart would start at the group's committed
-  // offset). Committing the ledger first (resume offsets only; t and the
-  // accountants are unchanged) makes a restart re-read them; the ingest
-  // thread stores their offsets only after this.
+  // Records of a partition the ledger does not know would, after a crash,
+  // be skipped once the source has stored their offsets. Adding the stream
+  // (its origin is its first retained record) and committing the ledger
+  // first makes a restart re-read them; the ingest thread acknowledges them
+  // only after this.
   if (sticky_error_) return;
-  bool uncovered = false;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (const auto& [stream, next] : next_unread_) {
-      if (state_.resume_offsets.count(stream) == 0) uncovered = true;
+  auto bounds = ObserveWithRetry(Now());
+  if (!bounds.ok()) return;
+  bool added = false;
+  for (const auto& [stream, b] : *bounds) {
+    if (paced_ && !state_.windows.HasStream(stream)) {
+      if (state_.windows.AddStream(stream, b.start).ok()) added = true;
     }
   }
-  if (!uncovered) return;
-  const Status committed = CommitLedger();
-  if (!committed.ok()) {
-    Log(LogLevel::kError, kComponent,
-        "ledger commit of new resume offsets failed (a crash before the next step would "
-        "skip those records): " + committed.ToString());
+  if (added) {
+    PendingOutput ignored;
+    const Status committed = CommitLedger(&ignored);
+    if (!committed.ok()) {
+      sticky_error_ = committed;
+      Log(LogLevel::kError, kComponent,
+          "ledger commit of a new partition failed; no further step or release until "
+          "restart: " + committed.ToString());
+      return;
+    }
+  }
+  PublishResumeOffsets();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!paced_) {
+    for (const auto& [stream, b] : *bounds) covered_streams_.insert(stream);
+  }
+  wake_.notify_all();
+}
+
+bool Daemon::WaitForCuts(int64_t slot, std::map<std::string, StreamBounds>* bounds) {
+  if (!paced_) {
+    // The offline run: the file is the whole data set; every step's window
+    // is all of it.
+    auto observed = ObserveWithRetry(Now());
+    if (!observed.ok()) return false;
+    *bounds = std::move(*observed);
+    return true;
+  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    if (stop_) return false;
+    ServiceRequests(lock);
+    auto it = observed_.find(slot);
+    if (it != observed_.end()) {
+      *bounds = std::move(it->second);
+      observed_.erase(observed_.begin(), std::next(it));
+      return true;
+    }
+    wake_.wait_for(lock, std::chrono::milliseconds(500));
   }
 }
 
-void Daemon::RetryOwedRelease() {
-  // A model that includes a step the ledger does not cover is never
-  // published (sticky ledger error).
-  if (sticky_error_ || model_step_ <= 0) {
-    release_owed_ = false;
-    metrics_->release_pending().Set(0);
-    return;
+bool Daemon::WaitForWindow(const std::map<std::string, StreamBounds>& bounds, bool* overflow) {
+  *overflow = false;
+  std::unique_lock<std::mutex> lock(mutex_);
+  // The ingest thread counts staged records below the new targets.
+  for (uint32_t id = 0; id < stream_names_.size(); ++id) target_[id] = kNoTarget;
+  for (const auto& [stream, b] : bounds) target_[StreamId(stream)] = b.end;
+  staged_in_window_ = 0;
+  for (uint32_t id = 0; id < stream_names_.size(); ++id) {
+    for (const Staged& staged : staging_[id]) {
+      if (staged.offset < target_[id]) ++staged_in_window_;
+    }
   }
-  const Status published = PublishModel(model_step_, last_rho_);
-  if (published.ok()) {
-    Log(LogLevel::kInfo, kComponent,
-        "owed release published: release_id=step-" + std::to_string(model_step_));
-  } else {
-    Log(LogLevel::kWarning, kComponent,
-        "release retry failed (" + std::to_string(release_attempts_failed_) +
-            " failed attempts; next in " +
-            JsonNumber(static_cast<double>(release_retry_backoff_.count()) / 2000.0) +
-            " s): " + published.ToString());
+  wake_.notify_all();
+  bool logged = false;
+  const auto wait_start = std::chrono::steady_clock::now();
+  for (;;) {
+    if (stop_) return false;
+    ServiceRequests(lock);
+    std::vector<std::string> behind;
+    for (const auto& [stream, b] : bounds) {
+      const uint32_t id = StreamId(stream);
+      const int64_t low = paced_ ? state_.windows.ResumeOffset(stream) : 0;
+      if (b.end > low && next_unread_[id] < b.end) behind.push_back(stream);
+    }
+    // Overflow iff the window holds more records than pool.capacity: either
+    // all of it was read and it is too large, or the ingest thread stopped
+    // at the capacity with records of the window still unread.
+    const int64_t held = pool_size_ + staged_in_window_;
+    if (behind.empty()) {
+      *overflow = capacity_ > 0 && held > capacity_;
+      return true;
+    }
+    if (capacity_ > 0 && held >= capacity_) {
+      *overflow = true;
+      return true;
+    }
+    if (!logged && std::chrono::steady_clock::now() - wait_start > std::chrono::seconds(5)) {
+      logged = true;
+      std::string names;
+      for (const auto& name : behind) names += (names.empty() ? "" : ",") + name;
+      Log(LogLevel::kInfo, kComponent,
+          "waiting to read partitions up to the slot's cut: " + names +
+              " (not assigned to this process yet, or still being read)");
+    }
+    wake_.wait_for(lock, std::chrono::milliseconds(200));
   }
 }
 
-void Daemon::DrainStaging() {
-  std::vector<Staged> staged;
-  std::vector<std::string> names;
+void Daemon::AdmitWindow(const std::map<std::string, StreamBounds>& bounds) {
+  // Records below the slot's cut enter the pool; everything the window no
+  // longer covers was evicted when the previous slot ended (AdvanceWindow).
+  std::vector<std::pair<uint32_t, std::deque<Staged>>> admitted;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    staged.swap(staging_);
-    names = stream_names_;
-    new_records_ = 0;
+    for (const auto& [stream, b] : bounds) {
+      const uint32_t id = StreamId(stream);
+      std::deque<Staged>& staged = staging_[id];
+      std::deque<Staged> taken;
+      while (!staged.empty() && staged.front().offset < b.end) {
+        taken.push_back(std::move(staged.front()));
+        staged.pop_front();
+      }
+      staged_in_window_ -= static_cast<int64_t>(taken.size());
+      if (!taken.empty()) admitted.emplace_back(id, std::move(taken));
+    }
+    staged_in_window_ = std::max<int64_t>(staged_in_window_, 0);
   }
-  const bool residency = state_.mode == AccountingMode::kResidency;
-  const int64_t limit = config_.residency_steps;
-  size_t next = 0;
-  for (; next < staged.size(); ++next) {
-    Staged& item = staged[next];
-    const std::string& stream = names[item.stream];
-    int64_t present = 0;
-    if (residency) {
-      // A record read again after a restart keeps its candidate count.
-      present = state_.arrivals.StepsPresent(stream, item.offset);
-      if (present >= limit) {
-        metrics_->pool_evicted_total(EvictionCause::kResidency).Increment();
-        continue;
+  for (auto& [id, taken] : admitted) {
+    for (Staged& staged : taken) pool_.Add(std::move(staged.record), {id, staged.offset});
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  pool_size_ = pool_.size();
+}
+
+void Daemon::AdvanceWindow() {
+  // The next slot's window starts at cut(k + 1 − M): records below it are
+  // never a candidate again and leave memory now.
+  std::map<uint32_t, int64_t> low;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const std::string& stream : state_.windows.Streams()) {
+      low[StreamId(stream)] = state_.windows.ResumeOffset(stream);
+    }
+  }
+  const int64_t evicted = paced_ ? pool_.EvictBelow(low) : 0;
+  if (evicted > 0) metrics_->pool_evicted_total().Increment(static_cast<double>(evicted));
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (uint32_t id = 0; id < stream_names_.size(); ++id) {
+    // Staged records below the new window start (possible only after a
+    // skipped slot) are dropped too.
+    const auto it = low.find(id);
+    if (it != low.end()) {
+      while (!staging_[id].empty() && staging_[id].front().offset < it->second) {
+        staging_[id].pop_front();
       }
     }
-    // Under refuse_new a full pool leaves the rest staged (in memory, behind
-    // the wall) until a step frees room; the ingest thread has stopped
-    // polling meanwhile.
-    if (pool_.full() && config_.pool.eviction == svi::EvictionPolicy::kRefuseNew) break;
-    const int64_t evicted_before = pool_.evicted_by_capacity();
-    auto added = pool_.Add(std::move(item.record), {item.stream, item.offset}, present);
-    if (!added.ok() || !*added) {
+    // The next slot's cut is not known yet: every staged record counts.
+    target_[id] = kNoTarget;
+  }
+  int64_t staged = 0;
+  for (const auto& queue : staging_) staged += static_cast<int64_t>(queue.size());
+  staged_in_window_ = staged;
+  pool_size_ = pool_.size();
+  wake_.notify_all();
+}
+
+bool Daemon::BudgetAdmitsStep(double* epsilon_after, double* window_epsilon) {
+  *window_epsilon = 0;
+  *epsilon_after = 0;
+  if (!config_.is_private()) return true;
+  const double q = config_.driver.sampling_rate;
+  const double sigma = config_.driver.noise_multiplier;
+  if (state_.mode == AccountingMode::kResidency) {
+    auto check = state_.residency->CheckCeiling(q, sigma, config_.driver.delta,
+                                                config_.driver.epsilon_ceiling, Adaptive());
+    if (!check.ok()) {
+      Log(LogLevel::kError, kComponent, "budget check failed: " + check.status().ToString());
+      *epsilon_after = std::numeric_limits<double>::infinity();
+      return false;
+    }
+    *epsilon_after = check->epsilon_after;
+    *window_epsilon = check->epsilon_after;
+    return !check->would_exceed;
+  }
+  auto check = state_.accountant.CheckCeiling(q, sigma, 1, config_.driver.delta,
+                                              config_.driver.epsilon_ceiling,
+                                              privacy::RdpConversion::kImproved, Adaptive());
+  if (!check.ok()) {
+    Log(LogLevel::kError, kComponent, "budget check failed: " + check.status().ToString());
+    *epsilon_after = std::numeric_limits<double>::infinity();
+    return false;
+  }
+  *epsilon_after = check->epsilon_after;
+  return !check->would_exceed;
+}
+
+bool Daemon::RunStep(int64_t slot, PendingOutput* out) {
+  const auto start = std::chrono::steady_clock::now();
+  double epsilon_after = 0, window_epsilon = 0;
+  if (!BudgetAdmitsStep(&epsilon_after, &window_epsilon)) {
+    OnCeiling(epsilon_after, out);
+    return false;
+  }
+  if (hooks_.before_step) {
+    std::vector<std::string> names;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      names = stream_names_;
+    }
+    hooks_.before_step(driver_->next_step(), slot, pool_, names);
+  }
+  auto result = driver_->Step(pool_.records());
+  if (!result.ok()) {
+    // Nothing about this step leaves the process; a charge already made is
+    // in memory and goes to the ledger with the next commit (overcount only).
+    out->log_lines.emplace_back(LogLevel::kError, "step failed: " + result.status().ToString());
+    return false;
+  }
+  if (result->outcome == svi::StepResult::Outcome::kRefusedCeiling) {
+    OnCeiling(result->epsilon_refused, out);
+    return false;
+  }
+  halted_ = false;
+  const Status presence = pool_.CompleteStep();
+  if (!presence.ok()) {
+    sticky_error_ = presence;
+    out->log_lines.emplace_back(LogLevel::kError,
+                                "window invariant broken; no further step: " + presence.ToString());
+  }
+  if (config_.is_private() && state_.mode == AccountingMode::kResidency) {
+    const Status recorded = state_.residency->RecordStep(
+        config_.driver.sampling_rate, config_.driver.noise_multiplier, window_epsilon);
+    if (!recorded.ok()) {
+      sticky_error_ = recorded;
+      out->log_lines.emplace_back(LogLevel::kError,
+                                  "residency bookkeeping failed: " + recorded.ToString());
+    }
+  }
+  NoiseHistory& noise = state_.noise;
+  if (!config_.is_private()) {
+    if (noise.non_private_steps++ == 0) noise.first_non_private_step = result->step;
+  } else if (!noise_->is_private()) {
+    if (noise.fixed_seed_steps++ == 0) noise.first_fixed_seed_step = result->step;
+  } else {
+    ++noise.private_steps;
+  }
+  model_step_ = result->step;
+  last_rho_ = result->rho;
+  last_step_q_ = config_.driver.sampling_rate;
+  last_step_sigma_ = config_.driver.noise_multiplier;
+  ++steps_run_;
+  out->stepped = true;
+  out->step = result->step;
+  out->rho = result->rho;
+  out->publish = result->step % config_.publish_every == 0;
+  out->step_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CheckWarnings(out);
+  return true;
+}
+
+void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>& bounds) {
+  PendingOutput out;
+  out.slot = slot;
+  out.deadline = paced_ ? state_.windows.SlotTime(slot) + config_.release_delay_seconds : 0;
+  // New partitions of the input: their records from the first retained one.
+  if (paced_) {
+    for (const auto& [stream, b] : bounds) {
+      if (!state_.windows.HasStream(stream)) (void)state_.windows.AddStream(stream, b.start);
+    }
+  }
+  bool overflow = false;
+  if (!WaitForWindow(bounds, &overflow)) return;  // stopping
+  if (paced_) {
+    std::map<std::string, int64_t> cuts;
+    for (const auto& [stream, b] : bounds) cuts[stream] = b.end;
+    const Status recorded = state_.windows.RecordCuts(slot, cuts);
+    if (!recorded.ok()) {
+      // A log end below an earlier cut (the topic was deleted and recreated,
+      // or truncated): the windows would be wrong; stop stepping.
+      sticky_error_ = recorded;
       Log(LogLevel::kError, kComponent,
-          "pool: " + (added.ok() ? std::string("record refused") : added.status().ToString()));
-      continue;
+          "slot " + std::to_string(slot) + ": " + recorded.ToString() +
+              "; no further step until an operator acts");
+      (void)state_.windows.SkipTo(slot);
     }
-    const int64_t evicted = pool_.evicted_by_capacity() - evicted_before;
-    if (evicted > 0) {
-      metrics_->pool_evicted_total(EvictionCause::kCapacity).Increment(static_cast<double>(evicted));
-    }
-    int64_t& high = high_offsets_[stream];
-    high = std::max(high, item.offset);
+  } else {
+    (void)state_.windows.SkipTo(slot);
   }
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (next < staged.size()) {
-      staging_.insert(staging_.begin(), std::make_move_iterator(staged.begin() + static_cast<std::ptrdiff_t>(next)),
-                      std::make_move_iterator(staged.end()));
-    }
-    pool_size_ = pool_.size();
-  }
-  metrics_->pool_records().Set(static_cast<double>(pool_.size()));
-}
+  overflow_ = overflow;
+  if (!overflow) AdmitWindow(bounds);
 
-std::map<std::string, int64_t> Daemon::ResumeOffsets() {
-  std::map<std::string, int64_t> resume;
-  std::vector<std::string> names;
-  std::map<std::string, int64_t> next_unread;
-  std::vector<std::pair<uint32_t, int64_t>> staged;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    names = stream_names_;
-    next_unread = next_unread_;
-    for (const Staged& item : staging_) staged.emplace_back(item.stream, item.offset);
+  bool stepped = false;
+  if (sticky_error_) {
+    ++slots_skipped_;
+    metrics_->slots_skipped_total(SkipReason::kError).Increment();
+    out.log_lines.emplace_back(LogLevel::kError,
+                               "slot " + std::to_string(slot) +
+                                   ": not stepping after an earlier failure (" +
+                                   sticky_error_->ToString() +
+                                   "); restart vipsd after fixing the cause");
+  } else if (overflow) {
+    ++slots_skipped_;
+    metrics_->slots_skipped_total(SkipReason::kWindowOverflow).Increment();
+    out.log_lines.emplace_back(
+        LogLevel::kWarning,
+        "slot " + std::to_string(slot) + " skipped: its window holds more than pool.capacity = " +
+            std::to_string(config_.pool_capacity) +
+            " records (no step, no charge, no release); raise pool.capacity or shorten "
+            "schedule.window_steps");
+    out.alerts.push_back("{\"event\": \"window_overflow\", \"slot\": " + std::to_string(slot) +
+                         ", \"pool_capacity\": " + std::to_string(config_.pool_capacity) + "}");
+  } else {
+    const bool was_halted = halted_;
+    stepped = RunStep(slot, &out);
+    if (stepped && was_halted) {
+      out.log_lines.emplace_back(LogLevel::kInfo, "the budget admits the next step again; resuming");
+    }
   }
-  // Streams seen in this process: re-read from the oldest record still
-  // pooled or staged, else from the first unread record. pool.rebuild_lookback
-  // caps how far behind the first unread record the pooled part reaches;
-  // staged records (read, not yet moved into the pool) are always re-read.
-  const int64_t lookback = config_.pool_rebuild_lookback;
-  for (const auto& [stream, next] : next_unread) resume[stream] = next;
-  for (const auto& [stream_id, offset] : pool_.LowestOffsets()) {
-    int64_t& at = resume[names[stream_id]];
-    at = std::min(at, lookback < 0 ? offset : std::max(offset, at - lookback));
-  }
-  for (const auto& [stream_id, offset] : staged) {
-    int64_t& at = resume[names[stream_id]];
-    at = std::min(at, offset);
-  }
-  // Streams not (yet) seen since the restart keep their previous position.
-  for (const auto& [stream, offset] : state_.resume_offsets) resume.emplace(stream, offset);
-  return resume;
-}
-
-Status Daemon::CommitLedger() {
-  state_.next_step = driver_->next_step();
-  state_.resume_offsets = ResumeOffsets();
-  const auto start = std::chrono::steady_clock::now();
-  const Status committed = ledger_.Commit(state_);
-  metrics_->ledger_commit_duration_seconds().Observe(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  // Durable BEFORE anything about this slot leaves the process.
+  const Status committed = CommitLedger(&out);
   if (!committed.ok()) {
-    metrics_->ledger_commit_failures_total().Increment();
-    return committed;
+    sticky_error_ = committed;
+    out.publish = false;
+    Log(LogLevel::kError, kComponent,
+        "ledger commit failed; no further step or release until restart: " +
+            committed.ToString());
   }
-  metrics_->ledger_commits_total().Increment();
-  return Status::Ok();
+  if (stepped && committed.ok() && out.step % config_.checkpoint_every == 0) {
+    SaveCheckpoint(&out);
+  }
+  EmitAtDeadline(out);
+  AdvanceWindow();
 }
 
-Status Daemon::PublishModel(int64_t step, double rho) {
-  ReleaseFacts facts;
-  facts.step = step;
-  facts.rho = rho;
-  facts.epsilon_spent = EpsilonSpent();
-  facts.noise_is_private = noise_->is_private();
-  facts.noise_description = noise_->description();
-  facts.noise_multiplier =
-      last_step_sigma_ >= 0 ? last_step_sigma_ : config_.driver.noise_multiplier;
-  facts.sampling_rate = last_step_q_ >= 0 ? last_step_q_ : config_.driver.sampling_rate;
-  if (facts.rho <= 0) facts.rho = svi::StepSize(config_.driver.tau0, config_.driver.kappa, std::max<int64_t>(step, 1));
-  const release::Release out = MakeRelease(bundle_, config_, facts);
-  VIPSD_ASSIGN_OR_RETURN(release::EncodedRelease encoded, release::EncodeRelease(out));
-  size_t bytes = 0;
-  for (const auto& file : encoded.files) bytes += file.bytes.size();
-  const auto start = std::chrono::steady_clock::now();
-  const Status published = sink_->PublishRelease(out, encoded);
-  if (!published.ok()) {
-    metrics_->releases_failed_total().Increment();
-    metrics_->release_pending().Set(1);
-    ++release_attempts_failed_;
-    release_owed_ = true;
-    release_retry_at_ = std::chrono::steady_clock::now() + release_retry_backoff_;
-    release_retry_backoff_ = std::min(release_retry_backoff_ * 2, std::chrono::milliseconds(60000));
-    return published;
+void Daemon::SaveCheckpoint(PendingOutput* out) {
+  const Status saved = checkpoints_.Save({state_.run_id, model_step_, bundle_.model->type(),
+                                          bundle_.model_fingerprint,
+                                          bundle_.model->CheckpointArrays()});
+  if (saved.ok()) {
+    checkpoint_step_ = model_step_;
+    out->checkpoint_written = true;
+  } else {
+    out->checkpoint_failed = true;
+    out->log_lines.emplace_back(LogLevel::kError, "checkpoint failed: " + saved.ToString());
   }
-  release_owed_ = false;
-  release_retry_backoff_ = std::chrono::milliseconds(1000);
-  release_attempts_failed_ = 0;
-  metrics_->release_pending().Set(0);
-  metrics_->release_publish_duration_seconds().Observe(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  metrics_->releases_published_total().Increment();
-  metrics_->last_release_step().Set(static_cast<double>(step));
-  metrics_->last_release_timestamp_seconds().Set(UnixNow());
-  metrics_->release_bytes().Set(static_cast<double>(bytes));
-  published_model_step_ = step;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    status_.last_published_step = step;
+}
+
+void Daemon::EmitAtDeadline(PendingOutput& out) {
+  if (out.deadline > 0) {
+    const bool overran = Now() > out.deadline;
+    if (!SleepUntil(out.deadline)) {
+      // Stopping before the deadline: publishing now would reveal when the
+      // step finished. The ledger is committed; the next release includes
+      // the step.
+      if (out.publish) {
+        Log(LogLevel::kInfo, kComponent,
+            "stopping before the release deadline of step " + std::to_string(out.step) +
+                "; its release is withheld (the next release includes it)");
+        release_owed_ = false;
+      }
+      for (const auto& [level, line] : out.log_lines) Log(level, kComponent, line);
+      return;
+    }
+    if (overran) {
+      metrics_->release_deadline_overruns_total().Increment();
+      ++overruns_unreported_;
+      if (Now() - last_overrun_log_ >= 10) {
+        Log(LogLevel::kWarning, kComponent,
+            std::to_string(overruns_unreported_) + " slot(s) up to slot " +
+                std::to_string(out.slot) +
+                " finished after their release deadline (slot time + release_delay_seconds; at "
+                "start-up the consumer group join delays the first slots); their outputs left "
+                "at once, and this line and vipsd_release_deadline_overruns_total reveal the "
+                "overruns. If it persists, raise schedule.release_delay_seconds");
+        last_overrun_log_ = Now();
+        overruns_unreported_ = 0;
+      }
+    }
   }
-  if (hooks_.after_release) hooks_.after_release(out);
-  return Status::Ok();
+  // From here on everything is at a public time.
+  for (const auto& [level, line] : out.log_lines) Log(level, kComponent, line);
+  if (out.ledger_committed) {
+    metrics_->ledger_commits_total().Increment();
+    metrics_->ledger_commit_duration_seconds().Observe(out.ledger_commit_seconds);
+  }
+  if (out.checkpoint_written) metrics_->checkpoint_writes_total().Increment();
+  if (out.checkpoint_failed) metrics_->checkpoint_failures_total().Increment();
+  metrics_->slot().Set(static_cast<double>(out.slot));
+  metrics_->last_slot_timestamp_seconds().Set(paced_ ? state_.windows.SlotTime(out.slot) : Now());
+  metrics_->pool_records().Set(static_cast<double>(pool_.size()));
+  const double publish_time = out.deadline > 0 ? out.deadline : Now();
+  if (out.stepped) {
+    metrics_->steps_total().Increment();
+    metrics_->step().Set(static_cast<double>(out.step));
+    metrics_->step_size_rho().Set(out.rho);
+    if (config_.expose_step_timing) {
+      metrics_->step_duration_seconds().Observe(out.step_seconds);
+      metrics_->last_step_timestamp_seconds().Set(Now());
+    }
+  }
+  UpdateBudgetMetrics();
+  std::string line;
+  if (out.stepped) {
+    line = "step=" + std::to_string(out.step) + " slot=" + std::to_string(out.slot) +
+           " rho=" + Fixed(out.rho);
+    if (config_.is_private()) {
+      line += " epsilon=" + Fixed(EpsilonSpent()) + "/" + JsonNumber(config_.driver.epsilon_ceiling);
+    }
+    line += " window=" + std::to_string(pool_.size());
+  }
+  const bool retry_due = release_owed_ && Now() >= release_retry_at_;
+  if (!sticky_error_ && model_step_ > 0 && (out.publish || retry_due)) {
+    const Status published = PublishModel(model_step_, last_rho_, publish_time);
+    if (published.ok()) {
+      if (out.stepped) line += " released=step-" + std::to_string(model_step_);
+    } else {
+      Log(LogLevel::kError, kComponent, "release failed: " + published.ToString());
+    }
+  }
+  for (const std::string& alert : out.alerts) PublishAlertJson(alert);
+  if (!line.empty()) Log(LogLevel::kInfo, kComponent, line);
+}
+
+void Daemon::OnCeiling(double epsilon_refused, PendingOutput* out) {
+  metrics_->steps_refused_total().Increment();
+  ++slots_skipped_;
+  metrics_->slots_skipped_total(SkipReason::kCeiling).Increment();
+  if (halted_) return;
+  halted_ = true;
+  const double spent = EpsilonSpent();
+  out->log_lines.emplace_back(
+      LogLevel::kWarning,
+      "epsilon ceiling reached: the next step (t=" + std::to_string(driver_->next_step()) +
+          ") would spend epsilon=" + Fixed(epsilon_refused) + " > ceiling=" +
+          JsonNumber(config_.driver.epsilon_ceiling) + "; epsilon_spent=" + Fixed(spent) +
+          "; halting updates (on_ceiling=" +
+          (config_.on_ceiling == config::CeilingAction::kHalt && paced_ ? "halt" : "exit") + ")");
+  if (model_step_ > 0 && published_model_step_ != model_step_) out->publish = true;
+  out->alerts.push_back(AlertJson("halted", spent));
+  if (!paced_ && steps_run_ == 0) {
+    {
+      run_error_ = FailedPreconditionError(
+          "the epsilon ceiling admits no step: the next step (t=" +
+          std::to_string(driver_->next_step()) + ") would spend epsilon " +
+          Fixed(epsilon_refused) + " > privacy.epsilon_ceiling " +
+          JsonNumber(config_.driver.epsilon_ceiling) + " (epsilon already spent: " +
+          Fixed(spent) + "); nothing was run");
+    }
+  }
+}
+
+std::string Daemon::AlertJson(const std::string& event, double spent) const {
+  return "{\"event\": \"" + event + "\", \"epsilon_spent\": " + JsonNumber(spent) +
+         ", \"epsilon_ceiling\": " + JsonNumber(config_.driver.epsilon_ceiling) +
+         ", \"delta\": " + JsonNumber(config_.driver.delta) +
+         ", \"next_step\": " + std::to_string(driver_->next_step()) + "}";
 }
 
 void Daemon::PublishAlertJson(const std::string& json) {
-  if (config_.alert_topic.empty()) return;
+  if (paced_ && config_.alert_topic.empty()) return;
   const Status published = sink_->PublishAlert(json);
   if (published.ok()) {
     metrics_->alerts_published_total().Increment();
@@ -610,7 +1165,7 @@ void Daemon::PublishAlertJson(const std::string& json) {
   }
 }
 
-void Daemon::CheckWarnings() {
+void Daemon::CheckWarnings(PendingOutput* out) {
   if (!config_.is_private()) return;
   const double spent = EpsilonSpent();
   const double ceiling = config_.driver.epsilon_ceiling;
@@ -620,164 +1175,81 @@ void Daemon::CheckWarnings() {
   }
   if (level <= state_.warning_level) return;
   state_.warning_level = level;
-  Log(LogLevel::kWarning, kComponent,
-      "privacy budget warning: epsilon_spent=" + Fixed(spent) + " of ceiling=" +
-          JsonNumber(ceiling) + " crossed warn_at=" + JsonNumber(level));
-  PublishAlertJson("{\"event\": \"budget_warning\", \"fraction\": " + JsonNumber(level) +
-                   ", \"epsilon_spent\": " + JsonNumber(spent) +
-                   ", \"epsilon_ceiling\": " + JsonNumber(ceiling) +
-                   ", \"delta\": " + JsonNumber(config_.driver.delta) +
-                   ", \"step\": " + std::to_string(driver_->next_step() - 1) +
-                   ", \"time\": \"" + UtcNow() + "\"}");
+  out->log_lines.emplace_back(LogLevel::kWarning,
+                              "privacy budget warning: epsilon_spent=" + Fixed(spent) +
+                                  " of ceiling=" + JsonNumber(ceiling) +
+                                  " crossed warn_at=" + JsonNumber(level));
+  out->alerts.push_back("{\"event\": \"budget_warning\", \"fraction\": " + JsonNumber(level) +
+                        ", \"epsilon_spent\": " + JsonNumber(spent) +
+                        ", \"epsilon_ceiling\": " + JsonNumber(ceiling) +
+                        ", \"delta\": " + JsonNumber(config_.driver.delta) +
+                        ", \"step\": " + std::to_string(driver_->next_step() - 1) + "}");
 }
 
-void Daemon::OnCeiling(double epsilon_refused) {
-  metrics_->steps_refused_total().Increment();
-  if (halted_) return;
-  halted_ = true;
-  const double spent = EpsilonSpent();
-  Log(LogLevel::kWarning, kComponent,
-      "epsilon ceiling reached: the next step (t=" + std::to_string(driver_->next_step()) +
-          ") would spend epsilon=" + Fixed(epsilon_refused) + " > ceiling=" +
-          JsonNumber(config_.driver.epsilon_ceiling) + "; epsilon_spent=" + Fixed(spent) +
-          "; halting updates (on_ceiling=" +
-          (config_.on_ceiling == config::CeilingAction::kHalt ? "halt" : "exit") + ")");
-  if (model_step_ > 0 && published_model_step_ != model_step_ && !sticky_error_) {
-    const Status final_release = PublishModel(model_step_, last_rho_);
-    if (!final_release.ok()) {
-      Log(LogLevel::kError, kComponent, "final release failed: " + final_release.ToString());
-    } else {
-      Log(LogLevel::kInfo, kComponent,
-          "final release published: release_id=step-" + std::to_string(model_step_));
-    }
-  }
-  PublishAlertJson("{\"event\": \"halted\", \"epsilon_spent\": " + JsonNumber(spent) +
-                   ", \"epsilon_ceiling\": " + JsonNumber(config_.driver.epsilon_ceiling) +
-                   ", \"delta\": " + JsonNumber(config_.driver.delta) +
-                   ", \"next_step\": " + std::to_string(driver_->next_step()) +
-                   ", \"time\": \"" + UtcNow() + "\"}");
-  UpdateBudgetMetrics();
-  if (config_.on_ceiling == config::CeilingAction::kExit) RequestStop();
-}
-
-void Daemon::RunOneStep() {
+Status Daemon::CommitLedger(PendingOutput* out) {
+  state_.next_step = driver_->next_step();
   const auto start = std::chrono::steady_clock::now();
-  DrainStaging();
-  if (pool_.size() < config_.step_min_pool_records) {
-    // Public rule on stream volume: not a step, nothing charged.
-    Log(LogLevel::kDebug, kComponent,
-        "waiting for the pool: " + std::to_string(pool_.size()) + " of " +
-            std::to_string(config_.step_min_pool_records) + " records");
-    UpdateBudgetMetrics();
-    return;
-  }
-  if (sticky_error_) {
-    Log(LogLevel::kError, kComponent,
-        "not stepping: an earlier ledger commit failed (" + sticky_error_->ToString() +
-            "); restart vipsd after fixing the state directory");
-    return;
-  }
-  const bool residency = state_.mode == AccountingMode::kResidency;
-  const double q = config_.driver.sampling_rate;
-  const double sigma = config_.driver.noise_multiplier;
-  double window_epsilon = 0;
-  if (config_.is_private() && residency) {
-    auto check = state_.residency->CheckCeiling(q, sigma, config_.driver.delta,
-                                                config_.driver.epsilon_ceiling, Adaptive());
-    if (!check.ok()) {
-      Log(LogLevel::kError, kComponent, "budget check failed: " + check.status().ToString());
-      return;
-    }
-    if (check->would_exceed) {
-      OnCeiling(check->epsilon_after);
-      return;
-    }
-    window_epsilon = check->epsilon_after;
-  }
-  if (hooks_.before_step) hooks_.before_step(driver_->next_step(), pool_);
-  auto result = driver_->Step(pool_.records());
-  if (!result.ok()) {
-    // Nothing about this step leaves the process; the charge (if any) is in
-    // memory and goes to the ledger with the next commit.
-    Log(LogLevel::kError, kComponent, "step failed: " + result.status().ToString());
-    return;
-  }
-  if (result->outcome == svi::StepResult::Outcome::kRefusedCeiling) {
-    OnCeiling(result->epsilon_refused);
-    return;
-  }
-  halted_ = false;
-  const int64_t evicted = pool_.CompleteStep();
-  if (evicted > 0) {
-    metrics_->pool_evicted_total(EvictionCause::kResidency).Increment(static_cast<double>(evicted));
-  }
-  if (config_.is_private() && residency) {
-    Status recorded = state_.arrivals.RecordStep(result->step, high_offsets_);
-    if (recorded.ok()) recorded = state_.residency->RecordStep(q, sigma, window_epsilon);
-    if (!recorded.ok()) {
-      sticky_error_ = recorded;
-      Log(LogLevel::kError, kComponent, "residency bookkeeping failed: " + recorded.ToString());
-      return;
-    }
-  }
-  model_step_ = result->step;
-  last_rho_ = result->rho;
-  last_step_q_ = q;
-  last_step_sigma_ = sigma;
-  ++steps_run_;
-  CheckWarnings();
-  // Durable BEFORE anything about this step leaves the process.
-  const Status committed = CommitLedger();
-  if (!committed.ok()) {
-    sticky_error_ = committed;
-    Log(LogLevel::kError, kComponent,
-        "ledger commit failed; no further step or release until restart: " +
-            committed.ToString());
-    return;
-  }
-  if (result->step % config_.checkpoint_every == 0) {
-    const Status saved = checkpoints_.Save({result->step, bundle_.model->type(),
-                                            bundle_.model_fingerprint,
-                                            bundle_.model->CheckpointArrays()});
-    if (saved.ok()) {
-      metrics_->checkpoint_writes_total().Increment();
-    } else {
-      metrics_->checkpoint_failures_total().Increment();
-      Log(LogLevel::kError, kComponent, "checkpoint failed: " + saved.ToString());
-    }
-  }
-  const double seconds =
+  const Status committed = ledger_.Commit(state_);
+  out->ledger_commit_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  metrics_->steps_total().Increment();
-  metrics_->step().Set(static_cast<double>(result->step));
-  metrics_->step_size_rho().Set(result->rho);
-  metrics_->step_duration_seconds().Observe(seconds);
-  metrics_->last_step_timestamp_seconds().Set(UnixNow());
-  metrics_->pool_records().Set(static_cast<double>(pool_.size()));
-  UpdateBudgetMetrics();
-  std::string line = "step=" + std::to_string(result->step) + " rho=" + Fixed(result->rho);
-  if (config_.is_private()) {
-    line += " epsilon=" + Fixed(EpsilonSpent()) + "/" + JsonNumber(config_.driver.epsilon_ceiling);
+  if (!committed.ok()) {
+    metrics_->ledger_commit_failures_total().Increment();
+    return committed;
   }
-  line += " pool=" + std::to_string(pool_.size());
-  if (result->step % config_.publish_every == 0) {
-    const Status published = PublishModel(result->step, result->rho);
-    if (published.ok()) {
-      line += " released=step-" + std::to_string(result->step);
-    } else {
-      Log(LogLevel::kError, kComponent, "release failed: " + published.ToString());
-    }
+  out->ledger_committed = true;
+  PublishResumeOffsets();
+  return Status::Ok();
+}
+
+Status Daemon::PublishModel(int64_t step, double rho, double publish_time) {
+  ReleaseFacts facts;
+  facts.step = step;
+  facts.rho = rho;
+  facts.epsilon_spent = EpsilonSpent();
+  facts.noise_is_private = noise_->is_private();
+  facts.noise_description = noise_->description();
+  facts.noise_multiplier =
+      last_step_sigma_ >= 0 ? last_step_sigma_ : config_.driver.noise_multiplier;
+  facts.sampling_rate = last_step_q_ >= 0 ? last_step_q_ : config_.driver.sampling_rate;
+  facts.created_at = publish_time;
+  if (facts.rho <= 0) {
+    facts.rho = svi::StepSize(config_.driver.tau0, config_.driver.kappa, std::max<int64_t>(step, 1));
   }
-  Log(LogLevel::kInfo, kComponent, line);
-  if (config_.max_steps > 0 && steps_run_ >= config_.max_steps) {
-    Log(LogLevel::kInfo, kComponent, "schedule.max_steps reached; stopping");
-    if (published_model_step_ != model_step_) (void)PublishModel(model_step_, last_rho_);
-    RequestStop();
+  const release::Release out = MakeRelease(bundle_, config_, facts);
+  VIPSD_ASSIGN_OR_RETURN(release::EncodedRelease encoded, release::EncodeRelease(out));
+  size_t bytes = 0;
+  for (const auto& file : encoded.files) bytes += file.bytes.size();
+  const auto start = std::chrono::steady_clock::now();
+  const Status published = sink_->PublishRelease(out, encoded, publish_time);
+  if (!published.ok()) {
+    metrics_->releases_failed_total().Increment();
+    ++release_attempts_failed_;
+    release_owed_ = true;
+    metrics_->release_pending().Set(1);
+    release_retry_at_ = Now() + release_retry_backoff_;
+    release_retry_backoff_ = std::min(release_retry_backoff_ * 2, 60.0);
+    return published;
   }
+  metrics_->release_publish_duration_seconds().Observe(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  metrics_->releases_published_total().Increment();
+  metrics_->last_release_step().Set(static_cast<double>(step));
+  metrics_->last_release_timestamp_seconds().Set(Now());
+  metrics_->release_bytes().Set(static_cast<double>(bytes));
+  published_model_step_ = step;
+  release_owed_ = false;
+  release_retry_backoff_ = 1;
+  metrics_->release_pending().Set(0);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    status_.last_published_step = step;
+  }
+  if (hooks_.after_release) hooks_.after_release(out);
+  return Status::Ok();
 }
 
 void Daemon::Reload() {
-  const double now = UnixNow();
+  const double now = Now();
   auto fail = [&](const Status& status) {
     Log(LogLevel::kError, kComponent,
         "reload refused, the running configuration stays: " + std::string(status.message()));
@@ -789,14 +1261,13 @@ void Daemon::Reload() {
   if (!changed.ok()) return fail(changed.status());
   // The vocabulary file itself must not change either.
   if (bundle_.vocabulary != nullptr) {
-    auto text = connectors::ReadWholeFile(next->vocabulary_path);
-    if (!text.ok()) return fail(text.status());
-    auto vocabulary = text::Vocabulary::Parse(*text);
-    if (!vocabulary.ok() || vocabulary->Fingerprint() != bundle_.vocabulary_fingerprint) {
+    auto rebuilt = BuildModel(*next);
+    if (!rebuilt.ok()) return fail(rebuilt.status());
+    if (rebuilt->vocabulary_fingerprint != bundle_.vocabulary_fingerprint) {
       return fail(InvalidArgumentError(
-          next->file + ":" + std::to_string(next->line_of("model.lda.vocabulary")) +
-          ": model.lda.vocabulary: the vocabulary file's content changed; it cannot change on "
-          "reload (restart with a new state directory)"));
+          Where(*next, "model.lda.vocabulary") +
+          "the vocabulary file's content changed; it cannot change on reload (restart with a "
+          "new state directory)"));
     }
   }
   if (changed->empty()) {
@@ -808,55 +1279,85 @@ void Daemon::Reload() {
   std::optional<privacy::ResidencyAccountant> residency = state_.residency;
   if (state_.mode == AccountingMode::kResidency) {
     auto check = privacy::ResidencyAccountant::CheckConfiguration(
-        next->residency_steps, next->driver.sampling_rate, next->driver.noise_multiplier,
+        next->window_steps, next->driver.sampling_rate, next->driver.noise_multiplier,
         next->driver.delta, next->driver.epsilon_ceiling, Adaptive());
     if (!check.ok()) return fail(check.status());
     if (check->would_exceed) {
       return fail(InvalidArgumentError(
-          next->file + ":" + std::to_string(next->line_of("privacy.residency_steps")) +
-          ": privacy.residency_steps: " + std::to_string(next->residency_steps) +
+          Where(*next, "schedule.window_steps") + std::to_string(next->window_steps) +
           " steps at the new sampling_rate/noise_multiplier would spend epsilon " +
           Fixed(check->epsilon_after) + " > epsilon_ceiling " +
           JsonNumber(next->driver.epsilon_ceiling)));
     }
-    const Status lowered = residency->SetMaxResidencySteps(next->residency_steps);
+    const Status lowered = residency->SetMaxResidencySteps(next->window_steps);
     if (!lowered.ok()) {
-      return fail(InvalidArgumentError(
-          next->file + ":" + std::to_string(next->line_of("privacy.residency_steps")) +
-          ": privacy.residency_steps: " + std::string(lowered.message())));
+      return fail(InvalidArgumentError(Where(*next, "schedule.window_steps") +
+                                       std::string(lowered.message())));
+    }
+  }
+  svi::SlotWindows windows = state_.windows;
+  if (paced_) {
+    if (next->window_steps != windows.window_slots()) {
+      const Status shortened = windows.SetWindowSlots(next->window_steps);
+      if (!shortened.ok()) {
+        return fail(InvalidArgumentError(Where(*next, "schedule.window_steps") +
+                                         std::string(shortened.message())));
+      }
     }
   }
   const Status driver_ok = driver_->Reconfigure(DriverConfigFor(*next));
   if (!driver_ok.ok()) return fail(driver_ok);
-  svi::PoolOptions pool_options = next->pool;
-  pool_options.max_residency_steps =
-      state_.mode == AccountingMode::kResidency ? next->residency_steps : 0;
-  const Status pool_ok = pool_.Reconfigure(pool_options);
-  if (!pool_ok.ok()) {
-    (void)driver_->Reconfigure(DriverConfigFor(config_));
-    return fail(pool_ok);
+  if (state_.mode == AccountingMode::kResidency) state_.residency = std::move(residency);
+  if (paced_) {
+    // A new interval applies after the last slot the clock has observed;
+    // slot times already observed keep theirs.
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (next->step_interval_seconds != windows.interval_seconds()) {
+      const int64_t from = std::max(clock_next_slot_ - 1, windows.last_slot());
+      const Status moved = windows.SetInterval(next->step_interval_seconds, from);
+      if (!moved.ok()) {
+        (void)driver_->Reconfigure(DriverConfigFor(config_));
+        return fail(InvalidArgumentError(Where(*next, "schedule.interval_seconds") +
+                                         std::string(moved.message())));
+      }
+      clock_anchor_time_ = windows.anchor_time();
+      clock_anchor_slot_ = windows.anchor_slot();
+      clock_interval_ = windows.interval_seconds();
+    }
+    capacity_ = next->pool_capacity;
+    wake_.notify_all();
   }
-  if (state_.mode == AccountingMode::kResidency) {
-    state_.residency = std::move(residency);
-    state_.arrivals.set_window(next->residency_steps);
-  }
+  state_.windows = std::move(windows);
+  pool_.set_max_candidate_steps(paced_ ? next->window_steps : 0);
   std::string keys;
   for (const auto& key : *changed) keys += (keys.empty() ? "" : ",") + key;
   config_ = std::move(*next);
   SetMinLogLevel(config_.log_level);
-  refuse_new_.store(config_.pool.eviction == svi::EvictionPolicy::kRefuseNew);
-  capacity_.store(config_.pool.capacity);
-  wake_.notify_all();
   metrics_->RecordReload(ReloadResult::kSuccess, now);
   Log(LogLevel::kInfo, kComponent, "reload applied: changed=" + keys);
   UpdateBudgetMetrics();
 }
 
+bool Daemon::IsFinished() const {
+  if (config_.max_steps > 0 && paced_ && steps_run_ >= config_.max_steps) return true;
+  if (!paced_ && step_limit_ > 0 && steps_run_ >= step_limit_) return true;
+  if (halted_ && (config_.on_ceiling == config::CeilingAction::kExit || !paced_)) return true;
+  if (!paced_ && sticky_error_) return true;
+  return false;
+}
+
 Status Daemon::Run() {
-  refuse_new_.store(config_.pool.eviction == svi::EvictionPolicy::kRefuseNew);
-  capacity_.store(config_.pool.capacity);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    capacity_ = paced_ ? config_.pool_capacity : 0;
+  }
   metrics_->SetAccountingMode(state_.mode);
   metrics_->step().Set(static_cast<double>(driver_->next_step() - 1));
+  const Status initialized = Initialize();
+  if (!initialized.ok()) {
+    if (initialized.code() == StatusCode::kCancelled) return Status::Ok();
+    return initialized;
+  }
   UpdateBudgetMetrics();
   Log(LogLevel::kInfo, kComponent,
       "started: model=" + bundle_.model->type() + " next_step=" +
@@ -865,70 +1366,70 @@ Status Daemon::Run() {
           (config_.is_private() ? " epsilon_spent=" + Fixed(EpsilonSpent()) + "/" +
                                       JsonNumber(config_.driver.epsilon_ceiling)
                                 : " NOT PRIVATE (noise_multiplier 0)") +
-          " model_step=" + std::to_string(model_step_));
+          " model_step=" + std::to_string(model_step_) +
+          (paced_ ? " slot_interval=" + JsonNumber(config_.step_interval_seconds) +
+                        "s window_steps=" +
+                        (config_.window_steps == svi::kWindowAll
+                             ? std::string("all")
+                             : std::to_string(config_.window_steps))
+                  : std::string(" source=file")));
   ingest_thread_ = std::thread([this] { IngestLoop(); });
-  for (;;) {
-    if (!WaitForNextStep()) break;
-    bool reload = false;
+  if (paced_) clock_thread_ = std::thread([this] { ClockLoop(); });
+  int64_t slot = state_.windows.last_slot() + 1;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (paced_) slot = clock_next_slot_;
+  }
+  while (!IsFinished()) {
+    std::map<std::string, StreamBounds> bounds;
+    if (!WaitForCuts(slot, &bounds)) break;
+    ProcessSlot(slot, bounds);
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      reload = reload_;
-      reload_ = false;
+      if (stop_) break;
     }
-    if (reload) {
-      Reload();
-      continue;
-    }
-    if (halted_) {
-      // Re-check the budget (a reload may have raised the ceiling); the
-      // check itself reads only public parameters.
-      DrainStaging();
-      const bool residency = state_.mode == AccountingMode::kResidency;
-      bool still = true;
-      if (residency) {
-        auto check = state_.residency->CheckCeiling(
-            config_.driver.sampling_rate, config_.driver.noise_multiplier, config_.driver.delta,
-            config_.driver.epsilon_ceiling, Adaptive());
-        still = !check.ok() || check->would_exceed;
-      } else if (config_.is_private()) {
-        auto check = state_.accountant.CheckCeiling(
-            config_.driver.sampling_rate, config_.driver.noise_multiplier, 1,
-            config_.driver.delta, config_.driver.epsilon_ceiling,
-            privacy::RdpConversion::kImproved, Adaptive());
-        still = !check.ok() || check->would_exceed;
-      }
-      if (still) {
-        {
-          std::lock_guard<std::mutex> lock(mutex_);
-          new_records_ = 0;
-        }
-        UpdateBudgetMetrics();
-        continue;
-      }
-      Log(LogLevel::kInfo, kComponent, "the budget admits the next step again; resuming");
-      halted_ = false;
-    }
-    RunOneStep();
+    ++slot;
+  }
+  if (config_.max_steps > 0 && steps_run_ >= config_.max_steps) {
+    Log(LogLevel::kInfo, kComponent, "schedule.max_steps reached; stopping");
+  }
+  if (!sticky_error_ && model_step_ > checkpoint_step_ && steps_run_ > 0) {
+    // The model of the last step (checkpoint_every > 1): kept for a restart.
+    PendingOutput out;
+    SaveCheckpoint(&out);
+    if (out.checkpoint_written) metrics_->checkpoint_writes_total().Increment();
+    for (const auto& [level, line] : out.log_lines) Log(level, kComponent, line);
+  }
+  const bool completed = IsFinished();
+  if (completed && !sticky_error_ && model_step_ > 0 && published_model_step_ != model_step_ &&
+      (!halted_ || !paced_)) {
+    // The run ended by itself (max_steps, max_epochs, an offline ceiling):
+    // its last model is the final release, at the end of the run.
+    const Status published = PublishModel(model_step_, last_rho_, Now());
+    if (!published.ok()) Log(LogLevel::kError, kComponent, "final release failed: " + published.ToString());
   }
   if (release_owed_ && !sticky_error_) {
     Log(LogLevel::kWarning, kComponent,
         "stopping with the release of step " + std::to_string(model_step_) +
             " undelivered (the sink kept failing); the next release will include it");
   }
-  // Stop: the ingest thread ends its current batch.
   RequestStop();
+  if (clock_thread_.joinable()) clock_thread_.join();
   if (ingest_thread_.joinable()) ingest_thread_.join();
   Status result = Status::Ok();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (ingest_error_) result = *ingest_error_;
   }
+  if (result.ok() && run_error_) result = *run_error_;
+  if (result.ok() && !paced_ && sticky_error_) result = *sticky_error_;
   const Status committed = source_->Commit();
   if (!committed.ok()) Log(LogLevel::kWarning, kComponent, "final offset commit: " + committed.ToString());
   const Status closed = source_->Close();
   if (!closed.ok()) Log(LogLevel::kWarning, kComponent, "closing the source: " + closed.ToString());
   const Status flushed = sink_->Close();
   if (!flushed.ok()) Log(LogLevel::kWarning, kComponent, "closing the sink: " + flushed.ToString());
+  UpdateBudgetMetrics();
   Log(LogLevel::kInfo, kComponent,
       "stopped: next_step=" + std::to_string(driver_->next_step()) + " steps_this_run=" +
           std::to_string(steps_run_) +

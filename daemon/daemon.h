@@ -1,66 +1,98 @@
-// The streaming daemon (DESIGN.md 3-6): records in from an InputSource,
-// private steps on a schedule, ledger before release, releases out through
-// an OutputSink, until stopped.
+// The vipsd daemon (DESIGN.md 3-6; issue 11): records in from an
+// InputSource, private steps on a public clock, ledger before release,
+// releases out through an OutputSink. The streaming service (Kafka) and the
+// offline run (a JSON Lines file, daemon/offline_run.h) are this one class
+// with different connectors: one start-up check, one step loop, one ledger
+// discipline.
+//
+// Which records a step sees (core/svi/slot_windows.h). Slots are due at
+// public times t_k. Paced runs (Kafka): at t_k the CLOCK thread reads the end
+// offset of every input partition; those offsets are slot k's cuts, and the
+// step of slot k samples exactly the records with offsets in
+// [cut(k − M), cut(k)) per partition — the records appended in the M slot
+// intervals before t_k. The step waits until the ingest thread has read every
+// partition up to its cut, however long that takes, so membership never
+// depends on how fast anything ran; a step that starts late still uses its
+// own slot's cuts. Unpaced runs (the offline file run): every step samples
+// the whole file, and steps follow each other at once.
 //
 // Threads:
 //   * the caller of Run() is the STEP thread: it owns the model, the driver,
-//     the pool, the accountants, the ledger and the checkpoint store. It
-//     waits for the schedule (every T seconds and/or after R new records),
-//     reloads the configuration when asked, and runs steps:
-//       1. move staged records into the pool (in residency mode a re-read
-//          record keeps the candidate count it already had; records that
-//          used up their M steps are dropped);
-//       2. budget check on public parameters only: global mode — the driver
-//          refuses a step that would cross the ceiling; residency mode — the
-//          window of the last M steps (privacy/residency_accountant.h);
-//       3. the private step (svi::StepDriver): Poisson sample, E-step, clip,
-//          one Gaussian mechanism, charge, M-step;
-//       4. residency bookkeeping, then the LEDGER COMMIT (fsync) — before
-//          anything about this step leaves the process;
-//       5. checkpoint (every checkpoint_every steps);
-//       6. metrics, budget warnings (log + metric + alert message), and the
-//          release (every publish_every steps), confirmed by the sink.
+//     the pool, the accountants, the ledger and the checkpoint store. For
+//     each slot k it
+//       1. takes slot k's cuts and waits until every partition was read up
+//          to its cut (or finds that the window holds more records than
+//          pool.capacity: the slot is skipped with an alert — no candidate
+//          is ever dropped);
+//       2. makes the pool exactly the window: records below cut(k) enter,
+//          records below cut(k − M) leave;
+//       3. checks the budget on public parameters only (global: the driver
+//          refuses a step that would cross the ceiling; residency: the window
+//          of the last M steps);
+//       4. runs the private step (svi::StepDriver: Poisson sample, E-step,
+//          clip, one Gaussian mechanism, charge, M-step);
+//       5. records the cuts, the noise history and the charge, then COMMITS
+//          THE LEDGER (fsync) — before anything about this step leaves the
+//          process; then the checkpoint (every checkpoint_every steps);
+//       6. waits until the slot's public release deadline t_k +
+//          release_delay_seconds, and only then publishes the release (every
+//          publish_every steps), alerts, metrics and the step's log line,
+//          and moves the window on. A step that finishes after its deadline
+//          is published at once, and the overrun is logged and counted.
 //     At the ceiling the configured action runs: halt (final release of the
-//     current model, stop stepping, keep consuming and serving metrics; a
-//     reload that raises the ceiling resumes) or exit (the same, then Run()
-//     returns OK).
-//   * the INGEST thread polls the source, decodes records (the model's
-//     RecordDecoder), sends malformed or oversize ones to the dead-letter
-//     topic (retrying until delivered: nothing is lost), stages good ones
-//     for the pool, and only then marks their offsets done.
+//     current model, no more steps, slots keep being observed; a reload that
+//     raises the ceiling resumes) or exit (the same, then Run() returns OK).
+//   * the INGEST thread polls the source, drops re-delivered duplicates,
+//     decodes records (the model's RecordDecoder), sends malformed ones to
+//     the dead-letter topic (retrying until delivered: nothing is lost),
+//     stages good ones, and only then marks their offsets done. It pauses a
+//     partition once it has read past the cut the step thread waits for,
+//     and stops polling while the window's records fill pool.capacity.
+//   * the CLOCK thread (paced runs) sleeps until each slot's time, reads the
+//     partitions' end offsets and hands them to the step thread. It does no
+//     private work, so nothing private can delay an observation.
 // RequestStop() and RequestReload() may be called from any thread (main's
-// signal thread). On stop the step in progress finishes (ledger, checkpoint
-// and release included), the ingest thread stops, offsets are committed and
-// the sink is flushed; nothing half-written is published.
+// signal thread). On stop the step in progress finishes (ledger and
+// checkpoint included); its release is withheld unless its deadline has
+// passed (the next release includes the step); offsets are committed and
+// the sink is flushed.
 //
-// Restart: the ledger gives t, both accountants, the arrival history and the
-// offsets from which each partition is re-read to rebuild the pool; the
-// checkpoint gives the model. The budget is never reset: a ledger from a
-// different accounting mode, or a checkpoint of a different model, stops
-// start-up with an error.
+// Start-up check (one for both runs; the run refuses to start, naming the
+// file, rather than reset or mix a budget): a ledger of another model, run
+// or source kind; a checkpoint without a ledger, of another run or model, or
+// of a step the ledger does not cover; versions 1 and 2 of the ledger;
+// counters beyond 2^53; a private run (σ > 0, secure noise) on a state
+// directory that ever ran a non-private or fixed-seed step; fixed-seed
+// noise without DaemonOptions::allow_fixed_seed_noise (the command-line
+// flag); a residency M whose ε exceeds the ceiling; an accounting mode other
+// than the ledger's.
 //
 // Failure: a ledger commit that fails is sticky — no further step runs and
 // no release leaves until an operator restarts the daemon (the budget on
 // disk stays an upper bound of what was released). A failed release or
-// checkpoint is counted, logged and retried at the next step.
+// checkpoint is counted, logged and retried.
 //
 // Privacy: logs, metrics, alerts and releases carry public values only —
-// configuration, t, ρ_t, (ε, δ), stream volume (records consumed, rejected
-// by reason, pool size, evictions, lag), timings. The realised batch size,
-// clip counts and record contents stay on the step thread and in the pool.
-// Timing (step duration) is a side channel the DP guarantee does not cover
-// (README "Caveats").
+// configuration, t, slot numbers and times, ρ_t, (ε, δ), stream volume
+// (records consumed, rejected by reason, window sizes, lag). The realised
+// batch size, clip counts and record contents stay on the step thread and in
+// the pool. Everything the step thread makes observable about a step
+// happens at the step's public deadline; step durations are exported only
+// with metrics.expose_step_timing (off by default in private mode: it
+// reveals how long each step took, hence something about the batch).
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -68,8 +100,8 @@
 #include "config/config.h"
 #include "core/base/status.h"
 #include "core/privacy/noise_source.h"
-#include "core/privacy/residency_accountant.h"
 #include "core/svi/record_pool.h"
+#include "core/svi/slot_windows.h"
 #include "core/svi/step_driver.h"
 #include "daemon/checkpoint.h"
 #include "daemon/io.h"
@@ -80,15 +112,24 @@
 namespace vipsd::daemon {
 
 // Builds the input source once the daemon knows where each partition must
-// resume (from its ledger).
+// resume (from its ledger). The function may be called on any thread.
 using SourceFactory =
     std::function<StatusOr<std::unique_ptr<InputSource>>(ResumeOffsetFn resume)>;
+
+struct DaemonOptions {
+  // The command-line flag --insecure-fixed-seed-noise: required, together
+  // with privacy.noise: fixed_seed, before reproducible (NOT private) noise
+  // is used. A config key alone must never turn the privacy off.
+  bool allow_fixed_seed_noise = false;
+};
 
 // Test-only observation points; empty in production.
 struct DaemonHooks {
   // Called on the step thread right before each step runs, with the pool
-  // that step samples from.
-  std::function<void(int64_t step, const svi::RecordPool& pool)> before_step;
+  // that step samples from and the stream names by pool stream index.
+  std::function<void(int64_t step, int64_t slot, const svi::RecordPool& pool,
+                     const std::vector<std::string>& stream_names)>
+      before_step;
   // Called after each release was confirmed by the sink.
   std::function<void(const release::Release&)> after_release;
 };
@@ -96,27 +137,33 @@ struct DaemonHooks {
 struct DaemonStatus {
   int64_t next_step = 1;
   int64_t steps_run = 0;        // in this process
+  int64_t last_slot = 0;        // last slot processed (stepped or skipped)
+  int64_t slots_skipped = 0;    // in this process: overflow, ceiling, missed
   double epsilon_spent = 0;     // active accounting mode
   bool halted = false;
+  bool window_overflow = false; // the last slot's window did not fit pool.capacity
   int64_t pool_records = 0;
   int64_t last_published_step = 0;
+  int64_t records_pooled = 0;   // in this process (stream volume)
+  int64_t records_rejected = 0; // in this process (stream volume)
 };
 
 class Daemon {
  public:
-  // Loads the ledger and the checkpoint, checks the configuration against
-  // them (accounting mode, model fingerprint, residency M affordable), and
-  // creates the source with resume offsets. Nothing is consumed or stepped
-  // until Run().
+  // Loads the ledger and the checkpoint and runs the start-up check (see the
+  // file comment); creates the source with resume offsets. Nothing is
+  // consumed or stepped until Run().
   static StatusOr<std::unique_ptr<Daemon>> Create(const config::VipsdConfig& config,
                                                   SourceFactory make_source,
                                                   std::unique_ptr<OutputSink> sink,
-                                                  Metrics* metrics, DaemonHooks hooks = {});
+                                                  Metrics* metrics, DaemonHooks hooks = {},
+                                                  DaemonOptions options = {});
   ~Daemon();
 
-  // Runs until RequestStop() (or the exit ceiling action). Returns OK on a
-  // clean stop; an error if start-up inside Run or the ingest path failed
-  // fatally.
+  // Runs until RequestStop(), the exit ceiling action, max_steps, or (the
+  // offline run) max_epochs. Returns OK on a clean stop; an error if the
+  // ingest path failed fatally, or if an offline run could not run a single
+  // step (the ceiling admits none).
   Status Run();
 
   void RequestStop();
@@ -126,33 +173,69 @@ class Daemon {
   DaemonStatus status() const;
 
  private:
-  Daemon(const config::VipsdConfig& config, ModelBundle bundle, std::unique_ptr<OutputSink> sink,
-         Metrics* metrics, DaemonHooks hooks, Ledger ledger, LedgerState state,
-         std::unique_ptr<privacy::NoiseSource> noise, svi::RecordPool pool);
+  Daemon(const config::VipsdConfig& config, DaemonOptions options, ModelBundle bundle,
+         std::unique_ptr<OutputSink> sink, Metrics* metrics, DaemonHooks hooks, Ledger ledger,
+         LedgerState state, std::unique_ptr<privacy::NoiseSource> noise);
 
   struct Staged {
     model::Record record;
-    uint32_t stream = 0;
     int64_t offset = 0;
   };
+  // What a step leaves to be made observable at its deadline.
+  struct PendingOutput {
+    int64_t slot = 0;
+    double deadline = 0;        // unix seconds; 0 = at once (unpaced)
+    bool stepped = false;
+    int64_t step = 0;
+    double rho = 0;
+    bool publish = false;
+    bool ledger_committed = false;
+    double ledger_commit_seconds = 0;
+    bool checkpoint_written = false;
+    bool checkpoint_failed = false;
+    double step_seconds = 0;
+    std::vector<std::string> alerts;  // JSON
+    std::vector<std::pair<LogLevel, std::string>> log_lines;
+  };
 
+  // Threads.
   void IngestLoop();
-  Status IngestBatch(std::vector<InputRecord>& records);
-  bool WaitForNextStep();
-  void DrainStaging();
-  void RunOneStep();
-  void OnCeiling(double epsilon_refused);
-  void Reload();
-  Status CommitLedger();
-  Status PublishModel(int64_t step, double rho);
-  void RetryOwedRelease();
+  Status IngestBatch(PollBatch& batch);
+  void ClockLoop();
+
+  // Step thread.
+  Status Initialize();
+  StatusOr<std::map<std::string, StreamBounds>> ObserveWithRetry(double as_of);
+  bool WaitForCuts(int64_t slot, std::map<std::string, StreamBounds>* bounds);
+  bool WaitForWindow(const std::map<std::string, StreamBounds>& bounds, bool* overflow);
+  void ServiceRequests(std::unique_lock<std::mutex>& lock);
   void CoverNewStreams();
+  void ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>& bounds);
+  void AdmitWindow(const std::map<std::string, StreamBounds>& bounds);
+  void SaveCheckpoint(PendingOutput* out);
+  void AdvanceWindow();
+  bool RunStep(int64_t slot, PendingOutput* out);
+  bool BudgetAdmitsStep(double* epsilon_after, double* window_epsilon);
+  void EmitAtDeadline(PendingOutput& out);
+  void OnCeiling(double epsilon_refused, PendingOutput* out);
+  void Reload();
+  Status CommitLedger(PendingOutput* out);
+  Status PublishModel(int64_t step, double rho, double publish_time);
   void UpdateBudgetMetrics();
-  void CheckWarnings();
+  void CheckWarnings(PendingOutput* out);
+  std::string AlertJson(const std::string& event, double spent) const;
   void PublishAlertJson(const std::string& json);
-  std::map<std::string, int64_t> ResumeOffsets();
   double EpsilonSpent() const;
   svi::DriverConfig DriverConfigFor(const config::VipsdConfig& config) const;
+  double Now() const;
+  bool SleepUntil(double unix_time);  // false when stopping
+  void PublishResumeOffsets();
+  uint32_t StreamId(const std::string& stream);  // mutex_ held
+  bool IsFinished() const;
+
+  // Fixed for the life of the object.
+  const DaemonOptions options_;
+  const bool paced_;
 
   // Step thread only.
   config::VipsdConfig config_;
@@ -166,7 +249,6 @@ class Daemon {
   std::unique_ptr<privacy::NoiseSource> noise_;
   std::unique_ptr<svi::StepDriver> driver_;
   svi::RecordPool pool_;
-  std::map<std::string, int64_t> high_offsets_;  // per stream, highest offset pooled
   int64_t model_step_ = 0;           // step whose M-step the model includes
   int64_t published_model_step_ = -1;
   double last_rho_ = 0;
@@ -176,40 +258,56 @@ class Daemon {
   double last_step_sigma_ = -1;
   // A due release that could not be delivered: the current model (post-
   // processing of released noisy sums, so re-publishing costs no budget) is
-  // published again at release_retry_at_, backing off from 1 s to 60 s, until
-  // a publication succeeds.
+  // published again at a later slot's deadline, backing off from 1 s to 60 s.
   bool release_owed_ = false;
-  std::chrono::steady_clock::time_point release_retry_at_;
-  std::chrono::milliseconds release_retry_backoff_{1000};
+  double release_retry_at_ = 0;
+  double release_retry_backoff_ = 1;
   int64_t release_attempts_failed_ = 0;
   bool halted_ = false;
+  bool overflow_ = false;
   std::optional<Status> sticky_error_;
   int64_t steps_run_ = 0;
+  int64_t slots_skipped_ = 0;
+  int64_t step_limit_ = 0;          // offline run: steps from max_steps / max_epochs; 0 = none
+  std::optional<Status> run_error_;  // returned by Run()
+  int64_t checkpoint_step_ = -1;     // step of the last checkpoint written in this process
+  int64_t overruns_unreported_ = 0;  // deadline overruns since the last log line
+  double last_overrun_log_ = 0;
 
   std::unique_ptr<InputSource> source_;
   std::thread ingest_thread_;
+  std::thread clock_thread_;
 
-  // Shared between the step thread, the ingest thread and RequestStop/Reload.
+  // Shared between the step, ingest and clock threads and RequestStop/Reload.
   mutable std::mutex mutex_;
   std::condition_variable wake_;
-  std::vector<Staged> staging_;                 // guarded by mutex_
-  std::map<std::string, uint32_t> stream_ids_;  // guarded by mutex_
-  std::vector<std::string> stream_names_;       // guarded by mutex_ (by id)
-  std::map<std::string, int64_t> next_unread_;  // guarded by mutex_: highest done + 1
-  int64_t new_records_ = 0;                     // guarded by mutex_
-  bool stop_ = false;                           // guarded by mutex_
-  bool reload_ = false;                         // guarded by mutex_
-  // A partition first read in this process: the ingest thread stores its
-  // offsets only after the step thread has made sure the ledger holds a
-  // resume offset for it (CoverNewStreams).
-  bool new_stream_ = false;                     // guarded by mutex_
-  uint64_t streams_seen_ = 0;                   // guarded by mutex_: generation
-  uint64_t streams_covered_ = 0;                // guarded by mutex_: generation
-  std::optional<Status> ingest_error_;          // guarded by mutex_
-  int64_t pool_size_ = 0;                       // guarded by mutex_ (copy for ingest)
-  std::atomic<bool> refuse_new_{false};         // pool.eviction == refuse_new
-  std::atomic<int64_t> capacity_{0};            // pool.capacity
-  DaemonStatus status_;                         // guarded by mutex_
+  bool stop_ = false;                                     // guarded by mutex_
+  bool reload_ = false;                                   // guarded by mutex_
+  std::optional<Status> ingest_error_;                    // guarded by mutex_
+  std::map<std::string, uint32_t> stream_ids_;            // guarded by mutex_
+  std::vector<std::string> stream_names_;                 // guarded by mutex_ (by id)
+  std::vector<std::deque<Staged>> staging_;               // guarded by mutex_ (by id; by offset)
+  // Per stream id: every offset below has been read (returned or passed).
+  std::vector<int64_t> next_unread_;                      // guarded by mutex_
+  // Per stream id: the cut the step thread is gathering for (INT64_MAX until
+  // the slot's cut is known). Staged records below it are window records.
+  std::vector<int64_t> target_;                           // guarded by mutex_
+  int64_t staged_in_window_ = 0;                          // guarded by mutex_
+  int64_t pool_size_ = 0;                                 // guarded by mutex_ (copy)
+  int64_t capacity_ = 0;                                  // guarded by mutex_ (copy)
+  // Streams the ledger knows (their records may be acknowledged).
+  std::set<std::string> covered_streams_;                 // guarded by mutex_
+  bool cover_requested_ = false;                          // guarded by mutex_
+  std::map<std::string, int64_t> resume_offsets_;         // guarded by mutex_
+  // Slot cuts observed by the clock thread, not yet processed.
+  std::map<int64_t, std::map<std::string, StreamBounds>> observed_;  // guarded by mutex_
+  int64_t clock_next_slot_ = 0;                           // guarded by mutex_
+  double clock_anchor_time_ = 0;                          // guarded by mutex_
+  int64_t clock_anchor_slot_ = 0;                         // guarded by mutex_
+  double clock_interval_ = 0;                             // guarded by mutex_
+  int64_t records_pooled_ = 0;                            // guarded by mutex_
+  int64_t records_rejected_ = 0;                          // guarded by mutex_
+  DaemonStatus status_;                                   // guarded by mutex_
 };
 
 }  // namespace vipsd::daemon

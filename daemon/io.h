@@ -1,11 +1,15 @@
 // The daemon's view of its inputs and outputs: small interfaces that the
-// Kafka connectors implement in production (daemon/kafka_io.h) and honest
+// Kafka connectors implement in production (daemon/kafka_io.h), the file
+// connectors implement for the offline run (daemon/file_io.h), and honest
 // in-memory fakes implement in tests (STYLE.md "fakes before mocks").
 //
-// InputSource — records in stream order per (topic, partition). The daemon
-//   calls MarkDone(record) only after the record is in the pool (behind the
-//   privacy wall) or confirmed on the dead-letter topic; only then may the
-//   source commit its offset.
+// InputSource — records in log order per stream (a Kafka topic-partition, or
+//   the one stream of a file), each with its offset. The daemon calls
+//   MarkDone(record) only after the record is held behind the privacy wall or
+//   confirmed on the dead-letter topic; only then may the source commit its
+//   offset. ObserveBounds() reads the start and end of every stream's log:
+//   the daemon calls it at each slot's public time and uses the ends as the
+//   slot's cuts (core/svi/slot_windows.h).
 // OutputSink  — releases, dead letters and alerts. Every call returns OK only
 //   once the broker confirmed delivery (or the file is durable).
 //
@@ -15,16 +19,20 @@
 // written to the daemon's disk. Errors from these interfaces carry no
 // content.
 //
-// Thread-safety: the daemon calls InputSource from its ingest thread only,
-// except Lag() which may be called from any thread; OutputSink from the step
-// thread (releases, alerts) and the ingest thread (dead letters), so
-// implementations must allow those two callers concurrently.
+// Thread-safety: the daemon calls Poll, MarkDone, Pause, Resume, Commit and
+// Close from its ingest thread; ObserveBounds from its clock thread (or the
+// step thread of an unpaced run) concurrently with them; Lag() from any
+// thread. OutputSink is called from the step thread (releases, alerts) and
+// the ingest thread (dead letters), so implementations must allow those two
+// callers concurrently.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,6 +56,23 @@ struct InputRecord {
 // "topic:partition": the stream name used in the ledger and the pool.
 std::string StreamName(const std::string& topic, int32_t partition);
 
+struct PollBatch {
+  std::vector<InputRecord> records;
+  // Streams whose end of log the source reached in this poll, with the
+  // offset after the last position it consumed (the log end it saw): every
+  // record below it was returned (now or earlier), so a cut at or below it is
+  // complete even when the last offsets hold no record (transaction markers,
+  // compaction).
+  std::map<std::string, int64_t> reached_end;
+};
+
+// The start (first retained offset) and end (next offset to be written) of
+// one stream's log.
+struct StreamBounds {
+  int64_t start = 0;
+  int64_t end = 0;
+};
+
 // Where to resume reading a partition after a restart (from the ledger), or
 // nullopt to use the committed offset / start position.
 using ResumeOffsetFn =
@@ -56,9 +81,16 @@ using ResumeOffsetFn =
 class InputSource {
  public:
   virtual ~InputSource() = default;
-  virtual StatusOr<std::vector<InputRecord>> Poll(size_t max_records,
-                                                  std::chrono::milliseconds timeout) = 0;
+  virtual StatusOr<PollBatch> Poll(size_t max_records, std::chrono::milliseconds timeout) = 0;
   virtual Status MarkDone(const InputRecord& record) = 0;
+  // Stops / restarts fetching the named streams (stream names as above).
+  // Streams not assigned to this reader are ignored.
+  virtual Status Pause(const std::set<std::string>& streams) = 0;
+  virtual Status Resume(const std::set<std::string>& streams) = 0;
+  // The bounds of every stream of the input, read now. `as_of` is the
+  // public time the caller observes for (unix seconds): a real log ignores it
+  // (the call is made at that time); a test log answers as of that time.
+  virtual StatusOr<std::map<std::string, StreamBounds>> ObserveBounds(double as_of) = 0;
   // Commits what MarkDone stored (shutdown).
   virtual Status Commit() = 0;
   // Records on the assigned partitions not yet consumed (may be stale).
@@ -70,8 +102,11 @@ class OutputSink {
  public:
   virtual ~OutputSink() = default;
   // `encoded` is EncodeRelease(release): sinks use whichever form they write.
+  // `publish_time` (unix seconds) is the release's public deadline: sinks
+  // that stamp messages use it instead of the wall clock.
   virtual Status PublishRelease(const release::Release& release,
-                                const release::EncodedRelease& encoded) = 0;
+                                const release::EncodedRelease& encoded,
+                                double publish_time) = 0;
   virtual Status PublishDeadLetter(const InputRecord& record,
                                    connectors::RejectReason reason) = 0;
   // `json` is a small public message (budget warning, halt).

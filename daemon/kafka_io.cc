@@ -1,6 +1,9 @@
 #include "daemon/kafka_io.h"
 
 #include <chrono>
+#include <cmath>
+#include <exception>
+#include <set>
 #include <map>
 #include <optional>
 
@@ -8,6 +11,7 @@
 #include "connectors/kafka/dead_letter.h"
 #include "connectors/kafka/kafka_producer.h"
 #include "connectors/kafka/kafka_source.h"
+#include "connectors/kafka/log_observer.h"
 #include "core/base/log.h"
 
 namespace vipsd::daemon {
@@ -22,18 +26,32 @@ KafkaErrorKind Classify(const std::string& name) {
   return KafkaErrorKind::kConsume;
 }
 
+// "topic:partition" back to its parts (topic names cannot hold ':').
+std::optional<connectors::TopicPartitionRef> ParseStream(const std::string& stream) {
+  const size_t colon = stream.rfind(':');
+  if (colon == std::string::npos || colon == 0) return std::nullopt;
+  try {
+    size_t used = 0;
+    const int partition = std::stoi(stream.substr(colon + 1), &used);
+    if (used != stream.size() - colon - 1 || partition < 0) return std::nullopt;
+    return connectors::TopicPartitionRef{stream.substr(0, colon), partition};
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
 class KafkaInput final : public InputSource {
  public:
-  KafkaInput(std::unique_ptr<connectors::KafkaSource> source, Metrics* metrics)
-      : source_(std::move(source)), metrics_(metrics) {}
+  KafkaInput(std::unique_ptr<connectors::KafkaSource> source,
+             std::unique_ptr<connectors::KafkaLogObserver> observer, Metrics* metrics)
+      : source_(std::move(source)), observer_(std::move(observer)), metrics_(metrics) {}
 
-  StatusOr<std::vector<InputRecord>> Poll(size_t max_records,
-                                          std::chrono::milliseconds timeout) override {
+  StatusOr<PollBatch> Poll(size_t max_records, std::chrono::milliseconds timeout) override {
     auto polled = source_->Poll(max_records, timeout);
     CountErrors();
     if (!polled.ok()) return polled.status();
-    std::vector<InputRecord> records;
-    records.reserve(polled->size());
+    PollBatch batch;
+    batch.records.reserve(polled->size());
     for (auto& message : *polled) {
       InputRecord record;
       record.topic = std::move(message.topic);
@@ -43,19 +61,48 @@ class KafkaInput final : public InputSource {
       record.payload = std::move(message.payload);
       record.headers = std::move(message.headers);
       record.oversize = message.oversize;
-      records.push_back(std::move(record));
+      batch.records.push_back(std::move(record));
     }
-    return records;
+    for (const auto& [ref, end] : source_->TakeReachedEnds()) {
+      batch.reached_end[StreamName(ref.topic, ref.partition)] = end;
+    }
+    return batch;
   }
 
   Status MarkDone(const InputRecord& record) override {
     return source_->StoreOffset(record.topic, record.partition, record.offset);
+  }
+  Status Pause(const std::set<std::string>& streams) override {
+    return source_->Pause(Refs(streams));
+  }
+  Status Resume(const std::set<std::string>& streams) override {
+    return source_->Resume(Refs(streams));
+  }
+  StatusOr<std::map<std::string, StreamBounds>> ObserveBounds(double) override {
+    auto observed = observer_->Observe();
+    if (!observed.ok()) {
+      metrics_->kafka_errors_total(KafkaErrorKind::kConsume).Increment();
+      return observed.status();
+    }
+    std::map<std::string, StreamBounds> bounds;
+    for (const auto& [ref, b] : *observed) {
+      bounds[StreamName(ref.topic, ref.partition)] = {b.low, b.high};
+    }
+    return bounds;
   }
   Status Commit() override { return source_->Commit(); }
   int64_t Lag() const override { return source_->Lag(); }
   Status Close() override { return source_->Close(); }
 
  private:
+  static std::vector<connectors::TopicPartitionRef> Refs(const std::set<std::string>& streams) {
+    std::vector<connectors::TopicPartitionRef> refs;
+    for (const std::string& stream : streams) {
+      if (auto ref = ParseStream(stream)) refs.push_back(*ref);
+    }
+    return refs;
+  }
+
   void CountErrors() {
     const auto stats = source_->stats();
     for (const auto& [name, count] : stats.errors_by_kind) {
@@ -68,6 +115,7 @@ class KafkaInput final : public InputSource {
   }
 
   std::unique_ptr<connectors::KafkaSource> source_;
+  std::unique_ptr<connectors::KafkaLogObserver> observer_;
   Metrics* metrics_;
   std::map<std::string, int64_t> errors_seen_;
 };
@@ -85,10 +133,11 @@ class DaemonOutput final : public OutputSink {
         producer_(std::move(producer)),
         file_sink_(std::move(file_sink)) {}
 
-  Status PublishRelease(const release::Release& release,
-                        const release::EncodedRelease& encoded) override {
+  Status PublishRelease(const release::Release& release, const release::EncodedRelease& encoded,
+                        double publish_time) override {
     if (release_topic_.empty()) return file_sink_->Write(release);
-    VIPSD_RETURN_IF_ERROR(producer_->PublishRelease(release_topic_, encoded, timeout_));
+    VIPSD_RETURN_IF_ERROR(producer_->PublishRelease(
+        release_topic_, encoded, timeout_, static_cast<int64_t>(std::llround(publish_time * 1000))));
     if (file_sink_.has_value()) {
       // The mirror is a convenience copy: the release is already published.
       const Status mirrored = file_sink_->Write(release);
@@ -154,7 +203,15 @@ StatusOr<std::unique_ptr<InputSource>> NewKafkaInput(const config::VipsdConfig& 
     Log(LogLevel::kInfo, "kafka", "partitions revoked: " + std::to_string(partitions.size()));
   };
   VIPSD_ASSIGN_OR_RETURN(auto source, connectors::KafkaSource::Create(std::move(options)));
-  return std::unique_ptr<InputSource>(new KafkaInput(std::move(source), metrics));
+  connectors::KafkaLogObserverOptions observer_options;
+  observer_options.bootstrap_servers = bootstrap_servers;
+  observer_options.topics = config.source_topics;
+  observer_options.client_id = config.kafka.client_id;
+  observer_options.properties = config.kafka.properties;
+  VIPSD_ASSIGN_OR_RETURN(auto observer,
+                         connectors::KafkaLogObserver::Create(std::move(observer_options)));
+  return std::unique_ptr<InputSource>(
+      new KafkaInput(std::move(source), std::move(observer), metrics));
 }
 
 StatusOr<std::unique_ptr<OutputSink>> NewDaemonOutput(const config::VipsdConfig& config,

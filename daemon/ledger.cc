@@ -2,9 +2,11 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -21,6 +23,7 @@ namespace {
 
 constexpr std::string_view kHeaderV1 = "vipsd-ledger 1\n";
 constexpr std::string_view kHeaderV2 = "vipsd-ledger 2\n";
+constexpr std::string_view kHeaderV3 = "vipsd-ledger 3\n";
 constexpr std::string_view kChecksumPrefix = "blake2b ";
 constexpr std::string_view kRefuse = "; refusing to start from zero";
 
@@ -29,6 +32,15 @@ std::string Hex(double value) {
   std::snprintf(buffer, sizeof(buffer), "%a", value);
   return buffer;
 }
+
+
+bool IsHex(const std::string& text, size_t length) {
+  return text.size() == length && std::all_of(text.begin(), text.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
+bool IsRunId(const std::string& id) { return IsHex(id, 32); }
 
 void AppendSection(std::string& out, std::string_view name, const std::string& body) {
   out += "section ";
@@ -78,26 +90,35 @@ class Reader {
   size_t pos_ = 0;
 };
 
-StatusOr<LedgerState> DecodeV1(std::string_view text, const std::string& where) {
-  Reader reader(text.substr(kHeaderV1.size()), where);
-  std::string line;
-  VIPSD_RETURN_IF_ERROR(reader.Line(&line));
-  std::istringstream words(line);
-  std::string word;
-  LedgerState state;
-  if (!(words >> word >> state.next_step) || word != "next_step" || state.next_step < 1) {
-    return reader.Bad("bad next_step line");
-  }
-  auto accountant = privacy::RdpAccountant::Deserialize(reader.Peek());
-  if (!accountant.ok()) return reader.Bad(std::string(accountant.status().message()));
-  state.accountant = std::move(*accountant);
-  return state;
-}
-
 }  // namespace
 
 std::string_view AccountingModeName(AccountingMode mode) {
   return mode == AccountingMode::kGlobal ? "global" : "residency";
+}
+
+std::string_view SourceKindName(SourceKind kind) {
+  return kind == SourceKind::kKafka ? "kafka" : "file";
+}
+
+StatusOr<std::string> NewRunId() {
+  unsigned char bytes[16];
+  size_t filled = 0;
+  while (filled < sizeof(bytes)) {
+    const ssize_t got = ::getrandom(bytes + filled, sizeof(bytes) - filled, 0);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return UnavailableError(std::string("cannot draw a run id from getrandom: ") +
+                              std::strerror(errno));
+    }
+    filled += static_cast<size_t>(got);
+  }
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string id;
+  for (unsigned char byte : bytes) {
+    id.push_back(kDigits[byte >> 4]);
+    id.push_back(kDigits[byte & 15]);
+  }
+  return id;
 }
 
 Ledger::Ledger(std::string directory, int lock_fd)
@@ -152,47 +173,87 @@ StatusOr<Ledger> Ledger::Open(const std::string& directory) {
 }
 
 std::string Ledger::Encode(const LedgerState& state) {
-  std::string out(kHeaderV2);
+  std::string out(kHeaderV3);
+  out += "run " + state.run_id + "\n";
+  out += "model " + state.model_type + " " + state.model_fingerprint + "\n";
+  out += "source " + std::string(SourceKindName(state.source)) + "\n";
   out += "next_step " + std::to_string(state.next_step) + "\n";
   out += "mode " + std::string(AccountingModeName(state.mode)) + "\n";
+  const NoiseHistory& n = state.noise;
+  out += "noise " + std::to_string(n.private_steps) + " " + std::to_string(n.non_private_steps) +
+         " " + std::to_string(n.first_non_private_step) + " " +
+         std::to_string(n.fixed_seed_steps) + " " + std::to_string(n.first_fixed_seed_step) + "\n";
   out += "warning_level " + Hex(state.warning_level) + "\n";
-  for (const auto& [stream, offset] : state.resume_offsets) {
-    out += "resume " + stream + " " + std::to_string(offset) + "\n";
-  }
+  AppendSection(out, "slot-windows", state.windows.Serialize());
   AppendSection(out, "rdp-accountant", state.accountant.Serialize());
   if (state.mode == AccountingMode::kResidency && state.residency.has_value()) {
     AppendSection(out, "residency-accountant", state.residency->Serialize());
-    AppendSection(out, "arrival-history", state.arrivals.Serialize());
   }
   out += std::string(kChecksumPrefix) + release::Blake2bHex(out) + "\n";
   return out;
 }
 
 StatusOr<LedgerState> Ledger::Decode(const std::string& bytes, const std::string& where) {
-  if (bytes.compare(0, kHeaderV1.size(), kHeaderV1) == 0) return DecodeV1(bytes, where);
   Reader whole(bytes, where);
-  if (bytes.compare(0, kHeaderV2.size(), kHeaderV2) != 0) {
+  if (bytes.compare(0, kHeaderV1.size(), kHeaderV1) == 0) {
+    return whole.Bad("version-1 ledger: it carries no checksum, so a damaged budget could not "
+                     "be told from a real one; vipsd no longer reads it (start a new state "
+                     "directory; the old one records what was spent)");
+  }
+  if (bytes.compare(0, kHeaderV2.size(), kHeaderV2) == 0) {
+    return whole.Bad("version-2 ledger: it does not record the run id, the model or whether a "
+                     "non-private or fixed-seed step ever ran, and its pool bookkeeping is "
+                     "count-based; vipsd no longer resumes from it (start a new state "
+                     "directory; the old one records what was spent)");
+  }
+  if (bytes.compare(0, kHeaderV3.size(), kHeaderV3) != 0) {
     return whole.Bad("not a vipsd ledger (bad header)");
   }
   // The checksum line is the last line and covers every byte before it.
   const size_t checksum_at = bytes.rfind(std::string("\n") + std::string(kChecksumPrefix));
-  if (checksum_at == std::string::npos || bytes.empty() || bytes.back() != '\n') {
+  if (checksum_at == std::string::npos || bytes.back() != '\n') {
     return whole.Bad("checksum line missing (truncated write?)");
   }
   const std::string body = bytes.substr(0, checksum_at + 1);
-  const std::string stored =
-      bytes.substr(checksum_at + 1 + kChecksumPrefix.size(),
-                   bytes.size() - (checksum_at + 1 + kChecksumPrefix.size()) - 1);
+  const size_t hex_at = checksum_at + 1 + kChecksumPrefix.size();
+  const std::string stored = bytes.substr(hex_at, bytes.size() - hex_at - 1);
   if (stored != release::Blake2bHex(body)) return whole.Bad("checksum mismatch");
 
-  Reader reader(std::string_view(body).substr(kHeaderV2.size()), where);
+  Reader reader(std::string_view(body).substr(kHeaderV3.size()), where);
   LedgerState state;
   std::string line, word, value;
+  auto counter = [](int64_t v) { return v >= 0 && v <= svi::kMaxCounter; };
   VIPSD_RETURN_IF_ERROR(reader.Line(&line));
   {
     std::istringstream words(line);
-    if (!(words >> word >> state.next_step) || word != "next_step" || state.next_step < 1) {
-      return reader.Bad("bad next_step line");
+    if (!(words >> word >> state.run_id) || word != "run" || !IsRunId(state.run_id) ||
+        (words >> value)) {
+      return reader.Bad("bad run line");
+    }
+  }
+  VIPSD_RETURN_IF_ERROR(reader.Line(&line));
+  {
+    std::istringstream words(line);
+    if (!(words >> word >> state.model_type >> state.model_fingerprint) || word != "model" ||
+        (state.model_type != "lda" && state.model_type != "blr" && state.model_type != "sbn") ||
+        !IsHex(state.model_fingerprint, 64) || (words >> value)) {
+      return reader.Bad("bad model line");
+    }
+  }
+  VIPSD_RETURN_IF_ERROR(reader.Line(&line));
+  {
+    std::istringstream words(line);
+    if (!(words >> word >> value) || word != "source" || (value != "kafka" && value != "file")) {
+      return reader.Bad("bad source line");
+    }
+    state.source = value == "kafka" ? SourceKind::kKafka : SourceKind::kFile;
+  }
+  VIPSD_RETURN_IF_ERROR(reader.Line(&line));
+  {
+    std::istringstream words(line);
+    if (!(words >> word >> state.next_step) || word != "next_step" || state.next_step < 1 ||
+        !counter(state.next_step)) {
+      return reader.Bad("bad next_step line (must be in [1, 2^53])");
     }
   }
   VIPSD_RETURN_IF_ERROR(reader.Line(&line));
@@ -207,38 +268,47 @@ StatusOr<LedgerState> Ledger::Decode(const std::string& bytes, const std::string
   VIPSD_RETURN_IF_ERROR(reader.Line(&line));
   {
     std::istringstream words(line);
+    NoiseHistory& n = state.noise;
+    if (!(words >> word >> n.private_steps >> n.non_private_steps >> n.first_non_private_step >>
+          n.fixed_seed_steps >> n.first_fixed_seed_step) ||
+        word != "noise" || !counter(n.private_steps) || !counter(n.non_private_steps) ||
+        !counter(n.first_non_private_step) || !counter(n.fixed_seed_steps) ||
+        !counter(n.first_fixed_seed_step) ||
+        (n.non_private_steps > 0) != (n.first_non_private_step > 0) ||
+        (n.fixed_seed_steps > 0) != (n.first_fixed_seed_step > 0) ||
+        n.private_steps + n.non_private_steps + n.fixed_seed_steps > state.next_step - 1) {
+      return reader.Bad("bad noise line");
+    }
+  }
+  VIPSD_RETURN_IF_ERROR(reader.Line(&line));
+  {
+    std::istringstream words(line);
     char* end = nullptr;
     if (!(words >> word >> value) || word != "warning_level") {
       return reader.Bad("bad warning_level line");
     }
     state.warning_level = std::strtod(value.c_str(), &end);
-    if (end != value.c_str() + value.size() || !std::isfinite(state.warning_level)) {
+    if (end != value.c_str() + value.size() || !std::isfinite(state.warning_level) ||
+        state.warning_level < 0 || state.warning_level >= 1) {
       return reader.Bad("bad warning_level value");
     }
   }
-  while (reader.Peek().substr(0, 7) == "resume ") {
-    VIPSD_RETURN_IF_ERROR(reader.Line(&line));
-    std::istringstream words(line);
-    std::string stream;
-    int64_t offset = -1;
-    if (!(words >> word >> stream >> offset) || offset < 0 ||
-        !state.resume_offsets.emplace(stream, offset).second) {
-      return reader.Bad("bad resume line");
-    }
-  }
+  VIPSD_ASSIGN_OR_RETURN(std::string windows_text, reader.Section("slot-windows"));
+  auto windows = svi::SlotWindows::Deserialize(windows_text);
+  if (!windows.ok()) return reader.Bad(std::string(windows.status().message()));
+  state.windows = std::move(*windows);
   VIPSD_ASSIGN_OR_RETURN(std::string accountant_text, reader.Section("rdp-accountant"));
   auto accountant = privacy::RdpAccountant::Deserialize(accountant_text);
   if (!accountant.ok()) return reader.Bad(std::string(accountant.status().message()));
   state.accountant = std::move(*accountant);
+  if (state.accountant.steps() > state.next_step - 1) {
+    return reader.Bad("the accountant holds more steps than the ledger's step counter");
+  }
   if (state.mode == AccountingMode::kResidency) {
     VIPSD_ASSIGN_OR_RETURN(std::string residency_text, reader.Section("residency-accountant"));
     auto residency = privacy::ResidencyAccountant::Deserialize(residency_text);
     if (!residency.ok()) return reader.Bad(std::string(residency.status().message()));
     state.residency = std::move(*residency);
-    VIPSD_ASSIGN_OR_RETURN(std::string arrivals_text, reader.Section("arrival-history"));
-    auto arrivals = svi::ArrivalHistory::Deserialize(arrivals_text);
-    if (!arrivals.ok()) return reader.Bad(std::string(arrivals.status().message()));
-    state.arrivals = std::move(*arrivals);
   }
   if (!reader.AtEnd()) return reader.Bad("unexpected data after the last section");
   return state;

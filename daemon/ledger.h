@@ -1,12 +1,23 @@
 // The privacy ledger: the durable record of spent budget (DESIGN.md 4, 5).
 //
 // One file, `<state directory>/ledger`, holding everything needed to resume
-// without ever undercounting ε: the next step number t, the accounting mode,
-// the global RDP accountant (every private step ever run), in residency mode
-// the per-record window accountant and the arrival history, the offsets from
-// which the pool is rebuilt after a restart, and the highest budget-warning
-// level already announced. Format: docs/ledger_format.md (text, versioned,
-// sections with explicit byte lengths, BLAKE2b-256 checksum of the whole).
+// without ever undercounting ε or mixing runs:
+//   * identity: a random run id (a checkpoint must carry the same one), the
+//     model type and fingerprint (type, dimensions, vocabulary), the source
+//     kind (kafka | file);
+//   * t, the next step number, and the accounting mode;
+//   * the noise history: how many steps ran private (σ > 0, secure noise),
+//     non-private (σ = 0) or with fixed-seed noise (NOT private), and the
+//     first step of each kind that is not private — a private run refuses a
+//     state directory whose model ever took an un-noised step;
+//   * the slot clock and the per-stream cuts that define every step's
+//     candidate window (core/svi/slot_windows.h), from which a restarted
+//     daemon knows where to resume reading;
+//   * the accountants (the global RDP accountant; in residency mode the
+//     per-record window accountant) and the highest budget warning already
+//     announced.
+// Format: docs/ledger_format.md (text, version 3, sections with explicit
+// byte lengths, BLAKE2b-256 checksum of the whole).
 //
 // Durability: Commit() replaces the file atomically and durably — write
 // `ledger.tmp`, fsync it, rename over `ledger`, fsync the directory — so the
@@ -14,53 +25,71 @@
 // step's charge BEFORE it publishes the release that step produced, so a
 // crash at any point can lose a release but never undercount ε.
 //
-// Failure: Load() refuses a corrupt, truncated or checksum-mismatching
-// ledger with DATA_LOSS ("refusing to start from zero") rather than starting
-// a fresh budget; an absent ledger in an otherwise empty state directory
-// means a fresh run. Open() takes an exclusive lock (flock on
-// `<dir>/lock`) for the Ledger's lifetime, so two daemons can never spend
-// one budget from the same state directory; a held lock is
-// FAILED_PRECONDITION naming the directory.
+// Failure: Decode() refuses, with DATA_LOSS naming the file, anything that is
+// not exactly a version-3 ledger: a corrupt, truncated or checksum-mismatching
+// file, counters beyond 2^53 (far from int64 overflow in any later sum), and
+// the older versions 1 (no checksum) and 2 (no run id or noise history) —
+// never a silent restart from zero. Open() takes an exclusive lock (flock on
+// `<dir>/lock`) for the Ledger's lifetime, so two daemons can never spend one
+// budget from the same state directory; a held lock is FAILED_PRECONDITION
+// naming the directory.
 //
-// Privacy: only public values are stored (step counter, q, σ history as RDP
-// per order, stream offsets — stream volume is public). No record content
-// and nothing computed from records.
+// Privacy: only public values are stored (identity, step counter, noise
+// mode counts, q/σ history as RDP per order, stream offsets — stream volume
+// is public). No record content and nothing computed from records.
 //
 // Thread-safety: one Ledger per state directory, used from the step thread.
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <optional>
 #include <string>
 
 #include "core/base/status.h"
 #include "core/privacy/rdp_accountant.h"
 #include "core/privacy/residency_accountant.h"
-#include "core/svi/record_pool.h"
+#include "core/svi/slot_windows.h"
 
 namespace vipsd::daemon {
 
 enum class AccountingMode { kGlobal, kResidency };
+enum class SourceKind { kKafka, kFile };
 
 std::string_view AccountingModeName(AccountingMode mode);  // "global" | "residency"
+std::string_view SourceKindName(SourceKind kind);          // "kafka" | "file"
+
+// Steps by noise mode. Only `private_steps` carry a DP guarantee.
+struct NoiseHistory {
+  int64_t private_steps = 0;           // σ > 0, secure noise
+  int64_t non_private_steps = 0;       // σ = 0: the exact statistic
+  int64_t first_non_private_step = 0;  // 0 = none
+  int64_t fixed_seed_steps = 0;        // σ > 0 with reproducible noise: NOT private
+  int64_t first_fixed_seed_step = 0;   // 0 = none
+  bool operator==(const NoiseHistory& other) const = default;
+};
 
 struct LedgerState {
+  std::string run_id;             // 32 lowercase hex, random per state directory
+  std::string model_type;         // "lda" | "blr" | "sbn"
+  std::string model_fingerprint;  // 64 lowercase hex (daemon/model_setup.h)
+  SourceKind source = SourceKind::kKafka;
   int64_t next_step = 1;
   AccountingMode mode = AccountingMode::kGlobal;
+  NoiseHistory noise;
+  // Highest budget-warning fraction already announced (so a restart does not
+  // repeat warnings); public.
+  double warning_level = 0;
+  // The slot clock and the cuts of every input stream.
+  svi::SlotWindows windows;
   // Every private step ever run. In global mode this is the budget of record;
   // in residency mode it is informational (what global accounting would say).
   privacy::RdpAccountant accountant;
   // Residency mode only.
   std::optional<privacy::ResidencyAccountant> residency;
-  svi::ArrivalHistory arrivals;
-  // Per input stream ("topic:partition"): the first offset to re-read after a
-  // restart (the lowest pooled offset at the commit, or the next unread one).
-  std::map<std::string, int64_t> resume_offsets;
-  // Highest budget-warning fraction already announced (so a restart does not
-  // repeat warnings); public.
-  double warning_level = 0;
 };
+
+// A fresh random run id (32 lowercase hex from the operating system's CSPRNG).
+StatusOr<std::string> NewRunId();
 
 class Ledger {
  public:
@@ -84,8 +113,7 @@ class Ledger {
 
   // The exact bytes Commit writes (tests, docs).
   static std::string Encode(const LedgerState& state);
-  // Parses bytes written by Encode (or a version-1 ledger); `where` labels
-  // errors.
+  // Parses bytes written by Encode; `where` (the path) labels every error.
   static StatusOr<LedgerState> Decode(const std::string& bytes, const std::string& where);
 
  private:

@@ -54,6 +54,11 @@ constexpr const char* kUsage =
     "                                 address) and exit: 0 valid, 2 invalid\n"
     "  vipsd --version | --help\n"
     "\n"
+    "Options:\n"
+    "  --insecure-fixed-seed-noise    allow privacy.noise: fixed_seed (reproducible noise,\n"
+    "                                 NOT private; tests and experiments only). Without\n"
+    "                                 this flag such a configuration is refused.\n"
+    "\n"
     "Every key is documented in config/examples/*.yaml and README \"Configuration\".\n"
     "kafka.embedded: true starts an in-process Kafka (librdkafka's mock cluster) and\n"
     "prints its address, e.g. for kcat. Logs go to stderr (logfmt) and carry only\n"
@@ -94,7 +99,7 @@ void PrintTopWords(const release::Release& release, const std::string& vocabular
   }
 }
 
-int RunDaemon(const config::VipsdConfig& config) {
+int RunDaemon(const config::VipsdConfig& config, const daemon::DaemonOptions& options) {
   // Signals are handled by one thread with sigwait; block them everywhere
   // before any other thread starts (librdkafka's and prometheus' included).
   sigset_t signals;
@@ -129,6 +134,7 @@ int RunDaemon(const config::VipsdConfig& config) {
   metrics_options.version = VIPSD_VERSION;
   metrics_options.model_type = config.model_type;
   metrics_options.input_topics = config.source_topics;
+  metrics_options.expose_step_timing = config.expose_step_timing;
   auto metrics = daemon::Metrics::Create(metrics_options);
   if (!metrics.ok()) {
     Log(LogLevel::kError, "main", "metrics: " + metrics.status().ToString());
@@ -160,7 +166,7 @@ int RunDaemon(const config::VipsdConfig& config) {
       [&config, bootstrap, metrics_ptr](daemon::ResumeOffsetFn resume) {
         return daemon::NewKafkaInput(config, bootstrap, std::move(resume), metrics_ptr);
       },
-      std::move(*output), metrics_ptr, std::move(hooks));
+      std::move(*output), metrics_ptr, std::move(hooks), options);
   if (!daemon.ok()) {
     Log(LogLevel::kError, "main", daemon.status().ToString());
     return ExitCodeFor(daemon.status());
@@ -220,6 +226,7 @@ int RunDaemon(const config::VipsdConfig& config) {
 int main(int argc, char** argv) {
   std::string config_path;
   bool check_only = false;
+  daemon::DaemonOptions options;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -230,6 +237,8 @@ int main(int argc, char** argv) {
       return 0;
     } else if (arg == "--check-config") {
       check_only = true;
+    } else if (arg == "--insecure-fixed-seed-noise") {
+      options.allow_fixed_seed_noise = true;
     } else if (arg == "--config" && i + 1 < argc) {
       config_path = argv[++i];
     } else if (arg.rfind("--config=", 0) == 0) {
@@ -251,6 +260,12 @@ int main(int argc, char** argv) {
   if (check_only) {
     // Beyond the schema: the vocabulary and the model build, and the metrics
     // address parses.
+    if (config->noise_mode == config::NoiseMode::kFixedSeed && !options.allow_fixed_seed_noise) {
+      std::cerr << "vipsd: " << config_path << ":" << config->line_of("privacy.noise")
+                << ": privacy.noise: fixed_seed noise is NOT private and also needs the "
+                   "command-line flag --insecure-fixed-seed-noise\n";
+      return 2;
+    }
     auto bundle = daemon::BuildModel(*config);
     if (!bundle.ok()) {
       std::cerr << "vipsd: " << bundle.status().message() << "\n";
@@ -267,12 +282,12 @@ int main(int argc, char** argv) {
   }
   SetMinLogLevel(config->log_level);
   if (config->source_type == config::SourceType::kFile) {
-    auto summary = daemon::RunOffline(*config);
+    auto summary = daemon::RunOffline(*config, options);
     if (!summary.ok()) {
       Log(LogLevel::kError, "main", summary.status().ToString());
       return ExitCodeFor(summary.status());
     }
     return 0;
   }
-  return RunDaemon(*config);
+  return RunDaemon(*config, options);
 }

@@ -94,6 +94,15 @@ Status BadAddress(std::string_view address, std::string_view why) {
                               "for no endpoint");
 }
 
+// Step timing reveals how long each step took (hence something about its
+// batch): exported only when the operator asks for it.
+bool Exported(std::string_view id, const MetricsOptions& options) {
+  if (id == "step_duration_seconds" || id == "last_step_timestamp_seconds") {
+    return options.expose_step_timing;
+  }
+  return true;
+}
+
 template <typename Enum>
 std::string LabelText(size_t index) {
   return std::string(MetricLabelValues<Enum>::Name(static_cast<Enum>(index)));
@@ -102,10 +111,12 @@ std::string LabelText(size_t index) {
 }  // namespace
 
 
-std::string_view EvictionCauseName(EvictionCause cause) {
-  switch (cause) {
-    case EvictionCause::kCapacity: return "capacity";
-    case EvictionCause::kResidency: return "residency";
+std::string_view SkipReasonName(SkipReason reason) {
+  switch (reason) {
+    case SkipReason::kWindowOverflow: return "window_overflow";
+    case SkipReason::kCeiling: return "ceiling";
+    case SkipReason::kError: return "error";
+    case SkipReason::kMissed: return "missed";
   }
   return "unknown";
 }
@@ -154,15 +165,26 @@ Status ValidateMetricsListenAddress(std::string_view address) {
 
 // ---- Handles ---------------------------------------------------------------------
 
-void CounterHandle::Increment(double amount) const { counter_->Increment(amount); }
-double CounterHandle::Value() const { return counter_->Value(); }
+// Handles of metrics that are not exported (MetricsOptions) hold nullptr.
+void CounterHandle::Increment(double amount) const {
+  if (counter_ != nullptr) counter_->Increment(amount);
+}
+double CounterHandle::Value() const { return counter_ != nullptr ? counter_->Value() : 0; }
 
-void GaugeHandle::Set(double value) const { gauge_->Set(value); }
-void GaugeHandle::Increment(double amount) const { gauge_->Increment(amount); }
-void GaugeHandle::Decrement(double amount) const { gauge_->Decrement(amount); }
-double GaugeHandle::Value() const { return gauge_->Value(); }
+void GaugeHandle::Set(double value) const {
+  if (gauge_ != nullptr) gauge_->Set(value);
+}
+void GaugeHandle::Increment(double amount) const {
+  if (gauge_ != nullptr) gauge_->Increment(amount);
+}
+void GaugeHandle::Decrement(double amount) const {
+  if (gauge_ != nullptr) gauge_->Decrement(amount);
+}
+double GaugeHandle::Value() const { return gauge_ != nullptr ? gauge_->Value() : 0; }
 
-void HistogramHandle::Observe(double value) const { histogram_->Observe(value); }
+void HistogramHandle::Observe(double value) const {
+  if (histogram_ != nullptr) histogram_->Observe(value);
+}
 
 // ---- Metrics ---------------------------------------------------------------------
 
@@ -200,14 +222,19 @@ StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const MetricsOptions& options
   m.id##_->Set(1);
 #define VIPSD_REGISTER_COUNTER_(id, unit, help) \
   m.id##_ = &prometheus::BuildCounter().Name("vipsd_" #id).Help(help).Register(registry).Add({});
-#define VIPSD_REGISTER_GAUGE_(id, unit, help) \
-  m.id##_ = &prometheus::BuildGauge().Name("vipsd_" #id).Help(help).Register(registry).Add({});
-#define VIPSD_REGISTER_HISTOGRAM_(id, unit, help, buckets)                                \
-  m.id##_ = &prometheus::BuildHistogram()                                                 \
-                 .Name("vipsd_" #id)                                                      \
-                 .Help(help)                                                              \
-                 .Register(registry)                                                      \
-                 .Add({}, prometheus::Histogram::BucketBoundaries(buckets.begin(), buckets.end()));
+#define VIPSD_REGISTER_GAUGE_(id, unit, help)                                                  \
+  if (Exported(#id, options)) {                                                                 \
+    m.id##_ = &prometheus::BuildGauge().Name("vipsd_" #id).Help(help).Register(registry).Add({}); \
+  }
+#define VIPSD_REGISTER_HISTOGRAM_(id, unit, help, buckets)                                  \
+  if (Exported(#id, options)) {                                                             \
+    m.id##_ = &prometheus::BuildHistogram()                                                 \
+                   .Name("vipsd_" #id)                                                      \
+                   .Help(help)                                                              \
+                   .Register(registry)                                                      \
+                   .Add({}, prometheus::Histogram::BucketBoundaries(buckets.begin(),       \
+                                                                    buckets.end()));       \
+  }
 #define VIPSD_REGISTER_COUNTER_BY_(id, unit, help, label, Enum)                               \
   {                                                                                           \
     auto& family = prometheus::BuildCounter().Name("vipsd_" #id).Help(help).Register(registry); \

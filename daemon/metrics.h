@@ -69,7 +69,13 @@ namespace vipsd::daemon {
 
 // ---- Label value sets (fixed, low cardinality) ------------------------------
 
-enum class EvictionCause { kCapacity, kResidency };
+// Why a slot passed without a step.
+enum class SkipReason {
+  kWindowOverflow,  // the slot's window held more records than pool.capacity
+  kCeiling,         // the step would have crossed the epsilon ceiling
+  kError,           // an earlier failure (ledger commit, window invariant) stopped stepping
+  kMissed,          // the slot's time passed while vipsd was not running
+};
 enum class ReloadResult { kSuccess, kFailure };
 // Kafka client errors, coarsely classified by the connector.
 enum class KafkaErrorKind {
@@ -81,7 +87,7 @@ enum class KafkaErrorKind {
   kOther,      // anything the connector does not classify above
 };
 
-std::string_view EvictionCauseName(EvictionCause cause);       // "capacity", "residency"
+std::string_view SkipReasonName(SkipReason reason);             // "window_overflow", ...
 std::string_view ReloadResultName(ReloadResult result);        // "success", "failure"
 std::string_view KafkaErrorKindName(KafkaErrorKind kind);      // "transport", ...
 
@@ -94,9 +100,9 @@ struct MetricLabelValues<AccountingMode> {
   static std::string_view Name(AccountingMode v) { return AccountingModeName(v); }
 };
 template <>
-struct MetricLabelValues<EvictionCause> {
-  static constexpr size_t kCount = 2;
-  static std::string_view Name(EvictionCause v) { return EvictionCauseName(v); }
+struct MetricLabelValues<SkipReason> {
+  static constexpr size_t kCount = 4;
+  static std::string_view Name(SkipReason v) { return SkipReasonName(v); }
 };
 template <>
 struct MetricLabelValues<ReloadResult> {
@@ -171,22 +177,37 @@ inline constexpr std::array<double, 15> kLedgerCommitDurationBuckets = {
   GAUGE(step, "", "Step counter t of the last step run; persists across restarts.")              \
   GAUGE(step_size_rho, "", "Step size rho_t = (tau0 + t)^-kappa of the last step.")              \
   GAUGE(step_interval_seconds, "seconds",                                                        \
-        "Configured time between scheduled steps (0: steps are triggered by record count "       \
-        "only).")                                                                                \
+        "Configured time between slots: slot k is due at a public time t_k.")                    \
+  GAUGE(slot, "", "Last slot processed (stepped or skipped); persists across restarts.")         \
+  GAUGE(last_slot_timestamp_seconds, "seconds",                                                  \
+        "Public due time of the last slot processed (its slot time, not when its step "         \
+        "finished); 0 before the first.")                                                        \
+  COUNTER_BY(slots_skipped_total, "slots", "Slots that passed without a step, by reason.",       \
+             "reason", SkipReason)                                                               \
+  COUNTER(release_deadline_overruns_total, "slots",                                              \
+          "Slots whose step finished after the public release deadline (slot time + "           \
+          "release_delay_seconds); each one reveals that its step took that long.")             \
   HISTOGRAM(step_duration_seconds, "seconds",                                                    \
-            "Wall-clock duration of one step, sampling to M-step.", kStepDurationBuckets)        \
+            "Wall-clock duration of one step, sampling to M-step. Exported only with "           \
+            "metrics.expose_step_timing: it reveals how long each step took.",                   \
+            kStepDurationBuckets)                                                                \
   GAUGE(last_step_timestamp_seconds, "seconds",                                                  \
-        "Unix time at which the last step finished (0 before the first step).")                  \
+        "Unix time at which the last step finished. Exported only with "                         \
+        "metrics.expose_step_timing.")                                                           \
   /* Records: stream volume is public; nothing per batch */                                      \
   COUNTER_PER(records_consumed_total, "records",                                                 \
               "Records read from an input topic, accepted or rejected.", "topic")                \
   COUNTER_BY(records_rejected_total, "records",                                                  \
              "Records rejected before the pool (never pooled), by reason.", "reason",            \
              connectors::RejectReason)                                                           \
-  GAUGE(pool_records, "records", "Records currently in the pool.")                               \
-  GAUGE(pool_capacity, "records", "Configured pool capacity.")                                   \
-  COUNTER_BY(pool_evicted_total, "records", "Records evicted from the pool, by cause.", "cause",  \
-             EvictionCause)                                                                      \
+  GAUGE(pool_records, "records",                                                                 \
+        "Records in the last slot's window (the pool the step sampled from).")                   \
+  GAUGE(pool_capacity, "records",                                                                \
+        "Configured pool capacity: a window with more records skips its step.")                  \
+  GAUGE(window_overflow, "",                                                                     \
+        "1 while the last slot's window held more records than pool.capacity, else 0.")          \
+  COUNTER(pool_evicted_total, "records",                                                         \
+          "Records that left the pool because the window moved past them.")                      \
   GAUGE(consumer_lag_records, "records",                                                         \
         "Records on the assigned input partitions not yet consumed (high watermark minus "       \
         "position, summed).")                                                                    \
@@ -230,7 +251,8 @@ inline constexpr std::array<double, 15> kLedgerCommitDurationBuckets = {
 
 // ---- Handles -------------------------------------------------------------------
 
-// A counter series. Cheap to copy; valid while its Metrics lives.
+// A counter series. Cheap to copy; valid while its Metrics lives. Handles of
+// metrics that are not exported (see MetricsOptions) do nothing.
 class CounterHandle {
  public:
   // `amount` must be >= 0 (prometheus-cpp ignores negative increments).
@@ -290,6 +312,10 @@ struct MetricsOptions {
   // Input topics whose vipsd_records_consumed_total series are created at 0
   // (so that rate() works from the first scrape); others appear on first use.
   std::vector<std::string> input_topics;
+  // Whether vipsd_step_duration_seconds and vipsd_last_step_timestamp_seconds
+  // are exported (metrics.expose_step_timing). When false they are not
+  // registered and their handles do nothing.
+  bool expose_step_timing = true;
 };
 
 // OK if `address` is "" or a numeric "IPv4:port" with port in [0, 65535];

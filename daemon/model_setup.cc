@@ -23,8 +23,10 @@ std::string ModelFingerprint(const model::Model& model, const std::string& vocab
 
 }  // namespace
 
-std::string UtcNow() {
-  const std::time_t now = std::time(nullptr);
+std::string UtcNow() { return UtcTime(static_cast<double>(std::time(nullptr))); }
+
+std::string UtcTime(double unix_seconds) {
+  const auto now = static_cast<std::time_t>(unix_seconds);
   std::tm tm{};
   gmtime_r(&now, &tm);
   char buffer[32];
@@ -61,7 +63,7 @@ StatusOr<ModelBundle> BuildModel(const config::VipsdConfig& config) {
     bundle.model = std::move(model);
     const auto rule = connectors::ParseNormRule(config.blr_norm_rule);
     if (!rule.has_value()) {
-      return InvalidArgumentError("model.blr.norm_rule must be reject or rescale");
+      return InvalidArgumentError("model.blr.norm_rule must be rescale or reject");
     }
     bundle.decoder = connectors::NewBlrRecordDecoder(config.blr.dim, *rule);
   } else if (config.model_type == "sbn") {
@@ -102,7 +104,7 @@ std::string ConfigFingerprint(const config::VipsdConfig& c) {
        << " tau0=" << c.driver.tau0 << " kappa=" << c.driver.kappa << " delta=" << c.driver.delta
        << " ceiling=" << c.driver.epsilon_ceiling
        << " accounting=" << (c.accounting == config::Accounting::kGlobal ? "global" : "residency")
-       << " M=" << c.residency_steps;
+       << " window=" << c.window_steps;
   return release::Blake2bHex(text.str());
 }
 
@@ -130,7 +132,7 @@ release::Release MakeRelease(const ModelBundle& bundle, const config::VipsdConfi
   m.config_fingerprint = ConfigFingerprint(config);
   m.is_private = is_private && facts.noise_is_private;
   m.noise_description = is_private ? facts.noise_description : "none (sigma = 0, NOT PRIVATE)";
-  m.created_at_utc = UtcNow();
+  m.created_at_utc = facts.created_at > 0 ? UtcTime(facts.created_at) : UtcNow();
   for (auto& array : bundle.model->ReleaseArrays()) {
     out.arrays.push_back({array.name, array.shape, std::move(array.data)});
   }

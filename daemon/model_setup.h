@@ -53,6 +53,9 @@ struct ReleaseFacts {
   std::string noise_description;
   double noise_multiplier = 0;  // σ of the step (a reload may change it)
   double sampling_rate = 0;     // q of the step
+  // Unix seconds stamped as created_at_utc: the release's public deadline
+  // (never the moment its step finished); 0 = now.
+  double created_at = 0;
 };
 
 release::Release MakeRelease(const ModelBundle& bundle, const config::VipsdConfig& config,
@@ -60,5 +63,6 @@ release::Release MakeRelease(const ModelBundle& bundle, const config::VipsdConfi
 
 // "2026-11-23T05:22:30Z".
 std::string UtcNow();
+std::string UtcTime(double unix_seconds);
 
 }  // namespace vipsd::daemon

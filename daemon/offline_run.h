@@ -1,34 +1,29 @@
-// The offline run: the daemon's step loop fed by a JSON Lines file instead
-// of Kafka, writing releases to a directory (DESIGN.md 5; issue "offline
-// runs"). It is the same path the daemon takes — pool behind the privacy
-// wall, StepDriver, ledger before release — with file connectors.
+// The offline run: `source.type: file`. It is the daemon (daemon/daemon.h)
+// over a JSON Lines file and a release directory (daemon/file_io.h) — the
+// same start-up check, step loop and ledger discipline as the streaming
+// service — with an unpaced clock: the file is the whole data set, every
+// step samples all of it, and steps follow each other at once until
+// max_steps / max_epochs (one epoch = 1/q steps) or the ε ceiling.
 //
-//   1. Read the PUBLIC vocabulary, build the model.
-//   2. Open the ledger: a previous run's spent budget and step counter are
-//      restored (never reset); a corrupt ledger stops the run. ε is always
-//      accounted in the adaptive-filter mode, because a resumed run may use
-//      (q, σ) chosen after seeing earlier releases. The model resumes from
-//      its checkpoint (daemon/checkpoint.h) when one exists; a checkpoint
-//      of a different model or a corrupt one stops the run.
-//   3. Read the source into the in-memory pool, each line decoded by the
-//      model's record decoder (the daemon's; for LDA a document without a
-//      vocabulary word is rejected as empty_document). Malformed lines go to
-//      the dead-letter file (line number and reason only — never content).
-//      Records are never written to disk.
-//   4. Step until max_steps / max_epochs (one epoch = 1/q steps) or until
-//      the accountant refuses a step at the ε ceiling. After every step the
-//      ledger is committed (fsync) BEFORE any release of that step is
-//      written; a checkpoint every checkpoint_every steps and at the end;
-//      releases every publish_every steps and at the end.
+// Malformed lines go to the dead-letter file (line number and reason only —
+// never content); a document with no vocabulary word is a record like any
+// other (its statistic is zero). A restarted run continues t and ε from the
+// ledger and the model from its checkpoint, after the same checks as the
+// daemon (daemon.h "Start-up check").
 //
-// Logs (stderr, logfmt) carry only public values: step, ρ, ε spent,
-// records read/rejected from the stream (stream volume is public).
+// Exit: OK when the run stepped at least once and stopped by max_steps,
+// max_epochs or the ceiling; FAILED_PRECONDITION when the ceiling admits no
+// step at all (nothing was run).
+//
+// Timing: an offline run has no public clock; its files' modification times
+// reveal how long each step took. Publish only the release contents.
 #pragma once
 
 #include <cstdint>
 
 #include "config/config.h"
 #include "core/base/status.h"
+#include "daemon/daemon.h"
 
 namespace vipsd::daemon {
 
@@ -38,11 +33,12 @@ struct OfflineRunSummary {
   int64_t releases_written = 0;
   bool stopped_at_ceiling = false;
   double epsilon_spent = 0;       // cumulative, including earlier runs
-  int64_t records_pooled = 0;     // stream volume: public
-  int64_t records_rejected = 0;   // malformed lines: public (stream-level)
-  double estep_seconds = 0;       // wall time inside driver steps
+  int64_t records_pooled = 0;     // stream volume
+  int64_t records_rejected = 0;   // malformed lines (stream volume)
+  double seconds = 0;             // wall time of Run()
 };
 
-StatusOr<OfflineRunSummary> RunOffline(const config::VipsdConfig& config);
+StatusOr<OfflineRunSummary> RunOffline(const config::VipsdConfig& config,
+                                       DaemonOptions options = {}, DaemonHooks hooks = {});
 
 }  // namespace vipsd::daemon

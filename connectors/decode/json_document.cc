@@ -78,7 +78,6 @@ std::string_view RejectReasonName(RejectReason reason) {
     case RejectReason::kBothTextAndTokens: return "both_text_and_tokens";
     case RejectReason::kLineTooLong: return "line_too_long";
     case RejectReason::kInvalidUtf8: return "invalid_utf8";
-    case RejectReason::kEmptyDocument: return "empty_document";
     case RejectReason::kRecordTooLarge: return "record_too_large";
     case RejectReason::kMissingFeatures: return "missing_features";
     case RejectReason::kBadFeatures: return "bad_features";
@@ -104,7 +103,6 @@ std::string_view RejectReasonDescription(RejectReason reason) {
       return "keys \"text\" and \"tokens\" are both present; use exactly one";
     case RejectReason::kLineTooLong: return "record is longer than the configured limit";
     case RejectReason::kInvalidUtf8: return "bytes are not well-formed UTF-8";
-    case RejectReason::kEmptyDocument: return "no word of the record is in the vocabulary";
     case RejectReason::kRecordTooLarge: return "record is larger than the configured limit";
     case RejectReason::kMissingFeatures:
       return "the feature key is missing (logistic regression: \"x\", belief network: \"y\")";

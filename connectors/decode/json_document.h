@@ -48,7 +48,6 @@ enum class RejectReason {
   kInvalidUtf8,        // bytes are not well-formed UTF-8
   // The reasons above are all DecodeJsonDocument / the JSONL source produce.
   // The record decoders (record_decoder.h) add:
-  kEmptyDocument,      // LDA: no in-vocabulary word (the daemon dead-letters it)
   kRecordTooLarge,     // a message above the configured size limit
   // Feature records (BLR: "x" and "y"; SBN: "y" as the observation vector):
   kMissingFeatures,    // the feature key is missing
@@ -56,7 +55,7 @@ enum class RejectReason {
   kWrongDimension,     // feature vector has the wrong length / index out of range
   kMissingLabel,       // BLR: "y" is missing
   kBadLabel,           // BLR: "y" is not 0 or 1
-  kNormTooLarge,       // BLR: ||x||_2 > 1 under the "reject" rule
+  kNormTooLarge,       // BLR: ||x||_2 > 1 under the "reject" rule (non-private runs only)
   kNotBinary,          // SBN: an observation is not 0 or 1
 };
 
@@ -64,7 +63,7 @@ enum class RejectReason {
 // ones of the enum).
 inline constexpr size_t kNumDocumentRejectReasons = 10;
 // All reasons; RejectReason values are 0 .. kNumRejectReasons - 1.
-inline constexpr size_t kNumRejectReasons = 19;
+inline constexpr size_t kNumRejectReasons = 18;
 
 // Stable snake_case code, e.g. "bad_text": used in dead-letter records and as
 // a metric label value.

@@ -13,8 +13,11 @@ class LdaRecordDecoder final : public RecordDecoder {
     DecodeResult decoded = DecodeJsonDocument(bytes, *vocabulary_);
     if (auto* failure = std::get_if<DecodeFailure>(&decoded)) return *failure;
     model::Record record;
+    // A document with no vocabulary word is well-formed: it is pooled and
+    // contributes a zero statistic inside the mechanism. Rejecting it here
+    // would decide, from its content and outside the mechanism, whether a
+    // record takes part.
     record.word_ids = std::move(std::get<text::Document>(decoded).word_ids);
-    if (record.word_ids.empty()) return DecodeFailure{RejectReason::kEmptyDocument};
     return record;
   }
 

@@ -32,9 +32,9 @@ class RecordDecoder {
 };
 
 // LDA documents (json_document.h): Record::word_ids. A document with no
-// in-vocabulary word is rejected (kEmptyDocument): in the daemon it goes to
-// the dead-letter topic instead of the pool. `vocabulary` must outlive the
-// decoder.
+// in-vocabulary word is a valid record with no words: it is pooled like any
+// other and contributes the zero statistic (only syntax errors are
+// rejected). `vocabulary` must outlive the decoder.
 std::unique_ptr<RecordDecoder> NewLdaRecordDecoder(const text::Vocabulary& vocabulary);
 
 }  // namespace vipsd::connectors

@@ -170,4 +170,51 @@ StatusOr<std::optional<DecodedRecordLine>> JsonlDocumentSource::NextRecord(
   }
 }
 
+StatusOr<std::optional<RawLine>> JsonlDocumentSource::NextRawLine() {
+  while (true) {
+    VIPSD_ASSIGN_OR_RETURN(const LineStatus status, ReadLine());
+    if (status == LineStatus::kEndOfFile) return std::optional<RawLine>();
+    ++line_number_;
+    ++stats_.lines;
+    RawLine raw;
+    raw.line_number = line_number_;
+    if (status == LineStatus::kTooLong) {
+      raw.too_long = true;
+      return std::optional<RawLine>(std::move(raw));
+    }
+    if (IsBlank(line_)) {
+      ++stats_.blank_lines;
+      continue;
+    }
+    raw.bytes = line_;
+    return std::optional<RawLine>(std::move(raw));
+  }
+}
+
+StatusOr<int64_t> JsonlDocumentSource::CountLines(const std::string& path) {
+  std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
+  if (file == nullptr) {
+    return UnavailableError("cannot open " + path + ": " + std::strerror(errno));
+  }
+  std::vector<char> buffer(size_t{1} << 16);
+  int64_t lines = 0;
+  bool pending = false;  // bytes after the last newline
+  for (;;) {
+    const size_t read = std::fread(buffer.data(), 1, buffer.size(), file.get());
+    if (read == 0) break;
+    for (size_t i = 0; i < read; ++i) {
+      if (buffer[i] == '\n') {
+        ++lines;
+        pending = false;
+      } else {
+        pending = true;
+      }
+    }
+  }
+  if (std::ferror(file.get())) {
+    return UnavailableError("cannot read " + path + ": " + std::strerror(errno));
+  }
+  return lines + (pending ? 1 : 0);
+}
+
 }  // namespace vipsd::connectors

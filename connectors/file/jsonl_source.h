@@ -65,6 +65,14 @@ using DecodedLine = std::variant<text::Document, Rejection>;
 // Either a record decoded by a model's RecordDecoder or the reason.
 using DecodedRecordLine = std::variant<model::Record, Rejection>;
 
+// One non-blank line as read, undecoded (the daemon's file source decodes
+// with the model's decoder on its ingest thread). PRIVATE content.
+struct RawLine {
+  int64_t line_number = 0;  // 1-based
+  bool too_long = false;    // bytes is empty then
+  std::string bytes;
+};
+
 // Counts since Open. Data-dependent, like the rejected-by-reason metric
 // (DESIGN.md 6); the daemon decides which it exports.
 struct JsonlSourceStats {
@@ -92,6 +100,13 @@ class JsonlDocumentSource {
   // decoder, record_decoder.h); the same line handling, size limit and
   // rejections as Next(). stats().documents counts decoded records.
   StatusOr<std::optional<DecodedRecordLine>> NextRecord(const RecordDecoder& decoder);
+
+  // The next non-blank line, undecoded; nullopt at end of file.
+  StatusOr<std::optional<RawLine>> NextRawLine();
+
+  // Number of physical lines of the file at `path` (a last line without
+  // "\n" counts): the end of its log. UNAVAILABLE on a read error.
+  static StatusOr<int64_t> CountLines(const std::string& path);
 
   // Line number of the item Next() last returned (0 before the first).
   int64_t line_number() const { return line_number_; }

@@ -37,6 +37,7 @@ struct KafkaProducer::MessageView {
   std::string_view key;
   std::string_view value;
   std::span<const std::pair<std::string, std::string>> headers;
+  int64_t timestamp_ms = 0;  // 0: librdkafka stamps the produce time
 };
 
 // Delivery bookkeeping of one ProduceAndWait call. Lives in batches_ until
@@ -191,7 +192,7 @@ Status KafkaProducer::ProduceViews(std::span<const MessageView> messages,
       err = producer_->produce(std::string(m.topic), RdKafka::Topic::PARTITION_UA,
                                RdKafka::Producer::RK_MSG_COPY, const_cast<char*>(m.value.data()),
                                m.value.size(), m.key.empty() ? nullptr : m.key.data(),
-                               m.key.size(), 0, headers, BatchOpaque(batch_id));
+                               m.key.size(), m.timestamp_ms, headers, BatchOpaque(batch_id));
       if (err == RdKafka::ERR_NO_ERROR) break;  // headers now belong to librdkafka
       delete headers;
       if (err != RdKafka::ERR__QUEUE_FULL || std::chrono::steady_clock::now() >= deadline) break;
@@ -275,14 +276,14 @@ Status KafkaProducer::ProduceAndWait(std::span<const OutMessage> messages,
   views.reserve(messages.size());
   for (const OutMessage& m : messages) {
     if (m.topic.empty()) return InvalidArgumentError("kafka producer: message without a topic");
-    views.push_back({m.topic, m.key, m.value, m.headers});
+    views.push_back({m.topic, m.key, m.value, m.headers, m.timestamp_ms});
   }
   return ProduceViews(views, deadline);
 }
 
 Status KafkaProducer::PublishRelease(const std::string& topic,
                                      const release::EncodedRelease& encoded,
-                                     std::chrono::milliseconds timeout) {
+                                     std::chrono::milliseconds timeout, int64_t timestamp_ms) {
   const auto deadline =
       std::chrono::steady_clock::now() + std::max(timeout, std::chrono::milliseconds(0));
   const std::string& id = encoded.release_id;
@@ -321,10 +322,13 @@ Status KafkaProducer::PublishRelease(const std::string& topic,
   }
   std::vector<MessageView> views;
   views.reserve(chunks.size());
-  for (size_t i = 0; i < chunks.size(); ++i) views.push_back({topic, id, chunks[i], chunk_headers[i]});
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    views.push_back({topic, id, chunks[i], chunk_headers[i], timestamp_ms});
+  }
   const std::vector<std::pair<std::string, std::string>> manifest_headers = {
       {"vipsd-release-id", id}, {"vipsd-file", std::string(release::kManifestFileName)}};
-  const MessageView manifest{topic, id, encoded.files.back().bytes, manifest_headers};
+  const MessageView manifest{topic, id, encoded.files.back().bytes, manifest_headers,
+                             timestamp_ms};
 
   std::shared_lock<std::shared_mutex> lifecycle(lifecycle_mutex_);
   if (closed_) return FailedPreconditionError("kafka producer: PublishRelease after Close");

@@ -85,6 +85,8 @@ struct OutMessage {
   std::string key;  // empty: no key (partitioner picks a partition)
   std::string value;
   std::vector<std::pair<std::string, std::string>> headers;
+  // Message timestamp (CreateTime) in unix milliseconds; 0 = the produce time.
+  int64_t timestamp_ms = 0;
 };
 
 struct KafkaProducerStats {
@@ -112,8 +114,11 @@ class KafkaProducer {
   // release::EncodeRelease returns them) to `topic`, all within `timeout`.
   // INVALID_ARGUMENT for a malformed EncodedRelease; otherwise the
   // ProduceAndWait error of the chunk or manifest phase, naming the release.
+  // `timestamp_ms` (unix ms, 0 = now) stamps every message of the release:
+  // the daemon passes the release's public deadline, so that the messages'
+  // timestamps do not reveal when its step finished.
   Status PublishRelease(const std::string& topic, const release::EncodedRelease& release,
-                        std::chrono::milliseconds timeout);
+                        std::chrono::milliseconds timeout, int64_t timestamp_ms = 0);
 
   // flush(timeout), then outq_len(): UNAVAILABLE "N message(s)/request(s)
   // not delivered" if anything is left, then the handle is destroyed.

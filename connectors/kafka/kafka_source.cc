@@ -136,7 +136,7 @@ StatusOr<std::unique_ptr<KafkaSource>> KafkaSource::Create(KafkaSourceOptions op
       {"client.id", o.client_id},
       {"auto.offset.reset", o.start_position},
       {"enable.auto.offset.store", "false"},
-      {"enable.partition.eof", "false"},
+      {"enable.partition.eof", "true"},
   };
   VIPSD_RETURN_IF_ERROR(kafka_internal::ApplyProperties(*conf, kWhat, managed, o.properties));
   std::string errstr;
@@ -417,7 +417,15 @@ StatusOr<std::vector<SourceMessage>> KafkaSource::Poll(size_t max_messages,
       continue;
     }
     if (err == RdKafka::ERR__TIMED_OUT) break;
-    if (err == RdKafka::ERR__PARTITION_EOF) continue;
+    if (err == RdKafka::ERR__PARTITION_EOF) {
+      // Everything below this offset has been returned (control records and
+      // compaction gaps included); the daemon's cut check relies on it.
+      const TopicPartitionRef ref{message->topic_name(), message->partition()};
+      int64_t& end = reached_end_[ref];
+      end = std::max(end, message->offset());
+      if (out.empty() && std::chrono::steady_clock::now() >= deadline) break;
+      continue;
+    }
     if (err == RdKafka::ERR__FATAL) {
       std::string text;
       const RdKafka::ErrorCode original = consumer_->fatal_error(text);
@@ -489,6 +497,29 @@ Status KafkaSource::StoreOffset(const std::string& topic, int32_t partition, int
     return FailedPreconditionError("kafka source: cannot store offset " +
                                    std::to_string(offset + 1) + " for " +
                                    Describe({topic, partition}) + ": " + ErrorDescription(err));
+  }
+  return Status::Ok();
+}
+
+std::map<TopicPartitionRef, int64_t> KafkaSource::TakeReachedEnds() {
+  std::map<TopicPartitionRef, int64_t> ends;
+  ends.swap(reached_end_);
+  return ends;
+}
+
+Status KafkaSource::SetPaused(const std::vector<TopicPartitionRef>& partitions, bool pause) {
+  if (closed_) return FailedPreconditionError("kafka source: pause/resume after Close");
+  PartitionList list;
+  for (const TopicPartitionRef& ref : partitions) {
+    if (assignment_.count(ref) == 0) continue;  // not ours (any more)
+    list.items.push_back(RdKafka::TopicPartition::create(ref.topic, ref.partition));
+  }
+  if (list.items.empty()) return Status::Ok();
+  const RdKafka::ErrorCode err =
+      pause ? consumer_->pause(list.items) : consumer_->resume(list.items);
+  if (err != RdKafka::ERR_NO_ERROR) {
+    return UnavailableError(std::string("kafka source: ") + (pause ? "pause" : "resume") +
+                            " failed: " + ErrorDescription(err));
   }
   return Status::Ok();
 }

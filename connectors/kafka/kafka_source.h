@@ -38,7 +38,12 @@
 // again by the next owner (still at-least-once). Close() retries a commit
 // refused that way for up to 2 s.
 //
-// Errors. Poll returns messages, never partition EOF (disabled). Transient
+// End of partition. enable.partition.eof is on: when the consumer reaches
+// the end of a partition, Poll records the end offset (everything below it
+// was returned) and TakeReachedEnds() hands those offsets to the caller.
+//
+// Errors. Poll returns messages only (end-of-partition events are kept for
+// TakeReachedEnds). Transient
 // errors — broker transport failures, all brokers down, unknown topic,
 // failed commits, request timeouts — are counted in stats().errors_by_kind
 // (key: librdkafka's error name, e.g. "_TRANSPORT") and logged (at most one
@@ -193,6 +198,19 @@ class KafkaSource {
   // INVALID_ARGUMENT for a negative offset.
   Status StoreOffset(const std::string& topic, int32_t partition, int64_t offset);
 
+  // Partitions whose end Poll reached since the last call, with the end
+  // offset (the next offset to be written at that moment). Ingest thread.
+  std::map<TopicPartitionRef, int64_t> TakeReachedEnds();
+
+  // Stops / restarts fetching these partitions (librdkafka pause/resume;
+  // prefetched messages of a paused partition are discarded and fetched
+  // again after Resume). Partitions not assigned to this consumer are
+  // ignored. Ingest thread.
+  Status Pause(const std::vector<TopicPartitionRef>& partitions) { return SetPaused(partitions, true); }
+  Status Resume(const std::vector<TopicPartitionRef>& partitions) {
+    return SetPaused(partitions, false);
+  }
+
   // Commits the stored offsets of the current assignment synchronously.
   // Nothing stored since the last commit is OK. UNAVAILABLE with the
   // librdkafka error name if the commit failed (e.g. brokers down).
@@ -223,6 +241,7 @@ class KafkaSource {
   void CountError(const std::string& kind, const std::string& log_text);
   void RecordFatal(const std::string& text);
   Status CommitStored(const char* when);
+  Status SetPaused(const std::vector<TopicPartitionRef>& partitions, bool pause);
 
   KafkaSourceOptions options_;
   // Declared before consumer_ so that they are destroyed after it.
@@ -233,6 +252,8 @@ class KafkaSource {
   std::set<TopicPartitionRef> assignment_;
   // Offset after the last message returned, per partition (for Lag()).
   std::map<TopicPartitionRef, int64_t> positions_;
+  // End offsets reached since the last TakeReachedEnds().
+  std::map<TopicPartitionRef, int64_t> reached_end_;
 
   std::atomic<int64_t> lag_{0};
   mutable std::mutex stats_mutex_;

@@ -29,6 +29,7 @@ enum class StatusCode {
   kResourceExhausted,  // e.g. privacy budget would be exceeded
   kUnavailable,       // transient: retry with backoff
   kInternal,          // a bug or violated invariant
+  kCancelled,         // the operation was abandoned because the caller is stopping
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -75,6 +76,9 @@ inline Status ResourceExhaustedError(std::string m) {
 }
 inline Status UnavailableError(std::string m) {
   return {StatusCode::kUnavailable, std::move(m)};
+}
+inline Status CancelledError(std::string m) {
+  return Status(StatusCode::kCancelled, std::move(m));
 }
 inline Status InternalError(std::string m) {
   return {StatusCode::kInternal, std::move(m)};

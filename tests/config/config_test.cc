@@ -75,8 +75,8 @@ TEST(ConfigTest, ErrorsNameFileLineKeyAndAllowedValues) {
       {"model: 3\n", "f.yaml:1: source: required key is missing"},
       {"privacy: 3\nsource: {type: file}\n", "f.yaml:1: privacy: must be a mapping"},
       {With("  noise: secure ", "  noise: secure\n  residency_steps: 5 "),
-       "privacy.residency_steps: only allowed with accounting: residency"},
-      {With("  noise: secure ", "  noise: secure\n  accounting: residency\n  residency_steps: 5 "),
+       "privacy.residency_steps: no longer a key"},
+      {With("  noise: secure ", "  noise: secure\n  accounting: residency "),
        "privacy.accounting: residency needs source.type: kafka"},
       {With("  noise: secure ", "  noise: secure\n  warn_at: [0.9, 0.5] "),
        "privacy.warn_at: must be strictly increasing"},
@@ -134,12 +134,14 @@ TEST(ConfigTest, KafkaExampleParsesWithItsValues) {
   EXPECT_EQ(config->dead_letter_topic, "vipsd-dead-letters");
   EXPECT_EQ(config->alert_topic, "vipsd-alerts");
   EXPECT_EQ(config->accounting, Accounting::kResidency);
-  EXPECT_EQ(config->residency_steps, 500);
+  EXPECT_EQ(config->window_steps, 500);
   EXPECT_EQ(config->on_ceiling, CeilingAction::kHalt);
   EXPECT_EQ(config->warn_at, (std::vector<double>{0.5, 0.8, 0.95}));
   EXPECT_DOUBLE_EQ(config->step_interval_seconds, 10);
-  EXPECT_EQ(config->pool.capacity, 100000);
-  EXPECT_EQ(config->pool_rebuild_lookback, -1);  // all
+  EXPECT_DOUBLE_EQ(config->release_delay_seconds, 10);
+  EXPECT_EQ(config->start_time, 0);
+  EXPECT_EQ(config->pool_capacity, 100000);
+  EXPECT_FALSE(config->expose_step_timing);  // private: off unless asked for
   EXPECT_EQ(config->kafka.bootstrap_servers, "kafka-1:9092,kafka-2:9092");
   EXPECT_EQ(config->kafka.properties.at("reconnect.backoff.max.ms"), "1000");
   EXPECT_EQ(config->state_directory, "/var/lib/vipsd");
@@ -156,17 +158,17 @@ TEST(ConfigTest, KafkaErrorsNameTheKey) {
        "source.topics: every entry must be a Kafka topic name"},
       {KafkaWith("  topics: [documents]", "  topics: []"), "source.topics: must be a non-empty list"},
       {KafkaWith("  interval_seconds: 10 ", "  interval_seconds: 0 "),
-       "schedule.interval_seconds: a Kafka run needs interval_seconds > 0 or min_new_records > 0"},
-      {KafkaWith("  residency_steps: 500 ", "  # no M "),
-       "privacy.residency_steps: required key is missing"},
+       "schedule.interval_seconds: must be a number of seconds in [0.01, 604800]"},
+      {KafkaWith("  interval_seconds: 10 ", "  # no interval "),
+       "schedule.interval_seconds: required key is missing"},
       {KafkaWith("  topic: vipsd-dead-letters", "  path: dl.jsonl"),
        "dead_letter.topic: required key is missing"},
-      {KafkaWith("  eviction: oldest ", "  eviction: random "),
-       "pool.eviction: must be one of oldest, refuse_new, got 'random'"},
-      {KafkaWith("  rebuild_lookback: all ", "  rebuild_lookback: some "),
-       "pool.rebuild_lookback: must be all or a whole number in [0, 1099511627776], got 'some'"},
-      {KafkaWith("  rebuild_lookback: all ", "  rebuild_lookback: -2 "),
-       "pool.rebuild_lookback: must be all or a whole number"},
+      {KafkaWith("  window_steps: 500 ", "  window_steps: some "),
+       "schedule.window_steps: must be all or a whole number in [1, 1099511627776], got 'some'"},
+      {KafkaWith("  release_delay_seconds: 10 ", "  release_delay_seconds: 101 "),
+       "schedule.release_delay_seconds: must be a number of seconds in [0, 10 * interval_seconds]"},
+      {KafkaWith("  # start_time: 1767225600 ", "  start_time: 17 "),
+       "schedule.start_time: must be unix seconds in [1e9, 1e11]"},
       {KafkaWith("  level: info ", "  level: chatty "), "log.level: must be one of debug"},
   };
   for (const Bad& bad : cases) {
@@ -190,13 +192,18 @@ TEST(ConfigTest, ReloadAppliesLiveKeysAndNamesTheFirstFixedOne) {
   ASSERT_TRUE(changed.ok());
   EXPECT_EQ(*changed, std::vector<std::string>{"privacy.sampling_rate"});
 
-  auto lookback =
-      ParseConfig(KafkaWith("  rebuild_lookback: all ", "  rebuild_lookback: 5000 "), "k.yaml");
-  ASSERT_TRUE(lookback.ok()) << lookback.status().message();
-  EXPECT_EQ(lookback->pool_rebuild_lookback, 5000);
-  auto lookback_changed = ChangedReloadableKeys(*running, *lookback);
-  ASSERT_TRUE(lookback_changed.ok());
-  EXPECT_EQ(*lookback_changed, std::vector<std::string>{"pool.rebuild_lookback"});
+  auto window = ParseConfig(KafkaWith("  window_steps: 500 ", "  window_steps: 400 "), "k.yaml");
+  ASSERT_TRUE(window.ok()) << window.status().message();
+  auto window_changed = ChangedReloadableKeys(*running, *window);
+  ASSERT_TRUE(window_changed.ok());
+  EXPECT_EQ(*window_changed, std::vector<std::string>{"schedule.window_steps"});
+
+  auto start = ParseConfig(KafkaWith("  # start_time: 1767225600 ", "  start_time: 1767225600 "),
+                           "k.yaml");
+  ASSERT_TRUE(start.ok()) << start.status().message();
+  auto start_changed = ChangedReloadableKeys(*running, *start);
+  ASSERT_FALSE(start_changed.ok());
+  EXPECT_THAT(start_changed.status().message(), HasSubstr("schedule.start_time: cannot change"));
 
   auto topics = ParseConfig(KafkaWith("    topics: 50 ", "    topics: 60 "), "k.yaml");
   ASSERT_TRUE(topics.ok());
@@ -221,7 +228,7 @@ TEST(ConfigTest, BlrExampleParsesAndModelSectionsMustMatchTheType) {
   ASSERT_TRUE(config.ok()) << config.status().message();
   EXPECT_EQ(config->model_type, "blr");
   EXPECT_EQ(config->blr.dim, 92);
-  EXPECT_EQ(config->blr_norm_rule, "reject");
+  EXPECT_EQ(config->blr_norm_rule, "rescale");
   std::string mixed = text.str();
   mixed.replace(mixed.find("privacy:"), 8,
                 "  lda:\n    topics: 3\nprivacy:");
@@ -229,11 +236,65 @@ TEST(ConfigTest, BlrExampleParsesAndModelSectionsMustMatchTheType) {
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr("model.lda: only allowed with model.type: lda"));
   std::string rule = text.str();
-  rule.replace(rule.find("norm_rule: reject"), 17, "norm_rule: clip");
+  rule.replace(rule.find("norm_rule: rescale"), 18, "norm_rule: clip");
   bad = ParseConfig(rule, "b.yaml");
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(),
-              HasSubstr("model.blr.norm_rule: must be one of reject, rescale, got 'clip'"));
+              HasSubstr("model.blr.norm_rule: must be one of rescale, reject, got 'clip'"));
+}
+
+// The 1-based line of the first line of `text` that contains `needle`.
+int LineOf(const std::string& text, const std::string& needle) {
+  const size_t at = text.find(needle);
+  EXPECT_NE(at, std::string::npos) << needle;
+  return 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
+}
+
+// Issue 11: every rule that would let one record change which other records
+// a step sees, or drop a well-formed record for its content outside the
+// mechanism, is refused — in private mode always, with the key and its line.
+TEST(ConfigTest, RulesThatBreakPerRecordMembershipAreRefusedWithKeyAndLine) {
+  struct Refused {
+    std::string text;
+    std::string needle;    // the line the error must name
+    std::string expected;  // substring after "k.yaml:<line>: "
+  };
+  std::ifstream blr_in(std::string(VIPSD_SOURCE_DIR) + "/config/examples/blr_offline.yaml");
+  std::ostringstream blr;
+  blr << blr_in.rdbuf();
+  std::string blr_reject = blr.str();
+  blr_reject.replace(blr_reject.find("norm_rule: rescale"), 18, "norm_rule: reject");
+  std::string residency_all = KafkaWith("  window_steps: 500 ", "  window_steps: all ");
+  std::string epochs = With("  max_epochs: 0 ", "  max_epochs: 1e11 ");
+  const std::vector<Refused> cases = {
+      {KafkaWith("  max_steps: 0 ", "  max_steps: 0\n  min_new_records: 100 "),
+       "min_new_records", "schedule.min_new_records: removed: a step triggered by a record count"},
+      {KafkaWith("  max_steps: 0 ", "  max_steps: 0\n  min_pool_records: 1000 "),
+       "min_pool_records", "schedule.min_pool_records: removed: a step triggered by a record count"},
+      {KafkaWith("  capacity: 100000 ", "  capacity: 100000\n  eviction: oldest "), "eviction:",
+       "pool.eviction: removed: evicting an old record when a new one arrives"},
+      {KafkaWith("  capacity: 100000 ", "  capacity: 100000\n  rebuild_lookback: 500 "),
+       "rebuild_lookback", "pool.rebuild_lookback: removed"},
+      {KafkaWith("  warn_at:", "  residency_steps: 500\n  warn_at:"), "residency_steps",
+       "privacy.residency_steps: no longer a key"},
+      {blr_reject, "norm_rule: reject",
+       "model.blr.norm_rule: reject is not allowed when privacy.noise_multiplier > 0"},
+      {residency_all, "window_steps: all",
+       "schedule.window_steps: residency accounting needs a finite window"},
+      {epochs, "max_epochs", "schedule.max_epochs: max_epochs / privacy.sampling_rate is"},
+  };
+  for (const Refused& bad : cases) {
+    auto config = ParseConfig(bad.text, "k.yaml");
+    ASSERT_FALSE(config.ok()) << bad.expected;
+    const std::string where = "k.yaml:" + std::to_string(LineOf(bad.text, bad.needle)) + ": ";
+    EXPECT_THAT(config.status().message(), HasSubstr(where + bad.expected));
+  }
+  // Without noise the BLR reject rule has no claim to break: allowed.
+  std::string open = blr_reject;
+  open.replace(open.find("noise_multiplier: "), 18, "noise_multiplier: 0 #");
+  open.replace(open.find("  max_steps: "), 13, "  max_steps: 5 #");
+  auto allowed = ParseConfig(open, "k.yaml");
+  EXPECT_TRUE(allowed.ok()) << allowed.status().message();
 }
 
 TEST(ConfigTest, SbnExampleParses) {

@@ -11,6 +11,7 @@ namespace {
 
 Checkpoint Sample() {
   Checkpoint checkpoint;
+  checkpoint.run_id = "00112233445566778899aabbccddeeff";
   checkpoint.step = 12;
   checkpoint.model_type = "lda";
   checkpoint.model_fingerprint = std::string(64, 'a');
@@ -40,6 +41,7 @@ TEST(CheckpointTest, SaveLoadIsBitExact) {
   ASSERT_TRUE(loaded->has_value());
   const Checkpoint& back = **loaded;
   EXPECT_EQ(back.step, 12);
+  EXPECT_EQ(back.run_id, checkpoint.run_id);
   EXPECT_EQ(back.model_type, "lda");
   EXPECT_EQ(back.model_fingerprint, checkpoint.model_fingerprint);
   ASSERT_EQ(back.arrays.size(), 3u);
@@ -85,6 +87,25 @@ TEST(CheckpointTest, RefusesToEncodeInvalidState) {
   checkpoint = Sample();
   checkpoint.model_fingerprint = "short";
   EXPECT_FALSE(CheckpointStore::Encode(checkpoint).ok());
+  checkpoint = Sample();
+  checkpoint.run_id = "not-a-run-id";
+  EXPECT_FALSE(CheckpointStore::Encode(checkpoint).ok());
+  checkpoint = Sample();
+  checkpoint.step = (int64_t{1} << 53) + 1;
+  EXPECT_FALSE(CheckpointStore::Encode(checkpoint).ok());
+}
+
+TEST(CheckpointTest, VersionOneCheckpointsAreRefusedWithTheReason) {
+  // Version 1 carried no run id, so it could not be tied to its ledger.
+  auto bytes = CheckpointStore::Encode(Sample());
+  ASSERT_TRUE(bytes.ok());
+  std::string v1 = *bytes;
+  v1.replace(0, std::string("vipsd-checkpoint 2").size(), "vipsd-checkpoint 1");
+  auto decoded = CheckpointStore::Decode(v1, "/state/checkpoint");
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_EQ(decoded.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(decoded.status().message().find("/state/checkpoint: written by an older vipsd"),
+            std::string::npos);
 }
 
 }  // namespace

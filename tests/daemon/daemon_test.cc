@@ -1,11 +1,19 @@
-// The streaming daemon against honest in-memory fakes of its input and
-// output (daemon/io.h): schedule, dead letters, ledger-before-release,
-// ceiling, restart, residency and reload. The Kafka path is covered by
+// The daemon against honest in-memory fakes of its input and output
+// (daemon/io.h): the public slot clock, per-record windows, dead letters,
+// ledger-before-release, release deadlines, the ceiling, restarts, residency,
+// reload and the start-up check. The Kafka path is covered by
 // tests/integration (real librdkafka against its mock cluster).
+//
+// The fake log records an append time for every record, and answers
+// ObserveBounds(as_of) with the records appended up to `as_of` — so which
+// records a slot sees is a function of the log and the public slot times
+// only, exactly as with a real broker, and the tests are deterministic
+// however slowly the machine runs.
 #include "daemon/daemon.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -14,6 +22,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "connectors/file/file_util.h"
@@ -26,50 +35,64 @@ using namespace std::chrono_literals;
 
 const char* kSecret = "zzsecretmarkerzz";
 
+double WallNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 // A topic that outlives daemon instances, like Kafka's log.
 struct FakeTopic {
+  struct Entry {
+    std::string payload;
+    double appended = 0;  // unix seconds
+  };
   std::mutex mutex;
-  std::map<int32_t, std::vector<std::string>> partitions;
+  std::map<int32_t, std::vector<Entry>> partitions;
   std::map<int32_t, int64_t> committed;  // next offset to read
 
-  void Append(int32_t partition, std::string payload) {
+  // Appends at `appended` (unix seconds; default: long ago). Append times
+  // within a partition must not decrease.
+  int64_t Append(int32_t partition, std::string payload, double appended = 1.0) {
     std::lock_guard<std::mutex> lock(mutex);
-    partitions[partition].push_back(std::move(payload));
+    auto& log = partitions[partition];
+    log.push_back({std::move(payload), appended});
+    return static_cast<int64_t>(log.size()) - 1;
   }
 };
 
 class FakeSource : public InputSource {
  public:
-  FakeSource(std::shared_ptr<FakeTopic> topic, ResumeOffsetFn resume) : topic_(std::move(topic)) {
-    std::lock_guard<std::mutex> lock(topic_->mutex);
-    for (const auto& [partition, records] : topic_->partitions) {
-      const auto at = resume("docs", partition);
-      position_[partition] = at ? *at : topic_->committed[partition];
-    }
-  }
+  FakeSource(std::shared_ptr<FakeTopic> topic, ResumeOffsetFn resume)
+      : topic_(std::move(topic)), resume_(std::move(resume)) {}
 
-  StatusOr<std::vector<InputRecord>> Poll(size_t max_records,
-                                          std::chrono::milliseconds timeout) override {
-    std::vector<InputRecord> out;
+  StatusOr<PollBatch> Poll(size_t max_records, std::chrono::milliseconds timeout) override {
+    PollBatch batch;
     {
       std::lock_guard<std::mutex> lock(topic_->mutex);
-      for (auto& [partition, records] : topic_->partitions) {
+      for (auto& [partition, log] : topic_->partitions) {
+        const std::string stream = StreamName("docs", partition);
+        if (paused_.count(stream) > 0) continue;
+        if (!position_.count(partition)) {
+          const auto at = resume_("docs", partition);
+          position_[partition] = at ? *at : topic_->committed[partition];
+        }
         int64_t& at = position_[partition];
-        while (at < static_cast<int64_t>(records.size()) && out.size() < max_records) {
+        while (at < static_cast<int64_t>(log.size()) && batch.records.size() < max_records) {
           InputRecord record;
           record.topic = "docs";
           record.partition = partition;
           record.offset = at;
-          record.payload = records[static_cast<size_t>(at)];
+          record.payload = log[static_cast<size_t>(at)].payload;
           record.oversize = record.payload.size() > 4000;
           if (record.oversize) record.payload.clear();
-          out.push_back(std::move(record));
+          batch.records.push_back(std::move(record));
           ++at;
         }
+        if (at == static_cast<int64_t>(log.size())) batch.reached_end[stream] = at;
       }
     }
-    if (out.empty()) std::this_thread::sleep_for(std::min(timeout, std::chrono::milliseconds(10)));
-    return out;
+    if (batch.records.empty()) std::this_thread::sleep_for(std::min(timeout, 5ms));
+    return batch;
   }
 
   Status MarkDone(const InputRecord& record) override {
@@ -78,18 +101,46 @@ class FakeSource : public InputSource {
     committed = std::max(committed, record.offset + 1);
     return Status::Ok();
   }
+  Status Pause(const std::set<std::string>& streams) override {
+    paused_.insert(streams.begin(), streams.end());
+    return Status::Ok();
+  }
+  Status Resume(const std::set<std::string>& streams) override {
+    for (const auto& stream : streams) paused_.erase(stream);
+    return Status::Ok();
+  }
+  StatusOr<std::map<std::string, StreamBounds>> ObserveBounds(double as_of) override {
+    std::lock_guard<std::mutex> lock(topic_->mutex);
+    std::map<std::string, StreamBounds> bounds;
+    for (const auto& [partition, log] : topic_->partitions) {
+      const auto end = std::upper_bound(log.begin(), log.end(), as_of,
+                                        [](double t, const FakeTopic::Entry& e) {
+                                          return t < e.appended;
+                                        });
+      bounds[StreamName("docs", partition)] = {0, end - log.begin()};
+    }
+    return bounds;
+  }
   Status Commit() override { return Status::Ok(); }
   int64_t Lag() const override { return 0; }
   Status Close() override { return Status::Ok(); }
 
  private:
   std::shared_ptr<FakeTopic> topic_;
+  ResumeOffsetFn resume_;
   std::map<int32_t, int64_t> position_;
+  std::set<std::string> paused_;
+};
+
+struct Published {
+  release::EncodedRelease release;
+  double publish_time = 0;  // the deadline the daemon passed
+  double wall_time = 0;     // when the sink was called
 };
 
 struct SinkLog {
   std::mutex mutex;
-  std::vector<release::EncodedRelease> releases;
+  std::vector<Published> releases;
   std::vector<std::pair<InputRecord, connectors::RejectReason>> dead_letters;
   std::vector<std::string> alerts;
   int fail_next_dead_letters = 0;
@@ -101,7 +152,8 @@ struct SinkLog {
 class FakeSink : public OutputSink {
  public:
   explicit FakeSink(std::shared_ptr<SinkLog> log) : log_(std::move(log)) {}
-  Status PublishRelease(const release::Release&, const release::EncodedRelease& release) override {
+  Status PublishRelease(const release::Release&, const release::EncodedRelease& release,
+                        double publish_time) override {
     std::lock_guard<std::mutex> lock(log_->mutex);
     // Ledger before release: the committed ledger must already cover it.
     auto bytes = connectors::ReadWholeFile(log_->ledger_path);
@@ -114,7 +166,7 @@ class FakeSink : public OutputSink {
       --log_->fail_next_releases;
       return UnavailableError("release topic unreachable (fake)");
     }
-    log_->releases.push_back(release);
+    log_->releases.push_back({release, publish_time, WallNow()});
     return Status::Ok();
   }
   Status PublishDeadLetter(const InputRecord& record, connectors::RejectReason reason) override {
@@ -142,38 +194,45 @@ struct Options {
   double q = 0.5;
   double ceiling = 1000;
   std::string accounting = "global";
-  int64_t residency = 0;
+  std::string window = "all";
+  double interval = 0.02;
+  double release_delay = -1;  // default: the interval
+  double start_time = 0;      // 0: when the state directory is created
+  int64_t capacity = 100000;
   std::string on_ceiling = "halt";
   int64_t max_steps = 0;
   int64_t publish_every = 1;
-  std::string extra_schedule;
-  std::string extra_top;  // appended as top-level YAML (e.g. a pool section)
+  std::string noise = "secure";
+  std::string extra_metrics;
   std::string model = "lda";
 };
 
 std::string WriteConfig(const std::string& dir, const Options& o) {
   std::ofstream(dir + "/vocab.txt") << "apple\nbanana\ncherry\ndate\nelder\nfig\n";
   std::ostringstream yaml;
+  yaml.precision(17);
   if (o.model == "lda") {
     yaml << "model:\n  type: lda\n  lda:\n    topics: 2\n    vocabulary: vocab.txt\n"
             "    alpha: 0.5\n    eta: 0.1\n    resample_length: 10\n";
   } else {
-    yaml << "model:\n  type: blr\n  blr:\n    dimension: 2\n    norm_rule: rescale\n";
+    yaml << "model:\n  type: blr\n  blr:\n    dimension: 2\n";
   }
   yaml << "privacy:\n  noise_multiplier: " << o.sigma << "\n  sampling_rate: " << o.q << "\n";
   if (o.sigma > 0) {
     yaml << "  delta: 1.0e-5\n  epsilon_ceiling: " << o.ceiling << "\n  on_ceiling: " << o.on_ceiling
-         << "\n  accounting: " << o.accounting << "\n  warn_at: [0.5]\n";
-    if (o.residency > 0) yaml << "  residency_steps: " << o.residency << "\n";
+         << "\n  accounting: " << o.accounting << "\n  warn_at: [0.5]\n  noise: " << o.noise
+         << "\n";
   }
-  yaml << "schedule:\n  tau0: 1\n  kappa: 0.7\n  threads: 2\n  interval_seconds: 0.02\n"
-       << "  max_steps: " << o.max_steps << "\n" << o.extra_schedule
+  yaml << "schedule:\n  tau0: 1\n  kappa: 0.7\n  threads: 2\n  interval_seconds: " << o.interval
+       << "\n  window_steps: " << o.window << "\n  max_steps: " << o.max_steps << "\n";
+  if (o.release_delay >= 0) yaml << "  release_delay_seconds: " << o.release_delay << "\n";
+  if (o.start_time > 0) yaml << "  start_time: " << o.start_time << "\n";
+  yaml << "pool:\n  capacity: " << o.capacity << "\n"
        << "source:\n  type: kafka\n  topics: [docs]\n"
           "sink:\n  type: kafka\n  topic: releases\n  publish_every: " << o.publish_every << "\n"
        << "dead_letter:\n  topic: dead\nalerts:\n  topic: alerts\n"
           "kafka:\n  bootstrap_servers: unused:9092\n"
-          "state:\n  directory: state\nmetrics:\n  listen: \"\"\n"
-       << o.extra_top;
+          "state:\n  directory: state\nmetrics:\n  listen: \"\"\n" << o.extra_metrics;
   std::ofstream(dir + "/vipsd.yaml") << yaml.str();
   return dir + "/vipsd.yaml";
 }
@@ -196,18 +255,21 @@ struct Harness {
   std::shared_ptr<SinkLog> sink = std::make_shared<SinkLog>();
   std::unique_ptr<Metrics> metrics;
 
-  explicit Harness(const std::string& name) : dir(FreshDir(name)) {
+  explicit Harness(const std::string& name, bool expose_step_timing = false)
+      : dir(FreshDir(name)) {
     sink->ledger_path = dir + "/state/ledger";
     MetricsOptions options;
     options.listen_address = "";
     options.version = "test";
     options.model_type = "lda";
+    options.expose_step_timing = expose_step_timing;
     auto created = Metrics::Create(options);
     EXPECT_TRUE(created.ok());
     metrics = std::move(created).value();
   }
 
-  StatusOr<std::unique_ptr<Daemon>> Make(const std::string& config_path, DaemonHooks hooks = {}) {
+  StatusOr<std::unique_ptr<Daemon>> Make(const std::string& config_path, DaemonHooks hooks = {},
+                                         DaemonOptions options = {}) {
     auto config = config::LoadConfigFile(config_path);
     if (!config.ok()) return config.status();
     auto topic_copy = topic;
@@ -216,43 +278,48 @@ struct Harness {
         [topic_copy](ResumeOffsetFn resume) -> StatusOr<std::unique_ptr<InputSource>> {
           return std::unique_ptr<InputSource>(new FakeSource(topic_copy, std::move(resume)));
         },
-        std::make_unique<FakeSink>(sink), metrics.get(), std::move(hooks));
+        std::make_unique<FakeSink>(sink), metrics.get(), std::move(hooks), options);
+  }
+
+  StatusOr<LedgerState> LoadLedger() const {
+    VIPSD_ASSIGN_OR_RETURN(std::string bytes, connectors::ReadWholeFile(dir + "/state/ledger"));
+    return Ledger::Decode(bytes, "ledger");
   }
 };
 
 // Runs the daemon until `done(status)` or the deadline; stops it; returns Run's status.
 Status RunUntil(Daemon& daemon, const std::function<bool(const DaemonStatus&)>& done,
-                std::chrono::milliseconds deadline = 20s) {
+                std::chrono::milliseconds deadline = 30s) {
   Status result = Status::Ok();
   std::thread runner([&] { result = daemon.Run(); });
   const auto until = std::chrono::steady_clock::now() + deadline;
   while (std::chrono::steady_clock::now() < until && !done(daemon.status())) {
-    std::this_thread::sleep_for(5ms);
+    std::this_thread::sleep_for(2ms);
   }
   daemon.RequestStop();
   runner.join();
   return result;
 }
 
-TEST(DaemonTest, StepsOnScheduleDeadLettersMalformedRecordsAndCommitsBeforeReleasing) {
+TEST(DaemonTest, StepsOnThePublicClockDeadLettersMalformedRecordsAndCommitsBeforeReleasing) {
   Harness h("basic");
   for (int i = 0; i < 60; ++i) h.topic->Append(i % 2, Document(i));
   h.topic->Append(0, std::string("{\"id\": \"") + kSecret + "\", \"text\": 5}");
   h.topic->Append(1, std::string("not json ") + kSecret);
-  h.topic->Append(1, "{\"id\": 7, \"text\": \"zebra quagga\"}");  // no vocabulary word
+  h.topic->Append(1, "{\"id\": 7, \"text\": \"zebra quagga\"}");  // no vocabulary word: pooled
   h.topic->Append(0, std::string(5000, 'x'));                    // oversize
   auto daemon = h.Make(WriteConfig(h.dir, {}));
   ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
   ASSERT_TRUE(RunUntil(**daemon, [](const DaemonStatus& s) { return s.steps_run >= 5; }).ok());
   const DaemonStatus status = (*daemon)->status();
   EXPECT_GE(status.steps_run, 5);
-  EXPECT_EQ(status.pool_records, 60);
+  EXPECT_EQ(status.pool_records, 61);
   std::lock_guard<std::mutex> lock(h.sink->mutex);
   EXPECT_TRUE(h.sink->ledger_violations.empty());
   ASSERT_GE(h.sink->releases.size(), 5u);
   for (size_t i = 0; i < h.sink->releases.size(); ++i) {
-    EXPECT_EQ(h.sink->releases[i].release_id, "step-" + std::to_string(i + 1));
-    for (const auto& file : h.sink->releases[i].files) {
+    EXPECT_EQ(h.sink->releases[i].release.release_id, "step-" + std::to_string(i + 1));
+    for (const auto& file : h.sink->releases[i].release.files) {
       if (file.name == "manifest.json") {
         EXPECT_EQ(file.bytes.find(kSecret), std::string::npos);
         EXPECT_EQ(file.bytes.find("batch"), std::string::npos);
@@ -263,29 +330,180 @@ TEST(DaemonTest, StepsOnScheduleDeadLettersMalformedRecordsAndCommitsBeforeRelea
   for (const auto& [record, reason] : h.sink->dead_letters) reasons.insert(reason);
   EXPECT_EQ(reasons, (std::multiset<connectors::RejectReason>{
                          connectors::RejectReason::kBadText, connectors::RejectReason::kInvalidJson,
-                         connectors::RejectReason::kEmptyDocument,
                          connectors::RejectReason::kRecordTooLarge}));
-  // Every offset, pooled or dead-lettered, was acknowledged.
   EXPECT_EQ(h.topic->committed[0], 32);
   EXPECT_EQ(h.topic->committed[1], 32);
   EXPECT_EQ(h.metrics->records_rejected_total(connectors::RejectReason::kInvalidJson).Value(), 1);
-  EXPECT_EQ(h.metrics->dead_letters_published_total().Value(), 4);
+  EXPECT_EQ(h.metrics->dead_letters_published_total().Value(), 3);
   EXPECT_EQ(h.metrics->releases_published_total().Value(),
             static_cast<double>(h.sink->releases.size()));
   const std::string exposition = h.metrics->SerializeText();
   EXPECT_EQ(exposition.find(kSecret), std::string::npos);
+  // Private mode: no metric reveals how long a step took.
+  EXPECT_EQ(exposition.find("vipsd_step_duration_seconds"), std::string::npos);
+  EXPECT_EQ(exposition.find("vipsd_last_step_timestamp_seconds"), std::string::npos);
+  EXPECT_NE(exposition.find("vipsd_last_slot_timestamp_seconds"), std::string::npos);
+}
+
+// The neighbour-structure test (issue 11): a stream D and D + r; for every
+// slot the pool the step sampled from, by record identity. The pools must
+// differ by exactly {r}, in exactly the slots whose window contains r — also
+// when the run with r is slowed down by a slow E-step.
+TEST(DaemonTest, AddingOneRecordChangesOnlyItsOwnMembershipEvenWithASlowStep) {
+  constexpr double kInterval = 0.05;
+  constexpr int64_t kWindow = 3;
+  constexpr int64_t kSlots = 12;
+  struct Run {
+    std::map<int64_t, std::set<std::string>> pools;  // slot -> record ids
+  };
+  auto run = [&](bool with_r, const std::string& name) {
+    Harness h(name);
+    Options options;
+    options.interval = kInterval;
+    options.window = std::to_string(kWindow);
+    options.start_time = std::floor(WallNow()) + 1;  // slot 1 is a second away
+    options.max_steps = 0;
+    // Every record's id, by (partition, offset) of this run's log.
+    std::map<std::pair<int32_t, int64_t>, std::string> ids;
+    auto append = [&](int32_t partition, const std::string& id, double slot_position) {
+      const double t = options.start_time + slot_position * kInterval;
+      const int64_t offset = h.topic->Append(
+          partition, "{\"id\": \"" + id + "\", \"text\": \"apple banana\"}", t);
+      ids[{partition, offset}] = id;
+    };
+    // Records before the first slot, between slots, on both partitions.
+    for (int i = 0; i < 40; ++i) {
+      const double position = -0.5 + 0.29 * i;  // slot positions -0.5 .. 10.8
+      if (with_r && i == 17) append(1, "r", position - 0.01);  // position 4.42: slot 5
+      append(i % 2, "d" + std::to_string(i), position);
+    }
+    Run result;
+    std::mutex mutex;
+    DaemonHooks hooks;
+    hooks.before_step = [&](int64_t, int64_t slot, const svi::RecordPool& pool,
+                            const std::vector<std::string>& streams) {
+      std::set<std::string> members;
+      bool has_r = false;
+      for (size_t i = 0; i < static_cast<size_t>(pool.size()); ++i) {
+        const auto& origin = pool.origin(i);
+        const int32_t partition = std::stoi(streams[origin.stream].substr(5));
+        const std::string& id = ids.at({partition, origin.offset});
+        has_r = has_r || id == "r";
+        members.insert(id);
+      }
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        result.pools[slot] = members;
+      }
+      // A slow E-step in the run with r: the next slots start late.
+      if (has_r) std::this_thread::sleep_for(std::chrono::duration<double>(3 * kInterval));
+    };
+    auto daemon = h.Make(WriteConfig(h.dir, options), hooks);
+    EXPECT_TRUE(daemon.ok()) << daemon.status().ToString();
+    EXPECT_TRUE(RunUntil(**daemon, [&](const DaemonStatus& s) { return s.last_slot >= kSlots; })
+                    .ok());
+    return result;
+  };
+  const Run without = run(false, "neighbour_d");
+  const Run with = run(true, "neighbour_dr");
+  int slots_with_r = 0;
+  for (int64_t slot = 1; slot <= kSlots; ++slot) {
+    ASSERT_TRUE(without.pools.count(slot)) << "slot " << slot;
+    ASSERT_TRUE(with.pools.count(slot)) << "slot " << slot;
+    std::set<std::string> expected = without.pools.at(slot);
+    // r was appended at slot position 4.42: it belongs to slots 5, 6, 7.
+    if (slot >= 5 && slot < 5 + kWindow) {
+      expected.insert("r");
+      ++slots_with_r;
+    }
+    EXPECT_EQ(with.pools.at(slot), expected) << "slot " << slot;
+    // The window is exactly the records appended in the last kWindow slot
+    // intervals. Slot 0 was never observed (the daemon starts after it), so
+    // records appended before it count as appended in slot 1's interval.
+    for (const std::string& id : without.pools.at(slot)) {
+      const int i = std::stoi(id.substr(1));
+      const double position = std::max(-0.5 + 0.29 * i, 1e-9);
+      EXPECT_GT(position, static_cast<double>(slot - kWindow)) << id << " in slot " << slot;
+      EXPECT_LE(position, static_cast<double>(slot)) << id << " in slot " << slot;
+    }
+  }
+  EXPECT_EQ(slots_with_r, kWindow);
+}
+
+TEST(DaemonTest, ReleasesLeaveAtTheirPublicDeadlineNotWhenTheStepFinished) {
+  Harness h("deadline");
+  for (int i = 0; i < 20; ++i) h.topic->Append(0, Document(i));
+  Options options;
+  options.interval = 0.05;
+  options.release_delay = 0.2;
+  options.start_time = std::floor(WallNow()) + 1;
+  auto daemon = h.Make(WriteConfig(h.dir, options));
+  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+  ASSERT_TRUE(RunUntil(**daemon, [](const DaemonStatus& s) { return s.steps_run >= 4; }).ok());
+  std::lock_guard<std::mutex> lock(h.sink->mutex);
+  ASSERT_GE(h.sink->releases.size(), 3u);
+  for (const Published& published : h.sink->releases) {
+    const int64_t step = std::stoll(published.release.release_id.substr(5));
+    // Every slot steps here, so step t ran in slot t.
+    const double deadline = options.start_time + static_cast<double>(step) * 0.05 + 0.2;
+    EXPECT_NEAR(published.publish_time, deadline, 1e-6) << published.release.release_id;
+    EXPECT_GE(published.wall_time, deadline) << published.release.release_id;
+  }
+}
+
+TEST(DaemonTest, StepTimingMetricsOnlyWhenTheOperatorEnablesThem) {
+  Harness h("timing", /*expose_step_timing=*/true);
+  for (int i = 0; i < 10; ++i) h.topic->Append(0, Document(i));
+  Options options;
+  options.extra_metrics = "  expose_step_timing: true\n";
+  auto daemon = h.Make(WriteConfig(h.dir, options));
+  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+  ASSERT_TRUE(RunUntil(**daemon, [](const DaemonStatus& s) { return s.steps_run >= 2; }).ok());
+  const std::string exposition = h.metrics->SerializeText();
+  EXPECT_NE(exposition.find("vipsd_step_duration_seconds_count"), std::string::npos);
+  EXPECT_GT(h.metrics->last_step_timestamp_seconds().Value(), 0);
+}
+
+TEST(DaemonTest, AWindowLargerThanThePoolCapacitySkipsItsStepWithAnAlertAndDropsNothing) {
+  Harness h("overflow");
+  const double start = std::floor(WallNow()) + 1;
+  // 30 records before slot 1; then 2 per slot interval.
+  for (int i = 0; i < 30; ++i) h.topic->Append(0, Document(i), start - 0.5);
+  for (int i = 0; i < 40; ++i) h.topic->Append(0, Document(100 + i), start + 0.05 * (0.5 + i / 2));
+  Options options;
+  options.interval = 0.05;
+  options.window = "2";  // the 30 old records leave after slot 2
+  options.capacity = 10;
+  options.start_time = start;
+  std::vector<int64_t> stepped_sizes;
+  DaemonHooks hooks;
+  hooks.before_step = [&](int64_t, int64_t, const svi::RecordPool& pool,
+                          const std::vector<std::string>&) { stepped_sizes.push_back(pool.size()); };
+  auto daemon = h.Make(WriteConfig(h.dir, options), hooks);
+  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+  ASSERT_TRUE(RunUntil(**daemon, [](const DaemonStatus& s) { return s.steps_run >= 3; }).ok());
+  // Slots 1 and 2 hold the 30 old records (> 10): skipped, nothing charged.
+  EXPECT_EQ(h.metrics->slots_skipped_total(SkipReason::kWindowOverflow).Value(), 2);
+  ASSERT_FALSE(stepped_sizes.empty());
+  for (int64_t size : stepped_sizes) EXPECT_LE(size, 10);
+  auto ledger = h.LoadLedger();
+  ASSERT_TRUE(ledger.ok());
+  EXPECT_EQ(ledger->accountant.steps(), (*daemon)->status().steps_run);
+  std::lock_guard<std::mutex> lock(h.sink->mutex);
+  ASSERT_GE(h.sink->alerts.size(), 2u);
+  EXPECT_NE(h.sink->alerts.front().find("\"event\": \"window_overflow\""), std::string::npos);
 }
 
 TEST(DaemonTest, ADeadLetterIsRetriedUntilDeliveredAndOnlyThenAcknowledged) {
-  Harness h("dead_letter_retry");
+  Harness h("dlq_retry");
   h.topic->Append(0, "not json");
   h.topic->Append(0, Document(1));
   h.sink->fail_next_dead_letters = 3;
   auto daemon = h.Make(WriteConfig(h.dir, {}));
   ASSERT_TRUE(daemon.ok());
   ASSERT_TRUE(RunUntil(**daemon, [&](const DaemonStatus&) {
-                std::lock_guard<std::mutex> lock(h.sink->mutex);
-                return !h.sink->dead_letters.empty() && h.topic->committed[0] == 2;
+                std::lock_guard<std::mutex> lock(h.topic->mutex);
+                return h.topic->committed[0] >= 2;
               }).ok());
   std::lock_guard<std::mutex> lock(h.sink->mutex);
   ASSERT_EQ(h.sink->dead_letters.size(), 1u);
@@ -297,43 +515,40 @@ TEST(DaemonTest, ADeadLetterIsRetriedUntilDeliveredAndOnlyThenAcknowledged) {
 
 TEST(DaemonTest, HaltsExactlyBeforeTheCeilingAndARestartGrantsNothing) {
   Harness h("ceiling");
-  for (int i = 0; i < 40; ++i) h.topic->Append(0, Document(i));
+  for (int i = 0; i < 20; ++i) h.topic->Append(0, Document(i));
   Options options;
   options.ceiling = 3.0;
   options.q = 0.2;
   options.sigma = 1.5;
-  options.publish_every = 1000;  // only the final release on halt
   const std::string config = WriteConfig(h.dir, options);
-  auto daemon = h.Make(config);
-  ASSERT_TRUE(daemon.ok());
-  ASSERT_TRUE(RunUntil(**daemon, [](const DaemonStatus& s) { return s.halted; }).ok());
-  const DaemonStatus halted = (*daemon)->status();
+  DaemonStatus halted;
+  {
+    auto daemon = h.Make(config);
+    ASSERT_TRUE(daemon.ok());
+    ASSERT_TRUE(RunUntil(**daemon, [](const DaemonStatus& s) { return s.halted; }).ok());
+    halted = (*daemon)->status();
+  }
   ASSERT_TRUE(halted.halted);
-  daemon->reset();
-  // The ledger holds exactly the steps that ran; one more would cross 3.0.
-  auto bytes = connectors::ReadWholeFile(h.dir + "/state/ledger");
-  ASSERT_TRUE(bytes.ok());
-  auto state = Ledger::Decode(*bytes, "ledger");
+  auto state = h.LoadLedger();
   ASSERT_TRUE(state.ok());
   const int64_t steps = state->accountant.steps();
   EXPECT_EQ(steps, halted.next_step - 1);
+  EXPECT_GT(steps, 1);
   auto spent = state->accountant.GetEpsilon(1e-5, privacy::RdpConversion::kImproved,
                                             privacy::Adaptivity::kAdaptiveFilter);
-  EXPECT_GT(steps, 1);
-  auto next = state->accountant.EpsilonIfComposed(0.2, 1.5, 1, 1e-5,
-                                                  privacy::RdpConversion::kImproved,
-                                                  privacy::Adaptivity::kAdaptiveFilter);
+  auto next = state->accountant.CheckCeiling(0.2, 1.5, 1, 1e-5, 3.0,
+                                             privacy::RdpConversion::kImproved,
+                                             privacy::Adaptivity::kAdaptiveFilter);
   EXPECT_LE(spent->epsilon, 3.0);
-  EXPECT_GT(next->epsilon, 3.0);
+  EXPECT_GT(next->epsilon_after, 3.0);
   {
     std::lock_guard<std::mutex> lock(h.sink->mutex);
-    ASSERT_EQ(h.sink->releases.size(), 1u);  // the final release
-    EXPECT_EQ(h.sink->releases[0].release_id, "step-" + std::to_string(steps));
+    ASSERT_FALSE(h.sink->releases.empty());
+    EXPECT_EQ(h.sink->releases.back().release.release_id, "step-" + std::to_string(steps));
     ASSERT_FALSE(h.sink->alerts.empty());
     EXPECT_NE(h.sink->alerts.back().find("\"event\": \"halted\""), std::string::npos);
     EXPECT_NE(h.sink->alerts.front().find("\"event\": \"budget_warning\""), std::string::npos);
   }
-  // A restart does not grant new budget: it halts again without a step.
   auto again = h.Make(config);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   ASSERT_TRUE(RunUntil(**again, [](const DaemonStatus& s) { return s.halted; }).ok());
@@ -345,49 +560,43 @@ TEST(DaemonTest, HaltsExactlyBeforeTheCeilingAndARestartGrantsNothing) {
 
 TEST(DaemonTest, AnUndeliveredReleaseIsRetriedWithoutSpendingBudget) {
   Harness h("release_retry");
-  for (int i = 0; i < 40; ++i) h.topic->Append(0, Document(i));
-  h.sink->fail_next_releases = 2;  // the halt's final release, then the first retry
+  for (int i = 0; i < 10; ++i) h.topic->Append(0, Document(i));
+  h.sink->fail_next_releases = 2;
   Options options;
-  options.ceiling = 3.0;
-  options.q = 0.2;
-  options.sigma = 1.5;
-  options.publish_every = 1000;  // only the final release on halt
+  options.max_steps = 3;  // the run ends by itself after step 3
   auto daemon = h.Make(WriteConfig(h.dir, options));
   ASSERT_TRUE(daemon.ok());
-  ASSERT_TRUE(RunUntil(**daemon, [&](const DaemonStatus& s) {
-                return s.halted && h.metrics->releases_published_total().Value() >= 1;
-              }).ok());
-  const DaemonStatus status = (*daemon)->status();
+  const Status result = (*daemon)->Run();
+  ASSERT_TRUE(result.ok()) << result.ToString();
+  EXPECT_EQ((*daemon)->status().steps_run, 3);
   EXPECT_EQ(h.metrics->releases_failed_total().Value(), 2);
   EXPECT_EQ(h.metrics->release_pending().Value(), 0);
   std::lock_guard<std::mutex> lock(h.sink->mutex);
   ASSERT_EQ(h.sink->releases.size(), 1u);  // the refused attempts are not kept
-  EXPECT_EQ(h.sink->releases[0].release_id, "step-" + std::to_string(status.next_step - 1));
+  EXPECT_EQ(h.sink->releases[0].release.release_id, "step-3");
   EXPECT_TRUE(h.sink->ledger_violations.empty());
-  // The retries charged nothing: the ledger still holds exactly the steps run.
-  auto bytes = connectors::ReadWholeFile(h.dir + "/state/ledger");
-  ASSERT_TRUE(bytes.ok());
-  auto state = Ledger::Decode(*bytes, "ledger");
+  auto state = h.LoadLedger();
   ASSERT_TRUE(state.ok());
-  EXPECT_EQ(state->accountant.steps(), status.next_step - 1);
+  EXPECT_EQ(state->accountant.steps(), 3);  // re-publishing spent nothing
 }
 
 TEST(DaemonTest, ExitActionStopsRunByItself) {
   Harness h("exit");
   for (int i = 0; i < 10; ++i) h.topic->Append(0, Document(i));
   Options options;
-  options.ceiling = 2.0;
+  options.ceiling = 3.0;
+  options.q = 0.2;
+  options.sigma = 1.5;
   options.on_ceiling = "exit";
   auto daemon = h.Make(WriteConfig(h.dir, options));
   ASSERT_TRUE(daemon.ok());
-  Status result = Status::Ok();
-  std::thread runner([&] { result = (*daemon)->Run(); });
-  runner.join();  // returns without RequestStop
+  const Status result = (*daemon)->Run();
   EXPECT_TRUE(result.ok());
   EXPECT_TRUE((*daemon)->status().halted);
+  EXPECT_GT((*daemon)->status().steps_run, 0);
 }
 
-TEST(DaemonTest, RestartContinuesStepsBudgetModelAndRebuildsThePool) {
+TEST(DaemonTest, RestartContinuesStepsBudgetModelAndRebuildsTheWindow) {
   Harness h("restart");
   for (int i = 0; i < 30; ++i) h.topic->Append(i % 3, Document(i));
   const std::string config = WriteConfig(h.dir, {});
@@ -398,10 +607,11 @@ TEST(DaemonTest, RestartContinuesStepsBudgetModelAndRebuildsThePool) {
     ASSERT_TRUE(RunUntil(**daemon, [](const DaemonStatus& s) { return s.steps_run >= 4; }).ok());
     first = (*daemon)->status();
   }
-  for (int i = 30; i < 45; ++i) h.topic->Append(i % 3, Document(i));
+  for (int i = 30; i < 45; ++i) h.topic->Append(i % 3, Document(i), WallNow());
   int64_t first_pool_seen = -1;
   DaemonHooks hooks;
-  hooks.before_step = [&](int64_t, const svi::RecordPool& pool) {
+  hooks.before_step = [&](int64_t, int64_t, const svi::RecordPool& pool,
+                          const std::vector<std::string>&) {
     if (first_pool_seen < 0) first_pool_seen = pool.size();
   };
   auto daemon = h.Make(config, hooks);
@@ -410,150 +620,69 @@ TEST(DaemonTest, RestartContinuesStepsBudgetModelAndRebuildsThePool) {
   const DaemonStatus second = (*daemon)->status();
   EXPECT_EQ(second.next_step, first.next_step + second.steps_run);
   EXPECT_GT(second.epsilon_spent, first.epsilon_spent);
-  EXPECT_EQ(first_pool_seen, 45);  // the 30 old records re-read plus the 15 new ones
+  EXPECT_EQ(first_pool_seen, 45);  // window "all": the 30 old records re-read plus the 15 new
   std::lock_guard<std::mutex> lock(h.sink->mutex);
   EXPECT_TRUE(h.sink->ledger_violations.empty());
-  std::set<std::string> ids;
-  for (const auto& release : h.sink->releases) EXPECT_TRUE(ids.insert(release.release_id).second);
-}
-
-TEST(DaemonTest, RebuildLookbackCapsHowFarARestartReReadsEachPartition) {
-  // 3 partitions × 10 records, all pooled before the stop; no new records.
-  // rebuild_lookback: 4 re-reads the last 4 of each partition, 0 none, and
-  // "all" (the default, previous test) everything still pooled.
-  for (const auto& [lookback, expected] :
-       std::vector<std::pair<std::string, int64_t>>{{"4", 12}, {"0", 0}, {"all", 30}}) {
-    Harness h("lookback_" + lookback);
-    for (int i = 0; i < 30; ++i) h.topic->Append(i % 3, Document(i));
-    Options options;
-    options.extra_top = "pool:\n  capacity: 1000\n  rebuild_lookback: " + lookback + "\n";
-    const std::string config = WriteConfig(h.dir, options);
-    {
-      auto daemon = h.Make(config);
-      ASSERT_TRUE(daemon.ok()) << daemon.status().message();
-      ASSERT_TRUE(RunUntil(**daemon, [](const DaemonStatus& s) {
-                    return s.steps_run >= 2 && s.pool_records == 30;
-                  }).ok());
-    }
-    std::atomic<int64_t> rebuilt{-1};
-    DaemonHooks hooks;
-    hooks.before_step = [&](int64_t, const svi::RecordPool& pool) {
-      if (rebuilt < 0) rebuilt = pool.size();
-    };
-    auto daemon = h.Make(config, hooks);
-    ASSERT_TRUE(daemon.ok());
-    // A step with an empty pool still runs (min_pool_records is 0).
-    ASSERT_TRUE(RunUntil(**daemon, [&](const DaemonStatus& s) {
-                  return s.steps_run >= 1 && s.pool_records == expected;
-                }).ok());
-    EXPECT_EQ(rebuilt.load(), expected) << "rebuild_lookback " << lookback;
-  }
-}
-
-TEST(DaemonTest, RecordsReadBeforeTheFirstStepAreReReadAfterACrash) {
-  // No step runs (min_pool_records is out of reach), so no step ever commits
-  // the ledger; the source has stored the offsets of everything it read.
-  // The ledger must still hold resume offsets for every partition read, and
-  // they must be no later than the first record of each: a crash here would
-  // otherwise skip the records the pool held.
-  Harness h("first_read");
-  for (int i = 0; i < 30; ++i) h.topic->Append(i % 3, Document(i));
-  Options options;
-  options.extra_schedule = "  min_pool_records: 1000\n";
-  const std::string config = WriteConfig(h.dir, options);
-  std::optional<LedgerState> seen;
-  {
-    auto daemon = h.Make(config);
-    ASSERT_TRUE(daemon.ok()) << daemon.status().message();
-    ASSERT_TRUE(RunUntil(**daemon, [&](const DaemonStatus&) {
-                  {
-                    std::lock_guard<std::mutex> lock(h.topic->mutex);
-                    for (int32_t p = 0; p < 3; ++p) {
-                      if (h.topic->committed[p] < 10) return false;  // not all stored yet
-                    }
-                  }
-                  // Every offset is stored: the ledger must cover the partitions now.
-                  auto bytes = connectors::ReadWholeFile(h.dir + "/state/ledger");
-                  if (bytes.ok()) seen = Ledger::Decode(*bytes, "ledger").value();
-                  return true;
-                }).ok());
-    EXPECT_EQ((*daemon)->status().steps_run, 0);
-  }
-  ASSERT_TRUE(seen.has_value()) << "no ledger although offsets were stored";
-  ASSERT_EQ(seen->resume_offsets.size(), 3u);
-  for (const auto& [stream, offset] : seen->resume_offsets) EXPECT_EQ(offset, 0) << stream;
-  EXPECT_EQ(seen->next_step, 1);
-  // A restart (here after a clean stop, which does not commit the ledger
-  // either) rebuilds the pool from those offsets, not from the source's.
-  std::atomic<int64_t> rebuilt{-1};
-  DaemonHooks hooks;
-  hooks.before_step = [&](int64_t, const svi::RecordPool& pool) {
-    if (rebuilt < 0) rebuilt = pool.size();
-  };
-  auto daemon = h.Make(WriteConfig(h.dir, {}), hooks);
-  ASSERT_TRUE(daemon.ok());
-  ASSERT_TRUE(RunUntil(**daemon, [](const DaemonStatus& s) { return s.steps_run >= 1; }).ok());
-  EXPECT_EQ(rebuilt.load(), 30);
 }
 
 TEST(DaemonTest, ResidencyNoRecordIsACandidateInMoreThanMStepsAcrossARestart) {
   Harness h("residency");
-  constexpr int64_t kM = 4;
+  constexpr int64_t kM = 3;
+  const double start = std::floor(WallNow()) + 1;
+  for (int i = 0; i < 40; ++i) h.topic->Append(i % 2, Document(i), start + 0.05 * (i / 4));
   Options options;
   options.accounting = "residency";
-  options.residency = kM;
-  options.q = 0.1;
-  options.ceiling = 5.0;
+  options.window = std::to_string(kM);
+  options.interval = 0.05;
+  options.start_time = start;
+  options.ceiling = 50;
   const std::string config = WriteConfig(h.dir, options);
-  std::map<std::pair<uint32_t, int64_t>, int64_t> candidate_steps;  // (stream, offset) → steps
-  std::map<uint32_t, std::string> stream_names;
-  int64_t violations = 0;
-  auto observe = [&](int64_t, const svi::RecordPool& pool) {
-    if (pool.MaxStepsPresent() >= kM) ++violations;
+  std::map<std::pair<uint32_t, int64_t>, int64_t> candidate_steps;  // (partition, offset)
+  DaemonHooks hooks;
+  hooks.before_step = [&](int64_t, int64_t, const svi::RecordPool& pool,
+                          const std::vector<std::string>& streams) {
     for (size_t i = 0; i < static_cast<size_t>(pool.size()); ++i) {
-      ++candidate_steps[{0, pool.origin(i).offset * 10 + pool.origin(i).stream}];
+      const auto partition =
+          static_cast<uint32_t>(std::stoi(streams[pool.origin(i).stream].substr(5)));
+      ++candidate_steps[{partition, pool.origin(i).offset}];
     }
   };
-  std::thread feeder;
-  for (int run = 0; run < 2; ++run) {
-    for (int i = 0; i < 20; ++i) h.topic->Append(0, Document(run * 100 + i));
-    DaemonHooks hooks;
-    hooks.before_step = observe;
+  for (int restart = 0; restart < 3; ++restart) {
     auto daemon = h.Make(config, hooks);
     ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
     ASSERT_TRUE(RunUntil(**daemon, [](const DaemonStatus& s) { return s.steps_run >= 3; }).ok());
   }
-  EXPECT_EQ(violations, 0);
   ASSERT_FALSE(candidate_steps.empty());
   for (const auto& [key, steps] : candidate_steps) {
-    EXPECT_LE(steps, kM) << "offset " << key.second / 10;
+    EXPECT_LE(steps, kM) << "partition " << key.first << " offset " << key.second;
   }
-  // Records of the first batch were candidates in exactly M steps overall.
-  EXPECT_EQ(candidate_steps.at({0, 0}), kM);
+  auto state = h.LoadLedger();
+  ASSERT_TRUE(state.ok());
+  ASSERT_TRUE(state->residency.has_value());
+  EXPECT_GT(state->residency->worst_epsilon(), 0);
 }
 
-TEST(DaemonTest, ResidencyStartUpRefusesAnUnaffordableM) {
+TEST(DaemonTest, ResidencyStartUpRefusesAnUnaffordableWindow) {
   Harness h("residency_refused");
   Options options;
   options.accounting = "residency";
-  options.residency = 10000;
+  options.window = "10000";
   options.q = 0.5;
   options.ceiling = 1.0;
   auto daemon = h.Make(WriteConfig(h.dir, options));
   ASSERT_FALSE(daemon.ok());
-  EXPECT_NE(daemon.status().message().find("privacy.residency_steps: a record present for 10000 "
-                                           "steps"),
+  EXPECT_NE(daemon.status().message().find(
+                "schedule.window_steps: a record that is a candidate in 10000 steps"),
             std::string::npos)
       << daemon.status().message();
+  EXPECT_NE(daemon.status().message().find("vipsd.yaml:"), std::string::npos);
 }
 
 TEST(DaemonTest, ReloadAppliesLiveChangesAndABadReloadKeepsTheOldConfig) {
   Harness h("reload");
   for (int i = 0; i < 20; ++i) h.topic->Append(0, Document(i));
   const std::string path = WriteConfig(h.dir, {});
-  std::vector<double> sampling_rates;
-  DaemonHooks hooks;
-  auto daemon = h.Make(path, hooks);
+  auto daemon = h.Make(path);
   ASSERT_TRUE(daemon.ok());
   Status result = Status::Ok();
   std::thread runner([&] { result = (*daemon)->Run(); });
@@ -588,46 +717,14 @@ TEST(DaemonTest, ReloadAppliesLiveChangesAndABadReloadKeepsTheOldConfig) {
   }
   EXPECT_EQ(h.metrics->config_last_reload_successful().Value(), 1);
   EXPECT_EQ(h.metrics->sampling_rate().Value(), 0.25);
-  wait_steps((*daemon)->status().steps_run + 1);
+  wait_steps((*daemon)->status().steps_run + 2);
   (*daemon)->RequestStop();
   runner.join();
   EXPECT_TRUE(result.ok());
   std::lock_guard<std::mutex> lock(h.sink->mutex);
   ASSERT_FALSE(h.sink->releases.empty());
-  const auto& manifest = h.sink->releases.back().files.back();
+  const auto& manifest = h.sink->releases.back().release.files.back();
   EXPECT_NE(manifest.bytes.find("\"sampling_rate\": 0.25"), std::string::npos) << manifest.bytes;
-}
-
-TEST(DaemonTest, NoStepIsRunOrChargedUntilThePoolHoldsMinPoolRecords) {
-  Harness h("min_pool");
-  for (int i = 0; i < 20; ++i) h.topic->Append(0, Document(i));
-  Options options;
-  options.extra_schedule = "  min_pool_records: 50\n";
-  auto daemon = h.Make(WriteConfig(h.dir, options));
-  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
-  Status result = Status::Ok();
-  std::thread runner([&] { result = (*daemon)->Run(); });
-  std::this_thread::sleep_for(300ms);  // ≈ 15 scheduled intervals
-  EXPECT_EQ((*daemon)->status().steps_run, 0);
-  EXPECT_EQ((*daemon)->status().epsilon_spent, 0);
-  {
-    // The ledger holds the partition's resume offset, and no step.
-    auto bytes = connectors::ReadWholeFile(h.dir + "/state/ledger");
-    ASSERT_TRUE(bytes.ok());
-    auto state = Ledger::Decode(*bytes, "ledger");
-    ASSERT_TRUE(state.ok());
-    EXPECT_EQ(state->next_step, 1);
-    EXPECT_EQ(state->accountant.steps(), 0);
-    EXPECT_EQ(state->resume_offsets.size(), 1u);
-  }
-  for (int i = 20; i < 60; ++i) h.topic->Append(0, Document(i));
-  const auto until = std::chrono::steady_clock::now() + 10s;
-  while ((*daemon)->status().steps_run < 2 && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(5ms);
-  }
-  (*daemon)->RequestStop();
-  runner.join();
-  EXPECT_GE((*daemon)->status().steps_run, 2);
 }
 
 TEST(DaemonTest, LogisticRegressionRunsThroughTheSameDaemon) {
@@ -650,8 +747,8 @@ TEST(DaemonTest, LogisticRegressionRunsThroughTheSameDaemon) {
   EXPECT_TRUE(h.sink->ledger_violations.empty());
   ASSERT_GE(h.sink->releases.size(), 3u);
   std::set<std::string> files;
-  for (const auto& file : h.sink->releases.back().files) files.insert(file.name);
-  EXPECT_TRUE(files.count("mean.npy") && files.count("covariance.npy")) ;
+  for (const auto& file : h.sink->releases.back().release.files) files.insert(file.name);
+  EXPECT_TRUE(files.count("mean.npy") && files.count("covariance.npy"));
   std::multiset<connectors::RejectReason> reasons;
   for (const auto& [record, reason] : h.sink->dead_letters) reasons.insert(reason);
   EXPECT_EQ(reasons, (std::multiset<connectors::RejectReason>{
@@ -673,6 +770,55 @@ TEST(DaemonTest, MissingLedgerNextToACheckpointIsRefused) {
   ASSERT_FALSE(daemon.ok());
   EXPECT_EQ(daemon.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(daemon.status().message().find("refusing to start from zero"), std::string::npos);
+}
+
+TEST(DaemonTest, APrivateRunRefusesAStateDirectoryThatRanNonPrivateOrFixedSeedSteps) {
+  for (const std::string mode : {"non_private", "fixed_seed"}) {
+    Harness h("contaminated_" + mode);
+    for (int i = 0; i < 10; ++i) h.topic->Append(0, Document(i));
+    Options first;
+    if (mode == "non_private") first.sigma = 0;
+    if (mode == "fixed_seed") first.noise = "fixed_seed";
+    DaemonOptions flag;
+    flag.allow_fixed_seed_noise = true;
+    {
+      auto daemon = h.Make(WriteConfig(h.dir, first), {}, flag);
+      ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+      ASSERT_TRUE(RunUntil(**daemon, [](const DaemonStatus& s) { return s.steps_run >= 2; }).ok());
+    }
+    auto daemon = h.Make(WriteConfig(h.dir, {}));  // private, secure noise
+    ASSERT_FALSE(daemon.ok()) << mode;
+    EXPECT_NE(daemon.status().message().find(h.dir + "/state/ledger"), std::string::npos);
+    EXPECT_NE(daemon.status().message().find("the first was step 1"), std::string::npos)
+        << daemon.status().message();
+    EXPECT_NE(daemon.status().message().find("a private run needs a new state directory"),
+              std::string::npos);
+  }
+  // Fixed-seed noise needs the flag in addition to the key.
+  Harness h("fixed_seed_flag");
+  Options seeded;
+  seeded.noise = "fixed_seed";
+  auto refused = h.Make(WriteConfig(h.dir, seeded));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("privacy.noise"), std::string::npos);
+  EXPECT_NE(refused.status().message().find("--insecure-fixed-seed-noise"), std::string::npos);
+  EXPECT_NE(refused.status().message().find("vipsd.yaml:"), std::string::npos);
+}
+
+TEST(DaemonTest, ALedgerOfAnotherModelOrRunIsRefused) {
+  Harness h("other_model");
+  for (int i = 0; i < 10; ++i) h.topic->Append(0, Document(i));
+  {
+    auto daemon = h.Make(WriteConfig(h.dir, {}));
+    ASSERT_TRUE(daemon.ok());
+    ASSERT_TRUE(RunUntil(**daemon, [](const DaemonStatus& s) { return s.steps_run >= 1; }).ok());
+  }
+  Options blr;
+  blr.model = "blr";
+  auto other = h.Make(WriteConfig(h.dir, blr));
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.status().message().find("belongs to a different model"), std::string::npos)
+      << other.status().message();
 }
 
 }  // namespace

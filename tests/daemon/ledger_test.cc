@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/release/release.h"
+
 namespace vipsd::daemon {
 namespace {
 
@@ -12,6 +14,33 @@ std::string FreshDirectory(const std::string& name) {
   const std::string dir = ::testing::TempDir() + "ledger_test_" + name;
   std::filesystem::remove_all(dir);
   return dir + "/state";
+}
+
+// A plausible global-mode state with `steps` private steps.
+LedgerState Global(int64_t steps) {
+  LedgerState state;
+  state.run_id = "0123456789abcdef0123456789abcdef";
+  state.model_type = "lda";
+  state.model_fingerprint = std::string(64, 'a');
+  state.next_step = steps + 1;
+  state.noise.private_steps = steps;
+  EXPECT_TRUE(state.accountant.Compose(0.01, 1.1, steps).ok());
+  auto windows = svi::SlotWindows::Create(1764000000.5, 0.25, svi::kWindowAll);
+  EXPECT_TRUE(windows.ok());
+  state.windows = std::move(*windows);
+  EXPECT_TRUE(state.windows.AddStream("in:0", 0).ok());
+  EXPECT_TRUE(state.windows.RecordCuts(steps + 2, {{"in:0", 5 * steps}}).ok());
+  return state;
+}
+
+// Re-signs `body` (everything before the checksum line) so that parsing is
+// reached behind the checksum.
+std::string Resign(std::string body) {
+  return body + "blake2b " + release::Blake2bHex(body) + "\n";
+}
+
+std::string Body(const std::string& bytes) {
+  return bytes.substr(0, bytes.rfind("blake2b "));
 }
 
 TEST(LedgerTest, AbsentLedgerMeansAFreshRun) {
@@ -22,91 +51,79 @@ TEST(LedgerTest, AbsentLedgerMeansAFreshRun) {
   EXPECT_FALSE(state->has_value());
 }
 
-TEST(LedgerTest, CommitThenLoadRestoresStepAndBudgetExactly) {
+TEST(LedgerTest, NewRunIdsAreRandomHex) {
+  auto a = NewRunId();
+  auto b = NewRunId();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->size(), 32u);
+  EXPECT_NE(*a, *b);
+  EXPECT_EQ(a->find_first_not_of("0123456789abcdef"), std::string::npos);
+}
+
+TEST(LedgerTest, CommitThenLoadRestoresEverythingExactly) {
   auto ledger = Ledger::Open(FreshDirectory("roundtrip"));
   ASSERT_TRUE(ledger.ok());
-  LedgerState state;
-  state.next_step = 42;
-  ASSERT_TRUE(state.accountant.Compose(0.01, 1.1, 41).ok());
+  LedgerState state = Global(41);
+  state.noise = {38, 2, 4, 1, 9};
+  state.warning_level = 0.5;
   ASSERT_TRUE(ledger->Commit(state).ok());
   EXPECT_FALSE(std::filesystem::exists(ledger->path() + ".tmp"));
   auto loaded = ledger->Load();
-  ASSERT_TRUE(loaded.ok() && loaded->has_value());
-  EXPECT_EQ((*loaded)->next_step, 42);
-  EXPECT_EQ((*loaded)->accountant, state.accountant);
-  EXPECT_EQ((*loaded)->accountant.GetEpsilon(1e-5)->epsilon,
-            state.accountant.GetEpsilon(1e-5)->epsilon);
-  // A second commit replaces the first.
-  state.next_step = 43;
-  ASSERT_TRUE(state.accountant.Compose(0.01, 1.1).ok());
-  ASSERT_TRUE(ledger->Commit(state).ok());
-  EXPECT_EQ((*ledger->Load())->next_step, 43);
-  EXPECT_EQ((*ledger->Load())->accountant.steps(), 42);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  ASSERT_TRUE(loaded->has_value());
+  const LedgerState& back = **loaded;
+  EXPECT_EQ(back.run_id, state.run_id);
+  EXPECT_EQ(back.model_type, "lda");
+  EXPECT_EQ(back.model_fingerprint, state.model_fingerprint);
+  EXPECT_EQ(back.source, SourceKind::kKafka);
+  EXPECT_EQ(back.next_step, 42);
+  EXPECT_EQ(back.noise, state.noise);
+  EXPECT_EQ(back.warning_level, 0.5);
+  EXPECT_TRUE(back.windows == state.windows);
+  EXPECT_EQ(back.accountant, state.accountant);
+  EXPECT_EQ(back.accountant.GetEpsilon(1e-5)->epsilon, state.accountant.GetEpsilon(1e-5)->epsilon);
+  EXPECT_EQ(Ledger::Encode(back), Ledger::Encode(state));
+}
+
+TEST(LedgerTest, ResidencyStateRoundTrips) {
+  LedgerState state = Global(7);
+  state.mode = AccountingMode::kResidency;
+  state.source = SourceKind::kKafka;
+  auto residency = privacy::ResidencyAccountant::Create(5);
+  ASSERT_TRUE(residency.ok());
+  for (int i = 0; i < 7; ++i) ASSERT_TRUE(residency->RecordStep(0.05, 2.0, 0.125).ok());
+  state.residency = std::move(*residency);
+  auto decoded = Ledger::Decode(Ledger::Encode(state), "ledger");
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  ASSERT_TRUE(decoded->residency.has_value());
+  EXPECT_EQ(*decoded->residency, *state.residency);
+  EXPECT_EQ(decoded->mode, AccountingMode::kResidency);
 }
 
 TEST(LedgerTest, CorruptLedgerIsRefusedNeverReset) {
   auto ledger = Ledger::Open(FreshDirectory("corrupt"));
   ASSERT_TRUE(ledger.ok());
-  LedgerState state;
-  ASSERT_TRUE(state.accountant.Compose(0.01, 1.1, 5).ok());
-  ASSERT_TRUE(ledger->Commit(state).ok());
+  ASSERT_TRUE(ledger->Commit(Global(5)).ok());
   std::string text;
   {
     std::ifstream in(ledger->path());
     text.assign(std::istreambuf_iterator<char>(in), {});
   }
   for (const std::string& bad : {text.substr(0, text.size() / 2), std::string("garbage\n"),
-                                 std::string("vipsd-ledger 1\nnext_step 0\n")}) {
+                                 std::string(), std::string("vipsd-ledger 3\n")}) {
     std::ofstream(ledger->path(), std::ios::trunc) << bad;
     auto loaded = ledger->Load();
     ASSERT_FALSE(loaded.ok());
     EXPECT_EQ(loaded.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(loaded.status().message().find(ledger->path()), std::string::npos);
     EXPECT_NE(loaded.status().message().find("refusing to start from zero"), std::string::npos);
   }
 }
 
-TEST(LedgerTest, ResidencyStateResumeOffsetsAndWarningsRoundTrip) {
-  auto ledger = Ledger::Open(FreshDirectory("residency"));
-  ASSERT_TRUE(ledger.ok());
-  LedgerState state;
-  state.next_step = 8;
-  state.mode = AccountingMode::kResidency;
-  state.warning_level = 0.75;
-  state.resume_offsets = {{"docs:0", 17}, {"docs:3", 0}};
-  ASSERT_TRUE(state.accountant.Compose(0.05, 2.0, 7).ok());
-  auto residency = privacy::ResidencyAccountant::Create(5);
-  ASSERT_TRUE(residency.ok());
-  for (int i = 0; i < 7; ++i) ASSERT_TRUE(residency->RecordStep(0.05, 2.0, 0.125).ok());
-  state.residency = std::move(*residency);
-  state.arrivals = svi::ArrivalHistory(5);
-  ASSERT_TRUE(state.arrivals.RecordStep(6, {{"docs:0", 20}}).ok());
-  ASSERT_TRUE(state.arrivals.RecordStep(7, {{"docs:0", 25}, {"docs:3", 2}}).ok());
-  ASSERT_TRUE(ledger->Commit(state).ok());
-  auto loaded = ledger->Load();
-  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
-  ASSERT_TRUE(loaded->has_value());
-  const LedgerState& back = **loaded;
-  EXPECT_EQ(back.next_step, 8);
-  EXPECT_EQ(back.mode, AccountingMode::kResidency);
-  EXPECT_EQ(back.warning_level, 0.75);
-  EXPECT_EQ(back.resume_offsets, state.resume_offsets);
-  EXPECT_EQ(back.accountant, state.accountant);
-  ASSERT_TRUE(back.residency.has_value());
-  EXPECT_EQ(*back.residency, *state.residency);
-  EXPECT_EQ(back.arrivals, state.arrivals);
-  EXPECT_EQ(Ledger::Encode(back), Ledger::Encode(state));
-}
-
 TEST(LedgerTest, AnyFlippedByteIsDetected) {
-  LedgerState state;
-  state.next_step = 3;
-  ASSERT_TRUE(state.accountant.Compose(0.01, 1.1, 2).ok());
-  state.resume_offsets = {{"in:0", 5}};
-  const std::string bytes = Ledger::Encode(state);
+  const std::string bytes = Ledger::Encode(Global(2));
   ASSERT_TRUE(Ledger::Decode(bytes, "ledger").ok());
-  // Flip one bit at positions spread over the whole file (header, counters,
-  // hex floats, checksum): every variant must be refused, none reset.
-  for (size_t position = 0; position < bytes.size(); position += 7) {
+  for (size_t position = 0; position < bytes.size(); position += 5) {
     std::string corrupt = bytes;
     corrupt[position] = static_cast<char>(corrupt[position] ^ 0x04);
     auto decoded = Ledger::Decode(corrupt, "ledger");
@@ -115,15 +132,43 @@ TEST(LedgerTest, AnyFlippedByteIsDetected) {
   }
 }
 
-TEST(LedgerTest, VersionOneLedgersAreStillRead) {
+TEST(LedgerTest, OlderVersionsAreRefusedWithTheReason) {
   privacy::RdpAccountant accountant;
   ASSERT_TRUE(accountant.Compose(0.02, 1.3, 9).ok());
-  const std::string v1 = "vipsd-ledger 1\nnext_step 10\n" + accountant.Serialize();
-  auto decoded = Ledger::Decode(v1, "ledger");
-  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
-  EXPECT_EQ(decoded->next_step, 10);
-  EXPECT_EQ(decoded->mode, AccountingMode::kGlobal);
-  EXPECT_EQ(decoded->accountant, accountant);
+  auto v1 = Ledger::Decode("vipsd-ledger 1\nnext_step 10\n" + accountant.Serialize(), "/s/ledger");
+  ASSERT_FALSE(v1.ok());
+  EXPECT_EQ(v1.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(v1.status().message().find("/s/ledger: version-1 ledger"), std::string::npos);
+  EXPECT_NE(v1.status().message().find("no checksum"), std::string::npos);
+  const std::string v2_body = "vipsd-ledger 2\nnext_step 10\nmode global\nwarning_level 0x0p+0\n";
+  auto v2 = Ledger::Decode(Resign(v2_body), "/s/ledger");
+  ASSERT_FALSE(v2.ok());
+  EXPECT_NE(v2.status().message().find("version-2 ledger"), std::string::npos);
+}
+
+TEST(LedgerTest, CountersNearOverflowAreRefusedBehindAValidChecksum) {
+  // A checksum-valid ledger whose step counter is near INT64_MAX must not
+  // be accepted: later arithmetic (t + 1, slot times) would overflow.
+  const std::string body = Body(Ledger::Encode(Global(3)));
+  for (const auto& [from, to] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"next_step 4\n", "next_step 9223372036854775807\n"},
+           {"next_step 4\n", "next_step 9007199254740993\n"},
+           {"noise 3 0 0 0 0\n", "noise 3 0 0 4 0\n"},     // count without first step
+           {"noise 3 0 0 0 0\n", "noise 3 2 1 0 0\n"},     // more steps than t
+           {"run 0123456789abcdef0123456789abcdef\n", "run xyz\n"},
+           {"model lda ", "model cnn "},
+           {"source kafka\n", "source tape\n"},
+       }) {
+    std::string changed = body;
+    const size_t at = changed.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    changed.replace(at, from.size(), to);
+    auto decoded = Ledger::Decode(Resign(changed), "/s/ledger");
+    ASSERT_FALSE(decoded.ok()) << to;
+    EXPECT_EQ(decoded.status().code(), StatusCode::kDataLoss) << to;
+    EXPECT_NE(decoded.status().message().find("/s/ledger"), std::string::npos);
+  }
 }
 
 TEST(LedgerTest, ASecondProcessCannotOpenTheSameStateDirectory) {

@@ -159,9 +159,10 @@ TEST(MetricsTest, LabelledSeriesWithFixedValuesExistAtZero) {
                                std::string(connectors::RejectReasonName(reason)) + "\"}";
     EXPECT_EQ(SampleValue(text, series), 0.0) << series;
   }
-  for (const char* cause : {"capacity", "residency"}) {
-    EXPECT_EQ(SampleValue(text, std::string("vipsd_pool_evicted_total{cause=\"") + cause + "\"}"),
-              0.0);
+  for (const char* reason : {"window_overflow", "ceiling", "error", "missed"}) {
+    EXPECT_EQ(
+        SampleValue(text, std::string("vipsd_slots_skipped_total{reason=\"") + reason + "\"}"),
+        0.0);
   }
   for (const char* kind : {"transport", "consume", "produce", "commit", "fatal", "other"}) {
     EXPECT_EQ(SampleValue(text, std::string("vipsd_kafka_errors_total{kind=\"") + kind + "\"}"),
@@ -207,7 +208,8 @@ TEST(MetricsTest, HandlesUpdateTheExposition) {
   metrics->pool_records().Set(10);
   metrics->pool_records().Decrement(3);
   metrics->records_rejected_total(connectors::RejectReason::kBadText).Increment(4);
-  metrics->pool_evicted_total(EvictionCause::kResidency).Increment(5);
+  metrics->pool_evicted_total().Increment(5);
+  metrics->slots_skipped_total(SkipReason::kWindowOverflow).Increment(2);
   metrics->kafka_errors_total(KafkaErrorKind::kFatal).Increment();
   metrics->release_bytes().Set(123456);
   metrics->step_duration_seconds().Observe(0.003);
@@ -220,8 +222,9 @@ TEST(MetricsTest, HandlesUpdateTheExposition) {
   EXPECT_EQ(SampleValue(text, "vipsd_pool_records"), 7.0);
   EXPECT_EQ(SampleValue(text, R"(vipsd_records_rejected_total{reason="bad_text"})"), 4.0);
   EXPECT_EQ(SampleValue(text, R"(vipsd_records_rejected_total{reason="invalid_json"})"), 0.0);
-  EXPECT_EQ(SampleValue(text, R"(vipsd_pool_evicted_total{cause="residency"})"), 5.0);
-  EXPECT_EQ(SampleValue(text, R"(vipsd_pool_evicted_total{cause="capacity"})"), 0.0);
+  EXPECT_EQ(SampleValue(text, "vipsd_pool_evicted_total"), 5.0);
+  EXPECT_EQ(SampleValue(text, R"(vipsd_slots_skipped_total{reason="window_overflow"})"), 2.0);
+  EXPECT_EQ(SampleValue(text, R"(vipsd_slots_skipped_total{reason="missed"})"), 0.0);
   EXPECT_EQ(SampleValue(text, R"(vipsd_kafka_errors_total{kind="fatal"})"), 1.0);
   EXPECT_EQ(SampleValue(text, "vipsd_release_bytes"), 123456.0);
   // Histogram: cumulative buckets from 1 ms to 60 s.
@@ -234,6 +237,23 @@ TEST(MetricsTest, HandlesUpdateTheExposition) {
   EXPECT_TRUE(SampleValue(text, R"(vipsd_step_duration_seconds_bucket{le="0.001"})"));
   EXPECT_TRUE(SampleValue(text, R"(vipsd_ledger_commit_duration_seconds_bucket{le="0.0001"})"));
   EXPECT_TRUE(SampleValue(text, R"(vipsd_release_publish_duration_seconds_bucket{le="30"})"));
+}
+
+TEST(MetricsTest, StepTimingIsNotExportedUnlessAskedFor) {
+  MetricsOptions options;
+  options.listen_address = "";
+  options.version = "1.2.3";
+  options.model_type = "lda";
+  options.expose_step_timing = false;
+  auto metrics = Metrics::Create(options);
+  ASSERT_TRUE(metrics.ok());
+  (*metrics)->step_duration_seconds().Observe(0.5);       // a no-op handle
+  (*metrics)->last_step_timestamp_seconds().Set(1.0e9);   // likewise
+  const std::string text = (*metrics)->SerializeText();
+  EXPECT_THAT(text, Not(HasSubstr("vipsd_step_duration_seconds")));
+  EXPECT_THAT(text, Not(HasSubstr("vipsd_last_step_timestamp_seconds")));
+  EXPECT_EQ((*metrics)->last_step_timestamp_seconds().Value(), 0.0);
+  EXPECT_THAT(text, HasSubstr("vipsd_last_slot_timestamp_seconds"));
 }
 
 TEST(MetricsTest, TopicSeriesAreAddedOnFirstUseAndShared) {

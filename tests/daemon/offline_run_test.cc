@@ -8,11 +8,13 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <string>
 
 #include <cstring>
 
+#include "core/release/release.h"
 #include "daemon/checkpoint.h"
 #include "daemon/ledger.h"
 
@@ -33,6 +35,8 @@ std::string MakeRunDirectory(const std::string& name, double ceiling, int64_t ma
   }
   corpus << "{\"id\": \"" << kSecret << "\", \"text\": 5}\n";  // malformed: text not a string
   corpus << "not json " << kSecret << "\n";
+  // Well-formed but without a vocabulary word: pooled, contributes zero.
+  corpus << "{\"id\": 999, \"text\": \"" << kSecret << " zebra\"}\n";
   corpus.close();
   std::ofstream(dir + "/vipsd.yaml")
       << "model:\n  type: lda\n  lda:\n    topics: 2\n    vocabulary: vocab.txt\n"
@@ -58,7 +62,7 @@ TEST(OfflineRunTest, RunsStepsWritesLedgerAndDecodableReleases) {
   auto summary = RunOffline(*config);
   ASSERT_TRUE(summary.ok()) << summary.status().message();
   EXPECT_EQ(summary->steps_run, 10);
-  EXPECT_EQ(summary->records_pooled, 200);
+  EXPECT_EQ(summary->records_pooled, 201);  // the document without a vocabulary word too
   EXPECT_EQ(summary->records_rejected, 2);
   EXPECT_EQ(summary->releases_written, 3);  // steps 4, 8 and the final 10
   // The ledger holds exactly the charged steps.
@@ -70,6 +74,7 @@ TEST(OfflineRunTest, RunsStepsWritesLedgerAndDecodableReleases) {
   // Dead letters: line and reason, never the content.
   const std::string dead = Slurp(dir + "/dead.jsonl");
   EXPECT_NE(dead.find("\"line\": 201"), std::string::npos) << dead;
+  EXPECT_EQ(dead.find("\"line\": 203"), std::string::npos) << dead;  // pooled, not rejected
   EXPECT_EQ(dead.find(kSecret), std::string::npos);
   // The reference decoder accepts the release (Debian's python3 + numpy).
   const std::string command = "/usr/bin/python3 " + std::string(VIPSD_SOURCE_DIR) +
@@ -126,16 +131,102 @@ TEST(OfflineRunTest, StopsAtTheCeilingAndARestartNeverResetsTheBudget) {
   EXPECT_TRUE(first->stopped_at_ceiling);
   EXPECT_GT(first->steps_run, 0);
   EXPECT_LE(first->epsilon_spent, 6.0);
+  // The budget is still spent: a restart cannot run a single step, and says
+  // so with a non-zero status instead of "finishing" after zero steps.
   auto second = RunOffline(*config);
-  ASSERT_TRUE(second.ok());
-  EXPECT_EQ(second->steps_run, 0);  // the budget is still spent
-  EXPECT_EQ(second->first_step, first->steps_run + 1);
-  EXPECT_EQ(second->epsilon_spent, first->epsilon_spent);
-  // A corrupt ledger stops the run instead of starting from zero.
-  std::ofstream(dir + "/state/ledger", std::ios::trunc) << "vipsd-ledger 1\n";
-  auto third = RunOffline(*config);
-  ASSERT_FALSE(third.ok());
-  EXPECT_EQ(third.status().code(), StatusCode::kDataLoss);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(second.status().message().find("admits no step"), std::string::npos)
+      << second.status().message();
+  auto ledger = Ledger::Open(dir + "/state");
+  ASSERT_TRUE(ledger.ok());
+  auto state = ledger->Load();
+  ASSERT_TRUE(state.ok() && state->has_value());
+  EXPECT_EQ((*state)->next_step, first->steps_run + 1);
+  EXPECT_EQ((*state)->accountant.steps(), first->steps_run);
+}
+
+// Rewrites the ledger with `edit` applied to its text and a valid checksum.
+void ResignLedger(const std::string& path, const std::function<void(std::string&)>& edit) {
+  std::string text = Slurp(path);
+  std::string body = text.substr(0, text.rfind("blake2b "));
+  edit(body);
+  std::ofstream(path, std::ios::trunc) << body << "blake2b " << release::Blake2bHex(body) << "\n";
+}
+
+TEST(OfflineRunTest, TheStartUpCheckRefusesStateThatDoesNotBelongTogether) {
+  const std::string dir = MakeRunDirectory("belong", 50.0, 1);
+  auto config = config::LoadConfigFile(dir + "/vipsd.yaml");
+  ASSERT_TRUE(config.ok());
+  ASSERT_TRUE(RunOffline(*config).ok());
+  const std::string ledger_path = dir + "/state/ledger";
+  const std::string after_step_1 = Slurp(ledger_path);
+  config->max_steps = 2;
+  ASSERT_TRUE(RunOffline(*config).ok());  // checkpoint of step 3
+  const std::string saved = Slurp(ledger_path);
+  auto expect_refused = [&](const std::string& what, const std::string& needle) {
+    auto run = RunOffline(*config);
+    ASSERT_FALSE(run.ok()) << what;
+    EXPECT_NE(run.status().message().find(needle), std::string::npos)
+        << what << ": " << run.status().message();
+    std::ofstream(ledger_path, std::ios::trunc) << saved;
+  };
+  // A deleted ledger next to the checkpoint is never a fresh budget.
+  std::filesystem::remove(ledger_path);
+  expect_refused("missing ledger", "no ledger");
+  // The ledger of another run next to this checkpoint.
+  ResignLedger(ledger_path, [](std::string& body) {
+    const size_t at = body.find("run ") + 4;
+    body.replace(at, 32, std::string(32, 'e'));
+  });
+  expect_refused("other run", "belongs to run");
+  // A checkpoint of step 3 next to an older copy of the ledger (step 1).
+  std::ofstream(ledger_path, std::ios::trunc) << after_step_1;
+  expect_refused("checkpoint ahead of the ledger", "records only 1 steps");
+  // A step counter near overflow, behind a valid checksum.
+  ResignLedger(ledger_path, [](std::string& body) {
+    body.replace(body.find("next_step 4"), 11, "next_step 9223372036854775806");
+  });
+  expect_refused("overflow", "next_step");
+  // The ledger of another model.
+  config->lda.alpha = 0.5;  // not part of the fingerprint: still the same model
+  ASSERT_TRUE(RunOffline(*config).ok());
+  config->lda.num_topics = 3;
+  auto other_model = RunOffline(*config);
+  ASSERT_FALSE(other_model.ok());
+  EXPECT_NE(other_model.status().message().find("different model"), std::string::npos);
+}
+
+TEST(OfflineRunTest, APrivateRunRefusesAStateDirectoryThatRanNonPrivateSteps) {
+  const std::string dir = MakeRunDirectory("mixed", 50.0, 2);
+  auto config = config::LoadConfigFile(dir + "/vipsd.yaml");
+  ASSERT_TRUE(config.ok());
+  config::VipsdConfig open = *config;
+  open.driver.noise_multiplier = 0;
+  ASSERT_TRUE(RunOffline(open).ok());
+  auto run = RunOffline(*config);
+  ASSERT_FALSE(run.ok());
+  EXPECT_NE(run.status().message().find(dir + "/state/ledger"), std::string::npos);
+  EXPECT_NE(run.status().message().find("2 non-private steps"), std::string::npos)
+      << run.status().message();
+  EXPECT_NE(run.status().message().find("the first was step 1"), std::string::npos);
+
+  // Fixed-seed noise needs the command-line flag, and contaminates as well.
+  const std::string dir2 = MakeRunDirectory("fixed_seed", 50.0, 2);
+  auto seeded = config::LoadConfigFile(dir2 + "/vipsd.yaml");
+  ASSERT_TRUE(seeded.ok());
+  seeded->noise_mode = config::NoiseMode::kFixedSeed;
+  auto without_flag = RunOffline(*seeded);
+  ASSERT_FALSE(without_flag.ok());
+  EXPECT_NE(without_flag.status().message().find("--insecure-fixed-seed-noise"),
+            std::string::npos);
+  DaemonOptions flag;
+  flag.allow_fixed_seed_noise = true;
+  ASSERT_TRUE(RunOffline(*seeded, flag).ok());
+  seeded->noise_mode = config::NoiseMode::kSecure;
+  auto secure_after = RunOffline(*seeded);
+  ASSERT_FALSE(secure_after.ok());
+  EXPECT_NE(secure_after.status().message().find("fixed-seed noise"), std::string::npos);
 }
 
 TEST(OfflineRunTest, ARestartResumesTheModelFromItsCheckpoint) {
@@ -190,7 +281,8 @@ TEST(OfflineRunTest, BayesianLogisticRegressionRunsThroughTheSamePath) {
     data << "{\"x\": [" << x0 << ", " << x1 << ", " << x2 << "], \"y\": " << (x0 + x1 > 0 ? 1 : 0)
          << "}\n";
   }
-  data << "{\"x\": [1.0, 1.0, 1.0], \"y\": 1}\n";  // norm > 1: rejected
+  data << "{\"x\": [1.0, 1.0, 1.0], \"y\": 1}\n";  // norm > 1: rescaled, pooled
+  data << "{\"x\": [1.0, 1.0], \"y\": 1}\n";       // wrong dimension: rejected
   data.close();
   std::ofstream(dir + "/vipsd.yaml")
       << "model:\n  type: blr\n  blr:\n    dimension: 3\n"
@@ -205,9 +297,10 @@ TEST(OfflineRunTest, BayesianLogisticRegressionRunsThroughTheSamePath) {
   auto summary = RunOffline(*config);
   ASSERT_TRUE(summary.ok()) << summary.status().message();
   EXPECT_EQ(summary->steps_run, 10);
-  EXPECT_EQ(summary->records_pooled, 2000);
+  EXPECT_EQ(summary->records_pooled, 2001);
   EXPECT_EQ(summary->records_rejected, 1);
-  EXPECT_NE(Slurp(dir + "/dead.jsonl").find("norm_too_large"), std::string::npos);
+  EXPECT_NE(Slurp(dir + "/dead.jsonl").find("wrong_dimension"), std::string::npos);
+  EXPECT_EQ(Slurp(dir + "/dead.jsonl").find("norm_too_large"), std::string::npos);
   // vipsd-eval reads the release: the private model separates the classes.
   const std::string eval = std::string(VIPSD_EVAL_BINARY) + " " + dir +
                            "/releases/step-10 --test " + dir + "/train.jsonl";

@@ -28,12 +28,14 @@ exec "$source_dir/tests/integration/prometheus_scrape_test.sh" \
   --expect 'vipsd_steps_total > 0' \
   --expect-value 'vipsd_records_consumed_total{topic="demo-documents"}' 5004 \
   --expect-value 'vipsd_records_rejected_total{reason="invalid_json"}' 1 \
-  --expect-value 'vipsd_records_rejected_total{reason="empty_document"}' 1 \
-  --expect-value 'vipsd_pool_records' 5000 \
+  --expect-value 'vipsd_records_rejected_total{reason="bad_text"}' 1 \
+  --expect-value 'vipsd_pool_records' 5001 \
   --expect-value 'vipsd_privacy_epsilon_ceiling' 4 \
   --expect-value 'vipsd_privacy_accounting_mode{mode="global"}' 1 \
   --expect 'vipsd_privacy_epsilon_spent > 0' \
   --expect 'vipsd_releases_published_total > 0' \
   --expect 'vipsd_ledger_commits_total > 0' \
   --expect 'vipsd_build_info{model_type="lda"} == 1' \
-  --expect 'absent(ALERTS{alertname="VipsdReleasesFailing"})'
+  --expect 'absent(ALERTS{alertname="VipsdReleasesFailing"})' \
+  --expect 'absent(vipsd_step_duration_seconds_count)' \
+  --expect 'vipsd_slot > 0'

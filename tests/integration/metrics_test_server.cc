@@ -55,6 +55,8 @@ int main(int argc, char** argv) {
   metrics.step_size_rho().Set(0.125);
   metrics.step_interval_seconds().Set(60);
   metrics.last_step_timestamp_seconds().Set(now);
+  metrics.slot().Set(42);
+  metrics.last_slot_timestamp_seconds().Set(now);
   for (double seconds : {0.02, 0.2, 2.0}) metrics.step_duration_seconds().Observe(seconds);
   metrics.records_consumed_total("docs").Increment(1000);
   metrics.records_rejected_total(vipsd::connectors::RejectReason::kInvalidJson).Increment(3);

@@ -24,14 +24,16 @@ TEST(LdaRecordDecoderTest, DecodesWordIdsInTextOrder) {
   EXPECT_TRUE(record.features.empty());
 }
 
-TEST(LdaRecordDecoderTest, EmptyAfterVocabularyFilteringIsRejected) {
+TEST(LdaRecordDecoderTest, AWellFormedDocumentWithoutVocabularyWordsIsARecord) {
+  // Whether a document has vocabulary words is its content: it is pooled
+  // (zero statistic), never rejected outside the mechanism.
   const text::Vocabulary vocabulary = TestVocabulary();
   auto decoder = NewLdaRecordDecoder(vocabulary);
   for (const std::string input : {R"({"id": 1, "text": "zeta eta theta"})",
                                   R"({"id": 1, "text": ""})", R"({"id": 1, "tokens": []})"}) {
     RecordDecodeResult result = decoder->Decode(input);
-    ASSERT_TRUE(std::holds_alternative<DecodeFailure>(result)) << input;
-    EXPECT_EQ(std::get<DecodeFailure>(result).reason, RejectReason::kEmptyDocument);
+    ASSERT_TRUE(std::holds_alternative<model::Record>(result)) << input;
+    EXPECT_TRUE(std::get<model::Record>(result).word_ids.empty());
   }
 }
 

@@ -79,7 +79,7 @@ TEST(DeadLetterTest, KcatSeesTheDeadLetterAsDocumented) {
   SourceMessage oversize = Record();
   oversize.oversize = true;
   const std::vector<OutMessage> dead = {
-      MakeDeadLetter(Record(), RejectReason::kEmptyDocument, "dlq"),
+      MakeDeadLetter(Record(), RejectReason::kBadText, "dlq"),
       MakeDeadLetter(oversize, RejectReason::kRecordTooLarge, "dlq")};
   ASSERT_TRUE((*producer)->ProduceAndWait(dead, std::chrono::seconds(10)).ok());
   ASSERT_TRUE((*producer)->Close(std::chrono::seconds(5)).ok());
@@ -90,8 +90,8 @@ TEST(DeadLetterTest, KcatSeesTheDeadLetterAsDocumented) {
       "vipsd-source-topic=documents,vipsd-source-partition=3,vipsd-source-offset=12345";
   EXPECT_EQ(out.output,
             "doc-key-7|" + std::to_string(Record().payload.size()) +
-                "|vipsd-reason=empty_document,vipsd-reason-description=" +
-                std::string(RejectReasonDescription(RejectReason::kEmptyDocument)) + "," + common +
+                "|vipsd-reason=bad_text,vipsd-reason-description=" +
+                std::string(RejectReasonDescription(RejectReason::kBadText)) + "," + common +
                 "\n" + "doc-key-7|0|vipsd-reason=record_too_large,vipsd-reason-description=" +
                 std::string(RejectReasonDescription(RejectReason::kRecordTooLarge)) + "," +
                 common + ",vipsd-payload-omitted=record_too_large\n");
