@@ -178,10 +178,14 @@ Status BlrModel::EStep(const model::Record& record, model::RecordRng& /*rng*/,
   if (!(record.label == 0.0 || record.label == 1.0)) {
     return InvalidArgumentError("record label must be 0 or 1");
   }
+#ifndef VIPSD_AUDIT_BUILD_WITHOUT_CLIPPING
+  // (The test-only audit build removes this bound to show that the privacy
+  // audit would catch its absence; see tests/core/privacy/privacy_audit_test.cc.)
   if (!(FeatureSquaredNorm(x) <= 1.0)) {
     return InvalidArgumentError(
         "record features have L2 norm above 1 (the decoder's norm rule must reject or rescale)");
   }
+#endif
   scratch.nonzero.clear();
   for (size_t i = 0; i < x.size(); ++i) {
     if (x[i] != 0) scratch.nonzero.push_back(static_cast<uint32_t>(i));

@@ -205,6 +205,14 @@ StatusOr<Eigen::MatrixXd> UnpackSymmetric(std::span<const double> packed, size_t
 }
 
 bool ClipToL2Bound(std::span<double> values, double bound) {
+#ifdef VIPSD_AUDIT_BUILD_WITHOUT_CLIPPING
+  // NOT PRIVATE. Compiled only into the test executable
+  // privacy_audit_no_clip_test (tests/CMakeLists.txt), which shows that the
+  // empirical privacy audit detects a mechanism that does not clip.
+  (void)values;
+  (void)bound;
+  return false;
+#endif
   NormUpperBound norm = L2NormUpperBound(values);
   if (!ExceedsBound(norm, bound)) return false;
   // Aim below the bound by the error of the norm before and after scaling
