@@ -601,9 +601,12 @@ void Daemon::ClockLoop() {
     }
     auto bounds = ObserveWithRetry(due);
     if (!bounds.ok()) return;  // stopping
-
     std::lock_guard<std::mutex> lock(mutex_);
-    if (clock_next_slot_ != slot) continue;  // the schedule changed meanwhile: observe again
+    const double due_now =
+        clock_anchor_time_ + static_cast<double>(slot - clock_anchor_slot_) * clock_interval_;
+    if (clock_next_slot_ != slot || due_now != due) {
+      continue;  // a reload moved this slot's time meanwhile: observe it at its new time
+    }
     observed_[slot] = std::move(*bounds);
     ++clock_next_slot_;
     wake_.notify_all();
@@ -1133,7 +1136,10 @@ void Daemon::OnCeiling(double epsilon_refused, PendingOutput* out) {
           JsonNumber(config_.driver.epsilon_ceiling) + "; epsilon_spent=" + Fixed(spent) +
           "; halting updates (on_ceiling=" +
           (config_.on_ceiling == config::CeilingAction::kHalt && paced_ ? "halt" : "exit") + ")");
-  if (model_step_ > 0 && published_model_step_ != model_step_) out->publish = true;
+  // The final release: the model of the last step this process ran, if it
+  // was not published yet (after a restart that runs no step, the previous
+  // run published — or, after a crash, lost — that release).
+  if (steps_run_ > 0 && published_model_step_ != model_step_) out->publish = true;
   out->alerts.push_back(AlertJson("halted", spent));
   if (!paced_ && steps_run_ == 0) {
     {
@@ -1401,7 +1407,7 @@ Status Daemon::Run() {
     for (const auto& [level, line] : out.log_lines) Log(level, kComponent, line);
   }
   const bool completed = IsFinished();
-  if (completed && !sticky_error_ && model_step_ > 0 && published_model_step_ != model_step_ &&
+  if (completed && !sticky_error_ && steps_run_ > 0 && published_model_step_ != model_step_ &&
       (!halted_ || !paced_)) {
     // The run ended by itself (max_steps, max_epochs, an offline ceiling):
     // its last model is the final release, at the end of the run.
