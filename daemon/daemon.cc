@@ -708,6 +708,11 @@ void Daemon::CoverNewStreams() {
   // first makes a restart re-read them; the ingest thread acknowledges them
   // only after this.
   if (sticky_error_) return;
+  if (ledger_failing_ && Now() < ledger_retry_at_) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    cover_requested_ = true;  // the ingest thread keeps waiting; asked again later
+    return;
+  }
   auto bounds = ObserveWithRetry(Now());
   if (!bounds.ok()) return;
   bool added = false;
@@ -716,14 +721,11 @@ void Daemon::CoverNewStreams() {
       if (state_.windows.AddStream(stream, b.start).ok()) added = true;
     }
   }
-  if (added) {
+  if (added || ledger_failing_) {
     PendingOutput ignored;
-    const Status committed = CommitLedger(&ignored);
-    if (!committed.ok()) {
-      sticky_error_ = committed;
-      Log(LogLevel::kError, kComponent,
-          "ledger commit of a new partition failed; no further step or release until "
-          "restart: " + committed.ToString());
+    if (!CommitOrRetryLedger(&ignored)) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      cover_requested_ = true;
       return;
     }
   }
@@ -991,7 +993,10 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
   if (!overflow) AdmitWindow(bounds);
 
   bool stepped = false;
-  if (sticky_error_) {
+  if (ledger_failing_) {
+    ++slots_skipped_;
+    metrics_->slots_skipped_total(SkipReason::kError).Increment();
+  } else if (sticky_error_) {
     ++slots_skipped_;
     metrics_->slots_skipped_total(SkipReason::kError).Increment();
     out.log_lines.emplace_back(LogLevel::kError,
@@ -1018,19 +1023,64 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
     }
   }
   // Durable BEFORE anything about this slot leaves the process.
-  const Status committed = CommitLedger(&out);
-  if (!committed.ok()) {
-    sticky_error_ = committed;
-    out.publish = false;
-    Log(LogLevel::kError, kComponent,
-        "ledger commit failed; no further step or release until restart: " +
-            committed.ToString());
-  }
-  if (stepped && committed.ok() && out.step % config_.checkpoint_every == 0) {
+  const bool committed = CommitOrRetryLedger(&out);
+  if (!committed) out.publish = false;
+  if (stepped && committed && out.step % config_.checkpoint_every == 0) {
     SaveCheckpoint(&out);
   }
   EmitAtDeadline(out);
   AdvanceWindow();
+}
+
+bool Daemon::CommitOrRetryLedger(PendingOutput* out) {
+  if (ledger_failing_ && Now() < ledger_retry_at_) return false;  // backing off
+  const Status committed = CommitLedger(out);
+  if (!committed.ok()) {
+    OnLedgerFailure(committed);
+    return false;
+  }
+  if (ledger_failing_) {
+    Log(LogLevel::kInfo, kComponent,
+        "ledger commit succeeded again after " + std::to_string(ledger_failures_) +
+            " failed attempts; stepping resumes and the current model is released at the next "
+            "deadline");
+    ledger_failing_ = false;
+    ledger_failures_ = 0;
+    ledger_backoff_ = 1;
+    ledger_error_ = Status::Ok();
+    metrics_->ledger_failing().Set(0);
+    if (model_step_ > 0 && published_model_step_ != model_step_) {
+      // A step that ran before the failure was never released; its charge
+      // is durable now, so its model may leave.
+      release_owed_ = true;
+      release_retry_at_ = 0;
+    }
+  }
+  return true;
+}
+
+void Daemon::OnLedgerFailure(const Status& error) {
+  // No step and no release until a commit succeeds; the ledger on disk stays
+  // an upper bound of what was released. Retried with backoff (1 s to 60 s);
+  // logged once, then every 5 minutes.
+  ++ledger_failures_;
+  ledger_error_ = error;
+  ledger_retry_at_ = Now() + ledger_backoff_;
+  ledger_backoff_ = std::min(ledger_backoff_ * 2, 60.0);
+  metrics_->ledger_failing().Set(1);
+  if (!ledger_failing_) {
+    ledger_failing_ = true;
+    ledger_failing_since_ = Now();
+    ledger_failure_logged_at_ = Now();
+    Log(LogLevel::kError, kComponent,
+        "ledger commit failed; no step or release until it succeeds (retrying with backoff): " +
+            error.ToString());
+  } else if (Now() - ledger_failure_logged_at_ >= 300) {
+    ledger_failure_logged_at_ = Now();
+    Log(LogLevel::kError, kComponent,
+        "ledger commit still failing after " + std::to_string(ledger_failures_) +
+            " attempts: " + error.ToString());
+  }
 }
 
 void Daemon::SaveCheckpoint(PendingOutput* out) {
@@ -1110,7 +1160,7 @@ void Daemon::EmitAtDeadline(PendingOutput& out) {
     line += " window=" + std::to_string(pool_.size());
   }
   const bool retry_due = release_owed_ && Now() >= release_retry_at_;
-  if (!sticky_error_ && model_step_ > 0 && (out.publish || retry_due)) {
+  if (!sticky_error_ && !ledger_failing_ && model_step_ > 0 && (out.publish || retry_due)) {
     const Status published = PublishModel(model_step_, last_rho_, publish_time);
     if (published.ok()) {
       if (out.stepped) line += " released=step-" + std::to_string(model_step_);
@@ -1195,7 +1245,8 @@ void Daemon::CheckWarnings(PendingOutput* out) {
 Status Daemon::CommitLedger(PendingOutput* out) {
   state_.next_step = driver_->next_step();
   const auto start = std::chrono::steady_clock::now();
-  const Status committed = ledger_.Commit(state_);
+  Status committed = hooks_.ledger_fault ? hooks_.ledger_fault() : Status::Ok();
+  if (committed.ok()) committed = ledger_.Commit(state_);
   out->ledger_commit_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!committed.ok()) {
@@ -1348,7 +1399,7 @@ bool Daemon::IsFinished() const {
   if (config_.max_steps > 0 && paced_ && steps_run_ >= config_.max_steps) return true;
   if (!paced_ && step_limit_ > 0 && steps_run_ >= step_limit_) return true;
   if (halted_ && (config_.on_ceiling == config::CeilingAction::kExit || !paced_)) return true;
-  if (!paced_ && sticky_error_) return true;
+  if (!paced_ && (sticky_error_ || ledger_failing_)) return true;
   return false;
 }
 
@@ -1399,7 +1450,7 @@ Status Daemon::Run() {
   if (config_.max_steps > 0 && steps_run_ >= config_.max_steps) {
     Log(LogLevel::kInfo, kComponent, "schedule.max_steps reached; stopping");
   }
-  if (!sticky_error_ && model_step_ > checkpoint_step_ && steps_run_ > 0) {
+  if (!sticky_error_ && !ledger_failing_ && model_step_ > checkpoint_step_ && steps_run_ > 0) {
     // The model of the last step (checkpoint_every > 1): kept for a restart.
     PendingOutput out;
     SaveCheckpoint(&out);
@@ -1407,7 +1458,8 @@ Status Daemon::Run() {
     for (const auto& [level, line] : out.log_lines) Log(level, kComponent, line);
   }
   const bool completed = IsFinished();
-  if (completed && !sticky_error_ && steps_run_ > 0 && published_model_step_ != model_step_ &&
+  if (completed && !sticky_error_ && !ledger_failing_ && steps_run_ > 0 &&
+      published_model_step_ != model_step_ &&
       (!halted_ || !paced_)) {
     // The run ended by itself (max_steps, max_epochs, an offline ceiling):
     // its last model is the final release, at the end of the run.
@@ -1429,6 +1481,14 @@ Status Daemon::Run() {
   }
   if (result.ok() && run_error_) result = *run_error_;
   if (result.ok() && !paced_ && sticky_error_) result = *sticky_error_;
+  if (result.ok() && ledger_failing_) {
+    // A supervisor must notice: the ledger has not been durable since then.
+    result = UnavailableError(
+        "stopped while the ledger could not be committed (" + std::to_string(ledger_failures_) +
+        " failed attempts over " + Fixed(Now() - ledger_failing_since_, 0) +
+        " s; last error: " + std::string(ledger_error_.message()) +
+        "); steps after the last durable commit were never released");
+  }
   const Status committed = source_->Commit();
   if (!committed.ok()) Log(LogLevel::kWarning, kComponent, "final offset commit: " + committed.ToString());
   const Status closed = source_->Close();

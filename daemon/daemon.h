@@ -67,10 +67,14 @@
 // flag); a residency M whose ε exceeds the ceiling; an accounting mode other
 // than the ledger's.
 //
-// Failure: a ledger commit that fails is sticky — no further step runs and
-// no release leaves until an operator restarts the daemon (the budget on
-// disk stays an upper bound of what was released). A failed release or
-// checkpoint is counted, logged and retried.
+// Failure: a ledger commit that fails (disk full, I/O error) stops stepping
+// and releasing until a retry succeeds — with backoff from 1 s to 60 s, the
+// error logged once and then every 5 minutes — and then the daemon resumes
+// by itself; the budget on disk stays an upper bound of what was released.
+// A stop while the ledger is failing returns an error (exit status 1). A
+// broken window invariant or a cut below an earlier one is sticky until an
+// operator restarts. A failed release or checkpoint is counted, logged and
+// retried.
 //
 // Privacy: logs, metrics, alerts and releases carry public values only —
 // configuration, t, slot numbers and times, ρ_t, (ε, δ), stream volume
@@ -132,6 +136,9 @@ struct DaemonHooks {
       before_step;
   // Called after each release was confirmed by the sink.
   std::function<void(const release::Release&)> after_release;
+  // Fault injection: called before each ledger commit; a non-OK status is
+  // returned as the commit's result and the ledger file is not written.
+  std::function<Status()> ledger_fault;
 };
 
 struct DaemonStatus {
@@ -220,6 +227,8 @@ class Daemon {
   void OnCeiling(double epsilon_refused, PendingOutput* out);
   void Reload();
   Status CommitLedger(PendingOutput* out);
+  bool CommitOrRetryLedger(PendingOutput* out);
+  void OnLedgerFailure(const Status& error);
   Status PublishModel(int64_t step, double rho, double publish_time);
   void UpdateBudgetMetrics();
   void CheckWarnings(PendingOutput* out);
@@ -266,6 +275,16 @@ class Daemon {
   bool halted_ = false;
   bool overflow_ = false;
   std::optional<Status> sticky_error_;
+  // A failed ledger commit (disk full, I/O error): no step and no release
+  // until a retry (backoff 1 s to 60 s, one per slot at most) succeeds; then
+  // the daemon resumes by itself.
+  bool ledger_failing_ = false;
+  Status ledger_error_ = Status::Ok();
+  int64_t ledger_failures_ = 0;
+  double ledger_retry_at_ = 0;
+  double ledger_backoff_ = 1;
+  double ledger_failing_since_ = 0;
+  double ledger_failure_logged_at_ = 0;
   int64_t steps_run_ = 0;
   int64_t slots_skipped_ = 0;
   int64_t step_limit_ = 0;          // offline run: steps from max_steps / max_epochs; 0 = none

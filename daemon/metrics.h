@@ -228,7 +228,10 @@ inline constexpr std::array<double, 15> kLedgerCommitDurationBuckets = {
   /* Durability */                                                                               \
   COUNTER(ledger_commits_total, "commits", "Durable privacy-ledger commits.")                    \
   COUNTER(ledger_commit_failures_total, "commits",                                               \
-          "Failed privacy-ledger commits (the daemon stops stepping until an operator acts).")   \
+          "Failed privacy-ledger commits (no step or release until a retry succeeds).")          \
+  GAUGE(ledger_failing, "",                                                                      \
+        "1 while the ledger cannot be committed (stepping and releases paused, retried with "   \
+        "backoff), else 0.")                                                                     \
   HISTOGRAM(ledger_commit_duration_seconds, "seconds",                                           \
             "Duration of one ledger commit (write, fsync, rename, directory fsync).",            \
             kLedgerCommitDurationBuckets)                                                        \

@@ -821,5 +821,72 @@ TEST(DaemonTest, ALedgerOfAnotherModelOrRunIsRefused) {
       << other.status().message();
 }
 
+TEST(DaemonTest, AFailingLedgerPausesStepsAndReleasesAndTheDaemonRecoversByItself) {
+  Harness h("ledger_fault");
+  for (int i = 0; i < 20; ++i) h.topic->Append(0, Document(i));
+  std::atomic<bool> disk_full{false};
+  std::atomic<int> refused{0};
+  DaemonHooks hooks;
+  hooks.ledger_fault = [&]() -> Status {
+    if (!disk_full) return Status::Ok();
+    ++refused;
+    return UnavailableError("write state/ledger.tmp: No space left on device (injected)");
+  };
+  auto daemon = h.Make(WriteConfig(h.dir, {}), hooks);
+  ASSERT_TRUE(daemon.ok());
+  Status result = Status::Ok();
+  std::thread runner([&] { result = (*daemon)->Run(); });
+  auto wait = [&](const std::function<bool()>& done) {
+    const auto until = std::chrono::steady_clock::now() + 20s;
+    while (!done() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(5ms);
+    return done();
+  };
+  ASSERT_TRUE(wait([&] { return (*daemon)->status().steps_run >= 2; }));
+  disk_full = true;
+  ASSERT_TRUE(wait([&] { return refused >= 2; }));  // retried with backoff
+  const int64_t steps_when_full = (*daemon)->status().steps_run;
+  size_t releases_when_full;
+  {
+    std::lock_guard<std::mutex> lock(h.sink->mutex);
+    releases_when_full = h.sink->releases.size();
+  }
+  std::this_thread::sleep_for(300ms);  // ~15 slots: nothing runs, nothing leaves
+  EXPECT_LE((*daemon)->status().steps_run, steps_when_full);
+  {
+    std::lock_guard<std::mutex> lock(h.sink->mutex);
+    EXPECT_EQ(h.sink->releases.size(), releases_when_full);
+  }
+  EXPECT_EQ(h.metrics->ledger_failing().Value(), 1);
+  EXPECT_GE(h.metrics->ledger_commit_failures_total().Value(), 2);
+  disk_full = false;  // space freed: the next retry commits and stepping resumes
+  ASSERT_TRUE(wait([&] { return (*daemon)->status().steps_run >= steps_when_full + 2; }));
+  EXPECT_EQ(h.metrics->ledger_failing().Value(), 0);
+  (*daemon)->RequestStop();
+  runner.join();
+  EXPECT_TRUE(result.ok()) << result.ToString();
+  std::lock_guard<std::mutex> lock(h.sink->mutex);
+  EXPECT_TRUE(h.sink->ledger_violations.empty());
+  EXPECT_GT(h.sink->releases.size(), releases_when_full);
+}
+
+TEST(DaemonTest, StoppingWhileTheLedgerFailsExitsWithAnError) {
+  Harness h("ledger_fault_stop");
+  for (int i = 0; i < 10; ++i) h.topic->Append(0, Document(i));
+  std::atomic<bool> disk_full{false};
+  DaemonHooks hooks;
+  hooks.ledger_fault = [&]() -> Status {
+    return disk_full ? UnavailableError("injected I/O error") : Status::Ok();
+  };
+  auto daemon = h.Make(WriteConfig(h.dir, {}), hooks);
+  ASSERT_TRUE(daemon.ok());
+  const Status result = RunUntil(**daemon, [&](const DaemonStatus& s) {
+    if (s.steps_run >= 1) disk_full = true;
+    return disk_full && h.metrics->ledger_failing().Value() == 1;
+  });
+  ASSERT_FALSE(result.ok());
+  EXPECT_NE(result.message().find("ledger could not be committed"), std::string::npos)
+      << result.ToString();
+}
+
 }  // namespace
 }  // namespace vipsd::daemon
