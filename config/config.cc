@@ -16,61 +16,133 @@
 #include <tuple>
 #include <vector>
 
+#include "core/base/format.h"
+
 namespace vipsd::config {
 namespace {
 
+// Every error and warning found in one file. Errors are reported all at
+// once (sorted by line), not just the first.
+struct Diagnostics {
+  struct Entry {
+    int line = 0;
+    std::string message;  // "file:line: key: what"
+  };
+  std::vector<Entry> errors;
+  std::vector<Entry> warnings;
+};
+
+// Levenshtein distance, for "did you mean" suggestions.
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// The closest of `candidates` to `word`, if it is close enough to be a typo.
+std::optional<std::string> Closest(const std::string& word,
+                                   const std::set<std::string>& candidates) {
+  std::optional<std::string> best;
+  size_t best_distance = std::max<size_t>(1, word.size() / 4) + 1;
+  for (const std::string& candidate : candidates) {
+    const size_t distance = EditDistance(word, candidate);
+    if (distance < best_distance) {
+      best_distance = distance;
+      best = candidate;
+    }
+  }
+  return best;
+}
+
 // A mapping node with its path, whose keys are consumed as they are read;
 // whatever is left at the end is an unknown key. Every key read is recorded
-// with its line in `lines`.
+// with its line in `lines`. Errors are recorded in the Diagnostics and
+// parsing goes on, so that one run reports every problem of the file; the
+// public methods therefore always return OK (a value that failed keeps its
+// default). A section that is not a mapping, or a required section that is
+// missing, is "invalid": its accessors do nothing.
 class Section {
  public:
   Section(const std::string& file, YAML::Node node, std::string path,
-          std::map<std::string, int>* lines)
-      : file_(file), node_(std::move(node)), path_(std::move(path)), lines_(lines) {}
+          std::map<std::string, int>* lines, Diagnostics* diag)
+      : file_(file), node_(std::move(node)), path_(std::move(path)), lines_(lines), diag_(diag) {}
+
+  // A placeholder for a required section that is missing.
+  static Section Absent(const std::string& file, std::string path,
+                        std::map<std::string, int>* lines, Diagnostics* diag) {
+    Section section(file, YAML::Node(), std::move(path), lines, diag);
+    section.valid_ = false;
+    return section;
+  }
 
   Status Check() {
-    if (!node_.IsMap()) return Error(node_, path_.empty() ? "the file" : path_, "must be a mapping");
+    if (!node_.IsMap()) {
+      valid_ = false;
+      return Swallow(Error(node_, path_.empty() ? "the file" : path_, "must be a mapping"));
+    }
     std::set<std::string> seen;
     for (const auto& entry : node_) {
-      if (!entry.first.IsScalar()) return Error(entry.first, path_, "keys must be plain names");
+      if (!entry.first.IsScalar()) {
+        (void)Error(entry.first, path_.empty() ? "the file" : path_, "keys must be plain names");
+        continue;
+      }
       const std::string key = entry.first.Scalar();
       if (!seen.insert(key).second) {
-        return Error(entry.first, Join(key), "duplicate key");
+        (void)Error(entry.first, Join(key), "duplicate key");
+        continue;
       }
       unread_[key] = entry.first.Mark().line + 1;
     }
     return Status::Ok();
   }
 
-  bool Has(const std::string& key) const { return node_[key].IsDefined() && !node_[key].IsNull(); }
+  bool valid() const { return valid_; }
+  bool Has(const std::string& key) const {
+    return valid_ && node_[key].IsDefined() && !node_[key].IsNull();
+  }
 
   Status Sub(const std::string& key, bool required, std::optional<Section>* out) {
-    Consume(key);
-    if (!Has(key)) {
-      if (required) return Missing(key);
+    if (!valid_) {
+      if (required) out->emplace(Absent(file_, Join(key), lines_, diag_));
       return Status::Ok();
     }
-    out->emplace(file_, node_[key], Join(key), lines_);
+    Consume(key);
+    if (!Has(key)) {
+      if (required) {
+        (void)Missing(key);
+        out->emplace(Absent(file_, Join(key), lines_, diag_));
+      }
+      return Status::Ok();
+    }
+    out->emplace(file_, node_[key], Join(key), lines_, diag_);
     return (*out)->Check();
   }
 
   Status Number(const std::string& key, bool required, const std::function<bool(double)>& ok,
                 const std::string& allowed, double* out) {
-    Consume(key);
-    if (!Has(key)) return required ? Missing(key) : Status::Ok();
-    return ParseNumber(node_[key], Join(key), ok, allowed, out);
+    return Swallow(NumberImpl(key, required, ok, allowed, out));
   }
 
   Status Integer(const std::string& key, bool required, int64_t low, int64_t high,
                  int64_t* out) {
-    return BoundedInteger(key, required, low, high, RangeText(low, high), out);
+    return Swallow(BoundedInteger(key, required, low, high, RangeText(low, high), out));
   }
 
   Status String(const std::string& key, bool required, const std::vector<std::string>& choices,
                 std::string* out) {
+    if (!valid_) return Status::Ok();
     Consume(key);
-    if (!Has(key)) return required ? Missing(key) : Status::Ok();
-    return ParseString(node_[key], Join(key), choices, out);
+    if (!Has(key)) return required ? Swallow(Missing(key)) : Status::Ok();
+    return Swallow(ParseString(node_[key], Join(key), choices, out));
   }
 
   // A whole number in [low, high], or `keyword` (stored as keyword_value).
@@ -81,11 +153,13 @@ class Section {
       *out = keyword_value;
       return Status::Ok();
     }
-    return BoundedInteger(key, false, low, high, keyword + " or " + RangeText(low, high), out);
+    return Swallow(
+        BoundedInteger(key, false, low, high, keyword + " or " + RangeText(low, high), out));
   }
 
   // A string that may be empty ("" disables a feature).
   Status OptionalString(const std::string& key, std::string* out) {
+    if (!valid_) return Status::Ok();
     Consume(key);
     if (!node_[key].IsDefined()) return Status::Ok();
     const YAML::Node value = node_[key];
@@ -93,12 +167,13 @@ class Section {
       out->clear();
       return Status::Ok();
     }
-    if (!value.IsScalar()) return Error(value, Join(key), "must be a string");
+    if (!value.IsScalar()) return Swallow(Error(value, Join(key), "must be a string"));
     *out = value.Scalar();
     return Status::Ok();
   }
 
   Status Bool(const std::string& key, bool* out) {
+    if (!valid_) return Status::Ok();
     Consume(key);
     if (!Has(key)) return Status::Ok();
     const YAML::Node value = node_[key];
@@ -106,14 +181,151 @@ class Section {
       *out = value.Scalar() == "true";
       return Status::Ok();
     }
-    return Error(value, Join(key),
-                 "must be true or false, got '" + (value.IsScalar() ? value.Scalar() : "?") + "'");
+    return Swallow(Error(value, Join(key),
+                         "must be true or false, got '" +
+                             (value.IsScalar() ? value.Scalar() : "?") + "'"));
   }
 
   // A non-empty sequence of strings matching `ok`.
   Status StringList(const std::string& key, bool required,
                     const std::function<bool(const std::string&)>& ok, const std::string& allowed,
                     std::vector<std::string>* out) {
+    return Swallow(StringListImpl(key, required, ok, allowed, out));
+  }
+
+  // A sequence of numbers (possibly empty) each satisfying `ok`.
+  Status NumberList(const std::string& key, const std::function<bool(double)>& ok,
+                    const std::string& allowed, std::vector<double>* out) {
+    return Swallow(NumberListImpl(key, ok, allowed, out));
+  }
+
+  // A mapping of plain string keys to scalar values.
+  Status StringMap(const std::string& key, std::map<std::string, std::string>* out) {
+    if (!valid_) return Status::Ok();
+    Consume(key);
+    if (!Has(key)) return Status::Ok();
+    Section map(file_, node_[key], Join(key), lines_, diag_);
+    (void)map.Check();
+    if (!map.valid()) return Status::Ok();
+    for (const auto& entry : node_[key]) {
+      if (!entry.first.IsScalar()) continue;  // reported by Check
+      if (!entry.second.IsScalar()) {
+        (void)Error(entry.second, Join(key) + "." + entry.first.Scalar(), "must be a plain value");
+        continue;
+      }
+      (*out)[entry.first.Scalar()] = entry.second.Scalar();
+    }
+    return Status::Ok();
+  }
+
+  // Unknown keys: everything not read, each with the closest known key.
+  Status Finish() {
+    for (const auto& [key, line] : unread_) {
+      std::string what = "unknown key";
+      if (const auto close = Closest(key, known_)) what += "; did you mean '" + *close + "'?";
+      Record(line, file_ + ":" + std::to_string(line) + ": " + Join(key) + ": " + what);
+    }
+    unread_.clear();
+    return Status::Ok();
+  }
+
+  // A key that is valid in general but not with the chosen options.
+  Status NotHere(const std::string& key, const std::string& why) {
+    if (!valid_) return Status::Ok();
+    known_.insert(key);
+    if (!node_[key].IsDefined()) return Status::Ok();
+    Consume(key);
+    return Swallow(Error(node_[key], Join(key), why));
+  }
+
+  // An error about `key` found by a check across keys.
+  Status ErrorAt(const std::string& key, const std::string& what) {
+    if (!valid_) return Status::Ok();
+    const YAML::Node value = node_[key];
+    return Swallow(Error(value.IsDefined() ? value : node_, Join(key), what));
+  }
+
+  // A value that is allowed but unwise.
+  void WarnAt(const std::string& key, const std::string& what) {
+    if (!valid_) return;
+    const YAML::Node value = node_[key];
+    const int line = (value.IsDefined() ? value : node_).Mark().line + 1;
+    diag_->warnings.push_back({line, file_ + ":" + std::to_string(line) + ": " + Join(key) +
+                                         ": warning: " + what});
+  }
+
+  std::string Join(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+
+ private:
+  // Errors were recorded where they were made; public methods report OK so
+  // that parsing goes on.
+  static Status Swallow(const Status&) { return Status::Ok(); }
+
+  void Record(int line, std::string message) {
+    diag_->errors.push_back({line, std::move(message)});
+  }
+
+  Status Error(const YAML::Node& node, const std::string& key, const std::string& what) {
+    const int line = node.Mark().line + 1;
+    std::string message = file_ + ":" + std::to_string(line) + ": " + key + ": " + what;
+    Record(line, message);
+    return InvalidArgumentError(message);
+  }
+
+  Status Missing(const std::string& key) {
+    const int line = node_.Mark().line + 1;
+    std::string message = file_ + ":" + std::to_string(line) + ": " + Join(key) +
+                          ": required key is missing";
+    // A present key that looks like a typo of the missing one.
+    std::set<std::string> present;
+    for (const auto& [name, at] : unread_) present.insert(name);
+    if (const auto close = Closest(key, present)) {
+      message += " (line " + std::to_string(unread_.at(*close)) + " has '" + *close +
+                 "': did you mean '" + key + "'?)";
+    }
+    Record(line, message);
+    return InvalidArgumentError(message);
+  }
+
+  void Consume(const std::string& key) {
+    known_.insert(key);
+    const auto it = unread_.find(key);
+    if (it != unread_.end()) {
+      (*lines_)[Join(key)] = it->second;
+      unread_.erase(it);
+    }
+  }
+
+  static std::string RangeText(int64_t low, int64_t high) {
+    return "a whole number in [" + std::to_string(low) + ", " + std::to_string(high) + "]";
+  }
+
+  Status NumberImpl(const std::string& key, bool required, const std::function<bool(double)>& ok,
+                    const std::string& allowed, double* out) {
+    if (!valid_) return Status::Ok();
+    Consume(key);
+    if (!Has(key)) return required ? Missing(key) : Status::Ok();
+    return ParseNumber(node_[key], Join(key), ok, allowed, out);
+  }
+
+  Status BoundedInteger(const std::string& key, bool required, int64_t low, int64_t high,
+                        const std::string& allowed, int64_t* out) {
+    double value = static_cast<double>(*out);
+    VIPSD_RETURN_IF_ERROR(NumberImpl(
+        key, required,
+        [&](double x) {
+          return std::floor(x) == x && x >= static_cast<double>(low) &&
+                 x <= static_cast<double>(high);
+        },
+        allowed, &value));
+    *out = static_cast<int64_t>(value);
+    return Status::Ok();
+  }
+
+  Status StringListImpl(const std::string& key, bool required,
+                        const std::function<bool(const std::string&)>& ok,
+                        const std::string& allowed, std::vector<std::string>* out) {
+    if (!valid_) return Status::Ok();
     Consume(key);
     if (!Has(key)) return required ? Missing(key) : Status::Ok();
     const YAML::Node value = node_[key];
@@ -136,9 +348,9 @@ class Section {
     return Status::Ok();
   }
 
-  // A sequence of numbers (possibly empty) each satisfying `ok`.
-  Status NumberList(const std::string& key, const std::function<bool(double)>& ok,
-                    const std::string& allowed, std::vector<double>* out) {
+  Status NumberListImpl(const std::string& key, const std::function<bool(double)>& ok,
+                        const std::string& allowed, std::vector<double>* out) {
+    if (!valid_) return Status::Ok();
     Consume(key);
     if (!node_[key].IsDefined()) return Status::Ok();
     const YAML::Node value = node_[key];
@@ -157,87 +369,9 @@ class Section {
     return Status::Ok();
   }
 
-  // A mapping of plain string keys to scalar values.
-  Status StringMap(const std::string& key, std::map<std::string, std::string>* out) {
-    Consume(key);
-    if (!Has(key)) return Status::Ok();
-    Section map(file_, node_[key], Join(key), lines_);
-    VIPSD_RETURN_IF_ERROR(map.Check());
-    for (const auto& entry : node_[key]) {
-      if (!entry.second.IsScalar()) {
-        return Error(entry.second, Join(key) + "." + entry.first.Scalar(),
-                     "must be a plain value");
-      }
-      (*out)[entry.first.Scalar()] = entry.second.Scalar();
-    }
-    return Status::Ok();
-  }
-
-  // Unknown keys: everything not read.
-  Status Finish() {
-    if (unread_.empty()) return Status::Ok();
-    const auto& [key, line] = *unread_.begin();
-    std::ostringstream message;
-    message << file_ << ":" << line << ": " << Join(key) << ": unknown key";
-    return InvalidArgumentError(message.str());
-  }
-
-  // A key that is valid in general but not with the chosen options.
-  Status NotHere(const std::string& key, const std::string& why) {
-    if (!node_[key].IsDefined()) return Status::Ok();
-    return Error(node_[key], Join(key), why);
-  }
-
-  Status Error(const YAML::Node& node, const std::string& key, const std::string& what) const {
-    std::ostringstream message;
-    message << file_ << ":" << node.Mark().line + 1 << ": " << key << ": " << what;
-    return InvalidArgumentError(message.str());
-  }
-
-  Status Missing(const std::string& key) const {
-    std::ostringstream message;
-    message << file_ << ":" << node_.Mark().line + 1 << ": " << Join(key)
-            << ": required key is missing";
-    return InvalidArgumentError(message.str());
-  }
-
-  Status ErrorAt(const std::string& key, const std::string& what) const {
-    const YAML::Node value = node_[key];
-    return Error(value.IsDefined() ? value : node_, Join(key), what);
-  }
-
-  std::string Join(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
-
- private:
-  void Consume(const std::string& key) {
-    const auto it = unread_.find(key);
-    if (it != unread_.end()) {
-      (*lines_)[Join(key)] = it->second;
-      unread_.erase(it);
-    }
-  }
-
-  static std::string RangeText(int64_t low, int64_t high) {
-    return "a whole number in [" + std::to_string(low) + ", " + std::to_string(high) + "]";
-  }
-
-  Status BoundedInteger(const std::string& key, bool required, int64_t low, int64_t high,
-                        const std::string& allowed, int64_t* out) {
-    double value = static_cast<double>(*out);
-    VIPSD_RETURN_IF_ERROR(Number(
-        key, required,
-        [&](double x) {
-          return std::floor(x) == x && x >= static_cast<double>(low) &&
-                 x <= static_cast<double>(high);
-        },
-        allowed, &value));
-    *out = static_cast<int64_t>(value);
-    return Status::Ok();
-  }
-
   Status ParseNumber(const YAML::Node& value, const std::string& key,
                      const std::function<bool(double)>& ok, const std::string& allowed,
-                     double* out) const {
+                     double* out) {
     if (!value.IsScalar()) return Error(value, key, "must be " + allowed);
     const std::string text = value.Scalar();
     char* end = nullptr;
@@ -252,7 +386,7 @@ class Section {
   }
 
   Status ParseString(const YAML::Node& value, const std::string& key,
-                     const std::vector<std::string>& choices, std::string* out) const {
+                     const std::vector<std::string>& choices, std::string* out) {
     std::string allowed;
     for (const auto& choice : choices) allowed += (allowed.empty() ? "" : ", ") + choice;
     if (!value.IsScalar() || value.Scalar().empty()) {
@@ -261,7 +395,12 @@ class Section {
     }
     if (!choices.empty() &&
         std::find(choices.begin(), choices.end(), value.Scalar()) == choices.end()) {
-      return Error(value, key, "must be one of " + allowed + ", got '" + value.Scalar() + "'");
+      std::string what = "must be one of " + allowed + ", got '" + value.Scalar() + "'";
+      const std::set<std::string> options(choices.begin(), choices.end());
+      if (const auto close = Closest(value.Scalar(), options)) {
+        what += "; did you mean '" + *close + "'?";
+      }
+      return Error(value, key, what);
     }
     *out = value.Scalar();
     return Status::Ok();
@@ -271,7 +410,10 @@ class Section {
   YAML::Node node_;
   std::string path_;
   std::map<std::string, int>* lines_;
+  Diagnostics* diag_;
+  bool valid_ = true;
   std::map<std::string, int> unread_;  // key → line
+  std::set<std::string> known_;        // keys the parser asked for
 };
 
 auto Positive = [](double x) { return x > 0; };
@@ -334,7 +476,7 @@ Status ParseBlr(Section& blr, VipsdConfig& config) {
   VIPSD_RETURN_IF_ERROR(blr.String("norm_rule", false, {"rescale", "reject"},
                                    &config.blr_norm_rule));
   if (config.is_private() && config.blr_norm_rule == "reject") {
-    return blr.ErrorAt(
+    (void)blr.ErrorAt(
         "norm_rule",
         "reject is not allowed when privacy.noise_multiplier > 0: it would drop well-formed "
         "records for their content, outside the mechanism; use rescale (the default), which "
@@ -381,7 +523,7 @@ Status ParseSbn(Section& sbn, VipsdConfig& config) {
     VIPSD_RETURN_IF_ERROR(clip->Finish());
   }
   const Status valid = models::ValidateSbnConfig(c);
-  if (!valid.ok()) return sbn.ErrorAt("hidden", std::string(valid.message()));
+  if (!valid.ok()) (void)sbn.ErrorAt("hidden", std::string(valid.message()));
   return sbn.Finish();
 }
 
@@ -429,7 +571,7 @@ Status ParsePrivacy(Section& top, VipsdConfig& config) {
   VIPSD_RETURN_IF_ERROR(privacy->Integer("noise_seed", false, 0, int64_t{1} << 53, &noise_seed));
   config.noise_seed = static_cast<uint64_t>(noise_seed);
   if (privacy->Has("noise_seed") && config.noise_mode == NoiseMode::kSecure) {
-    return privacy->ErrorAt("noise_seed", "only allowed with noise: fixed_seed");
+    (void)privacy->ErrorAt("noise_seed", "only allowed with noise: fixed_seed");
   }
   std::string accounting = "global";
   VIPSD_RETURN_IF_ERROR(privacy->String("accounting", false, {"global", "residency"}, &accounting));
@@ -439,7 +581,7 @@ Status ParsePrivacy(Section& top, VipsdConfig& config) {
       "no longer a key: a record is a candidate in exactly the steps of its window, so its "
       "residency M is schedule.window_steps (set that instead)"));
   if (config.accounting == Accounting::kResidency && !config.is_private()) {
-    return privacy->ErrorAt("accounting",
+    (void)privacy->ErrorAt("accounting",
                             "residency accounting needs noise_multiplier > 0 (a non-private "
                             "run has no budget)");
   }
@@ -451,7 +593,7 @@ Status ParsePrivacy(Section& top, VipsdConfig& config) {
       "numbers in (0, 1) (fractions of the ceiling)", &config.warn_at));
   if (!std::is_sorted(config.warn_at.begin(), config.warn_at.end()) ||
       std::adjacent_find(config.warn_at.begin(), config.warn_at.end()) != config.warn_at.end()) {
-    return privacy->ErrorAt("warn_at", "must be strictly increasing");
+    (void)privacy->ErrorAt("warn_at", "must be strictly increasing");
   }
   return privacy->Finish();
 }
@@ -512,13 +654,13 @@ Status ParseSchedule(Section& top, VipsdConfig& config) {
     VIPSD_RETURN_IF_ERROR(schedule->Number("max_epochs", false, NonNegative,
                                            "a number >= 0 (0 = no limit)", &config.max_epochs));
     if (config.max_epochs / config.driver.sampling_rate > 1e12) {
-      return schedule->ErrorAt(
+      (void)schedule->ErrorAt(
           "max_epochs", "max_epochs / privacy.sampling_rate is " +
                             std::to_string(config.max_epochs / config.driver.sampling_rate) +
                             " steps; at most 1e12 steps are allowed (one epoch is 1/q steps)");
     }
     if (config.max_steps == 0 && config.max_epochs == 0 && !config.is_private()) {
-      return schedule->ErrorAt("max_steps",
+      (void)schedule->ErrorAt("max_steps",
                                "a non-private run needs max_steps or max_epochs > 0 (no "
                                "privacy ceiling stops it)");
     }
@@ -559,12 +701,12 @@ Status ParseIo(Section& top, VipsdConfig& config) {
   config.sink_type = type == "file" ? SinkType::kFile : SinkType::kKafka;
   if (config.sink_type == SinkType::kKafka) {
     if (!kafka_source) {
-      return sink->ErrorAt("type", "kafka sinks need source.type: kafka (the offline file run "
-                                   "writes releases to a directory)");
+      (void)sink->ErrorAt("type", "kafka sinks need source.type: kafka (the offline file run "
+                                  "writes releases to a directory)");
     }
     VIPSD_RETURN_IF_ERROR(sink->String("topic", true, {}, &config.release_topic));
-    if (!IsTopicName(config.release_topic)) {
-      return sink->ErrorAt("topic", std::string("must be ") + kTopicRule);
+    if (!config.release_topic.empty() && !IsTopicName(config.release_topic)) {
+      (void)sink->ErrorAt("topic", std::string("must be ") + kTopicRule);
     }
     VIPSD_RETURN_IF_ERROR(sink->Number("publish_timeout_seconds", false,
                                        [](double x) { return x >= 1 && x <= 3600; },
@@ -591,8 +733,8 @@ Status ParseIo(Section& top, VipsdConfig& config) {
   VIPSD_RETURN_IF_ERROR(top.Sub("dead_letter", true, &dead_letter));
   if (kafka_source) {
     VIPSD_RETURN_IF_ERROR(dead_letter->String("topic", true, {}, &config.dead_letter_topic));
-    if (!IsTopicName(config.dead_letter_topic)) {
-      return dead_letter->ErrorAt("topic", std::string("must be ") + kTopicRule);
+    if (!config.dead_letter_topic.empty() && !IsTopicName(config.dead_letter_topic)) {
+      (void)dead_letter->ErrorAt("topic", std::string("must be ") + kTopicRule);
     }
     VIPSD_RETURN_IF_ERROR(dead_letter->NotHere("path", "only allowed with source.type: file"));
   } else {
@@ -644,8 +786,8 @@ Status ParseIo(Section& top, VipsdConfig& config) {
     VIPSD_RETURN_IF_ERROR(top.Sub("alerts", false, &alerts));
     if (alerts.has_value()) {
       VIPSD_RETURN_IF_ERROR(alerts->String("topic", true, {}, &config.alert_topic));
-      if (!IsTopicName(config.alert_topic)) {
-        return alerts->ErrorAt("topic", std::string("must be ") + kTopicRule);
+      if (!config.alert_topic.empty() && !IsTopicName(config.alert_topic)) {
+        (void)alerts->ErrorAt("topic", std::string("must be ") + kTopicRule);
       }
       VIPSD_RETURN_IF_ERROR(alerts->Finish());
     }
@@ -692,7 +834,64 @@ int VipsdConfig::line_of(const std::string& key) const {
   return it == lines.end() ? 0 : it->second;
 }
 
+namespace {
+
+// Problems of the text itself, found before YAML parsing (yaml-cpp reports
+// them poorly or not at all).
+std::vector<Diagnostics::Entry> TextProblems(std::string_view text, const std::string& file) {
+  std::vector<Diagnostics::Entry> problems;
+  bool blank = true;
+  for (char c : text) {
+    if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
+      blank = false;
+      break;
+    }
+  }
+  if (blank) {
+    problems.push_back({0, file + ": the file is empty (a configuration needs at least the "
+                                  "model, privacy, schedule, source, sink, dead_letter and "
+                                  "state sections; see config/vipsd.reference.yaml)"});
+    return problems;
+  }
+  const size_t cr = text.find('\r');
+  if (cr != std::string_view::npos && (cr + 1 == text.size() || text[cr + 1] != '\n') &&
+      text.find('\n') == std::string_view::npos) {
+    problems.push_back({1, file + ": lines end with CR only (classic Mac line ends); convert "
+                                  "the file to LF line ends"});
+    return problems;
+  }
+  int line = 1;
+  bool at_line_start = true;
+  for (char c : text) {
+    if (c == '\n') {
+      ++line;
+      at_line_start = true;
+      continue;
+    }
+    if (at_line_start && c == '\t') {
+      problems.push_back({line, file + ":" + std::to_string(line) +
+                                    ": a tab in the indentation; YAML indents with spaces only"});
+      at_line_start = false;
+      continue;
+    }
+    if (c != ' ') at_line_start = false;
+  }
+  return problems;
+}
+
+std::string Joined(std::vector<Diagnostics::Entry> entries) {
+  std::stable_sort(entries.begin(), entries.end(),
+                   [](const auto& a, const auto& b) { return a.line < b.line; });
+  std::string out;
+  for (const auto& entry : entries) out += (out.empty() ? "" : "\n") + entry.message;
+  return out;
+}
+
+}  // namespace
+
 StatusOr<VipsdConfig> ParseConfig(std::string_view yaml_text, const std::string& file) {
+  const auto problems = TextProblems(yaml_text, file);
+  if (!problems.empty()) return InvalidArgumentError(Joined(problems));
   YAML::Node root;
   try {
     root = YAML::Load(std::string(yaml_text));
@@ -703,44 +902,101 @@ StatusOr<VipsdConfig> ParseConfig(std::string_view yaml_text, const std::string&
   }
   VipsdConfig config;
   config.file = file;
-  Section top(file, root, "", &config.lines);
-  VIPSD_RETURN_IF_ERROR(top.Check());
+  Diagnostics diag;
+  Section top(file, root, "", &config.lines, &diag);
+  (void)top.Check();
+  if (!top.valid()) return InvalidArgumentError(Joined(diag.errors));
 
-  // The source type decides which keys apply elsewhere: read it first.
+  // The source type decides which keys apply elsewhere: read it first
+  // (quietly: the full pass below reports its errors).
   {
-    std::map<std::string, int> ignored;
+    std::map<std::string, int> ignored_lines;
+    Diagnostics ignored;
     std::optional<Section> source;
-    Section peek(file, root, "", &ignored);
-    VIPSD_RETURN_IF_ERROR(peek.Check());
-    VIPSD_RETURN_IF_ERROR(peek.Sub("source", true, &source));
-    std::string type;
-    VIPSD_RETURN_IF_ERROR(source->String("type", true, {"file", "kafka"}, &type));
+    Section peek(file, root, "", &ignored_lines, &ignored);
+    (void)peek.Check();
+    (void)peek.Sub("source", true, &source);
+    std::string type = "file";
+    (void)source->String("type", true, {"file", "kafka"}, &type);
     config.source_type = type == "file" ? SourceType::kFile : SourceType::kKafka;
   }
   // Privacy before model (the model's checks depend on σ > 0).
-  VIPSD_RETURN_IF_ERROR(ParsePrivacy(top, config));
-  VIPSD_RETURN_IF_ERROR(ParseModel(top, config));
-  VIPSD_RETURN_IF_ERROR(ParseSchedule(top, config));
-  VIPSD_RETURN_IF_ERROR(ParseIo(top, config));
-  VIPSD_RETURN_IF_ERROR(top.Finish());
+  (void)ParsePrivacy(top, config);
+  (void)ParseModel(top, config);
+  (void)ParseSchedule(top, config);
+  (void)ParseIo(top, config);
+  (void)top.Finish();
+  auto error_at = [&](const std::string& key, const std::string& what) {
+    const int line = config.line_of(key);
+    diag.errors.push_back({line, file + ":" + std::to_string(line) + ": " + key + ": " + what});
+  };
   if (config.accounting == Accounting::kResidency && config.source_type != SourceType::kKafka) {
-    return InvalidArgumentError(file + ":" + std::to_string(config.line_of("privacy.accounting")) +
-                                ": privacy.accounting: residency needs source.type: kafka (a "
-                                "file run has a fixed data set: use global)");
+    error_at("privacy.accounting",
+             "residency needs source.type: kafka (a file run has a fixed data set: use global)");
   }
-  if (config.accounting == Accounting::kResidency && config.window_steps == svi::kWindowAll) {
-    const int line = config.line_of("schedule.window_steps") > 0
-                         ? config.line_of("schedule.window_steps")
-                         : config.line_of("privacy.accounting");
-    return InvalidArgumentError(
-        file + ":" + std::to_string(line) +
-        ": schedule.window_steps: residency accounting needs a finite window (a whole number "
-        ">= 1: each record is a candidate in at most that many steps), got all");
+  if (config.accounting == Accounting::kResidency && config.source_type == SourceType::kKafka &&
+      config.window_steps == svi::kWindowAll) {
+    error_at(config.line_of("schedule.window_steps") > 0 ? "schedule.window_steps"
+                                                          : "privacy.accounting",
+             "residency accounting needs a finite window (a whole number >= 1: each record is a "
+             "candidate in at most that many steps), got all");
   }
+  if (config.source_type == SourceType::kFile && !config.dead_letter_path.empty() &&
+      std::filesystem::path(config.dead_letter_path).lexically_normal() ==
+          std::filesystem::path(config.source_path).lexically_normal()) {
+    error_at("dead_letter.path",
+             "must not be the source file itself (dead letters would be appended to the input "
+             "being read)");
+  }
+  // Legal but unwise values: warnings with the reason.
+  if (config.is_private()) {
+    if (config.driver.delta > 1e-3) {
+      diag.warnings.push_back(
+          {config.line_of("privacy.delta"),
+           file + ":" + std::to_string(config.line_of("privacy.delta")) +
+               ": privacy.delta: warning: " + ShortestNumber(config.driver.delta) +
+               " is large; (epsilon, delta)-DP allows a delta-probability total failure, so "
+               "delta should be well below 1/(number of records), typically 1e-5 or less"});
+    }
+    if (config.driver.epsilon_ceiling > 10) {
+      diag.warnings.push_back(
+          {config.line_of("privacy.epsilon_ceiling"),
+           file + ":" + std::to_string(config.line_of("privacy.epsilon_ceiling")) +
+               ": privacy.epsilon_ceiling: warning: an epsilon above 10 gives little "
+               "protection (e^epsilon bounds how much a release may change an adversary's odds)"});
+    }
+    if (config.driver.noise_multiplier < 0.5) {
+      diag.warnings.push_back(
+          {config.line_of("privacy.noise_multiplier"),
+           file + ":" + std::to_string(config.line_of("privacy.noise_multiplier")) +
+               ": privacy.noise_multiplier: warning: below 0.5 each step spends a large epsilon "
+               "(one step at q = 1 costs more than 10 at delta 1e-5)"});
+    }
+  }
+  if (!diag.errors.empty()) return InvalidArgumentError(Joined(diag.errors));
+  std::stable_sort(diag.warnings.begin(), diag.warnings.end(),
+                   [](const auto& a, const auto& b) { return a.line < b.line; });
+  for (const auto& warning : diag.warnings) config.warnings.push_back(warning.message);
   return config;
 }
 
 StatusOr<VipsdConfig> LoadConfigFile(const std::string& path) {
+  std::error_code error;
+  const auto status = std::filesystem::status(path, error);
+  if (error || !std::filesystem::exists(status)) {
+    return NotFoundError(path + ": cannot open the configuration file (it does not exist)");
+  }
+  if (std::filesystem::is_directory(status)) {
+    return InvalidArgumentError(path + ": is a directory, not a configuration file");
+  }
+  if (!std::filesystem::is_regular_file(status)) {
+    return InvalidArgumentError(path + ": is not a regular file (a FIFO, socket or device); "
+                                       "give the path of a YAML file");
+  }
+  constexpr std::uintmax_t kMaxBytes = 4 << 20;
+  if (std::filesystem::file_size(path, error) > kMaxBytes) {
+    return InvalidArgumentError(path + ": is larger than 4 MiB; not a vipsd configuration");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFoundError(path + ": cannot open the configuration file");
   std::ostringstream text;
@@ -910,3 +1166,4 @@ StatusOr<std::vector<std::string>> ChangedReloadableKeys(const VipsdConfig& a,
 }
 
 }  // namespace vipsd::config
+

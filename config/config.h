@@ -115,16 +115,24 @@ struct VipsdConfig {
   bool expose_step_timing = false;
   LogLevel log_level = LogLevel::kInfo;
 
+  // Legal but unwise values, "file:line: key: warning: why" (printed at
+  // start-up and by --check-config).
+  std::vector<std::string> warnings;
+
   bool is_private() const { return driver.noise_multiplier > 0; }
   // Line of `key` in the file, or 0 if it was not given.
   int line_of(const std::string& key) const;
 };
 
 // Parses and validates `yaml_text`; `file` is used in messages and to
-// resolve relative paths.
+// resolve relative paths. Every error of the file is reported, one per line
+// of the message, sorted by line; unknown keys and misspelt values name the
+// closest valid one ("did you mean ..."). An empty file, CR-only line ends
+// and tabs in the indentation get messages of their own.
 StatusOr<VipsdConfig> ParseConfig(std::string_view yaml_text, const std::string& file);
 
-// Reads the file and parses it.
+// Reads the file and parses it. A missing path, a directory, a FIFO or
+// device, or a file above 4 MiB is refused with a message that says so.
 StatusOr<VipsdConfig> LoadConfigFile(const std::string& path);
 
 // What a reload (SIGHUP) may change: σ (not between 0 and > 0), q, the

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "core/base/format.h"
 #include "core/base/log.h"
 #include "core/privacy/secure_noise.h"
 #include "core/release/release.h"
@@ -30,11 +31,8 @@ std::string Fixed(double value, int digits = 4) {
   return buffer;
 }
 
-std::string JsonNumber(double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof(buffer), "%.17g", value);
-  return buffer;
-}
+// Public settings and ε in log lines and alerts: shortest round-trip text.
+std::string JsonNumber(double value) { return ShortestNumber(value); }
 
 privacy::Adaptivity Adaptive() {
   // (q, σ) may change by reload after releases were seen: always account as

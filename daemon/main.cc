@@ -18,6 +18,7 @@
 #include <mutex>
 #include <numeric>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -51,7 +52,10 @@ constexpr const char* kUsage =
     "                                 source.type file, the offline run over a JSONL file\n"
     "  vipsd --config FILE --check-config\n"
     "                                 validate FILE (keys, ranges, vocabulary, metrics\n"
-    "                                 address) and exit: 0 valid, 2 invalid\n"
+    "                                 address) and exit: 0 valid, 2 invalid. Every\n"
+    "                                 error is reported (file:line: key: what), with\n"
+    "                                 a suggestion for a misspelt key; legal but\n"
+    "                                 unwise values get a warning\n"
     "  vipsd --version | --help\n"
     "\n"
     "Options:\n"
@@ -254,9 +258,13 @@ int main(int argc, char** argv) {
   }
   auto config = config::LoadConfigFile(config_path);
   if (!config.ok()) {
-    std::cerr << "vipsd: " << config.status().message() << "\n";
+    // Every error of the file, one per line, each naming file:line: key.
+    std::istringstream lines(std::string(config.status().message()));
+    for (std::string line; std::getline(lines, line);) std::cerr << "vipsd: " << line << "\n";
     return 2;
   }
+  // Legal but unwise values: said at --check-config and at every start.
+  for (const std::string& warning : config->warnings) std::cerr << "vipsd: " << warning << "\n";
   if (check_only) {
     // Beyond the schema: the vocabulary and the model build, and the metrics
     // address parses.

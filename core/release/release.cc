@@ -11,6 +11,8 @@
 #include <limits>
 #include <set>
 
+#include "core/base/format.h"
+
 namespace vipsd::release {
 namespace {
 
@@ -128,9 +130,7 @@ Status ValidateArray(const ReleaseArray& array) {
 // Shortest representation that parses back to the same double (to_chars),
 // with ".0" added to integral values so that every reader sees a float.
 std::string JsonNumber(double value) {
-  char buffer[64];
-  const auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
-  std::string text(buffer, result.ptr);
+  std::string text = ShortestNumber(value);
   if (text.find_first_of(".e") == std::string::npos) text += ".0";
   return text;
 }

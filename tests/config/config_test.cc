@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -11,6 +12,7 @@ namespace vipsd::config {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string Example() {
   std::ifstream in(std::string(VIPSD_SOURCE_DIR) + "/config/examples/lda_offline.yaml");
@@ -93,7 +95,12 @@ TEST(ConfigTest, ErrorsNameFileLineKeyAndAllowedValues) {
     auto config = ParseConfig(bad.text, "f.yaml");
     ASSERT_FALSE(config.ok()) << bad.expected;
     EXPECT_THAT(config.status().message(), HasSubstr(bad.expected));
-    EXPECT_EQ(std::count(config.status().message().begin(), config.status().message().end(), '\n'), 0);
+    // Every reported line names the file and a line (several errors of one
+    // file are reported together, one per line).
+    std::istringstream lines(config.status().message());
+    for (std::string line; std::getline(lines, line);) {
+      EXPECT_THAT(line, ::testing::StartsWith("f.yaml:")) << config.status().message();
+    }
   }
 }
 
@@ -313,6 +320,116 @@ TEST(ConfigTest, SbnExampleParses) {
   ASSERT_FALSE(refused.ok());
   EXPECT_THAT(refused.status().message(),
               HasSubstr("model.sbn.clip_fractions.xi_zz: must be a number in (0, 1]"));
+}
+
+TEST(ConfigTest, EveryErrorOfAFileIsReportedAtOnceSortedByLine) {
+  std::string text = With("  sampling_rate: 0.01", "  sampling_rate: 1.5");
+  text = text.replace(text.find("  kappa: 0.7 "), 13, "  kappa: 0.5 ");
+  text = text.replace(text.find("    topics: 20 "), 15, "    topics: many ");
+  auto config = ParseConfig(text, "f.yaml");
+  ASSERT_FALSE(config.ok());
+  const std::string& message = config.status().message();
+  const size_t topics = message.find("f.yaml:6: model.lda.topics");
+  const size_t rate = message.find("f.yaml:17: privacy.sampling_rate");
+  const size_t kappa = message.find("f.yaml:23: schedule.kappa");
+  ASSERT_NE(topics, std::string::npos) << message;
+  ASSERT_NE(rate, std::string::npos) << message;
+  ASSERT_NE(kappa, std::string::npos) << message;
+  EXPECT_LT(topics, rate);
+  EXPECT_LT(rate, kappa);
+  EXPECT_EQ(std::count(message.begin(), message.end(), '\n'), 2) << message;
+}
+
+TEST(ConfigTest, TyposGetASuggestion) {
+  // A misspelt required key: the missing key points at the typo.
+  auto config = ParseConfig(With("  sampling_rate: 0.01", "  sampling_rat: 0.01"), "f.yaml");
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(), HasSubstr("f.yaml:17: privacy.sampling_rat: unknown key; "
+                                                   "did you mean 'sampling_rate'?"));
+  EXPECT_THAT(config.status().message(),
+              HasSubstr("privacy.sampling_rate: required key is missing (line 17 has "
+                        "'sampling_rat': did you mean 'sampling_rate'?)"));
+  // A misspelt optional key.
+  config = ParseConfig(With("  publish_every: 10", "  publish_every: 10\n  publish_evry: 3"),
+                       "f.yaml");
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(),
+              HasSubstr("sink.publish_evry: unknown key; did you mean 'publish_every'?"));
+  // A misspelt choice.
+  config = ParseConfig(With("  noise: secure ", "  noise: secur "), "f.yaml");
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(), HasSubstr("did you mean 'secure'?"));
+  // Nothing close: no suggestion.
+  config = ParseConfig(With("  publish_every: 10", "  publish_every: 10\n  colour: blue"),
+                       "f.yaml");
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(), Not(HasSubstr("did you mean")));
+}
+
+TEST(ConfigTest, ProblemsOfTheTextItselfAreNamed) {
+  auto config = ParseConfig("", "f.yaml");
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(), HasSubstr("f.yaml: the file is empty"));
+  config = ParseConfig("  \n\n", "f.yaml");
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(), HasSubstr("the file is empty"));
+
+  std::string mac = Example();
+  std::replace(mac.begin(), mac.end(), '\n', '\r');
+  config = ParseConfig(mac, "f.yaml");
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(), HasSubstr("lines end with CR only"));
+
+  // CRLF files are fine.
+  std::string dos;
+  for (char c : Example()) {
+    if (c == '\n') dos += '\r';
+    dos += c;
+  }
+  config = ParseConfig(dos, "f.yaml");
+  EXPECT_TRUE(config.ok()) << config.status().message();
+
+  config = ParseConfig(With("  kappa: 0.7 ", "\tkappa: 0.7 "), "f.yaml");
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(),
+              HasSubstr("f.yaml:23: a tab in the indentation; YAML indents with spaces only"));
+}
+
+TEST(ConfigTest, TheDeadLetterFileMayNotBeTheSource) {
+  std::string text = Example();
+  const size_t at = text.find("dead_letter:");
+  ASSERT_NE(at, std::string::npos);
+  const size_t path = text.find("  path:", at);
+  const size_t end = text.find('\n', path);
+  text = text.replace(path, end - path, "  path: ./train.jsonl");
+  auto config = ParseConfig(text, "/etc/vipsd/vipsd.yaml");
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(),
+              HasSubstr("dead_letter.path: must not be the source file itself"));
+}
+
+TEST(ConfigTest, LegalButUnwiseValuesGetAWarningWithTheReason) {
+  auto config = ParseConfig(Example(), "f.yaml");
+  ASSERT_TRUE(config.ok());
+  EXPECT_TRUE(config->warnings.empty());
+  std::string text = With("  delta: 1.0e-5", "  delta: 0.5");
+  config = ParseConfig(text, "f.yaml");
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  ASSERT_EQ(config->warnings.size(), 1u);
+  EXPECT_THAT(config->warnings[0], HasSubstr("privacy.delta: warning: 0.5 is large"));
+  text = text.replace(text.find("  noise_multiplier: 1.0"), 23, "  noise_multiplier: 0.3");
+  config = ParseConfig(text, "f.yaml");
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_EQ(config->warnings.size(), 2u);
+}
+
+TEST(ConfigTest, AFileThatIsNotARegularFileIsRefusedWithoutReadingIt) {
+  auto config = LoadConfigFile("/tmp");
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(), HasSubstr("/tmp: is a directory"));
+  config = LoadConfigFile("/dev/zero");
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(), HasSubstr("not a regular file"));
 }
 
 TEST(ConfigTest, MissingFileIsReportedByName) {

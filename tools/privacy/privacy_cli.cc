@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/base/format.h"
 #include "core/privacy/planner.h"
 
 namespace vipsd::tools {
@@ -24,12 +25,7 @@ constexpr int kExitUsage = 2;
 
 // Shortest decimal that reads back as the same double ("0.004", not
 // "0.0040000000000000001").
-std::string Number(double value) {
-  if (std::isinf(value)) return value > 0 ? "Infinity" : "-Infinity";
-  char buffer[64];
-  auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
-  return std::string(buffer, result.ptr);
-}
+std::string Number(double value) { return ShortestNumber(value); }
 
 // Six significant digits for people.
 std::string Human(double value) {

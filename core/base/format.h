@@ -1,0 +1,16 @@
+#ifndef VIPSD_CORE_BASE_FORMAT_H_
+#define VIPSD_CORE_BASE_FORMAT_H_
+
+#include <string>
+
+namespace vipsd {
+
+// The shortest decimal text that reads back as the same double: "0.9", not
+// "0.90000000000000002"; "1e-05" style exponents only where shorter.
+// Infinities print as "Infinity"/"-Infinity" and NaN as "NaN" (callers that
+// write JSON must not pass them).
+std::string ShortestNumber(double value);
+
+}  // namespace vipsd
+
+#endif  // VIPSD_CORE_BASE_FORMAT_H_
