@@ -576,6 +576,12 @@ Status ParsePrivacy(Section& top, VipsdConfig& config) {
   std::string accounting = "global";
   VIPSD_RETURN_IF_ERROR(privacy->String("accounting", false, {"global", "residency"}, &accounting));
   config.accounting = accounting == "global" ? Accounting::kGlobal : Accounting::kResidency;
+  std::string schedule;  // absent: the ledger's, or fixed for a new state directory
+  VIPSD_RETURN_IF_ERROR(privacy->String("schedule", false, {"fixed", "adaptive"}, &schedule));
+  if (!schedule.empty()) {
+    // Ignored by a non-private run (nothing is charged), like delta.
+    config.schedule = schedule == "fixed" ? Schedule::kFixed : Schedule::kAdaptive;
+  }
   VIPSD_RETURN_IF_ERROR(privacy->NotHere(
       "residency_steps",
       "no longer a key: a record is a candidate in exactly the steps of its window, so its "
@@ -1040,7 +1046,7 @@ class ReloadDiff {
         next_.file + ":" + std::to_string(line) + ": " + key +
         ": cannot change on reload (running: " + Show(old_value) + ", file: " + Show(new_value) +
         "); the old configuration keeps running. Changing it needs a restart" +
-        (key.rfind("model", 0) == 0 || key == "privacy.accounting"
+        (key.rfind("model", 0) == 0 || key == "privacy.accounting" || key == "privacy.schedule"
              ? " with a new state directory"
              : ""));
   }
@@ -1110,6 +1116,8 @@ StatusOr<std::vector<std::string>> ChangedReloadableKeys(const VipsdConfig& a,
   diff.Fixed("privacy.delta", a.driver.delta, b.driver.delta);
   diff.Fixed("privacy.noise", static_cast<int>(a.noise_mode), static_cast<int>(b.noise_mode));
   diff.Fixed("privacy.noise_seed", a.noise_seed, b.noise_seed);
+  diff.Fixed("privacy.schedule", a.schedule.has_value() ? static_cast<int>(*a.schedule) : -1,
+             b.schedule.has_value() ? static_cast<int>(*b.schedule) : -1);
   diff.Fixed("privacy.accounting", static_cast<int>(a.accounting),
              static_cast<int>(b.accounting));
   diff.Fixed("privacy.noise_multiplier (private <-> non-private)", a.is_private(),

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,6 +39,11 @@ namespace vipsd::config {
 
 enum class NoiseMode { kSecure, kFixedSeed };
 enum class Accounting { kGlobal, kResidency };
+// privacy.schedule (docs/privacy_accounting.md §5): kFixed pins (q, σ) for the
+// state directory and charges the fixed-schedule bound (PLD or RDP, the
+// smaller); kAdaptive lets a reload change them and charges through the RDP
+// privacy filter.
+enum class Schedule { kFixed, kAdaptive };
 enum class CeilingAction { kHalt, kExit };
 enum class SourceType { kFile, kKafka };
 enum class SinkType { kFile, kKafka };
@@ -74,6 +80,9 @@ struct VipsdConfig {
   NoiseMode noise_mode = NoiseMode::kSecure;
   uint64_t noise_seed = 0;
   Accounting accounting = Accounting::kGlobal;
+  // Unset: the ledger's schedule for an existing state directory, kFixed
+  // for a new one.
+  std::optional<Schedule> schedule;
   CeilingAction on_ceiling = CeilingAction::kHalt;
   std::vector<double> warn_at = {0.5, 0.8, 0.95};  // fractions of the ceiling
   // Kafka: the public clock. Slot k is due at start_time + k·interval; its

@@ -99,6 +99,62 @@ Status CheckLedgerBelongs(const config::VipsdConfig& config, const ModelBundle& 
   return Status::Ok();
 }
 
+// ε of one record that is a candidate in `window_steps` steps of the
+// configured (q, σ), under the state directory's schedule: the start-up and
+// reload check of residency mode.
+StatusOr<privacy::CeilingCheck> ResidencyWindowCheck(const config::VipsdConfig& config,
+                                                     ScheduleKind schedule) {
+  if (schedule == ScheduleKind::kAdaptive) {
+    return privacy::ResidencyAccountant::CheckConfiguration(
+        config.window_steps, config.driver.sampling_rate, config.driver.noise_multiplier,
+        config.driver.delta, config.driver.epsilon_ceiling, Adaptive());
+  }
+  VIPSD_ASSIGN_OR_RETURN(auto fixed,
+                         privacy::FixedScheduleAccountant::Create(config.driver.sampling_rate,
+                                                                  config.driver.noise_multiplier));
+  VIPSD_ASSIGN_OR_RETURN(const auto at, fixed.Epsilon(config.window_steps, config.driver.delta));
+  privacy::CeilingCheck check;
+  check.epsilon_after = at.epsilon;
+  check.would_exceed = at.epsilon > config.driver.epsilon_ceiling;
+  return check;
+}
+
+// The schedule a run of `config` uses on a state directory whose ledger says
+// `ledger` (nullopt: a new directory), or why the combination is refused.
+StatusOr<ScheduleKind> ResolveSchedule(const config::VipsdConfig& config,
+                                       const std::optional<LedgerState>& ledger,
+                                       const std::string& ledger_path) {
+  auto kind_of = [](config::Schedule s) {
+    return s == config::Schedule::kFixed ? ScheduleKind::kFixed : ScheduleKind::kAdaptive;
+  };
+  if (!ledger.has_value()) {
+    if (!config.is_private()) return ScheduleKind::kAdaptive;  // nothing is charged
+    return config.schedule.has_value() ? kind_of(*config.schedule) : ScheduleKind::kFixed;
+  }
+  if (config.schedule.has_value() && kind_of(*config.schedule) != ledger->schedule) {
+    return FailedPreconditionError(
+        Where(config, "privacy.schedule") + "the ledger " + ledger_path + " was written with "
+        "schedule " + std::string(ScheduleKindName(ledger->schedule)) +
+        "; the schedule cannot change for a state directory (remove the key to keep the "
+        "ledger's, or use a new state directory)");
+  }
+  if (ledger->schedule == ScheduleKind::kFixed && config.is_private()) {
+    if (config.driver.sampling_rate != ledger->fixed_sampling_rate) {
+      return FailedPreconditionError(
+          Where(config, "privacy.sampling_rate") + "schedule fixed pins it to " +
+          JsonNumber(ledger->fixed_sampling_rate) + " for this state directory (ledger " +
+          ledger_path + "); got " + JsonNumber(config.driver.sampling_rate));
+    }
+    if (config.driver.noise_multiplier != ledger->fixed_noise_multiplier) {
+      return FailedPreconditionError(
+          Where(config, "privacy.noise_multiplier") + "schedule fixed pins it to " +
+          JsonNumber(ledger->fixed_noise_multiplier) + " for this state directory (ledger " +
+          ledger_path + "); got " + JsonNumber(config.driver.noise_multiplier));
+    }
+  }
+  return ledger->schedule;
+}
+
 }  // namespace
 
 std::string StreamName(const std::string& topic, int32_t partition) {
@@ -108,7 +164,10 @@ std::string StreamName(const std::string& topic, int32_t partition) {
 svi::DriverConfig Daemon::DriverConfigFor(const config::VipsdConfig& config) const {
   svi::DriverConfig driver = config.driver;
   driver.adaptivity = Adaptive();
-  driver.enforce_ceiling = config.accounting == config::Accounting::kGlobal;
+  // The daemon checks the budget itself (BudgetAdmitsStep) in residency mode
+  // and for a fixed schedule; the driver's own check is the RDP filter.
+  driver.enforce_ceiling = config.accounting == config::Accounting::kGlobal &&
+                           state_.schedule == ScheduleKind::kAdaptive;
   return driver;
 }
 
@@ -139,6 +198,8 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const config::VipsdConfig& conf
   VIPSD_ASSIGN_OR_RETURN(auto previous, ledger.Load());
   CheckpointStore checkpoints(config.state_directory);
   LedgerState state;
+  VIPSD_ASSIGN_OR_RETURN(const ScheduleKind schedule,
+                         ResolveSchedule(config, previous, ledger.path()));
   if (previous.has_value()) {
     state = std::move(*previous);
     VIPSD_RETURN_IF_ERROR(
@@ -162,6 +223,11 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const config::VipsdConfig& conf
     state.model_fingerprint = bundle.model_fingerprint;
     state.source = source_kind;
     state.mode = mode;
+    state.schedule = schedule;
+    if (schedule == ScheduleKind::kFixed) {
+      state.fixed_sampling_rate = config.driver.sampling_rate;
+      state.fixed_noise_multiplier = config.driver.noise_multiplier;
+    }
     if (source_kind == SourceKind::kKafka) {
       const double start = config.start_time > 0 ? config.start_time : WallNow();
       VIPSD_ASSIGN_OR_RETURN(state.windows,
@@ -198,11 +264,7 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const config::VipsdConfig& conf
       return InvalidArgumentError(Where(config, "schedule.window_steps") +
                                   std::string(lowered.message()));
     }
-    VIPSD_ASSIGN_OR_RETURN(
-        auto check, privacy::ResidencyAccountant::CheckConfiguration(
-                        config.window_steps, config.driver.sampling_rate,
-                        config.driver.noise_multiplier, config.driver.delta,
-                        config.driver.epsilon_ceiling, Adaptive()));
+    VIPSD_ASSIGN_OR_RETURN(auto check, ResidencyWindowCheck(config, state.schedule));
     if (check.would_exceed) {
       return InvalidArgumentError(
           Where(config, "schedule.window_steps") + "a record that is a candidate in " +
@@ -211,8 +273,10 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const config::VipsdConfig& conf
           JsonNumber(config.driver.noise_multiplier) + " would spend epsilon " +
           Fixed(check.epsilon_after) + " > epsilon_ceiling " +
           JsonNumber(config.driver.epsilon_ceiling) + " (delta " +
-          JsonNumber(config.driver.delta) +
-          "); lower the window or q, or raise sigma (vipsd-privacy steps ... gives the largest)");
+          JsonNumber(config.driver.delta) + ", schedule " +
+          std::string(ScheduleKindName(state.schedule)) +
+          "); lower the window or q, or raise sigma (vipsd-privacy plan --config FILE gives "
+          "the largest window)");
     }
   }
 
@@ -278,6 +342,12 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const config::VipsdConfig& conf
                                             metrics, std::move(hooks), std::move(ledger),
                                             std::move(state), std::move(noise)));
   daemon->model_step_ = model_step;
+  if (daemon->state_.schedule == ScheduleKind::kFixed && config.is_private()) {
+    VIPSD_ASSIGN_OR_RETURN(daemon->fixed_schedule_,
+                           privacy::FixedScheduleAccountant::Create(
+                               daemon->state_.fixed_sampling_rate,
+                               daemon->state_.fixed_noise_multiplier));
+  }
   daemon->pool_.set_max_candidate_steps(daemon->paced_ ? config.window_steps : 0);
   VIPSD_ASSIGN_OR_RETURN(
       daemon->driver_,
@@ -364,9 +434,23 @@ bool Daemon::SleepUntil(double unix_time) {
   }
 }
 
+std::string Daemon::AccountantName() const {
+  const bool fixed = state_.schedule == ScheduleKind::kFixed;
+  if (state_.mode == AccountingMode::kResidency) {
+    return fixed ? "residency_fixed" : "residency_rdp_filter";
+  }
+  if (!fixed_schedule_.has_value()) return "rdp_filter";
+  auto spent = fixed_schedule_->Epsilon(state_.accountant.steps(), config_.driver.delta);
+  return spent.ok() ? std::string("fixed_") + spent->accountant() : "fixed_rdp";
+}
+
 double Daemon::EpsilonSpent() const {
   if (!config_.is_private()) return 0;
   if (state_.mode == AccountingMode::kResidency) return state_.residency->worst_epsilon();
+  if (fixed_schedule_.has_value()) {
+    auto spent = fixed_schedule_->Epsilon(state_.accountant.steps(), config_.driver.delta);
+    return spent.ok() ? spent->epsilon : std::numeric_limits<double>::infinity();
+  }
   auto spent = state_.accountant.GetEpsilon(config_.driver.delta,
                                             privacy::RdpConversion::kImproved, Adaptive());
   return spent.ok() ? spent->epsilon : std::numeric_limits<double>::infinity();
@@ -870,6 +954,25 @@ bool Daemon::BudgetAdmitsStep(double* epsilon_after, double* window_epsilon) {
   if (!config_.is_private()) return true;
   const double q = config_.driver.sampling_rate;
   const double sigma = config_.driver.noise_multiplier;
+  if (fixed_schedule_.has_value()) {
+    // Fixed schedule: ε of the steps this one would complete — all private
+    // steps so far plus one (global), or the window of at most M steps it
+    // would close (residency).
+    const int64_t steps =
+        state_.mode == AccountingMode::kResidency
+            ? std::min<int64_t>(state_.residency->max_residency_steps(),
+                                state_.residency->steps() + 1)
+            : state_.accountant.steps() + 1;
+    auto at = fixed_schedule_->Epsilon(steps, config_.driver.delta);
+    if (!at.ok()) {
+      Log(LogLevel::kError, kComponent, "budget check failed: " + at.status().ToString());
+      *epsilon_after = std::numeric_limits<double>::infinity();
+      return false;
+    }
+    *epsilon_after = at->epsilon;
+    *window_epsilon = at->epsilon;
+    return at->epsilon <= config_.driver.epsilon_ceiling;
+  }
   if (state_.mode == AccountingMode::kResidency) {
     auto check = state_.residency->CheckCeiling(q, sigma, config_.driver.delta,
                                                 config_.driver.epsilon_ceiling, Adaptive());
@@ -1261,6 +1364,7 @@ Status Daemon::PublishModel(int64_t step, double rho, double publish_time) {
   facts.step = step;
   facts.rho = rho;
   facts.epsilon_spent = EpsilonSpent();
+  facts.accountant = AccountantName();
   facts.noise_is_private = noise_->is_private();
   facts.noise_description = noise_->description();
   facts.noise_multiplier =
@@ -1331,11 +1435,15 @@ void Daemon::Reload() {
     return;
   }
   // Residency: the new (q, σ, M) must be affordable, and M may only drop.
+  // A fixed schedule pins (q, σ) for the state directory.
+  if (state_.schedule == ScheduleKind::kFixed && config_.is_private()) {
+    std::optional<LedgerState> pinned = state_;
+    auto same = ResolveSchedule(*next, pinned, ledger_.path());
+    if (!same.ok()) return fail(same.status());
+  }
   std::optional<privacy::ResidencyAccountant> residency = state_.residency;
   if (state_.mode == AccountingMode::kResidency) {
-    auto check = privacy::ResidencyAccountant::CheckConfiguration(
-        next->window_steps, next->driver.sampling_rate, next->driver.noise_multiplier,
-        next->driver.delta, next->driver.epsilon_ceiling, Adaptive());
+    auto check = ResidencyWindowCheck(*next, state_.schedule);
     if (!check.ok()) return fail(check.status());
     if (check->would_exceed) {
       return fail(InvalidArgumentError(

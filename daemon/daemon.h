@@ -103,6 +103,7 @@
 
 #include "config/config.h"
 #include "core/base/status.h"
+#include "core/privacy/fixed_schedule.h"
 #include "core/privacy/noise_source.h"
 #include "core/svi/record_pool.h"
 #include "core/svi/slot_windows.h"
@@ -234,6 +235,9 @@ class Daemon {
   void CheckWarnings(PendingOutput* out);
   std::string AlertJson(const std::string& event, double spent) const;
   void PublishAlertJson(const std::string& json);
+  // The release metadata's `accountant`: schedule, mode and bound behind
+  // EpsilonSpent().
+  std::string AccountantName() const;
   double EpsilonSpent() const;
   svi::DriverConfig DriverConfigFor(const config::VipsdConfig& config) const;
   double Now() const;
@@ -254,6 +258,8 @@ class Daemon {
   DaemonHooks hooks_;
   Ledger ledger_;
   LedgerState state_;
+  // privacy.schedule: fixed (private runs): ε of n steps of the pinned (q, σ).
+  std::optional<privacy::FixedScheduleAccountant> fixed_schedule_;
   CheckpointStore checkpoints_;
   std::unique_ptr<privacy::NoiseSource> noise_;
   std::unique_ptr<svi::StepDriver> driver_;

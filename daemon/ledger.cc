@@ -24,6 +24,7 @@ namespace {
 constexpr std::string_view kHeaderV1 = "vipsd-ledger 1\n";
 constexpr std::string_view kHeaderV2 = "vipsd-ledger 2\n";
 constexpr std::string_view kHeaderV3 = "vipsd-ledger 3\n";
+constexpr std::string_view kHeaderV4 = "vipsd-ledger 4\n";
 constexpr std::string_view kChecksumPrefix = "blake2b ";
 constexpr std::string_view kRefuse = "; refusing to start from zero";
 
@@ -94,6 +95,10 @@ class Reader {
 
 std::string_view AccountingModeName(AccountingMode mode) {
   return mode == AccountingMode::kGlobal ? "global" : "residency";
+}
+
+std::string_view ScheduleKindName(ScheduleKind kind) {
+  return kind == ScheduleKind::kFixed ? "fixed" : "adaptive";
 }
 
 std::string_view SourceKindName(SourceKind kind) {
@@ -173,12 +178,17 @@ StatusOr<Ledger> Ledger::Open(const std::string& directory) {
 }
 
 std::string Ledger::Encode(const LedgerState& state) {
-  std::string out(kHeaderV3);
+  std::string out(kHeaderV4);
   out += "run " + state.run_id + "\n";
   out += "model " + state.model_type + " " + state.model_fingerprint + "\n";
   out += "source " + std::string(SourceKindName(state.source)) + "\n";
   out += "next_step " + std::to_string(state.next_step) + "\n";
   out += "mode " + std::string(AccountingModeName(state.mode)) + "\n";
+  out += "schedule " + std::string(ScheduleKindName(state.schedule));
+  if (state.schedule == ScheduleKind::kFixed) {
+    out += " " + Hex(state.fixed_sampling_rate) + " " + Hex(state.fixed_noise_multiplier);
+  }
+  out += "\n";
   const NoiseHistory& n = state.noise;
   out += "noise " + std::to_string(n.private_steps) + " " + std::to_string(n.non_private_steps) +
          " " + std::to_string(n.first_non_private_step) + " " +
@@ -206,7 +216,8 @@ StatusOr<LedgerState> Ledger::Decode(const std::string& bytes, const std::string
                      "count-based; vipsd no longer resumes from it (start a new state "
                      "directory; the old one records what was spent)");
   }
-  if (bytes.compare(0, kHeaderV3.size(), kHeaderV3) != 0) {
+  const bool v3 = bytes.compare(0, kHeaderV3.size(), kHeaderV3) == 0;
+  if (!v3 && bytes.compare(0, kHeaderV4.size(), kHeaderV4) != 0) {
     return whole.Bad("not a vipsd ledger (bad header)");
   }
   // The checksum line is the last line and covers every byte before it.
@@ -219,7 +230,7 @@ StatusOr<LedgerState> Ledger::Decode(const std::string& bytes, const std::string
   const std::string stored = bytes.substr(hex_at, bytes.size() - hex_at - 1);
   if (stored != release::Blake2bHex(body)) return whole.Bad("checksum mismatch");
 
-  Reader reader(std::string_view(body).substr(kHeaderV3.size()), where);
+  Reader reader(std::string_view(body).substr(kHeaderV4.size()), where);  // same length as v3
   LedgerState state;
   std::string line, word, value;
   auto counter = [](int64_t v) { return v >= 0 && v <= svi::kMaxCounter; };
@@ -264,6 +275,29 @@ StatusOr<LedgerState> Ledger::Decode(const std::string& bytes, const std::string
       return reader.Bad("bad mode line");
     }
     state.mode = value == "global" ? AccountingMode::kGlobal : AccountingMode::kResidency;
+  }
+  if (!v3) {
+    VIPSD_RETURN_IF_ERROR(reader.Line(&line));
+    std::istringstream words(line);
+    if (!(words >> word >> value) || word != "schedule" ||
+        (value != "fixed" && value != "adaptive")) {
+      return reader.Bad("bad schedule line");
+    }
+    state.schedule = value == "fixed" ? ScheduleKind::kFixed : ScheduleKind::kAdaptive;
+    if (state.schedule == ScheduleKind::kFixed) {
+      std::string q, sigma;
+      if (!(words >> q >> sigma)) return reader.Bad("bad schedule line");
+      char* end_q = nullptr;
+      char* end_sigma = nullptr;
+      state.fixed_sampling_rate = std::strtod(q.c_str(), &end_q);
+      state.fixed_noise_multiplier = std::strtod(sigma.c_str(), &end_sigma);
+      if (end_q != q.c_str() + q.size() || end_sigma != sigma.c_str() + sigma.size() ||
+          !(state.fixed_sampling_rate > 0 && state.fixed_sampling_rate <= 1) ||
+          !(state.fixed_noise_multiplier > 0) || !std::isfinite(state.fixed_noise_multiplier)) {
+        return reader.Bad("bad schedule values (q must be in (0, 1], sigma finite and > 0)");
+      }
+    }
+    if (words >> value) return reader.Bad("bad schedule line");
   }
   VIPSD_RETURN_IF_ERROR(reader.Line(&line));
   {

@@ -26,7 +26,8 @@
 // crash at any point can lose a release but never undercount ε.
 //
 // Failure: Decode() refuses, with DATA_LOSS naming the file, anything that is
-// not exactly a version-3 ledger: a corrupt, truncated or checksum-mismatching
+// not exactly a version-4 ledger (or a version-3 one, read as schedule
+// adaptive): a corrupt, truncated or checksum-mismatching
 // file, counters beyond 2^53 (far from int64 overflow in any later sum), and
 // the older versions 1 (no checksum) and 2 (no run id or noise history) —
 // never a silent restart from zero. Open() takes an exclusive lock (flock on
@@ -53,6 +54,10 @@
 namespace vipsd::daemon {
 
 enum class AccountingMode { kGlobal, kResidency };
+// privacy.schedule of the state directory (config.h). Ledgers of version 3
+// predate the key and read as kAdaptive (their mode is kept).
+enum class ScheduleKind { kFixed, kAdaptive };
+std::string_view ScheduleKindName(ScheduleKind kind);  // "fixed" | "adaptive"
 enum class SourceKind { kKafka, kFile };
 
 std::string_view AccountingModeName(AccountingMode mode);  // "global" | "residency"
@@ -75,6 +80,10 @@ struct LedgerState {
   SourceKind source = SourceKind::kKafka;
   int64_t next_step = 1;
   AccountingMode mode = AccountingMode::kGlobal;
+  // kFixed pins (q, σ) for every private step of the directory.
+  ScheduleKind schedule = ScheduleKind::kAdaptive;
+  double fixed_sampling_rate = 0;     // kFixed only
+  double fixed_noise_multiplier = 0;  // kFixed only
   NoiseHistory noise;
   // Highest budget-warning fraction already announced (so a restart does not
   // repeat warnings); public.

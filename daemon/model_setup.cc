@@ -121,9 +121,7 @@ release::Release MakeRelease(const ModelBundle& bundle, const config::VipsdConfi
   m.delta = is_private ? config.driver.delta : 0.0;
   m.noise_multiplier = facts.noise_multiplier;
   m.sampling_rate = facts.sampling_rate;
-  m.accountant = !is_private ? "none"
-                 : config.accounting == config::Accounting::kGlobal ? "rdp"
-                                                                    : "rdp_residency";
+  m.accountant = !is_private ? "none" : facts.accountant;
   for (const auto& block : bundle.model->statistic_layout().blocks()) {
     m.clip_bounds.emplace_back(block.name, is_private ? block.clip_bound : 0.0);
   }

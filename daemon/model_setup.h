@@ -49,6 +49,10 @@ struct ReleaseFacts {
   int64_t step = 0;
   double rho = 0;
   double epsilon_spent = 0;     // per the active accounting mode
+  // How epsilon_spent was computed (release metadata `accountant`):
+  // fixed_pld | fixed_rdp (fixed schedule, the smaller bound), rdp_filter
+  // (adaptive), residency_fixed | residency_rdp_filter (per-record window).
+  std::string accountant;
   bool noise_is_private = false;  // the noise source's own claim
   std::string noise_description;
   double noise_multiplier = 0;  // σ of the step (a reload may change it)

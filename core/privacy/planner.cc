@@ -3,8 +3,10 @@
 #include <cmath>
 #include <vector>
 
+#include "core/privacy/fixed_schedule.h"
 #include "core/privacy/pld_accountant.h"
 #include "core/privacy/rdp.h"
+#include "core/privacy/rdp_accountant.h"
 #include "core/privacy/strong_composition.h"
 
 namespace vipsd::privacy {
@@ -75,6 +77,8 @@ struct ThreeDigits {
 
 const char* AccountantName(AccountantKind kind) {
   switch (kind) {
+    case AccountantKind::kFixed: return "fixed";
+    case AccountantKind::kFilter: return "filter";
     case AccountantKind::kRdp: return "rdp";
     case AccountantKind::kPld: return "pld";
     case AccountantKind::kStrong: return "strong";
@@ -83,6 +87,8 @@ const char* AccountantName(AccountantKind kind) {
 }
 
 std::optional<AccountantKind> ParseAccountantName(std::string_view name) {
+  if (name == "fixed") return AccountantKind::kFixed;
+  if (name == "filter") return AccountantKind::kFilter;
   if (name == "rdp") return AccountantKind::kRdp;
   if (name == "pld") return AccountantKind::kPld;
   if (name == "strong") return AccountantKind::kStrong;
@@ -97,6 +103,25 @@ StatusOr<PrivacyEstimate> EstimateEpsilon(AccountantKind kind, double sampling_r
   if (steps < 1) return InvalidArgumentError("steps must be >= 1");
   PrivacyEstimate estimate;
   switch (kind) {
+    case AccountantKind::kFixed: {
+      VIPSD_ASSIGN_OR_RETURN(auto fixed,
+                             FixedScheduleAccountant::Create(sampling_rate, noise_multiplier));
+      VIPSD_ASSIGN_OR_RETURN(auto at, fixed.Epsilon(steps, delta));
+      estimate.epsilon = at.epsilon;
+      estimate.fixed_pld = at.pld;
+      estimate.fixed_rdp = at.rdp;
+      estimate.order = at.rdp_order;
+      return estimate;
+    }
+    case AccountantKind::kFilter: {
+      RdpAccountant filter;
+      VIPSD_RETURN_IF_ERROR(filter.Compose(sampling_rate, noise_multiplier, steps));
+      VIPSD_ASSIGN_OR_RETURN(auto at, filter.GetEpsilon(delta, RdpConversion::kImproved,
+                                                         Adaptivity::kAdaptiveFilter));
+      estimate.epsilon = at.epsilon;
+      estimate.order = at.order;
+      return estimate;
+    }
     case AccountantKind::kRdp: {
       const auto& orders = DefaultRdpOrders();
       VIPSD_ASSIGN_OR_RETURN(auto curve,

@@ -1,11 +1,17 @@
 // Privacy planning: ε for a schedule, the noise multiplier σ a target ε
 // needs, and the number of steps a budget allows.
 //
-// Three accountants answer the same question with different bounds for the
+// Five accountants answer the same question with different bounds for the
 // same mechanism (T Poisson-subsampled Gaussian steps, rate q, noise σ,
 // add/remove adjacency):
-//   kRdp    – Rényi DP with the improved conversion (rdp.h); the budget of
-//             record for the daemon. Reports the optimal order.
+//   kFixed  – what the daemon charges with privacy.schedule: fixed (the
+//             default): the smaller of PLD (Δ = 2^-10) and RDP
+//             (fixed_schedule.h). Exactly the daemon's number.
+//   kFilter – what the daemon charges with privacy.schedule: adaptive: the
+//             RDP privacy filter, every order converted at δ/|orders|
+//             (rdp_accountant.h). Exactly the daemon's number.
+//   kRdp    – Rényi DP with the improved conversion at δ (rdp.h), for a
+//             fixed schedule. Reports the optimal order.
 //   kPld    – privacy-loss distribution with pessimistic discretisation
 //             (pld_accountant.h); tighter, still a valid upper bound.
 //   kStrong – per-step analytic Gaussian, amplification by sampling and
@@ -32,17 +38,21 @@
 
 namespace vipsd::privacy {
 
-enum class AccountantKind { kRdp, kPld, kStrong };
+enum class AccountantKind { kFixed, kFilter, kRdp, kPld, kStrong };
 
 const char* AccountantName(AccountantKind kind);
-// "rdp", "pld" or "strong".
+// "fixed", "filter", "rdp", "pld" or "strong".
 std::optional<AccountantKind> ParseAccountantName(std::string_view name);
 
 struct PrivacyEstimate {
   double epsilon = 0;
-  // RDP only: the optimal order, and ε by the classic conversion.
+  // RDP, filter and fixed: the optimal order; RDP only: ε by the classic
+  // conversion.
   std::optional<double> order;
   std::optional<double> epsilon_classic;
+  // Fixed only: the two bounds whose minimum is `epsilon`.
+  std::optional<double> fixed_pld;
+  std::optional<double> fixed_rdp;
 };
 
 // Largest step count the planner will search up to.

@@ -234,8 +234,10 @@ const std::vector<double>& DefaultRdpOrders() {
   static const std::vector<double> orders = [] {
     std::vector<double> grid;
     for (int i = 1; i <= 19; ++i) grid.push_back(1.0 + 0.05 * i);
-    for (int i = 0; i <= 32; ++i) grid.push_back(2.0 + 0.25 * i);
-    for (int a = 11; a <= 64; ++a) grid.push_back(a);
+    // Quarter steps from 2 to 64: the optimum of realistic (q, σ, T) lies
+    // here, and between integers the grid alone cost up to 3.6 % of ε
+    // (q = 0.004, σ = 1, 100 steps, δ = 1e-3: optimum at α ≈ 10.7).
+    for (int i = 0; i <= 248; ++i) grid.push_back(2.0 + 0.25 * i);
     for (int a = 72; a <= 256; a += 8) grid.push_back(a);
     for (double a = 320; a <= 262144; a = std::round(a * 1.25)) grid.push_back(a);
     grid.push_back(262144);

@@ -83,7 +83,7 @@ struct ReleaseMetadata {
   double delta = 0;             // δ of epsilon_spent, in [0, 1)
   double noise_multiplier = 0;  // σ, ≥ 0
   double sampling_rate = 0;     // q, in (0, 1]
-  std::string accountant;       // "rdp", or "none" for a non-private run
+  std::string accountant;       // e.g. "fixed_pld", "rdp_filter"; "none" if non-private
   std::vector<std::pair<std::string, double>> clip_bounds;  // block → C_b ≥ 0
   std::vector<std::pair<std::string, int64_t>> dimensions;  // e.g. K, V, N ≥ 0
   std::string vocabulary_fingerprint;  // BLAKE2b-256, 64 lowercase hex, or ""

@@ -42,7 +42,7 @@ TEST(ConfigTest, ExampleParsesWithItsValues) {
   EXPECT_EQ(config->publish_every, 10);
   EXPECT_EQ(config->noise_mode, NoiseMode::kSecure);
   // Relative paths are resolved against the configuration file.
-  EXPECT_EQ(config->vocabulary_path, "/etc/vipsd/vocab.txt");
+  EXPECT_EQ(config->vocabulary_path, "/etc/vipsd/demo/vocab.txt");
   EXPECT_EQ(config->source_path, "/etc/vipsd/train.jsonl");
   EXPECT_EQ(config->state_directory, "/etc/vipsd/state");
   EXPECT_TRUE(config->is_private());
@@ -58,15 +58,15 @@ TEST(ConfigTest, ErrorsNameFileLineKeyAndAllowedValues) {
       {With("  sampling_rate: 0.01", "  sampling_rate: 1.5"),
        "f.yaml:17: privacy.sampling_rate: must be a number in (0, 1], got '1.5'"},
       {With("  kappa: 0.7 ", "  kappa: 0.5 "),
-       "f.yaml:23: schedule.kappa: must be a number in (0.5, 1], got '0.5'"},
+       "f.yaml:24: schedule.kappa: must be a number in (0.5, 1], got '0.5'"},
       {With("    topics: 20 ", "    topics: many "),
        "f.yaml:6: model.lda.topics: must be a whole number in [1, 100000], got 'many'"},
       {With("  type: lda ", "  type: gmm "), "f.yaml:4: model.type: must be one of lda, blr, sbn, got 'gmm'"},
       {With("  noise: secure ", "  noise: weak "),
        "privacy.noise: must be one of secure, fixed_seed, got 'weak'"},
       {With("  publish_every: 10", "  publish_every: 10\n  colour: blue"),
-       "f.yaml:34: sink.colour: unknown key"},
-      {With("  tau0: 64", "  tau0: 64\n  tau0: 65"), "f.yaml:23: schedule.tau0: duplicate key"},
+       "f.yaml:35: sink.colour: unknown key"},
+      {With("  tau0: 64", "  tau0: 64\n  tau0: 65"), "f.yaml:24: schedule.tau0: duplicate key"},
       {With("    alpha: 0.05 ", "    # alpha removed "), "model.lda.alpha: required key is missing"},
       {With("  threads: 2 ", "  threads: [1, 2] "), "schedule.threads: must be a whole number"},
       {With("  noise: secure ", "  noise: secure\n  noise_seed: 5 "),
@@ -331,7 +331,7 @@ TEST(ConfigTest, EveryErrorOfAFileIsReportedAtOnceSortedByLine) {
   const std::string& message = config.status().message();
   const size_t topics = message.find("f.yaml:6: model.lda.topics");
   const size_t rate = message.find("f.yaml:17: privacy.sampling_rate");
-  const size_t kappa = message.find("f.yaml:23: schedule.kappa");
+  const size_t kappa = message.find("f.yaml:24: schedule.kappa");
   ASSERT_NE(topics, std::string::npos) << message;
   ASSERT_NE(rate, std::string::npos) << message;
   ASSERT_NE(kappa, std::string::npos) << message;
@@ -392,7 +392,7 @@ TEST(ConfigTest, ProblemsOfTheTextItselfAreNamed) {
   config = ParseConfig(With("  kappa: 0.7 ", "\tkappa: 0.7 "), "f.yaml");
   ASSERT_FALSE(config.ok());
   EXPECT_THAT(config.status().message(),
-              HasSubstr("f.yaml:23: a tab in the indentation; YAML indents with spaces only"));
+              HasSubstr("f.yaml:24: a tab in the indentation; YAML indents with spaces only"));
 }
 
 TEST(ConfigTest, TheDeadLetterFileMayNotBeTheSource) {

@@ -11,6 +11,7 @@
 // however slowly the machine runs.
 #include "daemon/daemon.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,10 +27,13 @@
 #include <thread>
 
 #include "connectors/file/file_util.h"
+#include "core/base/format.h"
 #include "daemon/ledger.h"
 
 namespace vipsd::daemon {
 namespace {
+
+using ::testing::HasSubstr;
 
 using namespace std::chrono_literals;
 
@@ -205,6 +209,7 @@ struct Options {
   std::string noise = "secure";
   std::string extra_metrics;
   std::string model = "lda";
+  std::string schedule;  // privacy.schedule; empty: not written (fixed for a new directory)
 };
 
 std::string WriteConfig(const std::string& dir, const Options& o) {
@@ -222,6 +227,7 @@ std::string WriteConfig(const std::string& dir, const Options& o) {
     yaml << "  delta: 1.0e-5\n  epsilon_ceiling: " << o.ceiling << "\n  on_ceiling: " << o.on_ceiling
          << "\n  accounting: " << o.accounting << "\n  warn_at: [0.5]\n  noise: " << o.noise
          << "\n";
+    if (!o.schedule.empty()) yaml << "  schedule: " << o.schedule << "\n";
   }
   yaml << "schedule:\n  tau0: 1\n  kappa: 0.7\n  threads: 2\n  interval_seconds: " << o.interval
        << "\n  window_steps: " << o.window << "\n  max_steps: " << o.max_steps << "\n";
@@ -361,7 +367,7 @@ TEST(DaemonTest, AddingOneRecordChangesOnlyItsOwnMembershipEvenWithASlowStep) {
     Options options;
     options.interval = kInterval;
     options.window = std::to_string(kWindow);
-    options.start_time = std::floor(WallNow()) + 1;  // slot 1 is a second away
+    options.start_time = std::floor(WallNow()) + 2;  // slot 1 is 1-2 s away (start-up)
     options.max_steps = 0;
     // Every record's id, by (partition, offset) of this run's log.
     std::map<std::pair<int32_t, int64_t>, std::string> ids;
@@ -513,13 +519,16 @@ TEST(DaemonTest, ADeadLetterIsRetriedUntilDeliveredAndOnlyThenAcknowledged) {
   EXPECT_GE(h.metrics->kafka_errors_total(KafkaErrorKind::kProduce).Value(), 3);
 }
 
-TEST(DaemonTest, HaltsExactlyBeforeTheCeilingAndARestartGrantsNothing) {
-  Harness h("ceiling");
+// Both schedules: the run halts at the last step whose ε is within the
+// ceiling, by the schedule's own accountant, and a restart grants nothing.
+void HaltsExactlyBeforeTheCeiling(const std::string& schedule) {
+  Harness h("ceiling_" + schedule);
   for (int i = 0; i < 20; ++i) h.topic->Append(0, Document(i));
   Options options;
   options.ceiling = 3.0;
   options.q = 0.2;
   options.sigma = 1.5;
+  options.schedule = schedule;
   const std::string config = WriteConfig(h.dir, options);
   DaemonStatus halted;
   {
@@ -534,17 +543,51 @@ TEST(DaemonTest, HaltsExactlyBeforeTheCeilingAndARestartGrantsNothing) {
   const int64_t steps = state->accountant.steps();
   EXPECT_EQ(steps, halted.next_step - 1);
   EXPECT_GT(steps, 1);
-  auto spent = state->accountant.GetEpsilon(1e-5, privacy::RdpConversion::kImproved,
-                                            privacy::Adaptivity::kAdaptiveFilter);
-  auto next = state->accountant.CheckCeiling(0.2, 1.5, 1, 1e-5, 3.0,
-                                             privacy::RdpConversion::kImproved,
-                                             privacy::Adaptivity::kAdaptiveFilter);
-  EXPECT_LE(spent->epsilon, 3.0);
-  EXPECT_GT(next->epsilon_after, 3.0);
+  double spent_epsilon = 0;
+  if (schedule == "adaptive") {
+    EXPECT_EQ(state->schedule, ScheduleKind::kAdaptive);
+    auto spent = state->accountant.GetEpsilon(1e-5, privacy::RdpConversion::kImproved,
+                                              privacy::Adaptivity::kAdaptiveFilter);
+    auto next = state->accountant.CheckCeiling(0.2, 1.5, 1, 1e-5, 3.0,
+                                               privacy::RdpConversion::kImproved,
+                                               privacy::Adaptivity::kAdaptiveFilter);
+    EXPECT_LE(spent->epsilon, 3.0);
+    EXPECT_GT(next->epsilon_after, 3.0);
+    spent_epsilon = spent->epsilon;
+  } else {
+    // Fixed (the default for a new directory): pinned in the ledger, and the
+    // step count is the planner's answer.
+    EXPECT_EQ(state->schedule, ScheduleKind::kFixed);
+    EXPECT_EQ(state->fixed_sampling_rate, 0.2);
+    EXPECT_EQ(state->fixed_noise_multiplier, 1.5);
+    auto fixed = privacy::FixedScheduleAccountant::Create(0.2, 1.5);
+    ASSERT_TRUE(fixed.ok());
+    EXPECT_LE(fixed->Epsilon(steps, 1e-5)->epsilon, 3.0);
+    EXPECT_GT(fixed->Epsilon(steps + 1, 1e-5)->epsilon, 3.0);
+    EXPECT_EQ(*fixed->MaxSteps(1e-5, 3.0, 1 << 20), steps);
+    spent_epsilon = fixed->Epsilon(steps, 1e-5)->epsilon;
+    // More steps than the adaptive filter would have allowed.
+    privacy::RdpAccountant filter;
+    ASSERT_TRUE(filter.Compose(0.2, 1.5, steps).ok());
+    EXPECT_GT(filter.GetEpsilon(1e-5, privacy::RdpConversion::kImproved,
+                                privacy::Adaptivity::kAdaptiveFilter)->epsilon, 3.0);
+  }
+  // One number: the status, the gauge and the last manifest say the same ε.
+  EXPECT_EQ(halted.epsilon_spent, spent_epsilon);
+  EXPECT_EQ(h.metrics->privacy_epsilon_spent().Value(), spent_epsilon);
   {
     std::lock_guard<std::mutex> lock(h.sink->mutex);
     ASSERT_FALSE(h.sink->releases.empty());
     EXPECT_EQ(h.sink->releases.back().release.release_id, "step-" + std::to_string(steps));
+    const std::string& manifest = h.sink->releases.back().release.files.back().bytes;
+    EXPECT_NE(manifest.find("\"epsilon_spent\": " + ShortestNumber(spent_epsilon)),
+              std::string::npos)
+        << manifest;
+    // The manifest names how ε was computed.
+    EXPECT_NE(manifest.find(schedule == "fixed" ? "\"accountant\": \"fixed_pld\""
+                                                : "\"accountant\": \"rdp_filter\""),
+              std::string::npos)
+        << manifest;
     ASSERT_FALSE(h.sink->alerts.empty());
     EXPECT_NE(h.sink->alerts.back().find("\"event\": \"halted\""), std::string::npos);
     EXPECT_NE(h.sink->alerts.front().find("\"event\": \"budget_warning\""), std::string::npos);
@@ -556,6 +599,68 @@ TEST(DaemonTest, HaltsExactlyBeforeTheCeilingAndARestartGrantsNothing) {
   EXPECT_EQ((*again)->status().next_step, halted.next_step);
   EXPECT_GE((*again)->status().epsilon_spent, halted.epsilon_spent);
   EXPECT_EQ(h.metrics->privacy_halted().Value(), 1);
+}
+
+TEST(DaemonTest, HaltsExactlyBeforeTheCeilingAndARestartGrantsNothingFixedSchedule) {
+  HaltsExactlyBeforeTheCeiling("fixed");
+}
+
+TEST(DaemonTest, HaltsExactlyBeforeTheCeilingAndARestartGrantsNothingAdaptiveSchedule) {
+  HaltsExactlyBeforeTheCeiling("adaptive");
+}
+
+TEST(DaemonTest, AFixedScheduleRefusesANewQOrSigmaOnReloadAndRestartAndKeepsItsMode) {
+  Harness h("fixed_pin");
+  for (int i = 0; i < 20; ++i) h.topic->Append(0, Document(i));
+  Options options;
+  options.max_steps = 2;
+  const std::string path = WriteConfig(h.dir, options);
+  {
+    auto daemon = h.Make(path);
+    ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+    ASSERT_TRUE(RunUntil(**daemon, [](const DaemonStatus& s) { return s.steps_run >= 2; }).ok());
+  }
+  // Restart with another q, another σ, or the other schedule: refused, with
+  // the key and its line.
+  Options other_q = options;
+  other_q.q = 0.25;
+  auto refused = h.Make(WriteConfig(h.dir, other_q));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr("privacy.sampling_rate: schedule fixed pins "
+                                                    "it to 0.5"));
+  Options other_sigma = options;
+  other_sigma.sigma = 2;
+  refused = h.Make(WriteConfig(h.dir, other_sigma));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr("privacy.noise_multiplier: schedule fixed"));
+  Options adaptive = options;
+  adaptive.schedule = "adaptive";
+  refused = h.Make(WriteConfig(h.dir, adaptive));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("privacy.schedule: the ledger " + h.dir + "/state/ledger was written "
+                        "with schedule fixed"));
+  // Saying fixed explicitly is the same as leaving it out.
+  Options fixed = options;
+  fixed.schedule = "fixed";
+  fixed.max_steps = 0;
+  auto daemon = h.Make(WriteConfig(h.dir, fixed));
+  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+  Status result = Status::Ok();
+  std::thread runner([&] { result = (*daemon)->Run(); });
+  // A reload of q is refused and the old configuration keeps running.
+  ASSERT_EQ(WriteConfig(h.dir, other_q), path);
+  (*daemon)->RequestReload();
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  while (h.metrics->config_reloads_total(ReloadResult::kFailure).Value() < 1 &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_EQ(h.metrics->config_reloads_total(ReloadResult::kFailure).Value(), 1);
+  EXPECT_EQ(h.metrics->sampling_rate().Value(), 0.5);
+  (*daemon)->RequestStop();
+  runner.join();
+  EXPECT_TRUE(result.ok()) << result.ToString();
 }
 
 TEST(DaemonTest, AnUndeliveredReleaseIsRetriedWithoutSpendingBudget) {
@@ -681,7 +786,9 @@ TEST(DaemonTest, ResidencyStartUpRefusesAnUnaffordableWindow) {
 TEST(DaemonTest, ReloadAppliesLiveChangesAndABadReloadKeepsTheOldConfig) {
   Harness h("reload");
   for (int i = 0; i < 20; ++i) h.topic->Append(0, Document(i));
-  const std::string path = WriteConfig(h.dir, {});
+  Options adaptive;
+  adaptive.schedule = "adaptive";  // (q, σ) may change on reload
+  const std::string path = WriteConfig(h.dir, adaptive);
   auto daemon = h.Make(path);
   ASSERT_TRUE(daemon.ok());
   Status result = Status::Ok();

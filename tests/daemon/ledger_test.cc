@@ -85,6 +85,45 @@ TEST(LedgerTest, CommitThenLoadRestoresEverythingExactly) {
   EXPECT_EQ(Ledger::Encode(back), Ledger::Encode(state));
 }
 
+TEST(LedgerTest, AFixedScheduleIsPinnedAndAVersion3LedgerReadsAsAdaptive) {
+  LedgerState state = Global(9);
+  state.schedule = ScheduleKind::kFixed;
+  state.fixed_sampling_rate = 0.01;
+  state.fixed_noise_multiplier = 1.1;
+  const std::string bytes = Ledger::Encode(state);
+  EXPECT_EQ(bytes.rfind("vipsd-ledger 4\n", 0), 0u);
+  EXPECT_NE(bytes.find("\nschedule fixed "), std::string::npos);
+  auto decoded = Ledger::Decode(bytes, "ledger");
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->schedule, ScheduleKind::kFixed);
+  EXPECT_EQ(decoded->fixed_sampling_rate, 0.01);
+  EXPECT_EQ(decoded->fixed_noise_multiplier, 1.1);
+  EXPECT_EQ(Ledger::Encode(*decoded), bytes);
+
+  // The same ledger as version 3 (no schedule line): existing state
+  // directories keep the adaptive filter they were charged with.
+  std::string v3 = Body(bytes);
+  v3.replace(0, 15, "vipsd-ledger 3\n");
+  const size_t at = v3.find("schedule fixed ");
+  v3.erase(at, v3.find('\n', at) + 1 - at);
+  decoded = Ledger::Decode(Resign(v3), "ledger");
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->schedule, ScheduleKind::kAdaptive);
+  EXPECT_EQ(decoded->accountant, state.accountant);
+
+  // Bad schedule lines behind a valid checksum.
+  for (const std::string& bad :
+       {std::string("schedule sometimes\n"), std::string("schedule fixed 0x1p+1 0x1p+0\n"),
+        std::string("schedule fixed 0x1p-2\n"), std::string("schedule fixed 0x1p-2 -0x1p+0\n"),
+        std::string("schedule fixed 0x1p-2 inf\n"), std::string("schedule adaptive 3\n")}) {
+    std::string body = Body(bytes);
+    const size_t line = body.find("schedule fixed ");
+    body.replace(line, body.find('\n', line) + 1 - line, bad);
+    auto refused = Ledger::Decode(Resign(body), "ledger");
+    EXPECT_FALSE(refused.ok()) << bad;
+  }
+}
+
 TEST(LedgerTest, ResidencyStateRoundTrips) {
   LedgerState state = Global(7);
   state.mode = AccountingMode::kResidency;

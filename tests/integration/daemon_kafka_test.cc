@@ -29,6 +29,7 @@
 
 #include "connectors/file/file_util.h"
 #include "connectors/kafka/mock_cluster.h"
+#include "core/privacy/fixed_schedule.h"
 #include "daemon/ledger.h"
 
 namespace vipsd {
@@ -330,13 +331,13 @@ TEST_F(DaemonKafkaTest, HaltsBeforeTheCeilingAndARestartGrantsNoBudget) {
   VipsdProcess first(config, dir_ + "/vipsd1.log");
   ASSERT_EQ(first.Wait(90s), 0) << first.Log();
   const daemon::LedgerState state = Ledger();
-  const auto spent = state.accountant.GetEpsilon(1e-5, privacy::RdpConversion::kImproved,
-                                                 privacy::Adaptivity::kAdaptiveFilter);
-  const auto next = state.accountant.EpsilonIfComposed(0.2, 1.5, 1, 1e-5,
-                                                       privacy::RdpConversion::kImproved,
-                                                       privacy::Adaptivity::kAdaptiveFilter);
-  EXPECT_LE(spent->epsilon, 3.0);
-  EXPECT_GT(next->epsilon, 3.0);
+  // The default schedule of a new state directory is fixed: ε by the
+  // fixed-schedule accountant, the same the planner uses.
+  EXPECT_EQ(state.schedule, daemon::ScheduleKind::kFixed);
+  const auto fixed = privacy::FixedScheduleAccountant::Create(0.2, 1.5);
+  ASSERT_TRUE(fixed.ok());
+  EXPECT_LE(fixed->Epsilon(state.accountant.steps(), 1e-5)->epsilon, 3.0);
+  EXPECT_GT(fixed->Epsilon(state.accountant.steps() + 1, 1e-5)->epsilon, 3.0);
   EXPECT_GT(state.accountant.steps(), 1);
   EXPECT_NE(first.Log().find("epsilon ceiling reached"), std::string::npos);
   const std::string alerts = Slurp(DumpTopic("alerts"));
@@ -388,3 +389,4 @@ TEST_F(DaemonKafkaTest, AReleaseLargerThanOneMegabyteRoundTripsThroughTheTopic) 
 
 }  // namespace
 }  // namespace vipsd
+

@@ -6,12 +6,16 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "core/privacy/fixed_schedule.h"
 #include "core/privacy/planner.h"
+#include "core/privacy/rdp_accountant.h"
 
 namespace vipsd::tools {
 namespace {
@@ -53,7 +57,7 @@ std::string JsonString(const std::string& json, const std::string& key) {
 
 TEST(PrivacyCliTest, EpsilonHumanReadable) {
   CliResult run = RunCli({"epsilon", "--sampling-rate", "0.004", "--noise-multiplier", "1",
-                    "--steps", "100", "--delta", "1e-3"});
+                    "--steps", "100", "--delta", "1e-3", "--accountant", "rdp"});
   ASSERT_EQ(run.code, 0) << run.err;
   EXPECT_TRUE(run.err.empty());
   auto expected = privacy::EstimateEpsilon(privacy::AccountantKind::kRdp, 0.004, 1, 100, 1e-3);
@@ -67,7 +71,7 @@ TEST(PrivacyCliTest, EpsilonHumanReadable) {
 
 TEST(PrivacyCliTest, EpsilonJsonHasTheDocumentedKeys) {
   CliResult run = RunCli({"epsilon", "--sampling-rate=0.02", "--noise-multiplier=1.24",
-                    "--steps=50", "--delta=1e-5", "--json"});
+                    "--steps=50", "--delta=1e-5", "--json", "--accountant=rdp"});
   ASSERT_EQ(run.code, 0) << run.err;
   auto expected = privacy::EstimateEpsilon(privacy::AccountantKind::kRdp, 0.02, 1.24, 50, 1e-5);
   ASSERT_TRUE(expected.ok());
@@ -132,8 +136,68 @@ TEST(PrivacyCliTest, HelpExitsZero) {
     CliResult run = RunCli(args);
     EXPECT_EQ(run.code, 0);
     EXPECT_THAT(run.out, HasSubstr("vipsd-privacy epsilon --sampling-rate"));
-    EXPECT_THAT(run.out, HasSubstr("--accountant rdp|pld|strong"));
+    EXPECT_THAT(run.out, HasSubstr("--accountant fixed|filter|rdp|pld|strong"));
+    EXPECT_THAT(run.out, HasSubstr("vipsd-privacy plan    --config FILE"));
   }
+}
+
+// One number everywhere: the default accountant is the daemon's charge for
+// its default schedule, and `filter` is its charge for an adaptive one.
+TEST(PrivacyCliTest, TheDefaultIsTheDaemonsFixedScheduleChargeAndFilterItsAdaptiveOne) {
+  CliResult run = RunCli({"epsilon", "--sampling-rate", "0.1", "--noise-multiplier", "2",
+                          "--steps", "150", "--delta", "1e-5", "--json"});
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_EQ(JsonString(run.out, "accountant"), "fixed");
+  auto fixed = privacy::FixedScheduleAccountant::Create(0.1, 2);
+  ASSERT_TRUE(fixed.ok());
+  const auto at = fixed->Epsilon(150, 1e-5);
+  EXPECT_EQ(JsonNumber(run.out, "epsilon"), at->epsilon);
+  EXPECT_EQ(JsonNumber(run.out, "epsilon_pld"), at->pld);
+  EXPECT_EQ(JsonNumber(run.out, "epsilon_rdp"), at->rdp);
+  run = RunCli({"epsilon", "--sampling-rate", "0.1", "--noise-multiplier", "2", "--steps", "150",
+                "--delta", "1e-5", "--json", "--accountant", "filter"});
+  ASSERT_EQ(run.code, 0) << run.err;
+  privacy::RdpAccountant filter;
+  ASSERT_TRUE(filter.Compose(0.1, 2, 150).ok());
+  EXPECT_EQ(JsonNumber(run.out, "epsilon"),
+            filter.GetEpsilon(1e-5, privacy::RdpConversion::kImproved,
+                              privacy::Adaptivity::kAdaptiveFilter)->epsilon);
+  // The filter pays for adaptivity: it is the loosest of the daemon's two.
+  EXPECT_GT(JsonNumber(run.out, "epsilon"), at->epsilon);
+}
+
+TEST(PrivacyCliTest, PlanReadsTheConfigurationAndAnswersWithTheDaemonsAccountant) {
+  const std::string examples = std::string(VIPSD_SOURCE_DIR) + "/config/examples/";
+  // The demo: global accounting, fixed schedule, q = 0.1, σ = 2, ceiling 4.
+  CliResult run = RunCli({"plan", "--config", examples + "demo.yaml", "--json"});
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_EQ(JsonString(run.out, "schedule"), "fixed");
+  auto fixed = privacy::FixedScheduleAccountant::Create(0.1, 2);
+  const int64_t steps = *fixed->MaxSteps(1e-5, 4, int64_t{1} << 40);
+  EXPECT_EQ(JsonNumber(run.out, "max_steps"), steps);
+  EXPECT_EQ(JsonNumber(run.out, "epsilon"), fixed->Epsilon(steps, 1e-5)->epsilon);
+  EXPECT_EQ(JsonString(run.out, "starts"), "true");
+  // The service example (residency, M = 500) is affordable and says so.
+  run = RunCli({"plan", "--config", examples + "lda_kafka.yaml"});
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("at most 500 steps"));
+  EXPECT_THAT(run.out, HasSubstr("(within the ceiling)"));
+  // An unaffordable window: exit 1 and the reason.
+  const std::string dir = ::testing::TempDir() + "privacy_cli_plan";
+  std::filesystem::create_directories(dir);
+  std::ifstream in(examples + "lda_kafka.yaml");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string yaml = text.str();
+  yaml.replace(yaml.find("window_steps: 500"), 17, "window_steps: 5000");
+  std::ofstream(dir + "/lda_kafka.yaml") << yaml;
+  run = RunCli({"plan", "--config", dir + "/lda_kafka.yaml"});
+  EXPECT_EQ(run.code, 1) << run.out << run.err;
+  EXPECT_THAT(run.out, HasSubstr("OVER the ceiling"));
+  // A bad file: the configuration's own message, exit 2.
+  run = RunCli({"plan", "--config", dir + "/missing.yaml"});
+  EXPECT_EQ(run.code, 2);
+  EXPECT_THAT(run.err, HasSubstr("missing.yaml"));
 }
 
 struct InvalidCase {

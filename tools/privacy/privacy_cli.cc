@@ -11,8 +11,10 @@
 #include <string_view>
 #include <vector>
 
+#include "config/config.h"
 #include "core/base/format.h"
 #include "core/privacy/planner.h"
+#include "core/privacy/rdp.h"
 
 namespace vipsd::tools {
 namespace {
@@ -86,6 +88,7 @@ const std::map<std::string, CommandSpec>& Commands() {
       {"steps",
        {{"--target-epsilon", "--sampling-rate", "--noise-multiplier", "--delta"},
         {"--accountant"}}},
+      {"plan", {{"--config"}, {}}},
   };
   return commands;
 }
@@ -154,7 +157,8 @@ struct Parsed {
   double delta = 0;
   double target_epsilon = 0;
   int64_t steps = 0;
-  AccountantKind accountant = AccountantKind::kRdp;
+  AccountantKind accountant = AccountantKind::kFixed;
+  std::string config_path;
 };
 
 std::optional<UsageError> ParseValues(const Flags& flags, Parsed* parsed) {
@@ -163,9 +167,13 @@ std::optional<UsageError> ParseValues(const Flags& flags, Parsed* parsed) {
     return UsageError{flag + " must be " + allowed + ", got '" + got + "'"};
   };
   for (const auto& [flag, text] : flags.values) {
+    if (flag == "--config") {
+      parsed->config_path = text;
+      continue;
+    }
     if (flag == "--accountant") {
       auto kind = privacy::ParseAccountantName(text);
-      if (!kind) return bad(flag, "one of rdp, pld, strong", text);
+      if (!kind) return bad(flag, "one of fixed, filter, rdp, pld, strong", text);
       parsed->accountant = *kind;
       continue;
     }
@@ -212,11 +220,22 @@ void AddEstimateDetails(JsonObject* json, const privacy::PrivacyEstimate& estima
     json->AddString("conversion", "improved");
   }
   if (estimate.epsilon_classic) json->Add("epsilon_classic", *estimate.epsilon_classic);
+  if (estimate.fixed_pld) json->Add("epsilon_pld", *estimate.fixed_pld);
+  if (estimate.fixed_rdp) json->Add("epsilon_rdp", *estimate.fixed_rdp);
 }
 
 std::string AccountantLine(const Parsed& p, const privacy::PrivacyEstimate& estimate) {
   std::string line = std::string("accountant: ") + privacy::AccountantName(p.accountant);
   switch (p.accountant) {
+    case AccountantKind::kFixed:
+      line += " (the daemon's charge for privacy.schedule: fixed: the smaller of PLD " +
+              Human(*estimate.fixed_pld) + " and RDP " + Human(*estimate.fixed_rdp) + ")";
+      break;
+    case AccountantKind::kFilter:
+      line += " (the daemon's charge for privacy.schedule: adaptive: RDP privacy filter, "
+              "delta split over " + std::to_string(privacy::DefaultRdpOrders().size()) +
+              " orders), order " + Human(*estimate.order);
+      break;
     case AccountantKind::kRdp:
       line += " (improved conversion, Balle et al. 2020), optimal order " +
               Human(*estimate.order) + "; classic conversion gives epsilon = " +
@@ -235,6 +254,99 @@ std::string AccountantLine(const Parsed& p, const privacy::PrivacyEstimate& esti
 int Fail(std::ostream& err, const Status& status) {
   err << "vipsd-privacy: " << status.message() << "\n";
   return status.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitNoAnswer;
+}
+
+// `plan --config FILE`: what the daemon will do with this configuration, by
+// the daemon's own accountant: how many steps the ceiling allows (for a new
+// state directory), the ε after them, and for residency mode whether the
+// window is affordable and the largest that is.
+int RunPlan(const Parsed& p, bool json_output, std::ostream& out, std::ostream& err) {
+  auto config = config::LoadConfigFile(p.config_path);
+  if (!config.ok()) {
+    err << "vipsd-privacy: " << config.status().message() << "\n";
+    return kExitUsage;
+  }
+  if (!config->is_private()) {
+    err << "vipsd-privacy: " << p.config_path
+        << ": privacy.noise_multiplier is 0: a non-private run has no budget to plan\n";
+    return kExitUsage;
+  }
+  const double q = config->driver.sampling_rate;
+  const double sigma = config->driver.noise_multiplier;
+  const double delta = config->driver.delta;
+  const double ceiling = config->driver.epsilon_ceiling;
+  const bool fixed = config->schedule.value_or(config::Schedule::kFixed) == config::Schedule::kFixed;
+  const AccountantKind kind = fixed ? AccountantKind::kFixed : AccountantKind::kFilter;
+  const bool residency = config->accounting == config::Accounting::kResidency;
+  Parsed plan = p;
+  plan.accountant = kind;
+  plan.sampling_rate = q;
+  plan.noise_multiplier = sigma;
+  plan.delta = delta;
+  // Global: the steps the ceiling allows. Residency: the longest window a
+  // record may be a candidate in (the daemon runs for ever).
+  auto steps = privacy::MaxStepsForEpsilon(kind, ceiling, q, sigma, delta);
+  if (!steps.ok()) return Fail(err, steps.status());
+  double epsilon = 0;
+  if (*steps > 0) {
+    auto at = privacy::EstimateEpsilon(kind, q, sigma, *steps, delta);
+    if (!at.ok()) return Fail(err, at.status());
+    epsilon = at->epsilon;
+  }
+  std::optional<double> window_epsilon;
+  if (residency) {
+    auto at = privacy::EstimateEpsilon(kind, q, sigma, config->window_steps, delta);
+    if (!at.ok()) return Fail(err, at.status());
+    window_epsilon = at->epsilon;
+  }
+  const bool paced = config->source_type == config::SourceType::kKafka;
+  const bool starts = *steps > 0 && (!residency || *window_epsilon <= ceiling);
+  if (json_output) {
+    JsonObject json;
+    json.AddString("command", "plan");
+    json.AddString("schedule", fixed ? "fixed" : "adaptive");
+    json.AddString("accounting", residency ? "residency" : "global");
+    json.AddString("accountant", privacy::AccountantName(kind));
+    json.Add("sampling_rate", q);
+    json.Add("noise_multiplier", sigma);
+    json.Add("delta", delta);
+    json.Add("epsilon_ceiling", ceiling);
+    json.AddInt(residency ? "max_window_steps" : "max_steps", *steps);
+    json.Add("epsilon", epsilon);
+    if (residency) {
+      json.AddInt("window_steps", config->window_steps);
+      json.Add("window_epsilon", *window_epsilon);
+    }
+    if (paced && !residency) json.Add("hours", *steps * config->step_interval_seconds / 3600.0);
+    json.AddString("starts", starts ? "true" : "false");
+    out << json.ToString() << "\n";
+    return starts ? kExitOk : kExitNoAnswer;
+  }
+  out << "plan for " << p.config_path << " (a new state directory; an existing one keeps its "
+      << "ledger's schedule)\n"
+      << "  schedule: " << (fixed ? "fixed" : "adaptive") << ", accounting: "
+      << (residency ? "residency" : "global") << ", accountant: "
+      << privacy::AccountantName(kind) << "\n"
+      << "  sampling rate " << Human(q) << ", noise multiplier " << Human(sigma) << ", delta "
+      << Human(delta) << ", epsilon ceiling " << Human(ceiling) << "\n";
+  if (residency) {
+    out << "  window: each record is a candidate in at most " << config->window_steps
+        << " steps: epsilon per record " << Human(*window_epsilon)
+        << (*window_epsilon <= ceiling ? " (within the ceiling)" : " (OVER the ceiling: the "
+            "daemon refuses to start)") << "\n"
+        << "  the longest affordable window is " << *steps << " steps (epsilon "
+        << Human(epsilon) << ")\n";
+  } else {
+    out << "  steps: the ceiling allows " << *steps << " steps (epsilon " << Human(epsilon)
+        << " after them)";
+    if (paced) {
+      out << ", about " << Human(*steps * config->step_interval_seconds / 3600.0)
+          << " hours at one step every " << Human(config->step_interval_seconds) << " s";
+    }
+    out << "\n";
+    if (*steps == 0) out << "  NOT ONE step fits under the ceiling: the daemon refuses to start\n";
+  }
+  return starts ? kExitOk : kExitNoAnswer;
 }
 
 int RunEpsilon(const Parsed& p, bool json_output, std::ostream& out, std::ostream& err) {
@@ -321,24 +433,34 @@ std::string PrivacyCliUsage() {
   return R"(vipsd-privacy: privacy planning for the Poisson-subsampled Gaussian mechanism
 
 Usage:
+  vipsd-privacy plan    --config FILE
   vipsd-privacy epsilon --sampling-rate Q --noise-multiplier S --steps T --delta D
   vipsd-privacy sigma   --target-epsilon E --sampling-rate Q --steps T --delta D
   vipsd-privacy steps   --target-epsilon E --sampling-rate Q --noise-multiplier S --delta D
 
+  plan     what vipsd will do with the configuration FILE, by the daemon's own
+           accountant: the steps its ceiling allows (global accounting) or
+           whether its window is affordable and the longest that is
+           (residency); exit 1 if the daemon would refuse to start
   epsilon  the epsilon spent by T steps
   sigma    the smallest noise multiplier (3 significant digits) that keeps
            epsilon <= E after T steps
   steps    the largest number of steps that keeps epsilon <= E
 
 Options (all commands):
-  --accountant rdp|pld|strong
-           rdp (default): Renyi DP, improved conversion; the daemon's accountant.
-           pld: privacy-loss distribution, pessimistic (tighter, still valid).
+  --accountant fixed|filter|rdp|pld|strong   (epsilon, sigma, steps)
+           fixed (default): what the daemon charges with privacy.schedule:
+             fixed (its default): the smaller of PLD and RDP.
+           filter: what the daemon charges with privacy.schedule: adaptive:
+             the RDP privacy filter (delta split over the orders).
+           rdp: Renyi DP, improved conversion, for a fixed schedule.
+           pld: privacy-loss distribution, pessimistic (grid 1e-4).
            strong: analytic Gaussian + amplification by sampling +
            Dwork-Rothblum-Vadhan composition (the VIPS paper's baseline).
   --json   print one JSON object (keys: command, epsilon, delta, steps,
            noise_multiplier, sampling_rate, accountant; order, conversion and
-           epsilon_classic for rdp; target_epsilon for sigma and steps)
+           epsilon_classic for rdp; order for filter; epsilon_pld and
+           epsilon_rdp for fixed; target_epsilon for sigma and steps)
   --help   this text
 
 Ranges: Q in (0, 1], S > 0, D in (0, 1), E > 0, T a whole number >= 1.
@@ -349,7 +471,7 @@ Exit codes: 0 ok, 1 no answer in the searched range, 2 invalid arguments.
 
 int RunPrivacyCli(std::span<const std::string> args, std::ostream& out, std::ostream& err) {
   if (args.empty()) {
-    err << "vipsd-privacy: missing command (epsilon, sigma or steps); see --help\n";
+    err << "vipsd-privacy: missing command (plan, epsilon, sigma or steps); see --help\n";
     return kExitUsage;
   }
   const std::string& command = args[0];
@@ -359,7 +481,7 @@ int RunPrivacyCli(std::span<const std::string> args, std::ostream& out, std::ost
   }
   if (!Commands().count(command)) {
     err << "vipsd-privacy: unknown command '" << command
-        << "' (allowed: epsilon, sigma, steps); see --help\n";
+        << "' (allowed: plan, epsilon, sigma, steps); see --help\n";
     return kExitUsage;
   }
   Flags flags;
@@ -376,6 +498,7 @@ int RunPrivacyCli(std::span<const std::string> args, std::ostream& out, std::ost
     err << "vipsd-privacy: " << error->message << "\n";
     return kExitUsage;
   }
+  if (command == "plan") return RunPlan(parsed, flags.json, out, err);
   if (command == "epsilon") return RunEpsilon(parsed, flags.json, out, err);
   if (command == "sigma") return RunSigma(parsed, flags.json, out, err);
   return RunSteps(parsed, flags.json, out, err);
