@@ -120,14 +120,14 @@ StatusOr<privacy::CeilingCheck> ResidencyWindowCheck(const config::VipsdConfig& 
 }
 
 // The schedule a run of `config` uses on a state directory whose ledger says
-// `ledger` (nullopt: a new directory), or why the combination is refused.
+// `ledger` (null: a new directory), or why the combination is refused.
 StatusOr<ScheduleKind> ResolveSchedule(const config::VipsdConfig& config,
-                                       const std::optional<LedgerState>& ledger,
+                                       const LedgerState* ledger,
                                        const std::string& ledger_path) {
   auto kind_of = [](config::Schedule s) {
     return s == config::Schedule::kFixed ? ScheduleKind::kFixed : ScheduleKind::kAdaptive;
   };
-  if (!ledger.has_value()) {
+  if (ledger == nullptr) {
     if (!config.is_private()) return ScheduleKind::kAdaptive;  // nothing is charged
     return config.schedule.has_value() ? kind_of(*config.schedule) : ScheduleKind::kFixed;
   }
@@ -199,7 +199,8 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const config::VipsdConfig& conf
   CheckpointStore checkpoints(config.state_directory);
   LedgerState state;
   VIPSD_ASSIGN_OR_RETURN(const ScheduleKind schedule,
-                         ResolveSchedule(config, previous, ledger.path()));
+                         ResolveSchedule(config, previous.has_value() ? &*previous : nullptr,
+                                         ledger.path()));
   if (previous.has_value()) {
     state = std::move(*previous);
     VIPSD_RETURN_IF_ERROR(
@@ -1437,8 +1438,7 @@ void Daemon::Reload() {
   // Residency: the new (q, σ, M) must be affordable, and M may only drop.
   // A fixed schedule pins (q, σ) for the state directory.
   if (state_.schedule == ScheduleKind::kFixed && config_.is_private()) {
-    std::optional<LedgerState> pinned = state_;
-    auto same = ResolveSchedule(*next, pinned, ledger_.path());
+    auto same = ResolveSchedule(*next, &state_, ledger_.path());
     if (!same.ok()) return fail(same.status());
   }
   std::optional<privacy::ResidencyAccountant> residency = state_.residency;
