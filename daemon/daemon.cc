@@ -9,6 +9,7 @@
 
 #include "core/base/format.h"
 #include "core/base/log.h"
+#include "core/privacy/filter_weights.h"
 #include "core/privacy/secure_noise.h"
 #include "core/release/release.h"
 
@@ -103,11 +104,12 @@ Status CheckLedgerBelongs(const config::VipsdConfig& config, const ModelBundle& 
 // configured (q, σ), under the state directory's schedule: the start-up and
 // reload check of residency mode.
 StatusOr<privacy::CeilingCheck> ResidencyWindowCheck(const config::VipsdConfig& config,
-                                                     ScheduleKind schedule) {
-  if (schedule == ScheduleKind::kAdaptive) {
+                                                     const LedgerState& state) {
+  if (state.schedule == ScheduleKind::kAdaptive) {
     return privacy::ResidencyAccountant::CheckConfiguration(
         config.window_steps, config.driver.sampling_rate, config.driver.noise_multiplier,
-        config.driver.delta, config.driver.epsilon_ceiling, Adaptive());
+        config.driver.delta, config.driver.epsilon_ceiling, Adaptive(),
+        state.accountant.filter_weights());
   }
   VIPSD_ASSIGN_OR_RETURN(auto fixed,
                          privacy::FixedScheduleAccountant::Create(config.driver.sampling_rate,
@@ -240,6 +242,20 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const config::VipsdConfig& conf
                              privacy::ResidencyAccountant::Create(config.window_steps));
       state.residency = std::move(residency);
     }
+    if (schedule == ScheduleKind::kAdaptive && config.is_private()) {
+      // The filter's split of δ over the orders, fixed now, before any
+      // data, from public settings; the ledger keeps it for good.
+      VIPSD_ASSIGN_OR_RETURN(
+          auto weights,
+          privacy::DesignFilterWeights(
+              config.driver.sampling_rate, config.driver.noise_multiplier, config.driver.delta,
+              config.driver.epsilon_ceiling,
+              mode == AccountingMode::kResidency ? config.window_steps : 0));
+      VIPSD_RETURN_IF_ERROR(state.accountant.SetFilterWeights(weights));
+      if (state.residency.has_value()) {
+        VIPSD_RETURN_IF_ERROR(state.residency->SetFilterWeights(std::move(weights)));
+      }
+    }
   }
   if (source_kind == SourceKind::kKafka) {
     // The window may be shortened, never lengthened, on a state directory;
@@ -265,7 +281,7 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const config::VipsdConfig& conf
       return InvalidArgumentError(Where(config, "schedule.window_steps") +
                                   std::string(lowered.message()));
     }
-    VIPSD_ASSIGN_OR_RETURN(auto check, ResidencyWindowCheck(config, state.schedule));
+    VIPSD_ASSIGN_OR_RETURN(auto check, ResidencyWindowCheck(config, state));
     if (check.would_exceed) {
       return InvalidArgumentError(
           Where(config, "schedule.window_steps") + "a record that is a candidate in " +
@@ -1443,7 +1459,7 @@ void Daemon::Reload() {
   }
   std::optional<privacy::ResidencyAccountant> residency = state_.residency;
   if (state_.mode == AccountingMode::kResidency) {
-    auto check = ResidencyWindowCheck(*next, state_.schedule);
+    auto check = ResidencyWindowCheck(*next, state_);
     if (!check.ok()) return fail(check.status());
     if (check->would_exceed) {
       return fail(InvalidArgumentError(

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "connectors/file/file_util.h"
+#include "core/privacy/filter_weights.h"
 #include "core/release/release.h"
 
 namespace vipsd::daemon {
@@ -187,6 +188,8 @@ std::string Ledger::Encode(const LedgerState& state) {
   out += "schedule " + std::string(ScheduleKindName(state.schedule));
   if (state.schedule == ScheduleKind::kFixed) {
     out += " " + Hex(state.fixed_sampling_rate) + " " + Hex(state.fixed_noise_multiplier);
+  } else if (!state.accountant.filter_weights().empty()) {
+    out += " weighted";
   }
   out += "\n";
   const NoiseHistory& n = state.noise;
@@ -196,6 +199,11 @@ std::string Ledger::Encode(const LedgerState& state) {
   out += "warning_level " + Hex(state.warning_level) + "\n";
   AppendSection(out, "slot-windows", state.windows.Serialize());
   AppendSection(out, "rdp-accountant", state.accountant.Serialize());
+  if (state.schedule == ScheduleKind::kAdaptive && !state.accountant.filter_weights().empty()) {
+    AppendSection(out, "filter-weights",
+                  privacy::SerializeFilterWeights(state.accountant.orders(),
+                                                  state.accountant.filter_weights()));
+  }
   if (state.mode == AccountingMode::kResidency && state.residency.has_value()) {
     AppendSection(out, "residency-accountant", state.residency->Serialize());
   }
@@ -232,6 +240,7 @@ StatusOr<LedgerState> Ledger::Decode(const std::string& bytes, const std::string
 
   Reader reader(std::string_view(body).substr(kHeaderV4.size()), where);  // same length as v3
   LedgerState state;
+  bool weighted = false;  // "schedule adaptive weighted": a filter-weights section follows
   std::string line, word, value;
   auto counter = [](int64_t v) { return v >= 0 && v <= svi::kMaxCounter; };
   VIPSD_RETURN_IF_ERROR(reader.Line(&line));
@@ -296,6 +305,9 @@ StatusOr<LedgerState> Ledger::Decode(const std::string& bytes, const std::string
           !(state.fixed_noise_multiplier > 0) || !std::isfinite(state.fixed_noise_multiplier)) {
         return reader.Bad("bad schedule values (q must be in (0, 1], sigma finite and > 0)");
       }
+    } else if (words >> value) {
+      if (value != "weighted") return reader.Bad("bad schedule line");
+      weighted = true;
     }
     if (words >> value) return reader.Bad("bad schedule line");
   }
@@ -338,11 +350,25 @@ StatusOr<LedgerState> Ledger::Decode(const std::string& bytes, const std::string
   if (state.accountant.steps() > state.next_step - 1) {
     return reader.Bad("the accountant holds more steps than the ledger's step counter");
   }
+  privacy::FilterWeights weights;
+  if (weighted) {
+    VIPSD_ASSIGN_OR_RETURN(std::string weights_text, reader.Section("filter-weights"));
+    auto decoded = privacy::DeserializeFilterWeights(weights_text, state.accountant.orders());
+    if (!decoded.ok()) return reader.Bad(std::string(decoded.status().message()));
+    weights = std::move(*decoded);
+    VIPSD_RETURN_IF_ERROR(state.accountant.SetFilterWeights(weights));
+  }
   if (state.mode == AccountingMode::kResidency) {
     VIPSD_ASSIGN_OR_RETURN(std::string residency_text, reader.Section("residency-accountant"));
     auto residency = privacy::ResidencyAccountant::Deserialize(residency_text);
     if (!residency.ok()) return reader.Bad(std::string(residency.status().message()));
     state.residency = std::move(*residency);
+    if (weighted) {
+      if (state.residency->orders() != state.accountant.orders()) {
+        return reader.Bad("the residency accountant's orders differ from the filter weights'");
+      }
+      VIPSD_RETURN_IF_ERROR(state.residency->SetFilterWeights(weights));
+    }
   }
   if (!reader.AtEnd()) return reader.Bad("unexpected data after the last section");
   return state;

@@ -1,8 +1,10 @@
 #include "core/privacy/planner.h"
 
 #include <cmath>
+#include <functional>
 #include <vector>
 
+#include "core/privacy/filter_weights.h"
 #include "core/privacy/fixed_schedule.h"
 #include "core/privacy/pld_accountant.h"
 #include "core/privacy/rdp.h"
@@ -11,6 +13,29 @@
 
 namespace vipsd::privacy {
 namespace {
+
+// Largest T ≥ 1 with fits(T) (0 if not even one step fits): doubles, then
+// bisects. Relies on fits being monotone (true, then false).
+StatusOr<int64_t> LargestFitting(const std::function<StatusOr<bool>(int64_t)>& fits) {
+  VIPSD_ASSIGN_OR_RETURN(bool one_fits, fits(1));
+  if (!one_fits) return int64_t{0};
+  int64_t good = 1, bad = 2;  // invariant: good fits, bad (if checked) does not
+  for (;;) {
+    VIPSD_ASSIGN_OR_RETURN(bool ok, fits(bad));
+    if (!ok) break;
+    good = bad;
+    if (bad >= kMaxPlannedSteps) {
+      return OutOfRangeError("the budget allows more than 2^40 steps");
+    }
+    bad *= 2;
+  }
+  while (bad - good > 1) {
+    const int64_t mid = good + (bad - good) / 2;
+    VIPSD_ASSIGN_OR_RETURN(bool ok, fits(mid));
+    (ok ? good : bad) = mid;
+  }
+  return good;
+}
 
 constexpr double kMinSigma = 1e-2;
 constexpr double kMaxSigma = 1e4;
@@ -114,13 +139,10 @@ StatusOr<PrivacyEstimate> EstimateEpsilon(AccountantKind kind, double sampling_r
       return estimate;
     }
     case AccountantKind::kFilter: {
-      RdpAccountant filter;
-      VIPSD_RETURN_IF_ERROR(filter.Compose(sampling_rate, noise_multiplier, steps));
-      VIPSD_ASSIGN_OR_RETURN(auto at, filter.GetEpsilon(delta, RdpConversion::kImproved,
-                                                         Adaptivity::kAdaptiveFilter));
-      estimate.epsilon = at.epsilon;
-      estimate.order = at.order;
-      return estimate;
+      VIPSD_ASSIGN_OR_RETURN(auto weights,
+                             ConcentratedFilterWeights(DefaultRdpOrders(), sampling_rate,
+                                                       noise_multiplier, delta, steps));
+      return FilterEpsilon(sampling_rate, noise_multiplier, steps, delta, weights);
     }
     case AccountantKind::kRdp: {
       const auto& orders = DefaultRdpOrders();
@@ -237,6 +259,12 @@ StatusOr<int64_t> MaxStepsForEpsilon(AccountantKind kind, double target_epsilon,
                                                                noise_multiplier,
                                                                DefaultRdpOrders()));
   }
+  if (kind == AccountantKind::kFilter) {
+    // The daemon's split for this ceiling (global mode).
+    VIPSD_ASSIGN_OR_RETURN(auto weights, DesignFilterWeights(sampling_rate, noise_multiplier,
+                                                             delta, target_epsilon, 0));
+    return FilterMaxSteps(target_epsilon, sampling_rate, noise_multiplier, delta, weights);
+  }
   auto fits = [&](int64_t steps) -> StatusOr<bool> {
     if (kind == AccountantKind::kRdp) {
       std::vector<double> curve = step_curve;
@@ -249,24 +277,55 @@ StatusOr<int64_t> MaxStepsForEpsilon(AccountantKind kind, double target_epsilon,
                                                           noise_multiplier, steps, delta));
     return estimate.epsilon <= target_epsilon;
   };
-  VIPSD_ASSIGN_OR_RETURN(bool one_fits, fits(1));
-  if (!one_fits) return int64_t{0};
-  int64_t good = 1, bad = 2;  // invariant: good fits, bad (if checked) does not
-  for (;;) {
-    VIPSD_ASSIGN_OR_RETURN(bool ok, fits(bad));
-    if (!ok) break;
-    good = bad;
-    if (bad >= kMaxPlannedSteps) {
-      return OutOfRangeError("the budget allows more than 2^40 steps");
-    }
-    bad *= 2;
+  return LargestFitting(fits);
+}
+
+StatusOr<PrivacyEstimate> FilterEpsilon(double sampling_rate, double noise_multiplier,
+                                        int64_t steps, double delta,
+                                        const std::vector<double>& filter_weights) {
+  VIPSD_RETURN_IF_ERROR(ValidateCommon(sampling_rate, delta));
+  VIPSD_RETURN_IF_ERROR(ValidateSigma(noise_multiplier));
+  if (steps < 1) return InvalidArgumentError("steps must be >= 1");
+  RdpAccountant filter;
+  VIPSD_RETURN_IF_ERROR(filter.SetFilterWeights(filter_weights));
+  VIPSD_RETURN_IF_ERROR(filter.Compose(sampling_rate, noise_multiplier, steps));
+  VIPSD_ASSIGN_OR_RETURN(auto at, filter.GetEpsilon(delta, RdpConversion::kImproved,
+                                                     Adaptivity::kAdaptiveFilter));
+  PrivacyEstimate estimate;
+  estimate.epsilon = at.epsilon;
+  estimate.order = at.order;
+  return estimate;
+}
+
+StatusOr<int64_t> FilterMaxSteps(double target_epsilon, double sampling_rate,
+                                 double noise_multiplier, double delta,
+                                 const std::vector<double>& filter_weights) {
+  VIPSD_RETURN_IF_ERROR(ValidateTarget(target_epsilon));
+  VIPSD_RETURN_IF_ERROR(ValidateCommon(sampling_rate, delta));
+  VIPSD_RETURN_IF_ERROR(ValidateSigma(noise_multiplier));
+  RdpAccountant filter;
+  VIPSD_RETURN_IF_ERROR(filter.SetFilterWeights(filter_weights));
+  return LargestFitting([&](int64_t steps) -> StatusOr<bool> {
+    VIPSD_ASSIGN_OR_RETURN(auto check,
+                           filter.CheckCeiling(sampling_rate, noise_multiplier, steps, delta,
+                                               target_epsilon, RdpConversion::kImproved,
+                                               Adaptivity::kAdaptiveFilter));
+    return !check.would_exceed;
+  });
+}
+
+StatusOr<int64_t> MaxResidencyWindow(AccountantKind kind, double target_epsilon,
+                                     double sampling_rate, double noise_multiplier,
+                                     double delta) {
+  if (kind != AccountantKind::kFilter) {
+    return MaxStepsForEpsilon(kind, target_epsilon, sampling_rate, noise_multiplier, delta);
   }
-  while (bad - good > 1) {
-    const int64_t mid = good + (bad - good) / 2;
-    VIPSD_ASSIGN_OR_RETURN(bool ok, fits(mid));
-    (ok ? good : bad) = mid;
-  }
-  return good;
+  VIPSD_RETURN_IF_ERROR(ValidateTarget(target_epsilon));
+  return LargestFitting([&](int64_t window) -> StatusOr<bool> {
+    VIPSD_ASSIGN_OR_RETURN(auto at, EstimateEpsilon(kind, sampling_rate, noise_multiplier,
+                                                    window, delta));
+    return at.epsilon <= target_epsilon;
+  });
 }
 
 }  // namespace vipsd::privacy

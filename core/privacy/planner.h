@@ -8,8 +8,12 @@
 //             default): the smaller of PLD (Δ = 2^-10) and RDP
 //             (fixed_schedule.h). Exactly the daemon's number.
 //   kFilter – what the daemon charges with privacy.schedule: adaptive: the
-//             RDP privacy filter, every order converted at δ/|orders|
-//             (rdp_accountant.h). Exactly the daemon's number.
+//             RDP privacy filter, order α converted at δ·w_α with the split
+//             of filter_weights.h. MaxStepsForEpsilon uses the daemon's
+//             split for that ceiling (global mode) and gives exactly the
+//             daemon's step count; EstimateEpsilon uses the split designed
+//             for `steps` (what a residency window of that length gets).
+//             FilterEpsilon/FilterMaxSteps take an explicit split.
 //   kRdp    – Rényi DP with the improved conversion at δ (rdp.h), for a
 //             fixed schedule. Reports the optimal order.
 //   kPld    – privacy-loss distribution with pessimistic discretisation
@@ -33,6 +37,7 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "core/base/status.h"
 
@@ -72,6 +77,22 @@ StatusOr<double> NoiseMultiplierForEpsilon(AccountantKind kind, double target_ep
 // Largest T with ε(T) ≤ target_epsilon (0 if not even one step fits).
 // OutOfRange if more than kMaxPlannedSteps would fit.
 StatusOr<int64_t> MaxStepsForEpsilon(AccountantKind kind, double target_epsilon,
+                                     double sampling_rate, double noise_multiplier,
+                                     double delta);
+
+// The adaptive filter with an explicit δ split (the daemon's; see
+// filter_weights.h): ε after `steps`, and the largest T within the target.
+StatusOr<PrivacyEstimate> FilterEpsilon(double sampling_rate, double noise_multiplier,
+                                        int64_t steps, double delta,
+                                        const std::vector<double>& filter_weights);
+StatusOr<int64_t> FilterMaxSteps(double target_epsilon, double sampling_rate,
+                                 double noise_multiplier, double delta,
+                                 const std::vector<double>& filter_weights);
+
+// Residency mode: the longest window M a new state directory could be
+// configured with and still start — ε of M steps within the target, where
+// for kFilter each candidate M is charged with the split designed for it.
+StatusOr<int64_t> MaxResidencyWindow(AccountantKind kind, double target_epsilon,
                                      double sampling_rate, double noise_multiplier,
                                      double delta);
 

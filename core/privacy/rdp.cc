@@ -310,9 +310,14 @@ double ConversionImprovement(double order) {
   return std::log(order) / (order - 1.0) - std::log1p(-1.0 / order);
 }
 
-StatusOr<EpsilonAtOrder> EpsilonFromRdp(std::span<const double> orders,
-                                        std::span<const double> rdp, double delta,
-                                        RdpConversion conversion) {
+namespace {
+
+// ε from the curve with order i converted at δ·exp(−extra_log_inv_delta(i)).
+template <typename ExtraLogInvDelta>
+StatusOr<EpsilonAtOrder> ConvertCurve(std::span<const double> orders,
+                                      std::span<const double> rdp, double delta,
+                                      RdpConversion conversion,
+                                      const ExtraLogInvDelta& extra_log_inv_delta) {
   VIPSD_RETURN_IF_ERROR(ValidateCurve(orders, rdp));
   if (!(delta > 0.0 && delta < 1.0)) {
     return InvalidArgumentError("delta must be in (0, 1)");
@@ -321,7 +326,7 @@ StatusOr<EpsilonAtOrder> EpsilonFromRdp(std::span<const double> orders,
   EpsilonAtOrder best{kInf, orders.front()};
   for (size_t i = 0; i < orders.size(); ++i) {
     const double alpha = orders[i];
-    double epsilon = rdp[i] + log_inv_delta / (alpha - 1.0);
+    double epsilon = rdp[i] + (log_inv_delta + extra_log_inv_delta(i)) / (alpha - 1.0);
     if (conversion == RdpConversion::kImproved) {
       epsilon -= ConversionImprovement(alpha);
     }
@@ -329,6 +334,35 @@ StatusOr<EpsilonAtOrder> EpsilonFromRdp(std::span<const double> orders,
   }
   best.epsilon = std::max(0.0, best.epsilon);
   return best;
+}
+
+}  // namespace
+
+StatusOr<EpsilonAtOrder> EpsilonFromRdp(std::span<const double> orders,
+                                        std::span<const double> rdp, double delta,
+                                        RdpConversion conversion) {
+  return ConvertCurve(orders, rdp, delta, conversion, [](size_t) { return 0.0; });
+}
+
+StatusOr<EpsilonAtOrder> EpsilonFromRdpFilter(std::span<const double> orders,
+                                              std::span<const double> rdp, double delta,
+                                              std::span<const double> weights,
+                                              RdpConversion conversion) {
+  if (weights.empty()) {
+    const double log_count = std::log(static_cast<double>(orders.size()));
+    return ConvertCurve(orders, rdp, delta, conversion, [&](size_t) { return log_count; });
+  }
+  if (weights.size() != orders.size()) {
+    return InvalidArgumentError("the filter has " + std::to_string(weights.size()) +
+                                " weights for " + std::to_string(orders.size()) + " orders");
+  }
+  for (double weight : weights) {
+    if (!(weight > 0.0 && weight <= 1.0)) {
+      return InvalidArgumentError("every filter weight must be in (0, 1]");
+    }
+  }
+  return ConvertCurve(orders, rdp, delta, conversion,
+                      [&](size_t i) { return -std::log(weights[i]); });
 }
 
 StatusOr<DeltaAtOrder> DeltaFromRdp(std::span<const double> orders,

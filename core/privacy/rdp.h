@@ -97,6 +97,14 @@ StatusOr<EpsilonAtOrder> EpsilonFromRdp(std::span<const double> orders,
                                         double delta,
                                         RdpConversion conversion);
 
+// The adaptive filter's ε (rdp_accountant.h, filter_weights.h): order i is
+// converted at δ·weights[i]; empty weights mean δ/|orders| at every order.
+// The weights must pass ValidateFilterWeights (Σ ≤ 1).
+StatusOr<EpsilonAtOrder> EpsilonFromRdpFilter(std::span<const double> orders,
+                                              std::span<const double> rdp, double delta,
+                                              std::span<const double> weights,
+                                              RdpConversion conversion);
+
 // Smallest δ over the orders such that the RDP curve implies (ε, δ)-DP.
 // The improved conversion also uses δ ≤ sqrt(1 − exp(−ε(α))), valid because
 // ε(α) ≥ KL divergence for α > 1 (Pinsker-type bound used by current RDP

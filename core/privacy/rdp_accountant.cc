@@ -9,6 +9,8 @@
 #include <sstream>
 #include <utility>
 
+#include "core/privacy/filter_weights.h"
+
 namespace vipsd::privacy {
 namespace {
 
@@ -33,16 +35,22 @@ bool ParseHexDouble(const std::string& token, double* out) {
   return end == token.c_str() + token.size();
 }
 
-double EffectiveDelta(double delta, size_t num_orders, Adaptivity adaptivity) {
-  return ConversionDelta(delta, num_orders, adaptivity);
-}
-
 }  // namespace
 
-double ConversionDelta(double delta, size_t num_orders, Adaptivity adaptivity) {
-  return adaptivity == Adaptivity::kAdaptiveFilter
-             ? delta / static_cast<double>(num_orders)
-             : delta;
+StatusOr<EpsilonAtOrder> ConvertForAdaptivity(std::span<const double> orders,
+                                              std::span<const double> rdp, double delta,
+                                              RdpConversion conversion, Adaptivity adaptivity,
+                                              std::span<const double> filter_weights) {
+  if (adaptivity == Adaptivity::kFixedSchedule) {
+    return EpsilonFromRdp(orders, rdp, delta, conversion);
+  }
+  return EpsilonFromRdpFilter(orders, rdp, delta, filter_weights, conversion);
+}
+
+Status RdpAccountant::SetFilterWeights(std::vector<double> weights) {
+  VIPSD_RETURN_IF_ERROR(ValidateFilterWeights(weights, orders_.size()));
+  filter_weights_ = std::move(weights);
+  return Status::Ok();
 }
 
 RdpAccountant::RdpAccountant()
@@ -108,8 +116,7 @@ StatusOr<EpsilonAtOrder> RdpAccountant::GetEpsilon(double delta,
   // Nothing composed: nothing spent (the conversion's constant terms would
   // otherwise report a tiny positive ε at the largest orders).
   if (steps_ == 0) return EpsilonAtOrder{0.0, orders_.back()};
-  return EpsilonFromRdp(orders_, rdp_, EffectiveDelta(delta, orders_.size(), adaptivity),
-                        conversion);
+  return ConvertForAdaptivity(orders_, rdp_, delta, conversion, adaptivity, filter_weights_);
 }
 
 StatusOr<DeltaAtOrder> RdpAccountant::GetDelta(double epsilon,
@@ -128,8 +135,7 @@ StatusOr<EpsilonAtOrder> RdpAccountant::EpsilonIfComposed(
   if (!(delta > 0.0 && delta < 1.0)) {
     return InvalidArgumentError("delta must be in (0, 1)");
   }
-  return EpsilonFromRdp(orders_, curve,
-                        EffectiveDelta(delta, orders_.size(), adaptivity), conversion);
+  return ConvertForAdaptivity(orders_, curve, delta, conversion, adaptivity, filter_weights_);
 }
 
 StatusOr<CeilingCheck> RdpAccountant::CheckCeiling(

@@ -23,7 +23,11 @@
 //    each part with that order's supermartingale and summing gives δ =
 //    Σ_α δ_α. Converting every order with δ/|Λ| (|Λ| = grid size) therefore
 //    makes the whole adaptive run (ε_ceiling, δ)-DP, at a cost of
-//    ln|Λ|/(α−1) in ε. CheckCeiling/GetEpsilon do this in this mode.
+//    ln|Λ|/(α−1) in ε. Any split δ_α = w_α·δ with Σ w_α ≤ 1 fixed before
+//    the first release is equally valid; SetFilterWeights installs one
+//    (filter_weights.h: concentrated where the configured (q, σ) end, so
+//    the cost there is ln 2/(α−1)). CheckCeiling/GetEpsilon do this in
+//    this mode; the weights do not enter kFixedSchedule conversions.
 //  docs/privacy_accounting.md gives the argument in full.
 //
 // What is private: nothing here. The accountant sees only public parameters
@@ -40,6 +44,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -52,9 +57,12 @@ namespace vipsd::privacy {
 // Answer of "would this step cross the ceiling?".
 enum class Adaptivity { kFixedSchedule, kAdaptiveFilter };
 
-// The δ at which each order's curve is converted: δ itself for a fixed
-// schedule, δ/|orders| for the adaptive filter (the union bound above).
-double ConversionDelta(double delta, size_t num_orders, Adaptivity adaptivity);
+// ε of a cumulative curve under `adaptivity`: δ for a fixed schedule, the
+// filter split (`filter_weights`, empty = uniform) for the adaptive filter.
+StatusOr<EpsilonAtOrder> ConvertForAdaptivity(std::span<const double> orders,
+                                              std::span<const double> rdp, double delta,
+                                              RdpConversion conversion, Adaptivity adaptivity,
+                                              std::span<const double> filter_weights);
 
 struct CeilingCheck {
   bool would_exceed = false;
@@ -95,6 +103,11 @@ class RdpAccountant {
       RdpConversion conversion = RdpConversion::kImproved,
       Adaptivity adaptivity = Adaptivity::kFixedSchedule) const;
 
+  // The adaptive filter's split of δ over the orders (filter_weights.h);
+  // empty = uniform. Validated against the order count.
+  Status SetFilterWeights(std::vector<double> weights);
+  const std::vector<double>& filter_weights() const { return filter_weights_; }
+
   const std::vector<double>& orders() const { return orders_; }
   const std::vector<double>& rdp() const { return rdp_; }
   // Total number of steps composed.
@@ -106,7 +119,8 @@ class RdpAccountant {
   static StatusOr<RdpAccountant> Deserialize(std::string_view text);
 
   bool operator==(const RdpAccountant& other) const {
-    return orders_ == other.orders_ && rdp_ == other.rdp_ && steps_ == other.steps_;
+    return orders_ == other.orders_ && rdp_ == other.rdp_ && steps_ == other.steps_ &&
+           filter_weights_ == other.filter_weights_;
   }
 
  private:
@@ -121,6 +135,7 @@ class RdpAccountant {
   std::vector<double> orders_;
   std::vector<double> rdp_;
   int64_t steps_ = 0;
+  std::vector<double> filter_weights_;  // empty: uniform
 
   struct CachedCurve {
     double sampling_rate;

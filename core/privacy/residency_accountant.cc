@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "core/privacy/filter_weights.h"
+
 namespace vipsd::privacy {
 namespace {
 
@@ -47,9 +49,11 @@ StatusOr<ResidencyAccountant> ResidencyAccountant::Create(int64_t max_residency_
 
 StatusOr<CeilingCheck> ResidencyAccountant::CheckConfiguration(
     int64_t max_residency_steps, double sampling_rate, double noise_multiplier, double delta,
-    double epsilon_ceiling, Adaptivity adaptivity) {
+    double epsilon_ceiling, Adaptivity adaptivity, std::span<const double> filter_weights) {
   VIPSD_RETURN_IF_ERROR(ValidateResidency(max_residency_steps));
   RdpAccountant fresh;
+  VIPSD_RETURN_IF_ERROR(
+      fresh.SetFilterWeights(std::vector<double>(filter_weights.begin(), filter_weights.end())));
   return fresh.CheckCeiling(sampling_rate, noise_multiplier, max_residency_steps, delta,
                             epsilon_ceiling, RdpConversion::kImproved, adaptivity);
 }
@@ -91,14 +95,19 @@ StatusOr<CeilingCheck> ResidencyAccountant::CheckCeiling(double sampling_rate,
     }
   }
   VIPSD_ASSIGN_OR_RETURN(auto at_order,
-                         EpsilonFromRdp(orders_, window,
-                                        ConversionDelta(delta, orders_.size(), adaptivity),
-                                        RdpConversion::kImproved));
+                         ConvertForAdaptivity(orders_, window, delta, RdpConversion::kImproved,
+                                              adaptivity, filter_weights_));
   CeilingCheck check;
   check.epsilon_after = at_order.epsilon;
   check.order = at_order.order;
   check.would_exceed = !(at_order.epsilon <= epsilon_ceiling);
   return check;
+}
+
+Status ResidencyAccountant::SetFilterWeights(std::vector<double> weights) {
+  VIPSD_RETURN_IF_ERROR(ValidateFilterWeights(weights, orders_.size()));
+  filter_weights_ = std::move(weights);
+  return Status::Ok();
 }
 
 Status ResidencyAccountant::RecordStep(double sampling_rate, double noise_multiplier,

@@ -17,7 +17,8 @@
 //
 // Adaptive (q, σ): reloads may change them after earlier releases were
 // seen. With Adaptivity::kAdaptiveFilter the window is converted at
-// δ/|orders| (rdp_accountant.h; docs/privacy_accounting.md §5 and §7): each
+// δ·w_α (rdp_accountant.h, filter_weights.h; docs/privacy_accounting.md
+// §5 and §7): each
 // record's prefix RDP is dominated, order by order, by the window that the
 // admitting check evaluated, so the union-over-orders filter argument
 // applies record by record.
@@ -33,6 +34,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -57,7 +59,8 @@ class ResidencyAccountant {
                                                    double sampling_rate,
                                                    double noise_multiplier, double delta,
                                                    double epsilon_ceiling,
-                                                   Adaptivity adaptivity);
+                                                   Adaptivity adaptivity,
+                                                   std::span<const double> filter_weights = {});
 
   // ε of the window the next step (q, σ) would close.
   StatusOr<CeilingCheck> CheckCeiling(double sampling_rate, double noise_multiplier,
@@ -72,6 +75,12 @@ class ResidencyAccountant {
   // window are no longer known, so a longer window cannot be checked.
   Status SetMaxResidencySteps(int64_t max_residency_steps);
 
+  // The adaptive filter's split of δ (filter_weights.h); empty = uniform.
+  // Kept by the ledger, not by Serialize().
+  Status SetFilterWeights(std::vector<double> weights);
+  const std::vector<double>& filter_weights() const { return filter_weights_; }
+  const std::vector<double>& orders() const { return orders_; }
+
   int64_t max_residency_steps() const { return max_residency_steps_; }
   // Steps recorded since the mode started.
   int64_t steps() const { return steps_; }
@@ -85,7 +94,7 @@ class ResidencyAccountant {
   bool operator==(const ResidencyAccountant& other) const {
     return max_residency_steps_ == other.max_residency_steps_ && orders_ == other.orders_ &&
            window_ == other.window_ && steps_ == other.steps_ &&
-           worst_epsilon_ == other.worst_epsilon_;
+           worst_epsilon_ == other.worst_epsilon_ && filter_weights_ == other.filter_weights_;
   }
 
  private:
@@ -106,6 +115,7 @@ class ResidencyAccountant {
   std::deque<Segment> window_;  // the last ≤ M − 1 steps, oldest first
   int64_t steps_ = 0;
   double worst_epsilon_ = 0;
+  std::vector<double> filter_weights_;  // empty: uniform
 
   struct CachedCurve {
     double sampling_rate;

@@ -28,6 +28,8 @@
 
 #include "connectors/file/file_util.h"
 #include "core/base/format.h"
+#include "core/privacy/filter_weights.h"
+#include "core/privacy/planner.h"
 #include "daemon/ledger.h"
 
 namespace vipsd::daemon {
@@ -566,6 +568,16 @@ void HaltsExactlyBeforeTheCeiling(const std::string& schedule) {
     EXPECT_LE(spent->epsilon, 3.0);
     EXPECT_GT(next->epsilon_after, 3.0);
     spent_epsilon = spent->epsilon;
+    // The filter's δ split was fixed at creation from public settings, is
+    // in the ledger, and the step count is the planner's for it.
+    auto designed = privacy::DesignFilterWeights(0.2, 1.5, 1e-5, 3.0, 0);
+    ASSERT_TRUE(designed.ok());
+    EXPECT_EQ(state->accountant.filter_weights(), *designed);
+    EXPECT_EQ(*privacy::MaxStepsForEpsilon(privacy::AccountantKind::kFilter, 3.0, 0.2, 1.5, 1e-5),
+              steps);
+    EXPECT_EQ(privacy::FilterEpsilon(0.2, 1.5, steps, 1e-5, *designed)->epsilon, spent->epsilon);
+    // The uniform split of older ledgers would have stopped earlier.
+    EXPECT_LT(*privacy::FilterMaxSteps(3.0, 0.2, 1.5, 1e-5, {}), steps);
   } else {
     // Fixed (the default for a new directory): pinned in the ledger, and the
     // step count is the planner's answer.

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/privacy/filter_weights.h"
 #include "core/release/release.h"
 
 namespace vipsd::daemon {
@@ -122,6 +123,60 @@ TEST(LedgerTest, AFixedScheduleIsPinnedAndAVersion3LedgerReadsAsAdaptive) {
     auto refused = Ledger::Decode(Resign(body), "ledger");
     EXPECT_FALSE(refused.ok()) << bad;
   }
+}
+
+TEST(LedgerTest, TheFilterSplitOfAnAdaptiveScheduleIsKeptExactlyAndCheckedBehindTheChecksum) {
+  LedgerState state = Global(7);
+  state.schedule = ScheduleKind::kAdaptive;
+  state.mode = AccountingMode::kResidency;
+  auto weights = privacy::DesignFilterWeights(0.01, 1.1, 1e-5, 2.0, 50);
+  ASSERT_TRUE(weights.ok());
+  ASSERT_TRUE(state.accountant.SetFilterWeights(*weights).ok());
+  auto residency = privacy::ResidencyAccountant::Create(50);
+  ASSERT_TRUE(residency.ok());
+  ASSERT_TRUE(residency->SetFilterWeights(*weights).ok());
+  ASSERT_TRUE(residency->RecordStep(0.01, 1.1, 0.5).ok());
+  state.residency = std::move(*residency);
+  const std::string bytes = Ledger::Encode(state);
+  EXPECT_NE(bytes.find("\nschedule adaptive weighted\n"), std::string::npos);
+  EXPECT_NE(bytes.find("filter-weights"), std::string::npos);
+  auto decoded = Ledger::Decode(bytes, "ledger");
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->accountant.filter_weights(), *weights);  // bit-exact
+  EXPECT_EQ(decoded->residency->filter_weights(), *weights);
+  EXPECT_EQ(decoded->accountant, state.accountant);
+  EXPECT_EQ(Ledger::Encode(*decoded), bytes);
+
+  // Without the weighted flag: the uniform split of older ledgers.
+  state.accountant = Global(7).accountant;
+  state.residency.reset();
+  state.mode = AccountingMode::kGlobal;
+  const std::string uniform = Ledger::Encode(state);
+  EXPECT_NE(uniform.find("\nschedule adaptive\n"), std::string::npos);
+  decoded = Ledger::Decode(uniform, "ledger");
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_TRUE(decoded->accountant.filter_weights().empty());
+
+  // A split that would spend more than δ, one that does not match the
+  // accountant's orders, or a flag without its section: refused even with a
+  // valid checksum.
+  const std::string body = Body(bytes);
+  const size_t first = body.find("0x", body.find("vipsd-filter-weights"));
+  const size_t weight_at = body.find(' ', first) + 1;
+  const size_t weight_end = body.find('\n', weight_at);
+  for (const std::string& weight : {std::string("0x1p+0"), std::string("0x0p+0"),
+                                    std::string("-0x1p-9"), std::string("nan")}) {
+    std::string changed = body;
+    changed.replace(weight_at, weight_end - weight_at, weight);
+    auto refused = Ledger::Decode(Resign(changed), "ledger");
+    EXPECT_FALSE(refused.ok()) << weight;
+  }
+  std::string other_order = body;
+  other_order.replace(first, weight_at - 1 - first, "0x1.02p+0");
+  EXPECT_FALSE(Ledger::Decode(Resign(other_order), "ledger").ok());
+  std::string flag_only = Body(uniform);
+  flag_only.replace(flag_only.find("schedule adaptive\n"), 18, "schedule adaptive weighted\n");
+  EXPECT_FALSE(Ledger::Decode(Resign(flag_only), "ledger").ok());
 }
 
 TEST(LedgerTest, ResidencyStateRoundTrips) {

@@ -13,9 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "core/privacy/filter_weights.h"
 #include "core/privacy/fixed_schedule.h"
 #include "core/privacy/planner.h"
 #include "core/privacy/rdp_accountant.h"
+#include "core/privacy/residency_accountant.h"
 
 namespace vipsd::tools {
 namespace {
@@ -157,13 +159,21 @@ TEST(PrivacyCliTest, TheDefaultIsTheDaemonsFixedScheduleChargeAndFilterItsAdapti
   run = RunCli({"epsilon", "--sampling-rate", "0.1", "--noise-multiplier", "2", "--steps", "150",
                 "--delta", "1e-5", "--json", "--accountant", "filter"});
   ASSERT_EQ(run.code, 0) << run.err;
+  // The filter with the split designed for 150 steps.
   privacy::RdpAccountant filter;
   ASSERT_TRUE(filter.Compose(0.1, 2, 150).ok());
+  const double uniform = filter.GetEpsilon(1e-5, privacy::RdpConversion::kImproved,
+                                           privacy::Adaptivity::kAdaptiveFilter)->epsilon;
+  auto weights = privacy::ConcentratedFilterWeights(privacy::DefaultRdpOrders(), 0.1, 2, 1e-5, 150);
+  ASSERT_TRUE(weights.ok());
+  ASSERT_TRUE(filter.SetFilterWeights(*weights).ok());
   EXPECT_EQ(JsonNumber(run.out, "epsilon"),
             filter.GetEpsilon(1e-5, privacy::RdpConversion::kImproved,
                               privacy::Adaptivity::kAdaptiveFilter)->epsilon);
-  // The filter pays for adaptivity: it is the loosest of the daemon's two.
+  // The filter pays for adaptivity: it is the loosest of the daemon's two,
+  // but the concentrated split pays far less than the uniform one.
   EXPECT_GT(JsonNumber(run.out, "epsilon"), at->epsilon);
+  EXPECT_LT(JsonNumber(run.out, "epsilon"), uniform - 0.5);
 }
 
 TEST(PrivacyCliTest, PlanReadsTheConfigurationAndAnswersWithTheDaemonsAccountant) {
@@ -194,6 +204,23 @@ TEST(PrivacyCliTest, PlanReadsTheConfigurationAndAnswersWithTheDaemonsAccountant
   run = RunCli({"plan", "--config", dir + "/lda_kafka.yaml"});
   EXPECT_EQ(run.code, 1) << run.out << run.err;
   EXPECT_THAT(run.out, HasSubstr("OVER the ceiling"));
+  // The same service example with an adaptive schedule: the window's ε is
+  // the daemon's start-up check under the split a new directory gets.
+  yaml.replace(yaml.find("window_steps: 5000"), 18, "window_steps: 500");
+  yaml.replace(yaml.find("schedule: fixed"), 15, "schedule: adaptive");
+  std::ofstream(dir + "/lda_kafka_adaptive.yaml") << yaml;
+  run = RunCli({"plan", "--config", dir + "/lda_kafka_adaptive.yaml", "--json"});
+  ASSERT_EQ(run.code, 0) << run.out << run.err;
+  EXPECT_EQ(JsonString(run.out, "schedule"), "adaptive");
+  EXPECT_EQ(JsonString(run.out, "accountant"), "filter");
+  auto weights = privacy::DesignFilterWeights(0.01, 1.1, 1e-6, 2.0, 500);
+  ASSERT_TRUE(weights.ok());
+  auto check = privacy::ResidencyAccountant::CheckConfiguration(
+      500, 0.01, 1.1, 1e-6, 2.0, privacy::Adaptivity::kAdaptiveFilter, *weights);
+  ASSERT_TRUE(check.ok());
+  EXPECT_EQ(JsonNumber(run.out, "window_epsilon"), check->epsilon_after);
+  EXPECT_EQ(JsonNumber(run.out, "max_window_steps"),
+            *privacy::MaxResidencyWindow(privacy::AccountantKind::kFilter, 2.0, 0.01, 1.1, 1e-6));
   // A bad file: the configuration's own message, exit 2.
   run = RunCli({"plan", "--config", dir + "/missing.yaml"});
   EXPECT_EQ(run.code, 2);

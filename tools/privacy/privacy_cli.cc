@@ -13,6 +13,7 @@
 
 #include "config/config.h"
 #include "core/base/format.h"
+#include "core/privacy/filter_weights.h"
 #include "core/privacy/planner.h"
 #include "core/privacy/rdp.h"
 
@@ -234,7 +235,8 @@ std::string AccountantLine(const Parsed& p, const privacy::PrivacyEstimate& esti
     case AccountantKind::kFilter:
       line += " (the daemon's charge for privacy.schedule: adaptive: RDP privacy filter, "
               "delta split over " + std::to_string(privacy::DefaultRdpOrders().size()) +
-              " orders), order " + Human(*estimate.order);
+              " orders, half of it on the order where these steps end), order " +
+              Human(*estimate.order);
       break;
     case AccountantKind::kRdp:
       line += " (improved conversion, Balle et al. 2020), optimal order " +
@@ -283,19 +285,35 @@ int RunPlan(const Parsed& p, bool json_output, std::ostream& out, std::ostream& 
   plan.sampling_rate = q;
   plan.noise_multiplier = sigma;
   plan.delta = delta;
+  // Adaptive: the filter's split of δ that a new state directory gets —
+  // the daemon's own function of these public settings.
+  std::vector<double> weights;
+  if (!fixed) {
+    auto designed = privacy::DesignFilterWeights(q, sigma, delta, ceiling,
+                                                 residency ? config->window_steps : 0);
+    if (!designed.ok()) return Fail(err, designed.status());
+    weights = std::move(*designed);
+  }
+  auto epsilon_after = [&](int64_t n) -> StatusOr<privacy::PrivacyEstimate> {
+    if (fixed) return privacy::EstimateEpsilon(kind, q, sigma, n, delta);
+    return privacy::FilterEpsilon(q, sigma, n, delta, weights);
+  };
   // Global: the steps the ceiling allows. Residency: the longest window a
   // record may be a candidate in (the daemon runs for ever).
-  auto steps = privacy::MaxStepsForEpsilon(kind, ceiling, q, sigma, delta);
+  auto steps = residency ? privacy::MaxResidencyWindow(kind, ceiling, q, sigma, delta)
+               : fixed   ? privacy::MaxStepsForEpsilon(kind, ceiling, q, sigma, delta)
+                         : privacy::FilterMaxSteps(ceiling, q, sigma, delta, weights);
   if (!steps.ok()) return Fail(err, steps.status());
   double epsilon = 0;
   if (*steps > 0) {
-    auto at = privacy::EstimateEpsilon(kind, q, sigma, *steps, delta);
+    auto at = residency ? privacy::EstimateEpsilon(kind, q, sigma, *steps, delta)
+                        : epsilon_after(*steps);
     if (!at.ok()) return Fail(err, at.status());
     epsilon = at->epsilon;
   }
   std::optional<double> window_epsilon;
   if (residency) {
-    auto at = privacy::EstimateEpsilon(kind, q, sigma, config->window_steps, delta);
+    auto at = epsilon_after(config->window_steps);
     if (!at.ok()) return Fail(err, at.status());
     window_epsilon = at->epsilon;
   }
@@ -399,8 +417,19 @@ int RunSteps(const Parsed& p, bool json_output, std::ostream& out, std::ostream&
   if (!steps.ok()) return Fail(err, steps.status());
   privacy::PrivacyEstimate estimate;  // ε = 0 when no step fits
   if (*steps > 0) {
-    auto computed = privacy::EstimateEpsilon(p.accountant, p.sampling_rate,
-                                             p.noise_multiplier, *steps, p.delta);
+    // The filter: ε under the same split the step count was found with (the
+    // daemon's for this ceiling).
+    auto computed =
+        p.accountant == AccountantKind::kFilter
+            ? [&]() -> StatusOr<privacy::PrivacyEstimate> {
+                auto weights = privacy::DesignFilterWeights(
+                    p.sampling_rate, p.noise_multiplier, p.delta, p.target_epsilon, 0);
+                if (!weights.ok()) return weights.status();
+                return privacy::FilterEpsilon(p.sampling_rate, p.noise_multiplier, *steps,
+                                              p.delta, *weights);
+              }()
+            : privacy::EstimateEpsilon(p.accountant, p.sampling_rate, p.noise_multiplier,
+                                       *steps, p.delta);
     if (!computed.ok()) return Fail(err, computed.status());
     estimate = *computed;
   }
@@ -452,7 +481,9 @@ Options (all commands):
            fixed (default): what the daemon charges with privacy.schedule:
              fixed (its default): the smaller of PLD and RDP.
            filter: what the daemon charges with privacy.schedule: adaptive:
-             the RDP privacy filter (delta split over the orders).
+             the RDP privacy filter; delta is split over the orders, half on
+             the order where the run ends (steps: the daemon's split for
+             ceiling E; epsilon, sigma: the split designed for T steps).
            rdp: Renyi DP, improved conversion, for a fixed schedule.
            pld: privacy-loss distribution, pessimistic (grid 1e-4).
            strong: analytic Gaussian + amplification by sampling +
