@@ -214,6 +214,7 @@ class Section {
         continue;
       }
       (*out)[entry.first.Scalar()] = entry.second.Scalar();
+      (*lines_)[Join(key) + "." + entry.first.Scalar()] = entry.first.Mark().line + 1;
     }
     return Status::Ok();
   }

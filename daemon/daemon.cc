@@ -1,5 +1,7 @@
 #include "daemon/daemon.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -11,6 +13,7 @@
 #include "core/base/log.h"
 #include "core/privacy/filter_weights.h"
 #include "core/privacy/secure_noise.h"
+#include "connectors/file/file_util.h"
 #include "core/release/release.h"
 
 namespace vipsd::daemon {
@@ -157,56 +160,66 @@ StatusOr<ScheduleKind> ResolveSchedule(const config::VipsdConfig& config,
   return ledger->schedule;
 }
 
-}  // namespace
+struct PreparedState {
+  LedgerState state;
+  int64_t model_step = 0;  // the step the restored checkpoint holds (0: none)
+};
 
-std::string StreamName(const std::string& topic, int32_t partition) {
-  return topic + ":" + std::to_string(partition);
-}
-
-svi::DriverConfig Daemon::DriverConfigFor(const config::VipsdConfig& config) const {
-  svi::DriverConfig driver = config.driver;
-  driver.adaptivity = Adaptive();
-  // The daemon checks the budget itself (BudgetAdmitsStep) in residency mode
-  // and for a fixed schedule; the driver's own check is the RDP filter.
-  driver.enforce_ceiling = config.accounting == config::Accounting::kGlobal &&
-                           state_.schedule == ScheduleKind::kAdaptive;
-  return driver;
-}
-
-StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const config::VipsdConfig& config,
-                                                 SourceFactory make_source,
-                                                 std::unique_ptr<OutputSink> sink,
-                                                 Metrics* metrics, DaemonHooks hooks,
-                                                 DaemonOptions options) {
-  if (metrics == nullptr || sink == nullptr || !make_source) {
-    return InvalidArgumentError("the daemon needs a source factory, a sink and metrics");
+// A new state directory whose very first step would cross the ceiling
+// would run nothing: refuse it instead of "halting" at ε = 0.
+Status CheckFirstStepFits(const config::VipsdConfig& config, const LedgerState& state) {
+  if (!config.is_private() || state.next_step != 1 || state.mode == AccountingMode::kResidency) {
+    return Status::Ok();  // residency: the window check covers it (M ≥ 1)
   }
-  if (config.noise_mode == config::NoiseMode::kFixedSeed && !options.allow_fixed_seed_noise) {
+  const double q = config.driver.sampling_rate;
+  const double sigma = config.driver.noise_multiplier;
+  double first = 0;
+  if (state.schedule == ScheduleKind::kFixed) {
+    VIPSD_ASSIGN_OR_RETURN(auto fixed, privacy::FixedScheduleAccountant::Create(q, sigma));
+    VIPSD_ASSIGN_OR_RETURN(auto at, fixed.Epsilon(1, config.driver.delta));
+    first = at.epsilon;
+  } else {
+    VIPSD_ASSIGN_OR_RETURN(auto check,
+                           state.accountant.CheckCeiling(q, sigma, 1, config.driver.delta,
+                                                         config.driver.epsilon_ceiling,
+                                                         privacy::RdpConversion::kImproved,
+                                                         Adaptive()));
+    first = check.epsilon_after;
+  }
+  if (first > config.driver.epsilon_ceiling) {
     return InvalidArgumentError(
-        Where(config, "privacy.noise") +
-        "fixed_seed noise is reproducible and NOT private; it also needs the command-line flag "
-        "--insecure-fixed-seed-noise (tests and experiments only)");
+        Where(config, "privacy.epsilon_ceiling") + "a single step at sampling_rate " +
+        JsonNumber(q) + " and noise_multiplier " + JsonNumber(sigma) + " already spends epsilon " +
+        Fixed(first) + " > " + JsonNumber(config.driver.epsilon_ceiling) + " (delta " +
+        JsonNumber(config.driver.delta) + ", schedule " +
+        std::string(ScheduleKindName(state.schedule)) +
+        "): nothing could run; raise the ceiling or sigma, or lower q (vipsd-privacy plan "
+        "--config FILE)");
   }
-  VIPSD_ASSIGN_OR_RETURN(ModelBundle bundle, BuildModel(config));
+  return Status::Ok();
+}
 
+// Everything a start checks and prepares against the state directory's
+// ledger `previous` (none: a new directory) and checkpoint, without writing
+// anything: the daemon's start and `vipsd --check-config` both run it.
+// Restores the checkpoint into `bundle`'s model.
+StatusOr<PreparedState> PrepareState(const config::VipsdConfig& config, ModelBundle& bundle,
+                                     std::optional<LedgerState> previous,
+                                     const std::string& ledger_path) {
   const AccountingMode mode = config.accounting == config::Accounting::kGlobal
                                   ? AccountingMode::kGlobal
                                   : AccountingMode::kResidency;
   const SourceKind source_kind =
       config.source_type == config::SourceType::kKafka ? SourceKind::kKafka : SourceKind::kFile;
-
-  // Ledger: the budget of record.
-  VIPSD_ASSIGN_OR_RETURN(Ledger ledger, Ledger::Open(config.state_directory));
-  VIPSD_ASSIGN_OR_RETURN(auto previous, ledger.Load());
   CheckpointStore checkpoints(config.state_directory);
   LedgerState state;
   VIPSD_ASSIGN_OR_RETURN(const ScheduleKind schedule,
                          ResolveSchedule(config, previous.has_value() ? &*previous : nullptr,
-                                         ledger.path()));
+                                         ledger_path));
   if (previous.has_value()) {
     state = std::move(*previous);
     VIPSD_RETURN_IF_ERROR(
-        CheckLedgerBelongs(config, bundle, state, ledger.path(), mode, source_kind));
+        CheckLedgerBelongs(config, bundle, state, ledger_path, mode, source_kind));
   } else {
     // No ledger: a fresh start only if nothing else of a previous run is
     // here (a missing ledger next to a checkpoint is lost state, not a new
@@ -302,13 +315,13 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const config::VipsdConfig& conf
   int64_t model_step = 0;
   if (checkpoint.has_value()) {
     if (!previous.has_value()) {
-      return DataLossError(checkpoints.path() + " exists but " + ledger.path() +
+      return DataLossError(checkpoints.path() + " exists but " + ledger_path +
                            " does not: the spent budget is unknown; refusing to start from "
                            "zero (restore the ledger or use an empty directory)");
     }
     if (checkpoint->run_id != state.run_id) {
       return FailedPreconditionError(checkpoints.path() + " belongs to run " +
-                                     checkpoint->run_id + ", but " + ledger.path() +
+                                     checkpoint->run_id + ", but " + ledger_path +
                                      " is run " + state.run_id +
                                      "; a checkpoint is only resumed next to its own ledger");
     }
@@ -320,7 +333,7 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const config::VipsdConfig& conf
     }
     if (checkpoint->step > state.next_step - 1) {
       return DataLossError(checkpoints.path() + " holds the model after step " +
-                           std::to_string(checkpoint->step) + ", but " + ledger.path() +
+                           std::to_string(checkpoint->step) + ", but " + ledger_path +
                            " records only " + std::to_string(state.next_step - 1) +
                            " steps: the budget of the steps in between is unknown; refusing "
                            "to start");
@@ -342,6 +355,89 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const config::VipsdConfig& conf
         "initial state; the spent budget continues from step " +
         std::to_string(state.next_step));
   }
+
+  VIPSD_RETURN_IF_ERROR(CheckFirstStepFits(config, state));
+  return PreparedState{std::move(state), model_step};
+}
+
+}  // namespace
+
+std::string StreamName(const std::string& topic, int32_t partition) {
+  return topic + ":" + std::to_string(partition);
+}
+
+svi::DriverConfig Daemon::DriverConfigFor(const config::VipsdConfig& config) const {
+  svi::DriverConfig driver = config.driver;
+  driver.adaptivity = Adaptive();
+  // The daemon checks the budget itself (BudgetAdmitsStep) in residency mode
+  // and for a fixed schedule; the driver's own check is the RDP filter.
+  driver.enforce_ceiling = config.accounting == config::Accounting::kGlobal &&
+                           state_.schedule == ScheduleKind::kAdaptive;
+  return driver;
+}
+
+Status CheckStartUp(const config::VipsdConfig& config, const DaemonOptions& options) {
+  if (config.noise_mode == config::NoiseMode::kFixedSeed && !options.allow_fixed_seed_noise) {
+    return InvalidArgumentError(
+        Where(config, "privacy.noise") +
+        "fixed_seed noise is reproducible and NOT private; it also needs the command-line flag "
+        "--insecure-fixed-seed-noise (tests and experiments only)");
+  }
+  VIPSD_ASSIGN_OR_RETURN(ModelBundle bundle, BuildModel(config));
+  const Status address = ValidateMetricsListenAddress(config.metrics_listen);
+  if (!address.ok()) {
+    return InvalidArgumentError(Where(config, "metrics.listen") + std::string(address.message()));
+  }
+  // The state directory: the daemon creates it if missing, so the nearest
+  // existing ancestor must be a writable directory.
+  namespace fs = std::filesystem;
+  std::error_code error;
+  fs::path existing = fs::absolute(config.state_directory, error);
+  while (!existing.empty() && !fs::exists(existing, error) && existing != existing.parent_path()) {
+    existing = existing.parent_path();
+  }
+  if (!fs::is_directory(existing, error)) {
+    return InvalidArgumentError(Where(config, "state.directory") + existing.string() +
+                                " is not a directory");
+  }
+  if (::access(existing.c_str(), W_OK | X_OK) != 0) {
+    return InvalidArgumentError(Where(config, "state.directory") + existing.string() +
+                                " is not writable by this user (the ledger and checkpoints "
+                                "are written there)");
+  }
+  const std::string ledger_path = (fs::path(config.state_directory) / "ledger").string();
+  std::optional<LedgerState> previous;
+  if (fs::exists(ledger_path, error)) {
+    VIPSD_ASSIGN_OR_RETURN(std::string bytes, connectors::ReadWholeFile(ledger_path));
+    VIPSD_ASSIGN_OR_RETURN(LedgerState state, Ledger::Decode(bytes, ledger_path));
+    previous = std::move(state);
+  }
+  return PrepareState(config, bundle, std::move(previous), ledger_path).status();
+}
+
+StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const config::VipsdConfig& config,
+                                                 SourceFactory make_source,
+                                                 std::unique_ptr<OutputSink> sink,
+                                                 Metrics* metrics, DaemonHooks hooks,
+                                                 DaemonOptions options) {
+  if (metrics == nullptr || sink == nullptr || !make_source) {
+    return InvalidArgumentError("the daemon needs a source factory, a sink and metrics");
+  }
+  if (config.noise_mode == config::NoiseMode::kFixedSeed && !options.allow_fixed_seed_noise) {
+    return InvalidArgumentError(
+        Where(config, "privacy.noise") +
+        "fixed_seed noise is reproducible and NOT private; it also needs the command-line flag "
+        "--insecure-fixed-seed-noise (tests and experiments only)");
+  }
+  VIPSD_ASSIGN_OR_RETURN(ModelBundle bundle, BuildModel(config));
+
+  // Ledger: the budget of record.
+  VIPSD_ASSIGN_OR_RETURN(Ledger ledger, Ledger::Open(config.state_directory));
+  VIPSD_ASSIGN_OR_RETURN(auto previous, ledger.Load());
+  VIPSD_ASSIGN_OR_RETURN(PreparedState prepared,
+                         PrepareState(config, bundle, std::move(previous), ledger.path()));
+  LedgerState state = std::move(prepared.state);
+  const int64_t model_step = prepared.model_step;
 
   // Noise.
   std::unique_ptr<privacy::NoiseSource> noise;

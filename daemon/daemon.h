@@ -156,6 +156,17 @@ struct DaemonStatus {
   int64_t records_rejected = 0; // in this process (stream volume)
 };
 
+// What `vipsd --check-config` runs: every check a start performs that does
+// not need the network or to write — the fixed-seed flag, the model and
+// vocabulary, the metrics address, the state directory (writable; its
+// ledger and checkpoint read without taking the lock and checked against
+// the configuration as a start would: schedule, model, run id, window,
+// contamination), and the privacy checks (the first step fits the
+// ceiling, the residency window is affordable). The librdkafka client
+// configurations are checked separately (kafka_io.h CheckKafkaClients).
+// Errors name file:line: key where a key is at fault.
+Status CheckStartUp(const config::VipsdConfig& config, const DaemonOptions& options);
+
 class Daemon {
  public:
   // Loads the ledger and the checkpoint and runs the start-up check (see the

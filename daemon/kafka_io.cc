@@ -183,9 +183,10 @@ class DaemonOutput final : public OutputSink {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<InputSource>> NewKafkaInput(const config::VipsdConfig& config,
-                                                     const std::string& bootstrap_servers,
-                                                     ResumeOffsetFn resume, Metrics* metrics) {
+namespace {
+
+connectors::KafkaSourceOptions SourceOptions(const config::VipsdConfig& config,
+                                             const std::string& bootstrap_servers) {
   connectors::KafkaSourceOptions options;
   options.bootstrap_servers = bootstrap_servers;
   options.topics = config.source_topics;
@@ -195,6 +196,80 @@ StatusOr<std::unique_ptr<InputSource>> NewKafkaInput(const config::VipsdConfig& 
   options.max_record_bytes = static_cast<size_t>(config.max_record_bytes);
   options.properties = config.kafka.properties;
   for (const auto& [key, value] : config.kafka.consumer_properties) options.properties[key] = value;
+  return options;
+}
+
+connectors::KafkaProducerOptions ProducerOptions(const config::VipsdConfig& config,
+                                                 const std::string& bootstrap_servers) {
+  connectors::KafkaProducerOptions options;
+  options.bootstrap_servers = bootstrap_servers;
+  options.client_id = config.kafka.client_id;
+  options.message_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(config.publish_timeout_seconds * 1000));
+  options.properties = config.kafka.properties;
+  for (const auto& [key, value] : config.kafka.producer_properties) options.properties[key] = value;
+  return options;
+}
+
+// The configuration key a librdkafka property named in `message` came from
+// (the client-specific map wins, as it does when the options are built).
+std::string PropertyKey(const config::VipsdConfig& config, std::string_view message,
+                        const std::map<std::string, std::string>& specific,
+                        const std::string& specific_key) {
+  // connectors::kafka_internal::SetProperty quotes the property name.
+  auto named = [&](const std::string& name) {
+    return message.find("'" + name + "'") != std::string_view::npos;
+  };
+  for (const auto& [name, value] : specific) {
+    if (named(name)) return specific_key + "." + name;
+  }
+  for (const auto& [name, value] : config.kafka.properties) {
+    if (named(name)) return "kafka.properties." + name;
+  }
+  return "kafka";
+}
+
+Status Located(const config::VipsdConfig& config, const std::string& key, const Status& status) {
+  // The entry's own line, else its map's (property names contain dots).
+  int line = config.line_of(key);
+  for (const char* map : {"kafka.consumer_properties", "kafka.producer_properties",
+                          "kafka.properties"}) {
+    if (line == 0 && key.rfind(map, 0) == 0) line = config.line_of(map);
+  }
+  if (line == 0) line = config.line_of("kafka");
+  return InvalidArgumentError(config.file + ":" + std::to_string(line) + ": " + key + ": " +
+                              std::string(status.message()));
+}
+
+}  // namespace
+
+Status CheckKafkaClients(const config::VipsdConfig& config) {
+  // The broker list is not contacted; a placeholder stands in for the
+  // embedded cluster's, which exists only once the daemon runs.
+  const std::string bootstrap =
+      config.kafka.bootstrap_servers.empty() ? "localhost:9092" : config.kafka.bootstrap_servers;
+  const Status source = connectors::KafkaSource::CheckOptions(SourceOptions(config, bootstrap));
+  if (!source.ok()) {
+    return Located(config,
+                   PropertyKey(config, source.message(), config.kafka.consumer_properties,
+                               "kafka.consumer_properties"),
+                   source);
+  }
+  const Status producer =
+      connectors::KafkaProducer::CheckOptions(ProducerOptions(config, bootstrap));
+  if (!producer.ok()) {
+    return Located(config,
+                   PropertyKey(config, producer.message(), config.kafka.producer_properties,
+                               "kafka.producer_properties"),
+                   producer);
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<InputSource>> NewKafkaInput(const config::VipsdConfig& config,
+                                                     const std::string& bootstrap_servers,
+                                                     ResumeOffsetFn resume, Metrics* metrics) {
+  connectors::KafkaSourceOptions options = SourceOptions(config, bootstrap_servers);
   options.resume_offset = std::move(resume);
   options.on_assigned = [](const std::vector<connectors::TopicPartitionRef>& partitions) {
     Log(LogLevel::kInfo, "kafka", "partitions assigned: " + std::to_string(partitions.size()));
@@ -216,14 +291,8 @@ StatusOr<std::unique_ptr<InputSource>> NewKafkaInput(const config::VipsdConfig& 
 
 StatusOr<std::unique_ptr<OutputSink>> NewDaemonOutput(const config::VipsdConfig& config,
                                                       const std::string& bootstrap_servers) {
-  connectors::KafkaProducerOptions options;
-  options.bootstrap_servers = bootstrap_servers;
-  options.client_id = config.kafka.client_id;
-  options.message_timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(config.publish_timeout_seconds * 1000));
-  options.properties = config.kafka.properties;
-  for (const auto& [key, value] : config.kafka.producer_properties) options.properties[key] = value;
-  VIPSD_ASSIGN_OR_RETURN(auto producer, connectors::KafkaProducer::Create(std::move(options)));
+  VIPSD_ASSIGN_OR_RETURN(auto producer, connectors::KafkaProducer::Create(
+                                            ProducerOptions(config, bootstrap_servers)));
   std::optional<connectors::ReleaseFileSink> file_sink;
   const std::string& directory = config.sink_type == config::SinkType::kFile
                                      ? config.sink_directory

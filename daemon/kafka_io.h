@@ -24,6 +24,11 @@
 
 namespace vipsd::daemon {
 
+// The librdkafka client configurations of `config` (consumer and producer:
+// unknown properties, invalid values, properties vipsd manages), built
+// without creating a client or connecting; errors name file:line: key.
+Status CheckKafkaClients(const config::VipsdConfig& config);
+
 StatusOr<std::unique_ptr<InputSource>> NewKafkaInput(const config::VipsdConfig& config,
                                                      const std::string& bootstrap_servers,
                                                      ResumeOffsetFn resume, Metrics* metrics);

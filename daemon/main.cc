@@ -51,11 +51,15 @@ constexpr const char* kUsage =
     "                                 SIGTERM/SIGINT; SIGHUP reloads FILE); with\n"
     "                                 source.type file, the offline run over a JSONL file\n"
     "  vipsd --config FILE --check-config\n"
-    "                                 validate FILE (keys, ranges, vocabulary, metrics\n"
-    "                                 address) and exit: 0 valid, 2 invalid. Every\n"
-    "                                 error is reported (file:line: key: what), with\n"
-    "                                 a suggestion for a misspelt key; legal but\n"
-    "                                 unwise values get a warning\n"
+    "                                 check FILE as a start would, without network or\n"
+    "                                 writes, and exit: 0 valid, 2 invalid. Keys and\n"
+    "                                 ranges (every error, file:line: key: what, with\n"
+    "                                 a suggestion for a misspelt key; warnings for\n"
+    "                                 legal but unwise values), vocabulary, metrics\n"
+    "                                 address, librdkafka properties, the state\n"
+    "                                 directory (writable; its ledger and checkpoint\n"
+    "                                 against FILE), the first step and the residency\n"
+    "                                 window against the epsilon ceiling\n"
     "  vipsd --version | --help\n"
     "\n"
     "Options:\n"
@@ -266,23 +270,16 @@ int main(int argc, char** argv) {
   // Legal but unwise values: said at --check-config and at every start.
   for (const std::string& warning : config->warnings) std::cerr << "vipsd: " << warning << "\n";
   if (check_only) {
-    // Beyond the schema: the vocabulary and the model build, and the metrics
-    // address parses.
-    if (config->noise_mode == config::NoiseMode::kFixedSeed && !options.allow_fixed_seed_noise) {
-      std::cerr << "vipsd: " << config_path << ":" << config->line_of("privacy.noise")
-                << ": privacy.noise: fixed_seed noise is NOT private and also needs the "
-                   "command-line flag --insecure-fixed-seed-noise\n";
-      return 2;
+    // Everything a start checks that needs neither the network nor a
+    // write: model and vocabulary, metrics address, state directory,
+    // ledger and checkpoint against this file, the privacy start-up checks,
+    // and the librdkafka client configurations.
+    Status checked = daemon::CheckStartUp(*config, options);
+    if (checked.ok() && config->source_type == config::SourceType::kKafka) {
+      checked = daemon::CheckKafkaClients(*config);
     }
-    auto bundle = daemon::BuildModel(*config);
-    if (!bundle.ok()) {
-      std::cerr << "vipsd: " << bundle.status().message() << "\n";
-      return 2;
-    }
-    const Status address = daemon::ValidateMetricsListenAddress(config->metrics_listen);
-    if (!address.ok()) {
-      std::cerr << "vipsd: " << config_path << ":" << config->line_of("metrics.listen")
-                << ": metrics.listen: " << address.message() << "\n";
+    if (!checked.ok()) {
+      std::cerr << "vipsd: " << checked.message() << "\n";
       return 2;
     }
     std::cout << "vipsd: " << config_path << " is valid\n";

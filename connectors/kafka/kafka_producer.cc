@@ -69,15 +69,16 @@ class KafkaProducer::Callbacks : public kafka_internal::LogEventCb,
   KafkaProducer* producer_;
 };
 
-StatusOr<std::unique_ptr<KafkaProducer>> KafkaProducer::Create(KafkaProducerOptions options) {
+namespace {
+
+StatusOr<std::unique_ptr<RdKafka::Conf>> BuildProducerConf(const KafkaProducerOptions& options) {
   if (options.bootstrap_servers.empty()) {
     return InvalidArgumentError("kafka producer: bootstrap_servers must not be empty");
   }
   if (options.message_timeout.count() <= 0 || options.message_timeout.count() > INT32_MAX) {
     return InvalidArgumentError("kafka producer: message_timeout must be in [1, 2147483647] ms");
   }
-  std::unique_ptr<KafkaProducer> producer(new KafkaProducer(std::move(options)));
-  const KafkaProducerOptions& o = producer->options_;
+  const KafkaProducerOptions& o = options;
   std::unique_ptr<RdKafka::Conf> conf(RdKafka::Conf::create(RdKafka::Conf::CONF_GLOBAL));
   const kafka_internal::ManagedProperty managed[] = {
       {"bootstrap.servers", o.bootstrap_servers},
@@ -87,6 +88,19 @@ StatusOr<std::unique_ptr<KafkaProducer>> KafkaProducer::Create(KafkaProducerOpti
       {"message.timeout.ms", std::to_string(o.message_timeout.count())},
   };
   VIPSD_RETURN_IF_ERROR(kafka_internal::ApplyProperties(*conf, kWhat, managed, o.properties));
+  return conf;
+}
+
+}  // namespace
+
+Status KafkaProducer::CheckOptions(const KafkaProducerOptions& options) {
+  return BuildProducerConf(options).status();
+}
+
+StatusOr<std::unique_ptr<KafkaProducer>> KafkaProducer::Create(KafkaProducerOptions options) {
+  VIPSD_ASSIGN_OR_RETURN(std::unique_ptr<RdKafka::Conf> conf, BuildProducerConf(options));
+  std::unique_ptr<KafkaProducer> producer(new KafkaProducer(std::move(options)));
+  const KafkaProducerOptions& o = producer->options_;
   std::string errstr;
   Callbacks* callbacks = producer->callbacks_.get();
   if (conf->set("event_cb", static_cast<RdKafka::EventCb*>(callbacks), errstr) !=

@@ -103,6 +103,10 @@ class KafkaProducer {
  public:
   static StatusOr<std::unique_ptr<KafkaProducer>> Create(KafkaProducerOptions options);
 
+  // Everything Create checks before it creates the producer (options and
+  // the librdkafka configuration), without a client or a connection.
+  static Status CheckOptions(const KafkaProducerOptions& options);
+
   KafkaProducer(const KafkaProducer&) = delete;
   KafkaProducer& operator=(const KafkaProducer&) = delete;
   ~KafkaProducer();

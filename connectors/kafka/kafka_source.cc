@@ -99,7 +99,10 @@ class KafkaSource::Callbacks : public kafka_internal::LogEventCb,
   KafkaSource* source_;
 };
 
-StatusOr<std::unique_ptr<KafkaSource>> KafkaSource::Create(KafkaSourceOptions options) {
+namespace {
+
+// The options' own checks, then the librdkafka configuration they build.
+StatusOr<std::unique_ptr<RdKafka::Conf>> BuildSourceConf(const KafkaSourceOptions& options) {
   if (options.bootstrap_servers.empty()) {
     return InvalidArgumentError("kafka source: bootstrap_servers must not be empty");
   }
@@ -126,9 +129,7 @@ StatusOr<std::unique_ptr<KafkaSource>> KafkaSource::Create(KafkaSourceOptions op
   if (options.resume_clamp_timeout.count() < 0) {
     return InvalidArgumentError("kafka source: resume_clamp_timeout must be >= 0");
   }
-
-  std::unique_ptr<KafkaSource> source(new KafkaSource(std::move(options)));
-  const KafkaSourceOptions& o = source->options_;
+  const KafkaSourceOptions& o = options;
   std::unique_ptr<RdKafka::Conf> conf(RdKafka::Conf::create(RdKafka::Conf::CONF_GLOBAL));
   const kafka_internal::ManagedProperty managed[] = {
       {"bootstrap.servers", o.bootstrap_servers},
@@ -139,6 +140,19 @@ StatusOr<std::unique_ptr<KafkaSource>> KafkaSource::Create(KafkaSourceOptions op
       {"enable.partition.eof", "true"},
   };
   VIPSD_RETURN_IF_ERROR(kafka_internal::ApplyProperties(*conf, kWhat, managed, o.properties));
+  return conf;
+}
+
+}  // namespace
+
+Status KafkaSource::CheckOptions(const KafkaSourceOptions& options) {
+  return BuildSourceConf(options).status();
+}
+
+StatusOr<std::unique_ptr<KafkaSource>> KafkaSource::Create(KafkaSourceOptions options) {
+  VIPSD_ASSIGN_OR_RETURN(std::unique_ptr<RdKafka::Conf> conf, BuildSourceConf(options));
+  std::unique_ptr<KafkaSource> source(new KafkaSource(std::move(options)));
+  const KafkaSourceOptions& o = source->options_;
   std::string errstr;
   Callbacks* callbacks = source->callbacks_.get();
   if (conf->set("event_cb", static_cast<RdKafka::EventCb*>(callbacks), errstr) !=

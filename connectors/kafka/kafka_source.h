@@ -180,6 +180,12 @@ class KafkaSource {
   // topics (the group join itself happens during the first Polls).
   static StatusOr<std::unique_ptr<KafkaSource>> Create(KafkaSourceOptions options);
 
+  // Everything Create checks before it creates the consumer — the options
+  // and the librdkafka configuration they build (unknown properties,
+  // invalid values, properties vipsd manages) — without creating a client
+  // or connecting (`vipsd --check-config`).
+  static Status CheckOptions(const KafkaSourceOptions& options);
+
   KafkaSource(const KafkaSource&) = delete;
   KafkaSource& operator=(const KafkaSource&) = delete;
   ~KafkaSource();

@@ -13,6 +13,9 @@ trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 cp -r "$source_dir/config/examples/." "$work/"
+# The service example's /var/lib/vipsd is systemd's StateDirectory; the
+# check looks at the real directory, so point it somewhere this user owns.
+sed -i "s|/var/lib/vipsd|$work/service_state|" "$work"/*.yaml
 for config in "$work"/*.yaml; do
   name=$(basename "$config")
   "$vipsd" --config "$config" --check-config >"$work/check.out" 2>&1 ||
@@ -52,4 +55,34 @@ for model in lda blr sbn; do
   grep -q "steps_this_run=1" "$work/run.out" || { cat "$work/run.out"; fail "$model: not one step"; }
   rm -rf "$work/releases" "$work/state" "$work/dead_letter.jsonl"
 done
-echo "every example passes --check-config and the planner; every offline example runs a step"
+# --check-config refuses what a start refuses, naming file:line: key.
+expect_refused() {  # name, config, expected text
+  if "$vipsd" --config "$2" --check-config >"$work/check.out" 2>&1; then
+    cat "$work/check.out"; fail "$1: --check-config accepted it"
+  fi
+  grep -qF -- "$3" "$work/check.out" || { cat "$work/check.out"; fail "$1: no '$3'"; }
+}
+kafka="$work/lda_kafka.yaml"
+sed 's|compression.type: zstd|compression.type: brotli|' "$kafka" >"$work/bad.yaml"
+expect_refused "invalid librdkafka value" "$work/bad.yaml" \
+  "kafka.producer_properties.compression.type: kafka producer: invalid value"
+sed 's|session.timeout.ms:|sesion.timeout.ms:|' "$kafka" >"$work/bad.yaml"
+expect_refused "unknown librdkafka property" "$work/bad.yaml" \
+  "kafka.consumer_properties.sesion.timeout.ms: kafka source: unknown librdkafka property"
+sed 's|reconnect.backoff.max.ms: "1000"|group.id: "mine"|' "$kafka" >"$work/bad.yaml"
+expect_refused "a managed property" "$work/bad.yaml" "kafka.properties.group.id:"
+touch "$work/plain_file"
+sed "s|directory: $work/service_state|directory: $work/plain_file/state|" "$kafka" >"$work/bad.yaml"
+expect_refused "state directory under a file" "$work/bad.yaml" "state.directory: $work/plain_file is not a directory"
+sed 's|^  epsilon_ceiling: [0-9.]*|  epsilon_ceiling: 0.001|' "$work/lda_offline.yaml" >"$work/bad.yaml"
+expect_refused "first step over the ceiling" "$work/bad.yaml" "privacy.epsilon_ceiling: a single step"
+# A state directory of another model: run the LDA example for a step, then
+# check it with another number of topics.
+# (lda_offline.yaml was pointed at lda_train.jsonl for one step above.)
+config="$work/lda_offline.yaml"
+(cd "$work" && "$vipsd" --config "$config" >"$work/run.out" 2>&1) || { cat "$work/run.out"; fail "lda rerun"; }
+sed 's|^    topics: [0-9]*|    topics: 7|' "$config" >"$work/bad.yaml"
+expect_refused "a ledger of another model" "$work/bad.yaml" "ledger"
+"$vipsd" --config "$config" --check-config >/dev/null 2>&1 || fail "the directory's own config is refused"
+echo "every example passes --check-config and the planner; every offline example runs a step;"
+echo "--check-config refuses bad librdkafka properties, state directories, ceilings and ledgers"
