@@ -829,6 +829,9 @@ Status ParseIo(Section& top, VipsdConfig& config) {
                        : level == "info"    ? LogLevel::kInfo
                        : level == "warning" ? LogLevel::kWarning
                                             : LogLevel::kError;
+    std::string format = "logfmt";
+    VIPSD_RETURN_IF_ERROR(log->String("format", false, {"logfmt", "json"}, &format));
+    config.log_format = format == "json" ? LogFormat::kJson : LogFormat::kLogfmt;
     VIPSD_RETURN_IF_ERROR(log->Finish());
   }
   return Status::Ok();
@@ -1023,6 +1026,12 @@ std::string Show(const T& value) {
   out << value;
   return out.str();
 }
+std::string Show(double value) { return ShortestNumber(value); }
+std::string Show(const std::vector<double>& values) {
+  std::string out = "[";
+  for (double value : values) out += (out.size() > 1 ? ", " : "") + ShortestNumber(value);
+  return out + "]";
+}
 std::string Show(const std::vector<std::string>& values) {
   std::string out = "[";
   for (const auto& value : values) out += (out.size() > 1 ? ", " : "") + value;
@@ -1043,9 +1052,12 @@ class ReloadDiff {
   void Fixed(const std::string& key, const T& old_value, const T& new_value) {
     if (!status_.ok() || old_value == new_value) return;
     const int line = next_.line_of(key);
+    // librdkafka properties may hold credentials: never in a message.
+    const bool secret = key.find("properties") != std::string::npos;
     status_ = InvalidArgumentError(
-        next_.file + ":" + std::to_string(line) + ": " + key +
-        ": cannot change on reload (running: " + Show(old_value) + ", file: " + Show(new_value) +
+        next_.file + ":" + std::to_string(line) + ": " + key + ": cannot change on reload (" +
+        (secret ? std::string("the values are not shown: they may hold credentials")
+                : "running: " + Show(old_value) + ", file: " + Show(new_value)) +
         "); the old configuration keeps running. Changing it needs a restart" +
         (key.rfind("model", 0) == 0 || key == "privacy.accounting" || key == "privacy.schedule"
              ? " with a new state directory"
@@ -1054,23 +1066,28 @@ class ReloadDiff {
 
   template <typename T>
   void Live(const std::string& key, const T& old_value, const T& new_value) {
-    if (old_value != new_value) changed_.push_back(key);
+    if (old_value == new_value) return;
+    changed_.push_back(key);
+    described_.push_back(key + ": " + Show(old_value) + " -> " + Show(new_value));
   }
 
   Status status() const { return status_; }
   std::vector<std::string> changed() const { return changed_; }
+  std::vector<std::string> described() const { return described_; }
 
  private:
   const VipsdConfig& running_;
   const VipsdConfig& next_;
   Status status_ = Status::Ok();
   std::vector<std::string> changed_;
+  std::vector<std::string> described_;
 };
 
 }  // namespace
 
 StatusOr<std::vector<std::string>> ChangedReloadableKeys(const VipsdConfig& a,
-                                                         const VipsdConfig& b) {
+                                                         const VipsdConfig& b,
+                                                         std::vector<std::string>* described) {
   ReloadDiff diff(a, b);
   // Fixed for the life of a state directory or of the process.
   diff.Fixed("model.type", a.model_type, b.model_type);
@@ -1170,7 +1187,11 @@ StatusOr<std::vector<std::string>> ChangedReloadableKeys(const VipsdConfig& a,
   diff.Live("pool.capacity", a.pool_capacity, b.pool_capacity);
   diff.Live("sink.publish_every", a.publish_every, b.publish_every);
   diff.Live("state.checkpoint_every", a.checkpoint_every, b.checkpoint_every);
-  diff.Live("log.level", static_cast<int>(a.log_level), static_cast<int>(b.log_level));
+  diff.Live("log.level", std::string(LogLevelName(a.log_level)),
+            std::string(LogLevelName(b.log_level)));
+  diff.Live("log.format", std::string(a.log_format == LogFormat::kJson ? "json" : "logfmt"),
+            std::string(b.log_format == LogFormat::kJson ? "json" : "logfmt"));
+  if (described != nullptr) *described = diff.described();
   return diff.changed();
 }
 

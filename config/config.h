@@ -123,6 +123,7 @@ struct VipsdConfig {
   // off in private runs, on in non-private ones.
   bool expose_step_timing = false;
   LogLevel log_level = LogLevel::kInfo;
+  LogFormat log_format = LogFormat::kLogfmt;  // log.format: logfmt | json (live)
 
   // Legal but unwise values, "file:line: key: warning: why" (printed at
   // start-up and by --check-config).
@@ -148,11 +149,15 @@ StatusOr<VipsdConfig> LoadConfigFile(const std::string& path);
 // ceiling and its action, warning fractions, τ0, κ, threads, the slot
 // interval and release delay, the window (shorter only — checked by the
 // daemon), max_steps, pool capacity, publish cadence, checkpoint cadence,
-// log level. Anything else (model, vocabulary, accounting mode, δ, noise
-// mode, start time, I/O, Kafka, state, metrics) is refused. Returns the dotted keys that change (empty:
-// nothing to do) or INVALID_ARGUMENT naming the first key that may not
-// change, its line in `next` and both values.
-StatusOr<std::vector<std::string>> ChangedReloadableKeys(const VipsdConfig& running,
-                                                         const VipsdConfig& next);
+// log level and format. Anything else (model, vocabulary, accounting mode,
+// δ, noise mode, start time, I/O, Kafka, state, metrics) is refused.
+// Returns the dotted keys that change (empty: nothing to do) — and, in
+// `described`, one "key: old -> new" per change for the reload log — or
+// INVALID_ARGUMENT naming the first key that may not change, its line in
+// `next` and both values (never the values of librdkafka properties, which
+// may hold credentials).
+StatusOr<std::vector<std::string>> ChangedReloadableKeys(
+    const VipsdConfig& running, const VipsdConfig& next,
+    std::vector<std::string>* described = nullptr);
 
 }  // namespace vipsd::config

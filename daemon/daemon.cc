@@ -1478,6 +1478,10 @@ Status Daemon::PublishModel(int64_t step, double rho, double publish_time) {
   facts.rho = rho;
   facts.epsilon_spent = EpsilonSpent();
   facts.accountant = AccountantName();
+  facts.schedule = ScheduleKindName(state_.schedule);
+  facts.conversion = facts.accountant == "fixed_pld"             ? "pld_pessimistic"
+                     : facts.accountant == "residency_fixed"     ? "pld_or_rdp_improved"
+                                                                 : "rdp_improved";
   facts.noise_is_private = noise_->is_private();
   facts.noise_description = noise_->description();
   facts.noise_multiplier =
@@ -1529,7 +1533,8 @@ void Daemon::Reload() {
   };
   auto next = config::LoadConfigFile(config_.file);
   if (!next.ok()) return fail(next.status());
-  auto changed = config::ChangedReloadableKeys(config_, *next);
+  std::vector<std::string> described;
+  auto changed = config::ChangedReloadableKeys(config_, *next, &described);
   if (!changed.ok()) return fail(changed.status());
   // The vocabulary file itself must not change either.
   if (bundle_.vocabulary != nullptr) {
@@ -1604,12 +1609,13 @@ void Daemon::Reload() {
   }
   state_.windows = std::move(windows);
   pool_.set_max_candidate_steps(paced_ ? next->window_steps : 0);
-  std::string keys;
-  for (const auto& key : *changed) keys += (keys.empty() ? "" : ",") + key;
+  std::string changes;
+  for (const auto& change : described) changes += (changes.empty() ? "" : "; ") + change;
   config_ = std::move(*next);
   SetMinLogLevel(config_.log_level);
+  SetLogFormat(config_.log_format);
   metrics_->RecordReload(ReloadResult::kSuccess, now);
-  Log(LogLevel::kInfo, kComponent, "reload applied: changed=" + keys);
+  Log(LogLevel::kInfo, kComponent, "reload applied: " + changes);
   UpdateBudgetMetrics();
 }
 

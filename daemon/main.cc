@@ -286,6 +286,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   SetMinLogLevel(config->log_level);
+  SetLogFormat(config->log_format);
   if (config->source_type == config::SourceType::kFile) {
     auto summary = daemon::RunOffline(*config, options);
     if (!summary.ok()) {

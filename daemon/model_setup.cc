@@ -122,6 +122,8 @@ release::Release MakeRelease(const ModelBundle& bundle, const config::VipsdConfi
   m.noise_multiplier = facts.noise_multiplier;
   m.sampling_rate = facts.sampling_rate;
   m.accountant = !is_private ? "none" : facts.accountant;
+  m.schedule = !is_private ? "none" : facts.schedule;
+  m.conversion = !is_private ? "none" : facts.conversion;
   for (const auto& block : bundle.model->statistic_layout().blocks()) {
     m.clip_bounds.emplace_back(block.name, is_private ? block.clip_bound : 0.0);
   }

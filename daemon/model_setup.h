@@ -53,6 +53,10 @@ struct ReleaseFacts {
   // fixed_pld | fixed_rdp (fixed schedule, the smaller bound), rdp_filter
   // (adaptive), residency_fixed | residency_rdp_filter (per-record window).
   std::string accountant;
+  std::string schedule;    // fixed | adaptive
+  // pld_pessimistic | rdp_improved | pld_or_rdp_improved (residency, fixed:
+  // each window's ε is the smaller of the two bounds).
+  std::string conversion;
   bool noise_is_private = false;  // the noise source's own claim
   std::string noise_description;
   double noise_multiplier = 0;  // σ of the step (a reload may change it)

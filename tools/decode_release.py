@@ -75,6 +75,8 @@ METADATA_FIELDS = {
     "noise_description": str,
     "created_at_utc": str,
 }
+# Added within schema 1 (older releases lack them); checked when present.
+OPTIONAL_METADATA_FIELDS = {"schedule": str, "conversion": str}
 ARRAY_FIELDS = {"name": str, "shape": list, "dtype": str, "file": str, "bytes": int, "blake2b": str}
 _ARRAY_NAME = re.compile(r"[a-z0-9_]{1,64}\Z")
 _HEX256 = re.compile(r"[0-9a-f]{64}\Z")
@@ -120,6 +122,9 @@ def _parse_manifest(raw, manifest_path):
         if key not in manifest:
             raise ReleaseError("%s: missing field %r" % (manifest_path, key))
         if not _has_type(manifest[key], expected):
+            raise ReleaseError("%s: field %r has the wrong type" % (manifest_path, key))
+    for key, expected in OPTIONAL_METADATA_FIELDS.items():
+        if key in manifest and not _has_type(manifest[key], expected):
             raise ReleaseError("%s: field %r has the wrong type" % (manifest_path, key))
     for key, value in manifest["clip_bounds"].items():
         if not _has_type(value, _NUMBER):

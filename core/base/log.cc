@@ -16,6 +16,26 @@ LogSink& Sink() {
 }
 
 std::atomic<int> min_level{static_cast<int>(LogLevel::kInfo)};
+std::atomic<int> log_format{static_cast<int>(LogFormat::kLogfmt)};
+
+// A JSON string literal: quotes, backslashes and control characters escaped.
+void AppendJsonString(std::string& out, std::string_view text) {
+  out += '"';
+  for (char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (u < 0x20) {
+      char buffer[8];
+      std::snprintf(buffer, sizeof(buffer), "\\u%04x", u);
+      out += buffer;
+    } else {
+      out += c;
+    }
+  }
+  out += '"';
+}
 
 // "2026-11-23T05:22:30.123Z"
 std::string Timestamp() {
@@ -48,13 +68,25 @@ void SetLogSink(LogSink sink) { Sink() = std::move(sink); }
 void SetMinLogLevel(LogLevel level) { min_level.store(static_cast<int>(level)); }
 LogLevel MinLogLevel() { return static_cast<LogLevel>(min_level.load()); }
 
-void Log(LogLevel level, std::string_view component, std::string_view message) {
-  if (static_cast<int>(level) < min_level.load(std::memory_order_relaxed)) return;
-  if (Sink()) {
-    Sink()(level, component, message);
-    return;
+void SetLogFormat(LogFormat format) { log_format.store(static_cast<int>(format)); }
+LogFormat CurrentLogFormat() { return static_cast<LogFormat>(log_format.load()); }
+
+std::string FormatLogLine(LogFormat format, std::string_view timestamp, LogLevel level,
+                          std::string_view component, std::string_view message) {
+  std::string line;
+  if (format == LogFormat::kJson) {
+    line = "{\"ts\":";
+    AppendJsonString(line, timestamp);
+    line += ",\"level\":";
+    AppendJsonString(line, LogLevelName(level));
+    line += ",\"component\":";
+    AppendJsonString(line, component);
+    line += ",\"msg\":";
+    AppendJsonString(line, message);
+    line += "}\n";
+    return line;
   }
-  std::string line = "ts=" + Timestamp() + " level=";
+  line = "ts=" + std::string(timestamp) + " level=";
   line += LogLevelName(level);
   line += " component=";
   line += component;
@@ -64,6 +96,17 @@ void Log(LogLevel level, std::string_view component, std::string_view message) {
     line += (c == '\n') ? ' ' : c;
   }
   line += "\"\n";
+  return line;
+}
+
+void Log(LogLevel level, std::string_view component, std::string_view message) {
+  if (static_cast<int>(level) < min_level.load(std::memory_order_relaxed)) return;
+  if (Sink()) {
+    Sink()(level, component, message);
+    return;
+  }
+  const std::string line =
+      FormatLogLine(CurrentLogFormat(), Timestamp(), level, component, message);
   std::fwrite(line.data(), 1, line.size(), stderr);
 }
 

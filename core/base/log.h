@@ -2,8 +2,11 @@
 //
 // core/ performs no I/O of its own; the few events it must make loud (for
 // example "this noise source is NOT private") go through a process-wide sink
-// that the daemon or a tool installs. The default sink writes one
-// logfmt-style line to stderr so that nothing is lost when no sink is set.
+// that the daemon or a tool installs. The default sink writes one line per
+// event to stderr, in logfmt (default) or JSON (SetLogFormat), with the
+// stable fields ts, level, component and msg:
+//   ts=2026-11-23T05:22:30.123Z level=info component=daemon msg="..."
+//   {"ts":"2026-11-23T05:22:30.123Z","level":"info","component":"daemon","msg":"..."}
 //
 // Privacy: callers must never pass values computed from private records.
 // Thread-safety: SetLogSink is not thread-safe with concurrent Log calls;
@@ -11,6 +14,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 #include <string_view>
 
 namespace vipsd {
@@ -32,5 +36,15 @@ void Log(LogLevel level, std::string_view component, std::string_view message);
 // the daemon's reload.
 void SetMinLogLevel(LogLevel level);
 LogLevel MinLogLevel();
+
+enum class LogFormat { kLogfmt, kJson };
+// The default sink's line format; thread-safe (atomic), changed live by
+// the daemon's reload.
+void SetLogFormat(LogFormat format);
+LogFormat CurrentLogFormat();
+
+// One line of the default sink (ends with '\n'); exposed for tests.
+std::string FormatLogLine(LogFormat format, std::string_view timestamp, LogLevel level,
+                          std::string_view component, std::string_view message);
 
 }  // namespace vipsd

@@ -173,6 +173,8 @@ std::string ManifestJsonUnchecked(const Release& release,
   field("noise_multiplier", JsonNumber(m.noise_multiplier));
   field("sampling_rate", JsonNumber(m.sampling_rate));
   field("accountant", JsonString(m.accountant));
+  field("schedule", JsonString(m.schedule));
+  field("conversion", JsonString(m.conversion));
   std::string bounds = "{";
   for (size_t i = 0; i < m.clip_bounds.size(); ++i) {
     bounds += (i > 0 ? ", " : "") + JsonString(m.clip_bounds[i].first) + ": " +
@@ -236,6 +238,12 @@ Status Validate(const Release& release) {
   if (!AllOf(m.accountant, 64, IsLowerName)) {
     return FieldError("accountant", "1-64 characters of [a-z0-9_] (\"none\" if non-private)");
   }
+  if (m.schedule != "fixed" && m.schedule != "adaptive" && m.schedule != "none") {
+    return FieldError("schedule", "\"fixed\", \"adaptive\" or \"none\" (non-private)");
+  }
+  if (!AllOf(m.conversion, 64, IsLowerName)) {
+    return FieldError("conversion", "1-64 characters of [a-z0-9_] (\"none\" if non-private)");
+  }
   std::set<std::string_view> keys;
   for (const auto& [block, bound] : m.clip_bounds) {
     if (!AllOf(block, 64, IsKeyName) || !keys.insert(block).second) {
@@ -270,6 +278,8 @@ Status Validate(const Release& release) {
     // that can provide it.
     if (!(m.noise_multiplier > 0)) return FieldError("noise_multiplier", "> 0 when is_private");
     if (m.accountant == "none") return FieldError("accountant", "not \"none\" when is_private");
+    if (m.schedule == "none") return FieldError("schedule", "not \"none\" when is_private");
+    if (m.conversion == "none") return FieldError("conversion", "not \"none\" when is_private");
     if (!(m.delta > 0)) return FieldError("delta", "> 0 when is_private");
     if (m.clip_bounds.empty()) return FieldError("clip_bounds", "non-empty when is_private");
     for (const auto& [block, bound] : m.clip_bounds) {

@@ -195,9 +195,34 @@ TEST(ConfigTest, ReloadAppliesLiveKeysAndNamesTheFirstFixedOne) {
 
   auto live = ParseConfig(KafkaWith("  sampling_rate: 0.01", "  sampling_rate: 0.02"), "k.yaml");
   ASSERT_TRUE(live.ok());
-  auto changed = ChangedReloadableKeys(*running, *live);
+  std::vector<std::string> described;
+  auto changed = ChangedReloadableKeys(*running, *live, &described);
   ASSERT_TRUE(changed.ok());
   EXPECT_EQ(*changed, std::vector<std::string>{"privacy.sampling_rate"});
+  // The reload log says old -> new, without float noise.
+  EXPECT_EQ(described, std::vector<std::string>{"privacy.sampling_rate: 0.01 -> 0.02"});
+
+  // librdkafka properties may hold credentials: a refused change names the
+  // key but never shows a value.
+  auto secret = ParseConfig(KafkaWith("    reconnect.backoff.max.ms: \"1000\"",
+                                      "    sasl.password: \"hunter2\""),
+                            "k.yaml");
+  ASSERT_TRUE(secret.ok()) << secret.status().message();
+  auto secret_refused = ChangedReloadableKeys(*running, *secret);
+  ASSERT_FALSE(secret_refused.ok());
+  EXPECT_THAT(secret_refused.status().message(), HasSubstr("kafka.properties: cannot change"));
+  EXPECT_THAT(secret_refused.status().message(), Not(HasSubstr("hunter2")));
+  EXPECT_THAT(secret_refused.status().message(), Not(HasSubstr("1000")));
+
+  // log.format is live and named.
+  auto json = ParseConfig(KafkaWith("  format: logfmt ", "  format: json "), "k.yaml");
+  ASSERT_TRUE(json.ok()) << json.status().message();
+  EXPECT_EQ(json->log_format, LogFormat::kJson);
+  ASSERT_TRUE(ChangedReloadableKeys(*running, *json, &described).ok());
+  EXPECT_EQ(described, std::vector<std::string>{"log.format: logfmt -> json"});
+  auto bad_format = ParseConfig(KafkaWith("  format: logfmt ", "  format: xml "), "k.yaml");
+  ASSERT_FALSE(bad_format.ok());
+  EXPECT_THAT(bad_format.status().message(), HasSubstr("log.format"));
 
   auto window = ParseConfig(KafkaWith("  window_steps: 500 ", "  window_steps: 400 "), "k.yaml");
   ASSERT_TRUE(window.ok()) << window.status().message();

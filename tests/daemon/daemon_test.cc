@@ -612,6 +612,11 @@ void HaltsExactlyBeforeTheCeiling(const std::string& schedule) {
                                                 : "\"accountant\": \"rdp_filter\""),
               std::string::npos)
         << manifest;
+    EXPECT_NE(manifest.find("\"schedule\": \"" + schedule + "\""), std::string::npos) << manifest;
+    EXPECT_NE(manifest.find(schedule == "fixed" ? "\"conversion\": \"pld_pessimistic\""
+                                                : "\"conversion\": \"rdp_improved\""),
+              std::string::npos)
+        << manifest;
     ASSERT_FALSE(h.sink->alerts.empty());
     EXPECT_NE(h.sink->alerts.back().find("\"event\": \"halted\""), std::string::npos);
     EXPECT_NE(h.sink->alerts.front().find("\"event\": \"budget_warning\""), std::string::npos);

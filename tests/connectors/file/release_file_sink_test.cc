@@ -75,6 +75,8 @@ release::Release MakeRelease(const std::string& id) {
   m.noise_multiplier = 0.9;
   m.sampling_rate = 0.02;
   m.accountant = "rdp";
+  m.schedule = "fixed";
+  m.conversion = "rdp_improved";
   m.clip_bounds = {{"topic_word", 50.0}};
   m.dimensions = {{"K", 3}, {"V", 4}, {"N", 500}};
   m.vocabulary_fingerprint = std::string(64, 'a');

@@ -285,6 +285,8 @@ release::Release LargeRelease(const std::string& id) {
   m.noise_multiplier = 1.1;
   m.sampling_rate = 0.01;
   m.accountant = "rdp";
+  m.schedule = "fixed";
+  m.conversion = "rdp_improved";
   m.clip_bounds = {{"topic_word", 50.0}};
   m.dimensions = {{"K", 50}, {"V", 8000}, {"N", 500}};
   m.vocabulary_fingerprint = std::string(64, 'c');

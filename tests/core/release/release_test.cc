@@ -35,6 +35,8 @@ Release ValidRelease() {
   m.noise_multiplier = 1.1;
   m.sampling_rate = 0.01;
   m.accountant = "rdp";
+  m.schedule = "fixed";
+  m.conversion = "rdp_improved";
   m.clip_bounds = {{"topic_word", 50.0}};
   m.dimensions = {{"K", 2}, {"V", 3}, {"N", 500}};
   m.vocabulary_fingerprint = kHexA;
@@ -146,6 +148,9 @@ TEST(ValidateTest, RejectsEveryOutOfRangeFieldNamingIt) {
        "created_at_utc"},
       {"private sigma", [](Release& r) { r.metadata.noise_multiplier = 0; }, "noise_multiplier"},
       {"private none", [](Release& r) { r.metadata.accountant = "none"; }, "accountant"},
+      {"private no schedule", [](Release& r) { r.metadata.schedule = "none"; }, "schedule"},
+      {"private no conversion", [](Release& r) { r.metadata.conversion = "none"; }, "conversion"},
+      {"unknown schedule", [](Release& r) { r.metadata.schedule = "sometimes"; }, "schedule"},
       {"private delta", [](Release& r) { r.metadata.delta = 0; }, "delta"},
       {"private clip", [](Release& r) { r.metadata.clip_bounds = {{"topic_word", 0.0}}; },
        "clip_bounds.topic_word"},
@@ -323,7 +328,8 @@ TEST(Blake2bHexTest, MatchesKnownBlake2b256Vectors) {
 
 const std::set<std::string> kManifestKeys = {
     "format", "schema_version", "release_id", "model_type", "step", "rho", "epsilon_spent",
-    "delta", "noise_multiplier", "sampling_rate", "accountant", "clip_bounds", "dimensions",
+    "delta", "noise_multiplier", "sampling_rate", "accountant", "schedule", "conversion",
+    "clip_bounds", "dimensions",
     "vocabulary_fingerprint", "config_fingerprint", "is_private", "noise_description",
     "created_at_utc", "arrays"};
 
@@ -358,6 +364,8 @@ TEST(ManifestJsonTest, HoldsExactlyTheDocumentedFieldsWithTheirValues) {
   EXPECT_EQ(manifest["noise_multiplier"].get<double>(), m.noise_multiplier);
   EXPECT_EQ(manifest["sampling_rate"].get<double>(), m.sampling_rate);
   EXPECT_EQ(manifest["accountant"], "rdp");
+  EXPECT_EQ(manifest["schedule"], "fixed");
+  EXPECT_EQ(manifest["conversion"], "rdp_improved");
   EXPECT_EQ(manifest["clip_bounds"], nlohmann::json::parse(R"({"topic_word": 50.0})"));
   EXPECT_TRUE(manifest["clip_bounds"]["topic_word"].is_number_float());
   EXPECT_EQ(manifest["dimensions"], nlohmann::json::parse(R"({"K": 2, "V": 3, "N": 500})"));
