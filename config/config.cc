@@ -63,6 +63,67 @@ std::optional<std::string> Closest(const std::string& word,
   return best;
 }
 
+// The value of a secret reference in a librdkafka property, read when the
+// file is loaded so that the YAML itself holds no credential:
+//   {file: PATH}        a file (relative to the configuration file; at most
+//                       64 KiB; one trailing line end is dropped);
+//   {env: NAME}         an environment variable;
+//   {credential: NAME}  systemd's LoadCredential=NAME:… —
+//                       $CREDENTIALS_DIRECTORY/NAME.
+// Errors name the reference, never any content.
+StatusOr<std::string> SecretValue(const std::string& kind, const std::string& reference,
+                                  const std::string& config_file) {
+  std::string path;
+  if (kind == "env") {
+    const char* value = std::getenv(reference.c_str());
+    if (reference.empty() || value == nullptr || *value == '\0') {
+      return InvalidArgumentError("the environment variable " + reference +
+                                  " is not set or empty");
+    }
+    return std::string(value);
+  }
+  if (kind == "credential") {
+    const char* directory = std::getenv("CREDENTIALS_DIRECTORY");
+    if (directory == nullptr || *directory == '\0') {
+      return InvalidArgumentError("credential " + reference +
+                                  ": CREDENTIALS_DIRECTORY is not set (systemd sets it for a "
+                                  "unit with LoadCredential=" + reference + ":PATH)");
+    }
+    if (reference.empty() || reference.find('/') != std::string::npos || reference == "." ||
+        reference == "..") {
+      return InvalidArgumentError("a credential name is a plain file name, got '" + reference +
+                                  "'");
+    }
+    path = std::string(directory) + "/" + reference;
+  } else if (kind == "file") {
+    if (reference.empty()) return InvalidArgumentError("the secret file path is empty");
+    const std::filesystem::path p(reference);
+    path = p.is_absolute()
+               ? reference
+               : (std::filesystem::path(config_file).parent_path() / p).lexically_normal().string();
+  } else {
+    return InvalidArgumentError("unknown secret reference '" + kind +
+                                "' (allowed: file, env, credential)");
+  }
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error)) {
+    return InvalidArgumentError("the secret file " + path + " does not exist or is not a "
+                                "regular file");
+  }
+  constexpr std::uintmax_t kMaxSecretBytes = 64 * 1024;
+  const std::uintmax_t size = std::filesystem::file_size(path, error);
+  if (error || size > kMaxSecretBytes) {
+    return InvalidArgumentError("the secret file " + path + " is larger than 64 KiB");
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::string value((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) return InvalidArgumentError("cannot read the secret file " + path);
+  if (!value.empty() && value.back() == '\n') value.pop_back();
+  if (!value.empty() && value.back() == '\r') value.pop_back();
+  if (value.empty()) return InvalidArgumentError("the secret file " + path + " is empty");
+  return value;
+}
+
 // A mapping node with its path, whose keys are consumed as they are read;
 // whatever is left at the end is an unknown key. Every key read is recorded
 // with its line in `lines`. Errors are recorded in the Diagnostics and
@@ -199,8 +260,9 @@ class Section {
     return Swallow(NumberListImpl(key, ok, allowed, out));
   }
 
-  // A mapping of plain string keys to scalar values.
-  Status StringMap(const std::string& key, std::map<std::string, std::string>* out) {
+  // librdkafka properties: each value a plain string or a secret reference
+  // {file: PATH} | {env: NAME} | {credential: NAME} (SecretValue above).
+  Status PropertyMap(const std::string& key, std::map<std::string, std::string>* out) {
     if (!valid_) return Status::Ok();
     Consume(key);
     if (!Has(key)) return Status::Ok();
@@ -209,12 +271,27 @@ class Section {
     if (!map.valid()) return Status::Ok();
     for (const auto& entry : node_[key]) {
       if (!entry.first.IsScalar()) continue;  // reported by Check
-      if (!entry.second.IsScalar()) {
-        (void)Error(entry.second, Join(key) + "." + entry.first.Scalar(), "must be a plain value");
+      const std::string name = Join(key) + "." + entry.first.Scalar();
+      (*lines_)[name] = entry.first.Mark().line + 1;
+      if (entry.second.IsScalar()) {
+        (*out)[entry.first.Scalar()] = entry.second.Scalar();
         continue;
       }
-      (*out)[entry.first.Scalar()] = entry.second.Scalar();
-      (*lines_)[Join(key) + "." + entry.first.Scalar()] = entry.first.Mark().line + 1;
+      if (!entry.second.IsMap() || entry.second.size() != 1 ||
+          !entry.second.begin()->first.IsScalar() || !entry.second.begin()->second.IsScalar()) {
+        (void)Error(entry.second, name,
+                    "must be a plain value or one of {file: PATH}, {env: NAME}, "
+                    "{credential: NAME}");
+        continue;
+      }
+      const std::string kind = entry.second.begin()->first.Scalar();
+      const std::string reference = entry.second.begin()->second.Scalar();
+      auto value = SecretValue(kind, reference, file_);
+      if (!value.ok()) {
+        (void)Error(entry.second, name, std::string(value.status().message()));
+        continue;
+      }
+      (*out)[entry.first.Scalar()] = std::move(*value);
     }
     return Status::Ok();
   }
@@ -786,9 +863,9 @@ Status ParseIo(Section& top, VipsdConfig& config) {
       VIPSD_RETURN_IF_ERROR(kafka->NotHere("partitions", "only allowed with embedded: true"));
     }
     VIPSD_RETURN_IF_ERROR(kafka->String("client_id", false, {}, &k.client_id));
-    VIPSD_RETURN_IF_ERROR(kafka->StringMap("properties", &k.properties));
-    VIPSD_RETURN_IF_ERROR(kafka->StringMap("consumer_properties", &k.consumer_properties));
-    VIPSD_RETURN_IF_ERROR(kafka->StringMap("producer_properties", &k.producer_properties));
+    VIPSD_RETURN_IF_ERROR(kafka->PropertyMap("properties", &k.properties));
+    VIPSD_RETURN_IF_ERROR(kafka->PropertyMap("consumer_properties", &k.consumer_properties));
+    VIPSD_RETURN_IF_ERROR(kafka->PropertyMap("producer_properties", &k.producer_properties));
     VIPSD_RETURN_IF_ERROR(kafka->Finish());
     VIPSD_RETURN_IF_ERROR(top.Sub("alerts", false, &alerts));
     if (alerts.has_value()) {

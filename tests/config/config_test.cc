@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -184,6 +186,51 @@ TEST(ConfigTest, KafkaErrorsNameTheKey) {
     EXPECT_THAT(config.status().message(), HasSubstr(bad.expected));
     EXPECT_THAT(config.status().message(), HasSubstr("k.yaml:"));
   }
+}
+
+TEST(ConfigTest, KafkaSecretsComeFromAFileAnEnvironmentVariableOrASystemdCredential) {
+  const std::string dir = ::testing::TempDir() + "config_secrets";
+  std::filesystem::create_directories(dir + "/creds");
+  std::ofstream(dir + "/password.txt") << "s3cret-from-file\n";
+  std::ofstream(dir + "/creds/kafka-password") << "s3cret-from-systemd";
+  ::setenv("VIPSD_TEST_KAFKA_USER", "vipsd-user", 1);
+  ::setenv("CREDENTIALS_DIRECTORY", (dir + "/creds").c_str(), 1);
+  const std::string with_secrets = KafkaWith(
+      "    reconnect.backoff.max.ms: \"1000\"",
+      "    sasl.password: {file: password.txt}\n"
+      "    sasl.username: {env: VIPSD_TEST_KAFKA_USER}\n"
+      "    ssl.key.password: {credential: kafka-password}");
+  auto config = ParseConfig(with_secrets, dir + "/k.yaml");
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  EXPECT_EQ(config->kafka.properties.at("sasl.password"), "s3cret-from-file");  // newline dropped
+  EXPECT_EQ(config->kafka.properties.at("sasl.username"), "vipsd-user");
+  EXPECT_EQ(config->kafka.properties.at("ssl.key.password"), "s3cret-from-systemd");
+
+  // Every unusable reference is an error naming the key and the reference,
+  // never any content.
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"    sasl.password: {file: missing.txt}", "missing.txt does not exist"},
+      {"    sasl.password: {env: VIPSD_TEST_UNSET_VARIABLE}", "VIPSD_TEST_UNSET_VARIABLE is not set"},
+      {"    sasl.password: {credential: ../password.txt}", "plain file name"},
+      {"    sasl.password: {vault: x}", "unknown secret reference 'vault'"},
+      {"    sasl.password: [a, b]", "must be a plain value or one of"},
+      {"    sasl.password: {file: creds}", "not a regular file"},
+  };
+  ::unsetenv("VIPSD_TEST_UNSET_VARIABLE");
+  for (const auto& [line, expected] : bad) {
+    auto refused =
+        ParseConfig(KafkaWith("    reconnect.backoff.max.ms: \"1000\"", line), dir + "/k.yaml");
+    ASSERT_FALSE(refused.ok()) << line;
+    EXPECT_THAT(refused.status().message(), HasSubstr("kafka.properties.sasl.password: "))
+        << refused.status().message();
+    EXPECT_THAT(refused.status().message(), HasSubstr(expected)) << refused.status().message();
+    EXPECT_THAT(refused.status().message(), Not(HasSubstr("s3cret")));
+  }
+  ::unsetenv("CREDENTIALS_DIRECTORY");
+  auto no_systemd = ParseConfig(with_secrets, dir + "/k.yaml");
+  ASSERT_FALSE(no_systemd.ok());
+  EXPECT_THAT(no_systemd.status().message(), HasSubstr("CREDENTIALS_DIRECTORY is not set"));
+  EXPECT_THAT(no_systemd.status().message(), Not(HasSubstr("s3cret")));
 }
 
 TEST(ConfigTest, ReloadAppliesLiveKeysAndNamesTheFirstFixedOne) {
