@@ -102,13 +102,53 @@ def _no_duplicate_keys(pairs):
     return result
 
 
+# The same limits as the C++ reader (connectors/file/release_reader.h).
+MAX_MANIFEST_BYTES = 1 << 20
+MAX_MANIFEST_DEPTH = 16
+
+
+def _max_depth(text):
+    """Nesting depth of JSON text (brackets outside strings), without recursion."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for c in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "{[":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "}]":
+            depth -= 1
+    return deepest
+
+
+def _refuse_constant(name):
+    raise ReleaseError("%s is not a JSON number" % name)
+
+
 def _parse_manifest(raw, manifest_path):
     """Parses and checks manifest bytes; manifest_path labels the errors."""
+    if len(raw) > MAX_MANIFEST_BYTES:
+        raise ReleaseError("%s: larger than 1 MiB" % manifest_path)
     try:
-        manifest = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicate_keys)
+        text = raw.decode("utf-8")
+    except ValueError as e:
+        raise ReleaseError("%s: not UTF-8: %s" % (manifest_path, e))
+    if _max_depth(text) > MAX_MANIFEST_DEPTH:
+        raise ReleaseError("%s: nested deeper than %d levels" % (manifest_path, MAX_MANIFEST_DEPTH))
+    try:
+        manifest = json.loads(text, object_pairs_hook=_no_duplicate_keys,
+                              parse_constant=_refuse_constant)
     except ReleaseError as e:
         raise ReleaseError("%s: %s" % (manifest_path, e))
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise ReleaseError("%s: cannot read: %s" % (manifest_path, e))
     if not isinstance(manifest, dict):
         raise ReleaseError("%s: not a JSON object" % manifest_path)
@@ -134,7 +174,88 @@ def _parse_manifest(raw, manifest_path):
             raise ReleaseError("%s: dimensions[%r] is not an integer" % (manifest_path, key))
     if not isinstance(manifest.get("arrays"), list) or not manifest["arrays"]:
         raise ReleaseError("%s: 'arrays' must be a non-empty list" % manifest_path)
+    problem = _metadata_problem(manifest)
+    if problem:
+        raise ReleaseError("%s: release metadata: %s" % (manifest_path, problem))
     return manifest
+
+
+# The writer's rules (core/release/release.cc Validate), applied to what is
+# read; tests/tools/release_readers_agree_test.sh keeps the two in step.
+_RELEASE_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
+_LOWER_NAME = re.compile(r"[a-z0-9_]{1,64}\Z")
+_KEY_NAME = re.compile(r"[A-Za-z0-9_]{1,64}\Z")
+_RFC3339 = re.compile(
+    r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:"
+    r"([0-5][0-9]|60)(\.[0-9]+)?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])\Z")
+_INT64_MAX = (1 << 63) - 1
+
+
+def _finite(x):
+    return x == x and x not in (float("inf"), float("-inf"))
+
+
+def _metadata_problem(m):
+    """The first rule the metadata breaks, or None."""
+    if not _RELEASE_ID_RE.match(m["release_id"]):
+        return "release_id must be 1-128 characters of [A-Za-z0-9_.-] starting with a letter or digit"
+    if m["model_type"] not in ("lda", "blr", "sbn"):
+        return "model_type must be \"lda\", \"blr\" or \"sbn\""
+    if not 0 <= m["step"] <= _INT64_MAX:
+        return "step must be >= 0"
+    if not 0 < m["rho"] <= 1:
+        return "rho must be in (0, 1]"
+    if not (_finite(m["epsilon_spent"]) and m["epsilon_spent"] >= 0):
+        return "epsilon_spent must be finite and >= 0"
+    if not 0 <= m["delta"] < 1:
+        return "delta must be in [0, 1)"
+    if not (_finite(m["noise_multiplier"]) and m["noise_multiplier"] >= 0):
+        return "noise_multiplier must be finite and >= 0"
+    if not 0 < m["sampling_rate"] <= 1:
+        return "sampling_rate must be in (0, 1]"
+    if not _LOWER_NAME.match(m["accountant"]):
+        return "accountant must be 1-64 characters of [a-z0-9_]"
+    # Releases written before these fields existed: "unrecorded".
+    schedule = m.get("schedule", "unrecorded")
+    conversion = m.get("conversion", "unrecorded")
+    if schedule not in ("fixed", "adaptive", "none", "unrecorded"):
+        return "schedule must be \"fixed\", \"adaptive\" or \"none\""
+    if not _LOWER_NAME.match(conversion):
+        return "conversion must be 1-64 characters of [a-z0-9_]"
+    for name, bound in m["clip_bounds"].items():
+        if not _KEY_NAME.match(name):
+            return "clip_bounds must be keyed by names of [A-Za-z0-9_] (1-64)"
+        if not (_finite(bound) and bound >= 0):
+            return "clip_bounds.%s must be finite and >= 0" % name
+    for name, value in m["dimensions"].items():
+        if not _KEY_NAME.match(name):
+            return "dimensions must be keyed by names of [A-Za-z0-9_] (1-64)"
+        if value > _INT64_MAX or value < 0 or (value == 0 and name != "N"):
+            return "dimensions.%s must be %s" % (name, ">= 0" if name == "N" else ">= 1")
+    if m["vocabulary_fingerprint"] and not _HEX256.match(m["vocabulary_fingerprint"]):
+        return "vocabulary_fingerprint must be empty or 64 lowercase hex characters"
+    if not _HEX256.match(m["config_fingerprint"]):
+        return "config_fingerprint must be 64 lowercase hex characters"
+    description = m["noise_description"]
+    if not (1 <= len(description) <= 256 and all(" " <= c <= "~" for c in description)):
+        return "noise_description must be 1-256 printable ASCII characters"
+    if not _RFC3339.match(m["created_at_utc"]):
+        return "created_at_utc must be an RFC 3339 date-time such as 2026-01-31T12:00:00Z"
+    if m["is_private"]:
+        if not m["noise_multiplier"] > 0:
+            return "noise_multiplier must be > 0 when is_private"
+        for key, value in (("accountant", m["accountant"]), ("schedule", schedule),
+                           ("conversion", conversion)):
+            if value == "none":
+                return "%s must not be \"none\" when is_private" % key
+        if not m["delta"] > 0:
+            return "delta must be > 0 when is_private"
+        if not m["clip_bounds"]:
+            return "clip_bounds must be non-empty when is_private"
+        for name, bound in m["clip_bounds"].items():
+            if not bound > 0:
+                return "clip_bounds.%s must be > 0 when is_private" % name
+    return None
 
 
 def _check_entry(manifest_path, index, entry, seen):
@@ -208,8 +329,25 @@ def _verify_arrays(manifest, manifest_path, read_file, label):
             raise ReleaseError("%s: BLAKE2b-256 does not match the manifest" % file_path)
         try:
             # Parse the verified bytes, not the file again.
+            stream = io.BytesIO(data)
+            if np.lib.format.read_magic(stream) != (1, 0):
+                raise ValueError("only .npy version 1.0 is supported")
+            shape, fortran_order, dtype = np.lib.format.read_array_header_1_0(stream)
+            header_end = stream.tell()
+            if fortran_order:
+                raise ValueError("fortran_order is not False")
+            if dtype != np.dtype("<f8"):
+                raise ValueError("dtype %s is not '<f8'" % dtype.str)
+            count = 1
+            for dim in shape:
+                count *= dim
+            if len(data) != header_end + 8 * count:
+                raise ValueError("%d bytes after the header, the shape needs %d"
+                                 % (len(data) - header_end, 8 * count))
             array = np.load(io.BytesIO(data), allow_pickle=False)
-        except (ValueError, OSError, EOFError) as e:
+        except ReleaseError:
+            raise
+        except Exception as e:  # any malformed header: one clear line, never a traceback
             raise ReleaseError("%s: not a valid .npy file: %s" % (file_path, e))
         if array.dtype != np.dtype("<f8"):
             raise ReleaseError("%s: dtype %s is not '<f8'" % (file_path, array.dtype.str))

@@ -220,8 +220,8 @@ Status Validate(const Release& release) {
     return FieldError("release_id",
                       "1-128 characters of [A-Za-z0-9_.-] starting with a letter or digit");
   }
-  if (!AllOf(m.model_type, 64, IsLowerName)) {
-    return FieldError("model_type", "1-64 characters of [a-z0-9_]");
+  if (m.model_type != "lda" && m.model_type != "blr" && m.model_type != "sbn") {
+    return FieldError("model_type", "\"lda\", \"blr\" or \"sbn\"");
   }
   if (m.step < 0) return FieldError("step", ">= 0");
   if (!(m.rho > 0 && m.rho <= 1)) return FieldError("rho", "in (0, 1]");
@@ -238,7 +238,8 @@ Status Validate(const Release& release) {
   if (!AllOf(m.accountant, 64, IsLowerName)) {
     return FieldError("accountant", "1-64 characters of [a-z0-9_] (\"none\" if non-private)");
   }
-  if (m.schedule != "fixed" && m.schedule != "adaptive" && m.schedule != "none") {
+  if (m.schedule != "fixed" && m.schedule != "adaptive" && m.schedule != "none" &&
+      m.schedule != "unrecorded") {
     return FieldError("schedule", "\"fixed\", \"adaptive\" or \"none\" (non-private)");
   }
   if (!AllOf(m.conversion, 64, IsLowerName)) {
@@ -258,7 +259,11 @@ Status Validate(const Release& release) {
     if (!AllOf(name, 64, IsKeyName) || !keys.insert(name).second) {
       return FieldError("dimensions", "keyed by distinct names of [A-Za-z0-9_] (1-64)");
     }
-    if (value < 0) return FieldError("dimensions." + name, ">= 0");
+    // N (LDA word draws per document) is 0 for "actual counts"; every other
+    // dimension is a size.
+    if (value < 0 || (value == 0 && name != "N")) {
+      return FieldError("dimensions." + name, name == "N" ? ">= 0" : ">= 1");
+    }
   }
   if (!m.vocabulary_fingerprint.empty() && !IsHex256(m.vocabulary_fingerprint)) {
     return FieldError("vocabulary_fingerprint", "empty or 64 lowercase hex characters");

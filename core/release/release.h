@@ -84,7 +84,9 @@ struct ReleaseMetadata {
   double noise_multiplier = 0;  // σ, ≥ 0
   double sampling_rate = 0;     // q, in (0, 1]
   std::string accountant;       // e.g. "fixed_pld", "rdp_filter"; "none" if non-private
-  std::string schedule = "none";    // "fixed" | "adaptive"; "none" if non-private
+  // "fixed" | "adaptive"; "none" if non-private; "unrecorded" only as read
+  // from a release written before these two fields existed.
+  std::string schedule = "none";
   std::string conversion = "none";  // "pld_pessimistic" | "rdp_improved" |
                                     // "pld_or_rdp_improved"; "none" if non-private
   std::vector<std::pair<std::string, double>> clip_bounds;  // block → C_b ≥ 0

@@ -104,6 +104,22 @@ TEST(OfflineRunTest, RunsStepsWritesLedgerAndDecodableReleases) {
     EXPECT_NE(eval_out.find("\"per_word_perplexity_bound\":"), std::string::npos);
     EXPECT_NE(eval_out.find("\"documents\":200"), std::string::npos) << eval_out;
     EXPECT_NE(eval_out.find("\"top_words\":[["), std::string::npos);
+    // train.jsonl holds two malformed lines (the dead-letter cases above).
+    EXPECT_NE(eval_out.find("\"rejected_records\":2"), std::string::npos) << eval_out;
+    // A malformed held-out line is reported (line number, reason) and
+    // counted, not silently skipped.
+    std::ofstream(dir + "/test_bad.jsonl") << Slurp(dir + "/train.jsonl") << "not json\n";
+    FILE* with_bad = popen((std::string(VIPSD_EVAL_BINARY) + " " + dir + "/releases/step-10 --test " +
+                            dir + "/test_bad.jsonl --vocab " + dir + "/vocab.txt --alpha 0.5 2>&1")
+                               .c_str(),
+                           "r");
+    ASSERT_NE(with_bad, nullptr);
+    std::string bad_out;
+    while ((n = fread(buffer, 1, sizeof(buffer), with_bad)) > 0) bad_out.append(buffer, n);
+    ASSERT_EQ(pclose(with_bad), 0) << bad_out;
+    EXPECT_NE(bad_out.find("skipped line 204: invalid_json"), std::string::npos) << bad_out;
+    EXPECT_NE(bad_out.find("\"rejected_records\":3"), std::string::npos) << bad_out;
+    EXPECT_NE(bad_out.find("\"documents\":200"), std::string::npos) << bad_out;
     // A wrong --alpha is a usage error (exit 2).
     FILE* bad = popen((std::string(VIPSD_EVAL_BINARY) + " " + dir +
                        "/releases/step-10 --test x --vocab " + dir + "/vocab.txt --alpha -1 2>/dev/null")

@@ -1,6 +1,7 @@
 #include "tools/eval/eval_common.h"
 
 #include "connectors/file/file_util.h"
+#include "connectors/file/release_reader.h"
 
 namespace vipsd::tools {
 
@@ -28,6 +29,9 @@ std::optional<int> RunForModelType(const std::string& release_dir, const std::st
       manifest["model_type"] != model_type) {
     return std::nullopt;
   }
+  // The whole release, by the one C++ reader's rules, before any field is used.
+  auto release = connectors::ReadReleaseDirectory(release_dir);
+  if (!release.ok()) return FailEval(err, release.status());
   try {
     return run(manifest);
   } catch (const nlohmann::json::exception&) {

@@ -23,6 +23,7 @@
 
 #include "connectors/file/file_util.h"
 #include "connectors/file/jsonl_source.h"
+#include "connectors/file/release_reader.h"
 #include "core/models/lda.h"
 #include "core/models/lda_eval.h"
 #include "core/release/release.h"
@@ -41,15 +42,25 @@ int Usage(const std::string& message) {
   return 2;
 }
 
-StatusOr<std::vector<std::vector<int32_t>>> ReadDocuments(const std::string& path,
-                                                          const text::Vocabulary& vocabulary) {
+struct Documents {
+  std::vector<std::vector<int32_t>> word_ids;
+  int64_t rejected = 0;  // malformed lines, each also reported on stderr
+};
+
+// The documents of a JSONL file; a malformed line is counted and reported
+// (its line number and reason, never its content), as BLR and SBN do.
+StatusOr<Documents> ReadDocuments(const std::string& path, const text::Vocabulary& vocabulary) {
   VIPSD_ASSIGN_OR_RETURN(auto source, connectors::JsonlDocumentSource::Open(path, vocabulary));
-  std::vector<std::vector<int32_t>> documents;
+  Documents documents;
   for (;;) {
     VIPSD_ASSIGN_OR_RETURN(auto line, source.Next());
     if (!line.has_value()) break;
     if (auto* document = std::get_if<text::Document>(&*line)) {
-      documents.push_back(std::move(document->word_ids));
+      documents.word_ids.push_back(std::move(document->word_ids));
+    } else {
+      const auto& rejection = std::get<connectors::Rejection>(*line);
+      ++documents.rejected;
+      std::cerr << "vipsd-eval: " << path << ": skipped " << rejection.reason << "\n";
     }
   }
   return documents;
@@ -121,13 +132,15 @@ int main(int argc, char** argv) {
     if (!(eta > 0)) return Usage("--eta must be a number > 0");
     auto train = ReadDocuments(flags["--train"], *vocabulary);
     if (!train.ok()) return Fail(train.status());
-    auto unigram = models::UnigramBaseline(*train, *test, vocabulary->size(), eta);
+    auto unigram = models::UnigramBaseline(train->word_ids, test->word_ids,
+                                           vocabulary->size(), eta);
     if (!unigram.ok()) return Fail(unigram.status());
     out = {{"baseline", "unigram"},
            {"doc_completion_perplexity", unigram->completion_perplexity},
            {"all_tokens_perplexity", unigram->all_tokens_perplexity},
            {"heldout_tokens", unigram->heldout_tokens},
-           {"tokens", unigram->tokens}};
+           {"tokens", unigram->tokens},
+           {"rejected_records", test->rejected + train->rejected}};
     std::cout << out.dump() << "\n";
     return 0;
   }
@@ -140,28 +153,29 @@ int main(int argc, char** argv) {
     return Usage("--alpha must be a number > 0");
   }
   if (!(alpha > 0)) return Usage("--alpha must be a number > 0");
-  auto manifest_text = connectors::ReadWholeFile(release_dir + "/manifest.json");
-  if (!manifest_text.ok()) return Fail(manifest_text.status());
-  nlohmann::json manifest;
-  try {
-    manifest = nlohmann::json::parse(*manifest_text);
-  } catch (const nlohmann::json::exception&) {
-    return Fail(InvalidArgumentError(release_dir + "/manifest.json is not valid JSON"));
+  // The whole release, by the one C++ reader's rules (docs/release_format.md).
+  auto release = connectors::ReadReleaseDirectory(release_dir);
+  if (!release.ok()) return Fail(release.status());
+  const release::ReleaseMetadata& manifest = release->metadata;
+  if (manifest.model_type != "lda") {
+    return Fail(InvalidArgumentError(release_dir + " holds a " + manifest.model_type +
+                                     " release, not an LDA one"));
   }
-  if (manifest.value("vocabulary_fingerprint", "") != vocabulary->Fingerprint()) {
+  if (manifest.vocabulary_fingerprint != vocabulary->Fingerprint()) {
     return Fail(InvalidArgumentError("the release was made with a different vocabulary"));
   }
-  auto npy = connectors::ReadWholeFile(release_dir + "/lambda.npy");
-  if (!npy.ok()) return Fail(npy.status());
-  auto array = release::DecodeNpy(*npy, "lambda");
-  if (!array.ok()) return Fail(array.status());
+  const release::ReleaseArray* array = nullptr;
+  for (const release::ReleaseArray& candidate : release->arrays) {
+    if (candidate.name == "lambda") array = &candidate;
+  }
+  if (array == nullptr) return Fail(InvalidArgumentError(release_dir + " has no lambda array"));
   if (array->shape.size() != 2 || array->shape[1] != vocabulary->size()) {
     return Fail(InvalidArgumentError("lambda is not K x V for this vocabulary"));
   }
   const Eigen::MatrixXd lambda = Eigen::Map<
-      Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
+      const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
       array->data.data(), array->shape[0], array->shape[1]);
-  auto completion = models::DocumentCompletion(lambda, alpha, *test);
+  auto completion = models::DocumentCompletion(lambda, alpha, test->word_ids);
   if (!completion.ok()) return Fail(completion.status());
   models::LdaConfig config;
   config.num_topics = lambda.rows();
@@ -172,18 +186,19 @@ int main(int argc, char** argv) {
   auto model = models::LdaModel::Create(config);
   if (!model.ok()) return Fail(model.status());
   if (Status s = (*model)->SetLambda(lambda); !s.ok()) return Fail(s);
-  auto bound = models::PerWordPerplexityBound(**model, *test);
+  auto bound = models::PerWordPerplexityBound(**model, test->word_ids);
   if (!bound.ok()) return Fail(bound.status());
-  out = {{"release_id", manifest.value("release_id", "")},
-         {"step", manifest.value("step", 0)},
-         {"epsilon_spent", manifest.value("epsilon_spent", 0.0)},
+  out = {{"release_id", manifest.release_id},
+         {"step", manifest.step},
+         {"epsilon_spent", manifest.epsilon_spent},
          {"doc_completion_perplexity", completion->perplexity},
          {"per_word_perplexity_bound", bound->perplexity},
          {"documents", completion->documents},
          {"observed_tokens", completion->observed_tokens},
          {"heldout_tokens", completion->heldout_tokens},
          {"bound_documents", bound->documents},
-         {"bound_tokens", bound->tokens}};
+         {"bound_tokens", bound->tokens},
+         {"rejected_records", test->rejected}};
   if (top_words) {
     nlohmann::json topics = nlohmann::json::array();
     for (Eigen::Index k = 0; k < lambda.rows(); ++k) {

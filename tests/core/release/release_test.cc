@@ -125,6 +125,8 @@ TEST(ValidateTest, RejectsEveryOutOfRangeFieldNamingIt) {
       {"clip negative",
        [](Release& r) { r.metadata.clip_bounds = {{"topic_word", -1.0}}; }, "clip_bounds.topic_word"},
       {"dim negative", [](Release& r) { r.metadata.dimensions = {{"K", -2}}; }, "dimensions.K"},
+      {"dim zero", [](Release& r) { r.metadata.dimensions = {{"K", 0}}; }, "dimensions.K"},
+      {"unknown model", [](Release& r) { r.metadata.model_type = "cnn"; }, "model_type"},
       {"dim dup", [](Release& r) { r.metadata.dimensions = {{"K", 2}, {"K", 3}}; }, "dimensions"},
       {"vocab short", [](Release& r) { r.metadata.vocabulary_fingerprint = "abc"; },
        "vocabulary_fingerprint"},
