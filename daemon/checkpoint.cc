@@ -66,8 +66,9 @@ StatusOr<std::string> CheckpointStore::Encode(const Checkpoint& checkpoint) {
     return InvalidArgumentError("checkpoint run id must be 32 lowercase hex characters");
   }
   if (!IsName(checkpoint.model_type)) return InvalidArgumentError("bad checkpoint model type");
-  if (checkpoint.model_fingerprint.size() != 64) {
-    return InvalidArgumentError("checkpoint fingerprint must be 64 hex characters");
+  if (checkpoint.model_fingerprint.size() != 64 ||
+      checkpoint.model_fingerprint.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    return InvalidArgumentError("checkpoint fingerprint must be 64 lowercase hex characters");
   }
   if (checkpoint.arrays.empty() || checkpoint.arrays.size() > kMaxArrays) {
     return InvalidArgumentError("a checkpoint holds 1 to 64 arrays");
@@ -135,8 +136,13 @@ StatusOr<Checkpoint> CheckpointStore::Decode(const std::string& bytes, const std
       checkpoint.step > kMaxStep) {
     return bad("bad step line");
   }
-  if (!(header >> word >> checkpoint.model_type) || word != "model") return bad("bad model line");
-  if (!(header >> word >> checkpoint.model_fingerprint) || word != "fingerprint") {
+  if (!(header >> word >> checkpoint.model_type) || word != "model" ||
+      !IsName(checkpoint.model_type)) {
+    return bad("bad model line");
+  }
+  if (!(header >> word >> checkpoint.model_fingerprint) || word != "fingerprint" ||
+      checkpoint.model_fingerprint.size() != 64 ||
+      checkpoint.model_fingerprint.find_first_not_of("0123456789abcdef") != std::string::npos) {
     return bad("bad fingerprint line");
   }
   if (!(header >> word >> num_arrays) || word != "arrays" || num_arrays == 0 ||
@@ -156,11 +162,20 @@ StatusOr<Checkpoint> CheckpointStore::Decode(const std::string& bytes, const std
       int64_t dim = -1;
       if (!(header >> dim) || dim < 0 || dim > (int64_t{1} << 32)) return bad("bad array shape");
       array.shape.push_back(dim);
-      count *= static_cast<size_t>(dim);
+      // Found by fuzz/fuzz_state: eight dimensions of 2^32 wrapped the
+      // product to a small count that passed the size check below.
+      if (__builtin_mul_overflow(count, static_cast<size_t>(dim), &count)) {
+        return bad("array " + array.name + " is too large");
+      }
     }
     if (count > (body.size() - offset) / 8) return bad("array " + array.name + " is truncated");
     array.data.resize(count);
-    for (size_t k = 0; k < count; ++k) array.data[k] = ReadDouble(body.data() + offset + 8 * k);
+    for (size_t k = 0; k < count; ++k) {
+      array.data[k] = ReadDouble(body.data() + offset + 8 * k);
+      if (!std::isfinite(array.data[k])) {
+        return bad("array " + array.name + " holds a non-finite value");
+      }
+    }
     offset += 8 * count;
     checkpoint.arrays.push_back(std::move(array));
   }

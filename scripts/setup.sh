@@ -20,6 +20,8 @@ PACKAGES=(
   systemd
   # reference release decoder
   python3 python3-numpy
+  # libFuzzer targets (scripts/fuzz.sh): clang with its sanitizer runtimes
+  clang libclang-rt-14-dev
 )
 
 missing=()

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The one command that runs the whole vipsd test suite:
-#   installs missing packages, builds, runs every test with ctest.
+#   installs missing packages, builds, runs every test with ctest, then
+#   builds the libFuzzer targets (clang, ASan + UBSan) and runs each for
+#   VIPSD_FUZZ_SECONDS (default 30; 0 skips) on its seed and regression
+#   corpus (scripts/fuzz.sh, fuzz/README.md).
 # VIPSD_SANITIZE=address scripts/test.sh runs the same suite under ASan+UBSan,
 # VIPSD_SANITIZE=thread under ThreadSanitizer.
 set -euo pipefail
@@ -16,5 +19,8 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 if [[ "$san" == thread ]]; then
   export TSAN_OPTIONS=${TSAN_OPTIONS:-suppressions=$PWD/scripts/tsan.supp halt_on_error=1}
 fi
-cd "$dir"
-ctest --output-on-failure -j"$(nproc)"
+(cd "$dir" && ctest --output-on-failure -j"$(nproc)")
+fuzz_seconds=${VIPSD_FUZZ_SECONDS:-30}
+if [[ -z "$san" && "$fuzz_seconds" != 0 ]]; then
+  scripts/fuzz.sh "$fuzz_seconds"
+fi

@@ -2,9 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <utility>
+#include <vector>
+
+#include "core/release/release.h"
 
 namespace vipsd::daemon {
 namespace {
@@ -74,6 +79,46 @@ TEST(CheckpointTest, EveryCorruptionIsDataLoss) {
     ASSERT_FALSE(decoded.ok()) << "truncated to " << length;
     EXPECT_NE(decoded.status().message().find("refusing to start from a fresh model"),
               std::string::npos);
+  }
+}
+
+// Behind a valid checksum (so that the parser is reached): what the encoder
+// refuses, the decoder refuses too. Found by fuzz/fuzz_state.
+TEST(CheckpointTest, ResignedCheckpointsWithBadContentAreRefused) {
+  auto bytes = CheckpointStore::Encode(Sample());
+  ASSERT_TRUE(bytes.ok());
+  const std::string body = bytes->substr(0, bytes->rfind("\nblake2b "));
+  auto resign = [](const std::string& b) {
+    return b + "\nblake2b " + release::Blake2bHex(b) + "\n";
+  };
+  ASSERT_TRUE(CheckpointStore::Decode(resign(body), "checkpoint").ok());
+  // A NaN in the data section (the first double of lambda).
+  std::string nan = body;
+  const size_t data = nan.find("\ndata\n") + 6;
+  const double not_a_number = std::numeric_limits<double>::quiet_NaN();
+  std::memcpy(nan.data() + data, &not_a_number, sizeof(double));
+  auto refused = CheckpointStore::Decode(resign(nan), "checkpoint");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("non-finite"), std::string::npos);
+  // Eight dimensions of 2^32: the element count wraps to 0, and with the
+  // array's one double removed the rest of the file is consistent — only the
+  // overflow check refuses it.
+  std::string huge = body;
+  const std::string shape = "array extra 1 1";
+  huge.replace(huge.find(shape), shape.size(),
+               "array extra 8 4294967296 4294967296 4294967296 4294967296 4294967296 "
+               "4294967296 4294967296 4294967296");
+  huge.erase(huge.find("\ndata\n") + 6 + 6 * sizeof(double), sizeof(double));
+  refused = CheckpointStore::Decode(resign(huge), "checkpoint");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("too large"), std::string::npos)
+      << refused.status().message();
+  // A model type or fingerprint the encoder would never write.
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"model lda", "model LDA!"}, {std::string(64, 'a'), std::string(64, 'Z')}}) {
+    std::string changed = body;
+    changed.replace(changed.find(from), from.size(), to);
+    EXPECT_FALSE(CheckpointStore::Decode(resign(changed), "checkpoint").ok()) << to;
   }
 }
 
