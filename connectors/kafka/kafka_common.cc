@@ -19,6 +19,20 @@ LogLevel LogLevelFromSyslog(int level) {
   return LogLevel::kDebug;
 }
 
+namespace {
+
+// Properties whose values are credentials: librdkafka's explanation of an
+// invalid value may quote the value, so it is not passed on for these.
+bool IsSecretProperty(const std::string& name) {
+  for (const char* marker : {"password", "secret", "sasl.jaas", "oauthbearer.config", ".pem",
+                             "ssl_key", "ssl.key"}) {
+    if (name.find(marker) != std::string::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 Status SetProperty(RdKafka::Conf& conf, std::string_view what, const std::string& name,
                    const std::string& value) {
   std::string explanation;
@@ -32,7 +46,11 @@ Status SetProperty(RdKafka::Conf& conf, std::string_view what, const std::string
       break;
   }
   return InvalidArgumentError(std::string(what) + ": invalid value for librdkafka property '" +
-                              name + "': " + explanation);
+                              name + "': " +
+                              (IsSecretProperty(name)
+                                   ? std::string("(librdkafka's explanation is not shown: the "
+                                                 "value is a credential)")
+                                   : explanation));
 }
 
 Status ApplyProperties(RdKafka::Conf& conf, std::string_view what,
