@@ -740,7 +740,7 @@ Status ParseSchedule(Section& top, VipsdConfig& config) {
     if (config.max_epochs / config.driver.sampling_rate > 1e12) {
       (void)schedule->ErrorAt(
           "max_epochs", "max_epochs / privacy.sampling_rate is " +
-                            std::to_string(config.max_epochs / config.driver.sampling_rate) +
+                            ShortestNumber(config.max_epochs / config.driver.sampling_rate) +
                             " steps; at most 1e12 steps are allowed (one epoch is 1/q steps)");
     }
     if (config.max_steps == 0 && config.max_epochs == 0 && !config.is_private()) {

@@ -3,7 +3,8 @@
 #   installs missing packages, builds, runs every test with ctest, then
 #   builds the libFuzzer targets (clang, ASan + UBSan) and runs each for
 #   VIPSD_FUZZ_SECONDS (default 30; 0 skips) on its seed and regression
-#   corpus (scripts/fuzz.sh, fuzz/README.md).
+#   corpus (scripts/fuzz.sh, fuzz/README.md), then runs the concurrent
+#   code's tests under ThreadSanitizer (scripts/tsan.sh; VIPSD_TSAN=0 skips).
 # VIPSD_SANITIZE=address scripts/test.sh runs the same suite under ASan+UBSan,
 # VIPSD_SANITIZE=thread under ThreadSanitizer.
 set -euo pipefail
@@ -23,4 +24,7 @@ fi
 fuzz_seconds=${VIPSD_FUZZ_SECONDS:-30}
 if [[ -z "$san" && "$fuzz_seconds" != 0 ]]; then
   scripts/fuzz.sh "$fuzz_seconds"
+fi
+if [[ -z "$san" && "${VIPSD_TSAN:-1}" != 0 ]]; then
+  scripts/tsan.sh
 fi
