@@ -4,7 +4,9 @@
 #   builds the libFuzzer targets (clang, ASan + UBSan) and runs each for
 #   VIPSD_FUZZ_SECONDS (default 30; 0 skips) on its seed and regression
 #   corpus (scripts/fuzz.sh, fuzz/README.md), then runs the concurrent
-#   code's tests under ThreadSanitizer (scripts/tsan.sh; VIPSD_TSAN=0 skips).
+#   code's tests under ThreadSanitizer (scripts/tsan.sh; VIPSD_TSAN=0 skips)
+#   and the whole suite under clang ASan+UBSan (scripts/asan.sh;
+#   VIPSD_ASAN=0 skips).
 # VIPSD_SANITIZE=address scripts/test.sh runs the same suite under ASan+UBSan,
 # VIPSD_SANITIZE=thread under ThreadSanitizer.
 set -euo pipefail
@@ -27,4 +29,7 @@ if [[ -z "$san" && "$fuzz_seconds" != 0 ]]; then
 fi
 if [[ -z "$san" && "${VIPSD_TSAN:-1}" != 0 ]]; then
   scripts/tsan.sh
+fi
+if [[ -z "$san" && "${VIPSD_ASAN:-1}" != 0 ]]; then
+  scripts/asan.sh
 fi
