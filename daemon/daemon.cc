@@ -15,6 +15,7 @@
 #include "core/privacy/secure_noise.h"
 #include "connectors/file/file_util.h"
 #include "core/release/release.h"
+#include "daemon/budget.h"
 
 namespace vipsd::daemon {
 namespace {
@@ -48,7 +49,7 @@ privacy::Adaptivity Adaptive() {
 // Files a fresh start may find in the state directory.
 bool IsHarmlessStateFile(const std::string& name) {
   return name == "lock" || name == "bootstrap" || name == "ledger.tmp" ||
-         name == "checkpoint.tmp";
+         name == "checkpoint.tmp" || name == "status.json.tmp";
 }
 
 std::string Where(const config::VipsdConfig& config, const std::string& key) {
@@ -548,24 +549,16 @@ bool Daemon::SleepUntil(double unix_time) {
 }
 
 std::string Daemon::AccountantName() const {
-  const bool fixed = state_.schedule == ScheduleKind::kFixed;
-  if (state_.mode == AccountingMode::kResidency) {
-    return fixed ? "residency_fixed" : "residency_rdp_filter";
-  }
-  if (!fixed_schedule_.has_value()) return "rdp_filter";
-  auto spent = fixed_schedule_->Epsilon(state_.accountant.steps(), config_.driver.delta);
-  return spent.ok() ? std::string("fixed_") + spent->accountant() : "fixed_rdp";
+  auto spent = LedgerSpent(state_, config_.driver.delta,
+                           fixed_schedule_.has_value() ? &*fixed_schedule_ : nullptr);
+  if (spent.ok()) return spent->accountant;
+  return state_.schedule == ScheduleKind::kFixed ? "fixed_rdp" : "rdp_filter";
 }
 
 double Daemon::EpsilonSpent() const {
   if (!config_.is_private()) return 0;
-  if (state_.mode == AccountingMode::kResidency) return state_.residency->worst_epsilon();
-  if (fixed_schedule_.has_value()) {
-    auto spent = fixed_schedule_->Epsilon(state_.accountant.steps(), config_.driver.delta);
-    return spent.ok() ? spent->epsilon : std::numeric_limits<double>::infinity();
-  }
-  auto spent = state_.accountant.GetEpsilon(config_.driver.delta,
-                                            privacy::RdpConversion::kImproved, Adaptive());
+  auto spent = LedgerSpent(state_, config_.driver.delta,
+                           fixed_schedule_.has_value() ? &*fixed_schedule_ : nullptr);
   return spent.ok() ? spent->epsilon : std::numeric_limits<double>::infinity();
 }
 
@@ -1384,6 +1377,28 @@ void Daemon::EmitAtDeadline(PendingOutput& out) {
   }
   for (const std::string& alert : out.alerts) PublishAlertJson(alert);
   if (!line.empty()) Log(LogLevel::kInfo, kComponent, line);
+  WriteStatusFile();
+}
+
+void Daemon::WriteStatusFile() {
+  const bool is_private = config_.is_private();
+  std::string json = "{\"schema_version\": 1, \"pid\": " + std::to_string(getpid()) +
+                     ", \"config\": " + JsonString(config_.file) +
+                     ", \"private\": " + (is_private ? "true" : "false") +
+                     ", \"delta\": " + JsonNumber(config_.driver.delta) +
+                     ", \"epsilon_ceiling\": " + JsonNumber(config_.driver.epsilon_ceiling) +
+                     ", \"halted\": " + (halted_ ? "true" : "false") +
+                     ", \"ledger_failing\": " + (ledger_failing_ ? "true" : "false") +
+                     ", \"last_slot\": " + std::to_string(state_.windows.last_slot()) +
+                     ", \"last_release_step\": " +
+                     std::to_string(std::max<int64_t>(published_model_step_, 0)) +
+                     ", \"last_release_time\": " + JsonNumber(published_time_) + "}\n";
+  const std::string path = config_.state_directory + "/status.json";
+  const std::string tmp = path + ".tmp";
+  std::error_code error;
+  std::filesystem::remove(tmp, error);
+  if (!connectors::WriteFileDurably(tmp, json, true, 0600).ok()) return;
+  std::filesystem::rename(tmp, path, error);
 }
 
 void Daemon::OnCeiling(double epsilon_refused, PendingOutput* out) {
@@ -1473,32 +1488,42 @@ Status Daemon::CommitLedger(PendingOutput* out) {
 }
 
 Status Daemon::PublishModel(int64_t step, double rho, double publish_time) {
-  ReleaseFacts facts;
-  facts.step = step;
-  facts.rho = rho;
-  facts.epsilon_spent = EpsilonSpent();
-  facts.accountant = AccountantName();
-  facts.schedule = ScheduleKindName(state_.schedule);
-  facts.conversion = facts.accountant == "fixed_pld"             ? "pld_pessimistic"
-                     : facts.accountant == "residency_fixed"     ? "pld_or_rdp_improved"
-                                                                 : "rdp_improved";
-  facts.noise_is_private = noise_->is_private();
-  facts.noise_description = noise_->description();
-  facts.noise_multiplier =
-      last_step_sigma_ >= 0 ? last_step_sigma_ : config_.driver.noise_multiplier;
-  facts.sampling_rate = last_step_q_ >= 0 ? last_step_q_ : config_.driver.sampling_rate;
-  facts.created_at = publish_time;
-  if (facts.rho <= 0) {
-    facts.rho = svi::StepSize(config_.driver.tau0, config_.driver.kappa, std::max<int64_t>(step, 1));
+  if (!unconfirmed_release_.has_value() || unconfirmed_release_->step != step) {
+    unconfirmed_release_.reset();
+    ReleaseFacts facts;
+    facts.step = step;
+    facts.rho = rho;
+    facts.epsilon_spent = EpsilonSpent();
+    facts.accountant = AccountantName();
+    facts.schedule = ScheduleKindName(state_.schedule);
+    {
+      auto spent = LedgerSpent(state_, config_.driver.delta,
+                               fixed_schedule_.has_value() ? &*fixed_schedule_ : nullptr);
+      facts.conversion = spent.ok() ? spent->conversion : "rdp_improved";
+    }
+    facts.noise_is_private = noise_->is_private();
+    facts.noise_description = noise_->description();
+    facts.noise_multiplier =
+        last_step_sigma_ >= 0 ? last_step_sigma_ : config_.driver.noise_multiplier;
+    facts.sampling_rate = last_step_q_ >= 0 ? last_step_q_ : config_.driver.sampling_rate;
+    facts.created_at = publish_time;
+    if (facts.rho <= 0) {
+      facts.rho = svi::StepSize(config_.driver.tau0, config_.driver.kappa, std::max<int64_t>(step, 1));
+    }
+    release::Release out = MakeRelease(bundle_, config_, facts);
+    VIPSD_ASSIGN_OR_RETURN(release::EncodedRelease encoded, release::EncodeRelease(out));
+    unconfirmed_release_ = UnconfirmedRelease{step, publish_time, std::move(out), std::move(encoded)};
   }
-  const release::Release out = MakeRelease(bundle_, config_, facts);
-  VIPSD_ASSIGN_OR_RETURN(release::EncodedRelease encoded, release::EncodeRelease(out));
+  const release::Release& out = unconfirmed_release_->release;
+  const release::EncodedRelease& encoded = unconfirmed_release_->encoded;
+  publish_time = unconfirmed_release_->publish_time;
   size_t bytes = 0;
   for (const auto& file : encoded.files) bytes += file.bytes.size();
   const auto start = std::chrono::steady_clock::now();
   const Status published = sink_->PublishRelease(out, encoded, publish_time);
   if (!published.ok()) {
     metrics_->releases_failed_total().Increment();
+    metrics_->kafka_errors_total(KafkaErrorKind::kProduce).Increment();
     ++release_attempts_failed_;
     release_owed_ = true;
     metrics_->release_pending().Set(1);
@@ -1513,6 +1538,7 @@ Status Daemon::PublishModel(int64_t step, double rho, double publish_time) {
   metrics_->last_release_timestamp_seconds().Set(Now());
   metrics_->release_bytes().Set(static_cast<double>(bytes));
   published_model_step_ = step;
+  published_time_ = publish_time;
   release_owed_ = false;
   release_retry_backoff_ = 1;
   metrics_->release_pending().Set(0);
@@ -1521,6 +1547,7 @@ Status Daemon::PublishModel(int64_t step, double rho, double publish_time) {
     status_.last_published_step = step;
   }
   if (hooks_.after_release) hooks_.after_release(out);
+  unconfirmed_release_.reset();
   return Status::Ok();
 }
 
@@ -1689,6 +1716,7 @@ Status Daemon::Run() {
     // its last model is the final release, at the end of the run.
     const Status published = PublishModel(model_step_, last_rho_, Now());
     if (!published.ok()) Log(LogLevel::kError, kComponent, "final release failed: " + published.ToString());
+    WriteStatusFile();
   }
   if (release_owed_ && !sticky_error_) {
     Log(LogLevel::kWarning, kComponent,

@@ -243,6 +243,10 @@ class Daemon {
   void OnLedgerFailure(const Status& error);
   Status PublishModel(int64_t step, double rho, double publish_time);
   void UpdateBudgetMetrics();
+  // <state directory>/status.json: what `vipsd status` adds to the ledger
+  // (δ, ceiling, the last release); public values only, written at the
+  // slot's public time, replaced by rename.
+  void WriteStatusFile();
   void CheckWarnings(PendingOutput* out);
   std::string AlertJson(const std::string& event, double spent) const;
   void PublishAlertJson(const std::string& json);
@@ -277,6 +281,7 @@ class Daemon {
   svi::RecordPool pool_;
   int64_t model_step_ = 0;           // step whose M-step the model includes
   int64_t published_model_step_ = -1;
+  double published_time_ = 0;  // public time of the last release (unix s)
   double last_rho_ = 0;
   // (q, σ) of the step model_step_ ran with in this process (a later reload
   // must not relabel its release); negative until a step has run.
@@ -286,6 +291,17 @@ class Daemon {
   // processing of released noisy sums, so re-publishing costs no budget) is
   // published again at a later slot's deadline, backing off from 1 s to 60 s.
   bool release_owed_ = false;
+  // A release whose publication failed, kept byte for byte: a retry of the
+  // same step re-sends exactly these bytes (and timestamp), so that a
+  // release id never carries two contents even when the failed attempt's
+  // messages were in fact delivered.
+  struct UnconfirmedRelease {
+    int64_t step = 0;
+    double publish_time = 0;
+    release::Release release;
+    release::EncodedRelease encoded;
+  };
+  std::optional<UnconfirmedRelease> unconfirmed_release_;
   double release_retry_at_ = 0;
   double release_retry_backoff_ = 1;
   int64_t release_attempts_failed_ = 0;

@@ -1,6 +1,7 @@
 // vipsd: differentially private streaming variational Bayes.
 //
 //   vipsd --config FILE [--check-config]
+//   vipsd status --state DIR [--delta D] [--json]
 //
 // source.type: file  → the offline run (daemon/offline_run.h);
 // source.type: kafka → the daemon (daemon/daemon.h), until SIGTERM/SIGINT,
@@ -11,6 +12,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -34,6 +36,7 @@
 #include "daemon/model_setup.h"
 #include "daemon/offline_run.h"
 #include "daemon/sd_notify.h"
+#include "daemon/state_status.h"
 
 #ifndef VIPSD_VERSION
 #define VIPSD_VERSION "unknown"
@@ -60,6 +63,15 @@ constexpr const char* kUsage =
     "                                 directory (writable; its ledger and checkpoint\n"
     "                                 against FILE), the first step and the residency\n"
     "                                 window against the epsilon ceiling\n"
+    "  vipsd status --state DIR [--delta D] [--json]\n"
+    "                                 what a state directory holds, read without the\n"
+    "                                 lock and without writing: mode, schedule, next\n"
+    "                                 step, epsilon spent (the daemon's own computation,\n"
+    "                                 at --delta or the delta the daemon last wrote to\n"
+    "                                 DIR/status.json), ceiling, streams, checkpoint,\n"
+    "                                 last release, whether the daemon runs. Exit 0\n"
+    "                                 when ledger and checkpoint verify, 1 when not,\n"
+    "                                 2 for no ledger or a bad command line\n"
     "  vipsd --version | --help\n"
     "\n"
     "Options:\n"
@@ -231,7 +243,46 @@ int RunDaemon(const config::VipsdConfig& config, const daemon::DaemonOptions& op
 
 }  // namespace
 
+int StatusCommand(int argc, char** argv) {
+  daemon::StateStatusOptions options;
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--json") {
+      options.json = true;
+    } else if (arg == "--state" && i + 1 < argc) {
+      options.directory = argv[++i];
+    } else if (arg == "--delta" && i + 1 < argc) {
+      const std::string text = argv[++i];
+      char* end = nullptr;
+      const double delta = std::strtod(text.c_str(), &end);
+      if (text.empty() || end != text.c_str() + text.size()) {
+        std::cerr << "vipsd status: --delta '" << text << "' is not a number\n";
+        return 2;
+      }
+      options.delta = delta;
+    } else if (arg == "--help" || arg == "-h") {
+      std::cout << kUsage;
+      return 0;
+    } else {
+      std::cerr << "vipsd status: unknown argument '" << arg << "'; see --help\n";
+      return 2;
+    }
+  }
+  if (options.directory.empty()) {
+    std::cerr << "vipsd status: missing --state DIR; see --help\n";
+    return 2;
+  }
+  auto report = daemon::StateStatus(options);
+  if (!report.ok()) {
+    std::cerr << "vipsd status: " << report.status().message() << "\n";
+    return 2;
+  }
+  std::cout << report->text;
+  return report->verified ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "status") return StatusCommand(argc, argv);
   std::string config_path;
   bool check_only = false;
   daemon::DaemonOptions options;

@@ -75,7 +75,7 @@ class KafkaSource::Callbacks : public kafka_internal::LogEventCb,
     if (err == RdKafka::ERR_NO_ERROR || err == RdKafka::ERR__NO_OFFSET) {
       for (const RdKafka::TopicPartition* tp : offsets) {
         if (tp->err() != RdKafka::ERR_NO_ERROR) {
-          source_->CountError(ErrorName(tp->err()),
+          source_->CountError("OFFSET_COMMIT:" + ErrorName(tp->err()),
                               "offset commit failed for " +
                                   Describe({tp->topic(), tp->partition()}) + ": " +
                                   ErrorDescription(tp->err()));
@@ -83,7 +83,8 @@ class KafkaSource::Callbacks : public kafka_internal::LogEventCb,
       }
       return;
     }
-    source_->CountError(ErrorName(err), "offset commit failed: " + ErrorDescription(err));
+    source_->CountError("OFFSET_COMMIT:" + ErrorName(err),
+                        "offset commit failed: " + ErrorDescription(err));
   }
 
  protected:
@@ -280,6 +281,17 @@ void KafkaSource::OnRebalance(RdKafka::KafkaConsumer* consumer, int err_code,
     }
     if (!cooperative) assignment_.clear();
     assignment_.insert(refs.begin(), refs.end());
+    // Re-apply the wanted pause state: librdkafka keeps a partition's pause
+    // flag across unassign/assign, whatever was asked while it was away.
+    {
+      PartitionList pause_list, resume_list;
+      for (const TopicPartitionRef& ref : refs) {
+        (paused_.count(ref) ? pause_list : resume_list)
+            .items.push_back(RdKafka::TopicPartition::create(ref.topic, ref.partition));
+      }
+      if (!pause_list.items.empty()) (void)consumer->pause(pause_list.items);
+      if (!resume_list.items.empty()) (void)consumer->resume(resume_list.items);
+    }
     {
       std::lock_guard<std::mutex> lock(stats_mutex_);
       stats_.partitions_assigned += static_cast<int64_t>(refs.size());
@@ -525,7 +537,12 @@ Status KafkaSource::SetPaused(const std::vector<TopicPartitionRef>& partitions, 
   if (closed_) return FailedPreconditionError("kafka source: pause/resume after Close");
   PartitionList list;
   for (const TopicPartitionRef& ref : partitions) {
-    if (assignment_.count(ref) == 0) continue;  // not ours (any more)
+    if (pause) {
+      paused_.insert(ref);
+    } else {
+      paused_.erase(ref);
+    }
+    if (assignment_.count(ref) == 0) continue;  // applied when it is assigned
     list.items.push_back(RdKafka::TopicPartition::create(ref.topic, ref.partition));
   }
   if (list.items.empty()) return Status::Ok();

@@ -164,7 +164,9 @@ struct SourceMessage {
 struct KafkaSourceStats {
   std::map<std::string, int64_t> messages_by_topic;  // returned by Poll, incl. oversize
   int64_t oversize_messages = 0;
-  // Transient errors by librdkafka error name, e.g. {"_TRANSPORT": 3}.
+  // Transient errors by librdkafka error name, e.g. {"_TRANSPORT": 3};
+  // failed offset commits (the commit callback's errors) as
+  // "OFFSET_COMMIT:<name>", e.g. "OFFSET_COMMIT:_WAIT_COORD".
   std::map<std::string, int64_t> errors_by_kind;
   int64_t rebalances = 0;            // rebalance callbacks of any kind
   int64_t partitions_assigned = 0;   // cumulative, over all assign events
@@ -210,8 +212,13 @@ class KafkaSource {
 
   // Stops / restarts fetching these partitions (librdkafka pause/resume;
   // prefetched messages of a paused partition are discarded and fetched
-  // again after Resume). Partitions not assigned to this consumer are
-  // ignored. Ingest thread.
+  // again after Resume). The wanted state is kept per partition, also for
+  // partitions not assigned at the moment, and applied again at every
+  // assignment: librdkafka keeps a partition's pause flag across a lost
+  // and regained assignment, so a Resume that came while the partition was
+  // away would otherwise leave it paused for ever (found by the
+  // broker-fault harness: all brokers down past the session timeout).
+  // Ingest thread.
   Status Pause(const std::vector<TopicPartitionRef>& partitions) { return SetPaused(partitions, true); }
   Status Resume(const std::vector<TopicPartitionRef>& partitions) {
     return SetPaused(partitions, false);
@@ -256,6 +263,7 @@ class KafkaSource {
   bool closed_ = false;
   Status fatal_;  // sticky
   std::set<TopicPartitionRef> assignment_;
+  std::set<TopicPartitionRef> paused_;  // wanted pause state (Pause/Resume)
   // Offset after the last message returned, per partition (for Lag()).
   std::map<TopicPartitionRef, int64_t> positions_;
   // End offsets reached since the last TakeReachedEnds().

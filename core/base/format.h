@@ -2,6 +2,7 @@
 #define VIPSD_CORE_BASE_FORMAT_H_
 
 #include <string>
+#include <string_view>
 
 namespace vipsd {
 
@@ -10,6 +11,10 @@ namespace vipsd {
 // Infinities print as "Infinity"/"-Infinity" and NaN as "NaN" (callers that
 // write JSON must not pass them).
 std::string ShortestNumber(double value);
+
+// A JSON string literal of `text`: quotes, backslashes and control
+// characters escaped (bytes ≥ 0x80 pass unchanged).
+std::string JsonString(std::string_view text);
 
 }  // namespace vipsd
 

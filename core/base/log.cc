@@ -1,5 +1,7 @@
 #include "core/base/log.h"
 
+#include "core/base/format.h"
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -18,24 +20,7 @@ LogSink& Sink() {
 std::atomic<int> min_level{static_cast<int>(LogLevel::kInfo)};
 std::atomic<int> log_format{static_cast<int>(LogFormat::kLogfmt)};
 
-// A JSON string literal: quotes, backslashes and control characters escaped.
-void AppendJsonString(std::string& out, std::string_view text) {
-  out += '"';
-  for (char c : text) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (u < 0x20) {
-      char buffer[8];
-      std::snprintf(buffer, sizeof(buffer), "\\u%04x", u);
-      out += buffer;
-    } else {
-      out += c;
-    }
-  }
-  out += '"';
-}
+void AppendJsonString(std::string& out, std::string_view text) { out += JsonString(text); }
 
 // "2026-11-23T05:22:30.123Z"
 std::string Timestamp() {

@@ -151,6 +151,14 @@ struct SinkLog {
   std::vector<std::string> alerts;
   int fail_next_dead_letters = 0;
   int fail_next_releases = 0;
+  // Every attempt, failed ones too (a failed publication may have been
+  // delivered after all): release id, all file bytes, publish time.
+  struct Attempt {
+    std::string release_id;
+    std::string bytes;
+    double publish_time;
+  };
+  std::vector<Attempt> attempts;
   std::string ledger_path;
   std::vector<std::string> ledger_violations;
 };
@@ -168,6 +176,9 @@ class FakeSink : public OutputSink {
     if (!ledger.ok() || ledger->next_step <= step) {
       log_->ledger_violations.push_back(release.release_id);
     }
+    std::string content;
+    for (const auto& file : release.files) content += file.name + '\0' + file.bytes;
+    log_->attempts.push_back({release.release_id, std::move(content), publish_time});
     if (log_->fail_next_releases > 0) {
       --log_->fail_next_releases;
       return UnavailableError("release topic unreachable (fake)");
@@ -712,6 +723,31 @@ TEST(DaemonTest, AnUndeliveredReleaseIsRetriedWithoutSpendingBudget) {
   auto state = h.LoadLedger();
   ASSERT_TRUE(state.ok());
   EXPECT_EQ(state->accountant.steps(), 3);  // re-publishing spent nothing
+}
+
+TEST(DaemonTest, ARetriedReleaseIsTheSameBytesAsTheFailedAttempt) {
+  // The failed attempt's messages may have reached the topic anyway (a
+  // delivery timeout is not a refusal): the retry of the same step must
+  // carry exactly the same bytes and timestamp, so that one release id
+  // never has two contents.
+  Harness h("release_retry_same_bytes");
+  for (int i = 0; i < 10; ++i) h.topic->Append(0, Document(i));
+  h.sink->fail_next_releases = 1;
+  Options options;
+  options.max_steps = 1;  // step 1's release fails; the final release retries it
+  auto daemon = h.Make(WriteConfig(h.dir, options));
+  ASSERT_TRUE(daemon.ok());
+  const Status result = (*daemon)->Run();
+  ASSERT_TRUE(result.ok()) << result.ToString();
+  EXPECT_EQ(h.metrics->releases_failed_total().Value(), 1);
+  EXPECT_EQ(h.metrics->kafka_errors_total(KafkaErrorKind::kProduce).Value(), 1);
+  std::lock_guard<std::mutex> lock(h.sink->mutex);
+  ASSERT_EQ(h.sink->attempts.size(), 2u);
+  EXPECT_EQ(h.sink->attempts[0].release_id, "step-1");
+  EXPECT_EQ(h.sink->attempts[1].release_id, "step-1");
+  EXPECT_EQ(h.sink->attempts[0].bytes, h.sink->attempts[1].bytes);
+  EXPECT_EQ(h.sink->attempts[0].publish_time, h.sink->attempts[1].publish_time);
+  ASSERT_EQ(h.sink->releases.size(), 1u);
 }
 
 TEST(DaemonTest, ExitActionStopsRunByItself) {

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The robustness harnesses on their own (tests/harness/): random SIGKILLs,
+# broker faults, memory under overload and with a large model, each against
+# a Kafka cluster in its own process (vipsd-mock-kafka). The test command
+# runs them with 30 kills; the long mode runs more:
+#   scripts/harness.sh [KILLS]        # default 30; e.g. 300 for the long mode
+# VIPSD_HARNESS_SEED fixes the kill schedule (each run prints its seed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+kills=${1:-30}
+scripts/build.sh build >/dev/null
+export VIPSD_HARNESS_KILLS=$kills
+(cd build && ctest --output-on-failure -L harness --timeout $((600 + kills * 20)))

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# `vipsd status` against a state directory the daemon wrote (the LDA offline
+# example, 3 steps): it verifies, and its epsilon is the release manifest's
+# and the planner's (one number everywhere), with delta from status.json or
+# --delta; damaged ledgers and checkpoints exit 1 naming the problem; no
+# ledger or a bad --delta exit 2. Usage: status_command_test.sh VIPSD
+# VIPSD_PRIVACY SOURCE_DIR.
+set -euo pipefail
+vipsd=$1
+planner=$2
+source_dir=$3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+field() {  # file key
+  python3 -c 'import json,sys; v=json.load(open(sys.argv[1]))[sys.argv[2]]; print(repr(v) if isinstance(v,float) else v)' "$1" "$2"
+}
+
+cp "$source_dir/config/examples/lda_offline.yaml" "$work/"
+cp -r "$source_dir/config/examples/demo" "$work/"
+cp "$source_dir/config/examples/"*.txt "$work/" 2>/dev/null || true
+cp "$work/demo/corpus.jsonl" "$work/train.jsonl"
+sed -i -e "s|^  max_steps: [0-9]*|  max_steps: 3|" -e "s|^  max_epochs: [0-9.]*|  max_epochs: 0|" \
+  "$work/lda_offline.yaml"
+(cd "$work" && "$vipsd" --config lda_offline.yaml >"$work/run.out" 2>&1) ||
+  { cat "$work/run.out"; fail "the offline example does not run"; }
+
+"$vipsd" status --state "$work/state" --json >"$work/status.json" ||
+  { cat "$work/status.json"; fail "status of a fresh directory does not verify"; }
+[[ $(field "$work/status.json" ledger_verifies) == True ]] || fail "ledger_verifies"
+[[ $(field "$work/status.json" checkpoint_verifies) == True ]] || fail "checkpoint_verifies"
+[[ $(field "$work/status.json" next_step) == 4 ]] || fail "next_step is not 4"
+[[ $(field "$work/status.json" private_steps) == 3 ]] || fail "private_steps is not 3"
+[[ $(field "$work/status.json" last_release_step) == 3 ]] || fail "last_release_step is not 3"
+status_eps=$(field "$work/status.json" epsilon_spent)
+manifest_eps=$(field "$work/releases/step-3/manifest.json" epsilon_spent)
+[[ "$status_eps" == "$manifest_eps" ]] ||
+  fail "status says epsilon $status_eps, the release manifest $manifest_eps"
+[[ $(field "$work/status.json" accountant) == $(field "$work/releases/step-3/manifest.json" accountant) ]] ||
+  fail "status and manifest name different accountants"
+"$planner" epsilon --sampling-rate 0.01 --noise-multiplier 1.0 --steps 3 --delta 1e-5 --json \
+  >"$work/plan.json"
+[[ "$status_eps" == "$(field "$work/plan.json" epsilon)" ]] ||
+  fail "status says epsilon $status_eps, the planner $(field "$work/plan.json" epsilon)"
+# --delta overrides status.json's; without either, epsilon is unknown.
+"$vipsd" status --state "$work/state" --delta 1e-3 --json >"$work/s2.json"
+python3 -c "import json,sys; a=json.load(open(sys.argv[1])); assert a['epsilon_spent'] < $status_eps and a['delta'] == 1e-3, a" \
+  "$work/s2.json" || fail "--delta 1e-3 did not lower epsilon"
+cp -r "$work/state" "$work/nostatus" && rm "$work/nostatus/status.json"
+"$vipsd" status --state "$work/nostatus" >"$work/s3.txt"
+grep -q "epsilon_spent: *unknown (no delta" "$work/s3.txt" || { cat "$work/s3.txt"; fail "no delta"; }
+grep -q "^mode: *global" "$work/s3.txt" || { cat "$work/s3.txt"; fail "text form"; }
+
+# A flipped byte in the ledger: exit 1, ledger_verifies false, the reason.
+cp -r "$work/state" "$work/flipped"
+python3 - "$work/flipped/ledger" <<'PY'
+import sys
+p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[len(b) // 2] ^= 0x01
+open(p, "wb").write(b)
+PY
+if "$vipsd" status --state "$work/flipped" --json >"$work/s4.json"; then fail "a flipped ledger verified"; fi
+[[ $(field "$work/s4.json" ledger_verifies) == False ]] || fail "flipped: ledger_verifies"
+grep -q "ledger_error" "$work/s4.json" || fail "flipped: no ledger_error"
+# A truncated checkpoint: exit 1, checkpoint_verifies false.
+cp -r "$work/state" "$work/torn"
+truncate -s 100 "$work/torn/checkpoint"
+if "$vipsd" status --state "$work/torn" --json >"$work/s5.json"; then fail "a torn checkpoint verified"; fi
+[[ $(field "$work/s5.json" checkpoint_verifies) == False ]] || fail "torn: checkpoint_verifies"
+# No ledger, a bad --delta, a missing --state: exit 2.
+set +e
+"$vipsd" status --state "$work/demo" >/dev/null 2>&1; [[ $? == 2 ]] || fail "no ledger: not exit 2"
+"$vipsd" status --state "$work/state" --delta 2 >/dev/null 2>&1; [[ $? == 2 ]] || fail "delta 2"
+"$vipsd" status --state "$work/state" --delta x >/dev/null 2>&1; [[ $? == 2 ]] || fail "delta x"
+"$vipsd" status >/dev/null 2>&1; [[ $? == 2 ]] || fail "no --state"
+set -e
+echo "vipsd status: verifies the daemon's directory, epsilon $status_eps equals the manifest's and"
+echo "the planner's; flipped ledgers and torn checkpoints exit 1; no ledger / bad delta exit 2"

@@ -1,0 +1,337 @@
+"""Shared parts of vipsd's robustness harnesses (kill_harness.py,
+broker_fault_harness.py): a mock Kafka cluster in its own process
+(vipsd-mock-kafka), the real vipsd binary as a child process, kcat as the
+independent client, tools/decode_release.py to read the release topic and
+`vipsd status --json` to read the state directory.
+
+Only the Python standard library and the reference decoder's numpy.
+"""
+import hashlib
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(SOURCE_DIR, "tools"))
+import decode_release  # noqa: E402  (tools/decode_release.py)
+
+DELTA = 1e-5
+VOCABULARY = ["apple", "banana", "cherry", "date", "elder", "fig"]
+
+
+class HarnessFailure(AssertionError):
+    pass
+
+
+def check(condition, message):
+    if not condition:
+        raise HarnessFailure(message)
+
+
+def log(message):
+    print("[%8.2f] %s" % (time.monotonic() - _START, message), flush=True)
+
+
+_START = time.monotonic()
+
+
+class MockKafka:
+    """vipsd-mock-kafka as a child process, driven through its stdin."""
+
+    def __init__(self, binary, brokers, topics):
+        args = [binary, "--brokers", str(brokers)]
+        for name, partitions in topics:
+            args += ["--topic", "%s:%d" % (name, partitions)]
+        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True, bufsize=1)
+        first = self.proc.stdout.readline().split()
+        check(len(first) == 2 and first[0] == "bootstrap",
+              "vipsd-mock-kafka did not print its bootstrap list: %r" % first)
+        self.bootstrap = first[1]
+        self.brokers = brokers
+
+    def command(self, line):
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        reply = self.proc.stdout.readline().strip()
+        check(reply.startswith("ok"), "mock kafka: %s -> %s" % (line, reply))
+        return reply[2:].strip()
+
+    def committed(self, group, topic):
+        """{partition: committed offset (-1 none)}; None when the query fails
+        (a broker is down or the coordinator is moving)."""
+        self.proc.stdin.write("committed %s %s\n" % (group, topic))
+        self.proc.stdin.flush()
+        reply = self.proc.stdout.readline().strip()
+        if not reply.startswith("ok"):
+            return None
+        return {int(p): int(o) for p, o in (x.split("=") for x in reply[2:].split())}
+
+    def watermarks(self, topic):
+        out = {}
+        for item in self.command("watermarks " + topic).split():
+            p, lh = item.split("=")
+            low, high = lh.split(":")
+            out[int(p)] = (int(low), int(high))
+        return out
+
+    def close(self):
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write("quit\n")
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=20)
+            except (BrokenPipeError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+
+
+class Vipsd:
+    """One vipsd process; stderr and stdout appended to `log_path`."""
+
+    def __init__(self, binary, config, log_path):
+        self.log_path = log_path
+        self.log_file = open(log_path, "ab")
+        self.proc = subprocess.Popen([binary, "--config", config], stdout=self.log_file,
+                                     stderr=self.log_file)
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def kill(self, sig=signal.SIGKILL):
+        if self.alive():
+            self.proc.send_signal(sig)
+
+    def wait(self, timeout):
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        finally:
+            if self.proc.poll() is not None:
+                self.log_file.close()
+
+    def log_tail(self, lines=40):
+        with open(self.log_path, "rb") as f:
+            return b"\n".join(f.read().splitlines()[-lines:]).decode("utf-8", "replace")
+
+
+def stepped(log_path):
+    """True once the daemon logged a step line in `log_path`."""
+    with open(log_path, "rb") as f:
+        data = f.read()
+    return b'msg="step=' in data or b'"msg": "step=' in data
+
+
+def run(args, **kwargs):
+    return subprocess.run(args, capture_output=True, **kwargs)
+
+
+def produce(bootstrap, topic, records):
+    """records: list of (key, value str); one kcat call. Returns True on success."""
+    data = "".join("%s\t%s\n" % (k, v) for k, v in records).encode()
+    with tempfile.NamedTemporaryFile(delete=False) as f:
+        f.write(data)
+        path = f.name
+    try:
+        result = run(["kcat", "-P", "-b", bootstrap, "-t", topic, "-K", "\t", "-l", path],
+                     timeout=120)
+        return result.returncode == 0
+    finally:
+        os.unlink(path)
+
+
+KCAT_FORMAT = "vipsd-kcat %p %o %K %S\\n%k\\n%h\\n%s\\n"
+
+
+def dump_topic(bootstrap, topic):
+    result = run(["kcat", "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-q",
+                  "-f", KCAT_FORMAT], timeout=120)
+    check(result.returncode == 0, "kcat could not read %s: %s" % (topic, result.stderr[-500:]))
+    return result.stdout
+
+
+def messages(bootstrap, topic):
+    return decode_release.read_kcat_dump(dump_topic(bootstrap, topic))
+
+
+def releases(bootstrap, topic):
+    """Complete, verified releases in topic order: list of (release id, step,
+    sha256 of the manifest and every file)."""
+    errors = []
+    out = []
+    for manifest, arrays, files in decode_release.load_kcat_releases(
+            dump_topic(bootstrap, topic), errors):
+        digest = hashlib.sha256()
+        for name in sorted(files):
+            digest.update(name.encode() + b"\0" + files[name] + b"\0")
+        out.append((manifest["release_id"], manifest["step"], digest.hexdigest(), manifest))
+    check(not errors, "release topic holds damaged releases: %s" % errors[:3])
+    return out
+
+
+def check_releases(found):
+    """Release steps never go back; a release id always carries the same
+    content. Returns {release id: content digest}."""
+    seen = {}
+    last_step = 0
+    for release_id, step, digest, _ in found:
+        if release_id in seen:
+            check(seen[release_id] == digest,
+                  "release %s was published twice with different content" % release_id)
+        seen[release_id] = digest
+        check(step >= last_step, "release steps went back: step %d after step %d" % (step, last_step))
+        last_step = step
+    return seen
+
+
+def status(binary, state_dir):
+    result = run([binary, "status", "--state", state_dir, "--delta", repr(DELTA), "--json"],
+                 timeout=60)
+    check(result.returncode in (0, 1), "vipsd status failed (%d): %s" %
+          (result.returncode, result.stderr.decode(errors="replace")))
+    report = json.loads(result.stdout)
+    check(result.returncode == 0 and report.get("ledger_verifies") and
+          report.get("checkpoint_verifies", True),
+          "state directory does not verify (torn file?): %s" % report)
+    return report
+
+
+def scrape(port):
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    values = {}
+    for line in text.splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        name, _, value = line.rpartition(" ")
+        try:
+            values[name] = float(value)
+        except ValueError:
+            pass
+    return values
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_setup(directory, bootstrap, group, metrics_port=None, publish_timeout=10,
+                interval=0.2, extra_kafka=""):
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "vocab.txt"), "w") as f:
+        f.write("\n".join(VOCABULARY) + "\n")
+    config = os.path.join(directory, "vipsd.yaml")
+    with open(config, "w") as f:
+        f.write("""model:
+  type: lda
+  lda:
+    topics: 2
+    vocabulary: vocab.txt
+    alpha: 0.5
+    eta: 0.1
+    resample_length: 10
+privacy:
+  noise_multiplier: 1.0
+  sampling_rate: 0.2
+  delta: 1.0e-5
+  epsilon_ceiling: 100000
+schedule:
+  tau0: 1
+  kappa: 0.7
+  threads: 1
+  interval_seconds: %s
+source:
+  type: kafka
+  topics: [docs]
+  group_id: %s
+sink:
+  type: kafka
+  topic: releases
+  publish_every: 1
+  publish_timeout_seconds: %s
+dead_letter:
+  topic: dead
+alerts:
+  topic: alerts
+kafka:
+  bootstrap_servers: "%s"
+  properties:
+    reconnect.backoff.max.ms: "1000"
+%s  consumer_properties:
+    session.timeout.ms: "4000"
+    heartbeat.interval.ms: "300"
+state:
+  directory: state
+  checkpoint_every: 1
+metrics:
+  listen: "%s"
+""" % (interval, group, publish_timeout, bootstrap, extra_kafka,
+       "127.0.0.1:%d" % metrics_port if metrics_port else ""))
+    return config
+
+
+def document(i):
+    words = ["apple banana apple cherry", "date elder fig fig", "cherry fig apple date"]
+    return '{"id": %d, "text": "%s"}' % (i, words[i % len(words)])
+
+
+def record_batch(start, count, bad_every=7):
+    """count records with keys r<start..>; every bad_every-th is malformed
+    (key bad<i>) and must end up on the dead-letter topic."""
+    out = []
+    for i in range(start, start + count):
+        if bad_every and i % bad_every == 3:
+            out.append(("bad%d" % i, "not json %d" % i))
+        else:
+            out.append(("r%d" % i, document(i)))
+    return out
+
+
+def _dump_lines(bootstrap, topic, fmt):
+    result = run(["kcat", "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-q",
+                  "-f", fmt], timeout=120)
+    check(result.returncode == 0, "kcat could not read %s: %s" % (topic, result.stderr[-500:]))
+    return result.stdout.decode("utf-8", "replace").splitlines()
+
+
+def dead_letter_offsets(bootstrap):
+    """{(partition, offset)} of every source record on the dead-letter topic
+    (from the vipsd-source-* headers; descriptions may hold ',' so the
+    release decoder's header parser is not used)."""
+    out = set()
+    for line in _dump_lines(bootstrap, "dead", "%h\\n"):
+        partition = re.search(r"(?:^|,)vipsd-source-partition=(\d+)", line)
+        offset = re.search(r"(?:^|,)vipsd-source-offset=(\d+)", line)
+        if partition and offset:
+            out.add((int(partition.group(1)), int(offset.group(1))))
+    return out
+
+
+def bad_record_offsets(bootstrap):
+    """{(partition, offset)} of every malformed record (key bad<i>) on the input topic."""
+    out = set()
+    for line in _dump_lines(bootstrap, "docs", "%p %o %k\\n"):
+        parts = line.split()
+        if len(parts) == 3 and parts[2].startswith("bad"):
+            out.add((int(parts[0]), int(parts[1])))
+    return out
+
+
+def seeded_random():
+    seed = int(os.environ.get("VIPSD_HARNESS_SEED", "0")) or random.SystemRandom().randrange(1, 2**31)
+    log("random seed %d (VIPSD_HARNESS_SEED=%d reproduces the schedule)" % (seed, seed))
+    return random.Random(seed)
