@@ -986,11 +986,17 @@ bool Daemon::WaitForWindow(const std::map<std::string, StreamBounds>& bounds, bo
     }
     if (!logged && std::chrono::steady_clock::now() - wait_start > std::chrono::seconds(5)) {
       logged = true;
+      // Once per wait, with what it waits for (offsets are stream volume).
       std::string names;
-      for (const auto& name : behind) names += (names.empty() ? "" : ",") + name;
+      for (const auto& name : behind) {
+        const int64_t read = std::max(next_unread_[StreamId(name)],
+                                      paced_ ? state_.windows.ResumeOffset(name) : int64_t{0});
+        names += (names.empty() ? "" : ", ") + name + " read to offset " + std::to_string(read) +
+                 " of " + std::to_string(bounds.at(name).end);
+      }
       Log(LogLevel::kInfo, kComponent,
-          "waiting to read partitions up to the slot's cut: " + names +
-              " (not assigned to this process yet, or still being read)");
+          "waiting for input: the next slot needs the records below its cut of " + names +
+              " (partitions not assigned to this process yet, or still being read)");
     }
     wake_.wait_for(lock, std::chrono::milliseconds(200));
   }

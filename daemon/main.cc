@@ -143,8 +143,12 @@ int RunDaemon(const config::VipsdConfig& config, const daemon::DaemonOptions& op
     std::cout << "Embedded Kafka (librdkafka mock cluster) at " << bootstrap
               << "; demo records produced: " << embedded->demo_records() << "\n";
     if (config.sink_type == config::SinkType::kKafka) {
+      // The dump format the reference decoder reads (tools/decode_release.py).
       std::cout << "Read releases while it runs:  kcat -b " << bootstrap << " -t "
-                << config.release_topic << " -C -e -f '%k %h\\n'\n";
+                << config.release_topic
+                << " -C -o beginning -e -q -f 'vipsd-kcat %p %o %K %S\\n%k\\n%h\\n%s\\n'"
+                   " > releases.dump && /usr/bin/python3 tools/decode_release.py --kcat "
+                   "releases.dump\n";
     }
     std::cout << std::flush;
   }

@@ -1,13 +1,19 @@
 #include "daemon/metrics.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include <prometheus/collectable.h>
 #include <prometheus/counter.h>
 #include <prometheus/exposer.h>
 #include <prometheus/family.h>
@@ -103,9 +109,104 @@ bool Exported(std::string_view id, const MetricsOptions& options) {
   return true;
 }
 
+// The standard process_* metrics of Prometheus client libraries, from
+// /proc/self (Linux). A value that cannot be read is left out of the scrape.
+class ProcessCollector final : public prometheus::Collectable {
+ public:
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    std::vector<prometheus::MetricFamily> families;
+    auto add = [&](const char* name, const char* help, prometheus::MetricType type,
+                   double value) {
+      prometheus::MetricFamily family;
+      family.name = name;
+      family.help = help;
+      family.type = type;
+      prometheus::ClientMetric metric;
+      if (type == prometheus::MetricType::Counter) {
+        metric.counter.value = value;
+      } else {
+        metric.gauge.value = value;
+      }
+      family.metric.push_back(std::move(metric));
+      families.push_back(std::move(family));
+    };
+    const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+    const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
+    std::ifstream stat_file("/proc/self/stat");
+    std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+    // Fields after the command name (which may hold spaces) start at field 3.
+    const size_t close = stat.rfind(')');
+    if (close != std::string::npos && ticks > 0) {
+      std::istringstream fields(stat.substr(close + 2));
+      std::vector<std::string> f;
+      for (std::string x; fields >> x;) f.push_back(x);
+      // f[0] is field 3 (state): utime 14, stime 15, starttime 22, vsize 23, rss 24.
+      if (f.size() > 21) {
+        try {
+          add("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.",
+              prometheus::MetricType::Counter,
+              (std::stod(f[11]) + std::stod(f[12])) / ticks);
+          add("process_virtual_memory_bytes", "Virtual memory size in bytes.",
+              prometheus::MetricType::Gauge, std::stod(f[20]));
+          add("process_resident_memory_bytes", "Resident memory size in bytes.",
+              prometheus::MetricType::Gauge, std::stod(f[21]) * page);
+          if (const double boot = BootTime(); boot > 0) {
+            add("process_start_time_seconds",
+                "Start time of the process since unix epoch in seconds.",
+                prometheus::MetricType::Gauge, boot + std::stod(f[19]) / ticks);
+          }
+        } catch (const std::exception&) {
+        }
+      }
+    }
+    if (DIR* dir = opendir("/proc/self/fd")) {
+      double open = 0;
+      while (const dirent* entry = readdir(dir)) {
+        if (entry->d_name[0] != '.') ++open;
+      }
+      closedir(dir);
+      add("process_open_fds", "Number of open file descriptors.", prometheus::MetricType::Gauge,
+          open - 1);  // without the one opendir holds
+    }
+    rlimit limit{};
+    if (getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+      add("process_max_fds", "Maximum number of open file descriptors.",
+          prometheus::MetricType::Gauge, static_cast<double>(limit.rlim_cur));
+    }
+    return families;
+  }
+
+ private:
+  static double BootTime() {
+    std::ifstream in("/proc/stat");
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("btime ", 0) == 0) {
+        try {
+          return std::stod(line.substr(6));
+        } catch (const std::exception&) {
+          return 0;
+        }
+      }
+    }
+    return 0;
+  }
+};
+
 template <typename Enum>
 std::string LabelText(size_t index) {
   return std::string(MetricLabelValues<Enum>::Name(static_cast<Enum>(index)));
+}
+
+// Label values that get a series: every value, except reject reasons that
+// the configured model's input path cannot produce (their handles do nothing).
+template <typename Enum>
+bool LabelApplies(size_t, const MetricsOptions&) {
+  return true;
+}
+template <>
+bool LabelApplies<connectors::RejectReason>(size_t index, const MetricsOptions& options) {
+  return connectors::RejectReasonApplies(static_cast<connectors::RejectReason>(index),
+                                         options.model_type);
 }
 
 }  // namespace
@@ -190,7 +291,8 @@ void HistogramHandle::Observe(double value) const {
 
 Metrics::Metrics()
     : registry_(std::make_shared<prometheus::Registry>(
-          prometheus::Registry::InsertBehavior::Throw)) {}
+          prometheus::Registry::InsertBehavior::Throw)),
+      process_(std::make_shared<ProcessCollector>()) {}
 
 Metrics::~Metrics() = default;
 
@@ -239,6 +341,7 @@ StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const MetricsOptions& options
   {                                                                                           \
     auto& family = prometheus::BuildCounter().Name("vipsd_" #id).Help(help).Register(registry); \
     for (size_t i = 0; i < m.id##_.size(); ++i) {                                             \
+      if (!LabelApplies<Enum>(i, options)) continue;                                          \
       m.id##_[i] = &family.Add({{label, LabelText<Enum>(i)}});                                \
     }                                                                                         \
   }
@@ -277,6 +380,7 @@ StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const MetricsOptions& options
                               e.what());
     }
     metrics->exposer_->RegisterCollectable(metrics->registry_);
+    metrics->exposer_->RegisterCollectable(metrics->process_);
     const std::vector<int> ports = metrics->exposer_->GetListeningPorts();
     if (ports.empty()) {
       return InternalError("metrics endpoint on " + options.listen_address +
@@ -297,7 +401,9 @@ VIPSD_METRICS_TABLE(VIPSD_DEFINE_NOTHING_, VIPSD_DEFINE_NOTHING_, VIPSD_DEFINE_N
                     VIPSD_DEFINE_COUNTER_PER_)
 
 std::string Metrics::SerializeText() const {
-  return prometheus::TextSerializer().Serialize(registry_->Collect());
+  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  for (auto& family : process_->Collect()) families.push_back(std::move(family));
+  return prometheus::TextSerializer().Serialize(families);
 }
 
 void Metrics::SetPrivacyBudget(double epsilon_spent, double epsilon_ceiling,

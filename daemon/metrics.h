@@ -27,8 +27,11 @@
 // `*_timestamp_seconds` gauges for points in time, low-cardinality labels
 // (fixed enums; the only open label is the input topic, bounded by config).
 //
-// The endpoint also serves prometheus-cpp's own exposer_* metrics (bytes
-// transferred, scrapes, request latency), which carry nothing of ours.
+// The endpoint also serves the standard process_* metrics (CPU seconds,
+// resident and virtual memory, open and maximum file descriptors, start
+// time; read from /proc/self at each scrape) and prometheus-cpp's own
+// exposer_* metrics (bytes transferred, scrapes, request latency), which
+// carry nothing of ours; docs/metrics.md lists them.
 //
 // Ownership: Metrics owns the registry and the endpoint; handles and label
 // children it returns stay valid while the Metrics object lives. Destroying
@@ -59,6 +62,7 @@ namespace prometheus {
 class Counter;
 class Exposer;
 class Gauge;
+class Collectable;
 class Histogram;
 class Registry;
 template <typename T>
@@ -394,6 +398,9 @@ class Metrics {
   }
 
   std::shared_ptr<prometheus::Registry> registry_;
+  // process_* metrics (CPU, memory, file descriptors, start time) read from
+  // /proc/self at each scrape.
+  std::shared_ptr<prometheus::Collectable> process_;
   // Declared after registry_ so that it stops serving before the registry goes.
   std::unique_ptr<prometheus::Exposer> exposer_;
   int port_ = 0;

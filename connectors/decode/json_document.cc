@@ -179,4 +179,33 @@ DecodeResult DecodeJsonDocument(std::string_view record, const text::Vocabulary&
   }
 }
 
+bool RejectReasonApplies(RejectReason reason, std::string_view model_type) {
+  switch (reason) {
+    case RejectReason::kInvalidJson:
+    case RejectReason::kNotAnObject:
+    case RejectReason::kLineTooLong:
+    case RejectReason::kInvalidUtf8:
+    case RejectReason::kRecordTooLarge:
+      return true;
+    case RejectReason::kMissingId:
+    case RejectReason::kBadId:
+    case RejectReason::kMissingText:
+    case RejectReason::kBadText:
+    case RejectReason::kBadTokens:
+    case RejectReason::kBothTextAndTokens:
+      return model_type == "lda";
+    case RejectReason::kMissingFeatures:
+    case RejectReason::kBadFeatures:
+    case RejectReason::kWrongDimension:
+      return model_type == "blr" || model_type == "sbn";
+    case RejectReason::kMissingLabel:
+    case RejectReason::kBadLabel:
+    case RejectReason::kNormTooLarge:
+      return model_type == "blr";
+    case RejectReason::kNotBinary:
+      return model_type == "sbn";
+  }
+  return true;
+}
+
 }  // namespace vipsd::connectors

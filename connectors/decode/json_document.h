@@ -73,6 +73,11 @@ std::string_view RejectReasonName(RejectReason reason);
 // "key \"text\" must be a string".
 std::string_view RejectReasonDescription(RejectReason reason);
 
+// Whether the input path of `model_type` ("lda" | "blr" | "sbn") can
+// reject a record for `reason` (its decoder, the JSONL source's line limit,
+// the Kafka source's size limit). Metrics create series only for these.
+bool RejectReasonApplies(RejectReason reason, std::string_view model_type);
+
 struct DecodeFailure {
   RejectReason reason;
 };

@@ -89,8 +89,15 @@ TEST(MetricsTest, EveryTableRowIsExposedWithHelpAndType) {
         << name;
     EXPECT_FALSE(d.help.empty()) << name;
   }
-  // Nothing is exposed that the table does not declare.
-  EXPECT_EQ(ExposedNames(text), declared);
+  // Nothing is exposed that the table does not declare, besides the six
+  // standard process_* metrics (docs/metrics.md).
+  const std::set<std::string> process = {
+      "process_cpu_seconds_total", "process_resident_memory_bytes",
+      "process_virtual_memory_bytes", "process_open_fds", "process_max_fds",
+      "process_start_time_seconds"};
+  std::set<std::string> expected = declared;
+  expected.insert(process.begin(), process.end());
+  EXPECT_EQ(ExposedNames(text), expected);
   EXPECT_GE(declared.size(), 40u);
 }
 
@@ -149,16 +156,52 @@ TEST(MetricsTest, DocsTableListsExactlyTheTableRows) {
   EXPECT_EQ(documented, declared);
 }
 
+TEST(MetricsTest, ProcessMetricsDescribeThisProcess) {
+  auto metrics = MakeMetrics();
+  ASSERT_NE(metrics, nullptr);
+  const std::string text = metrics->SerializeText();
+  const auto rss = SampleValue(text, "process_resident_memory_bytes");
+  const auto cpu = SampleValue(text, "process_cpu_seconds_total");
+  const auto start = SampleValue(text, "process_start_time_seconds");
+  const auto fds = SampleValue(text, "process_open_fds");
+  const auto max_fds = SampleValue(text, "process_max_fds");
+  ASSERT_TRUE(rss && cpu && start && fds && max_fds) << text;
+  // Independent oracles: VmRSS of /proc/self/status, the wall clock, getrlimit.
+  std::ifstream status("/proc/self/status");
+  double vm_rss_kib = 0;
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) vm_rss_kib = std::stod(line.substr(6));
+  }
+  EXPECT_NEAR(*rss, vm_rss_kib * 1024, vm_rss_kib * 1024 * 0.2);
+  EXPECT_GE(*cpu, 0);
+  const double now = std::chrono::duration<double>(
+                         std::chrono::system_clock::now().time_since_epoch()).count();
+  EXPECT_LE(*start, now + 1);
+  EXPECT_GT(*start, now - 3600);
+  EXPECT_GE(*fds, 3);  // stdin, stdout, stderr at least
+  EXPECT_GE(*max_fds, *fds);
+  EXPECT_NE(text.find("# TYPE process_cpu_seconds_total counter"), std::string::npos);
+}
+
 TEST(MetricsTest, LabelledSeriesWithFixedValuesExistAtZero) {
   auto metrics = MakeMetrics();
   ASSERT_NE(metrics, nullptr);
   const std::string text = metrics->SerializeText();
+  // Reject reasons: a series for each reason the configured model (lda)
+  // can produce, none for the others (BLR's, SBN's).
   for (size_t i = 0; i < connectors::kNumRejectReasons; ++i) {
     const auto reason = static_cast<connectors::RejectReason>(i);
     const std::string series = "vipsd_records_rejected_total{reason=\"" +
                                std::string(connectors::RejectReasonName(reason)) + "\"}";
-    EXPECT_EQ(SampleValue(text, series), 0.0) << series;
+    if (connectors::RejectReasonApplies(reason, "lda")) {
+      EXPECT_EQ(SampleValue(text, series), 0.0) << series;
+    } else {
+      EXPECT_EQ(text.find(series), std::string::npos) << series;
+    }
   }
+  EXPECT_NE(text.find("reason=\"bad_text\""), std::string::npos);
+  EXPECT_EQ(text.find("reason=\"norm_too_large\""), std::string::npos);
+  EXPECT_EQ(text.find("reason=\"not_binary\""), std::string::npos);
   for (const char* reason : {"window_overflow", "ceiling", "error", "missed"}) {
     EXPECT_EQ(
         SampleValue(text, std::string("vipsd_slots_skipped_total{reason=\"") + reason + "\"}"),
@@ -378,12 +421,14 @@ TEST(MetricsTest, EndpointServesTheExpositionOnAnEphemeralPort) {
   EXPECT_THAT(response, HasSubstr("200 OK"));
   EXPECT_THAT(response, HasSubstr("\nvipsd_steps_total 7\n"));
   EXPECT_THAT(response, HasSubstr("vipsd_build_info{"));
-  // Besides the table, only prometheus-cpp's own exposer_* metrics are served
-  // (docs/metrics.md lists them).
+  // Besides the table, only prometheus-cpp's own exposer_* metrics and the
+  // standard process_* metrics are served (docs/metrics.md lists them).
   std::set<std::string> declared;
   for (const MetricDescriptor& d : Metrics::Descriptors()) declared.insert(std::string(d.name));
   for (const std::string& name : ExposedNames(response)) {
-    EXPECT_TRUE(declared.count(name) || name.rfind("exposer_", 0) == 0) << name;
+    EXPECT_TRUE(declared.count(name) || name.rfind("exposer_", 0) == 0 ||
+                name.rfind("process_", 0) == 0)
+        << name;
   }
   // Only /metrics is served.
   EXPECT_THAT(HttpGet(metrics->port(), "/"), Not(HasSubstr("200 OK")));
