@@ -1,8 +1,11 @@
 #include "config/config.h"
 
+#include <cassert>
+
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -10,6 +13,8 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -124,6 +129,18 @@ StatusOr<std::string> SecretValue(const std::string& kind, const std::string& re
   return value;
 }
 
+// The schema as the parser sees it: every key an accessor is asked for,
+// with its kind, default, allowed values and whether it is required. Filled
+// only while ReferenceConfig() parses its covering files.
+struct SchemaKey {
+  std::string path;
+  std::string kind;  // "section", "number", "integer", "string", "bool", "list", "map"
+  bool required = false;
+  std::string default_text;  // YAML text of the default ("" for none)
+  std::string allowed;
+};
+thread_local std::vector<SchemaKey>* schema_log = nullptr;
+
 // A mapping node with its path, whose keys are consumed as they are read;
 // whatever is left at the end is an unknown key. Every key read is recorded
 // with its line in `lines`. Errors are recorded in the Diagnostics and
@@ -171,7 +188,27 @@ class Section {
     return valid_ && node_[key].IsDefined() && !node_[key].IsNull();
   }
 
+  // The next key's default depends on other keys or on the state directory
+  // (its allowed text says how): the reference shows no value for it.
+  void NextDefaultIsDerived() { derived_default_ = true; }
+
+  // Records a key of the schema (ReferenceConfig only).
+  void Note(const std::string& key, const std::string& kind, bool required,
+            std::string default_text, std::string allowed) {
+    if (derived_default_) {
+      default_text = "~";
+      derived_default_ = false;
+    }
+    if (schema_log == nullptr) return;
+    const std::string path = Join(key);
+    for (const SchemaKey& known : *schema_log) {
+      if (known.path == path) return;
+    }
+    schema_log->push_back({path, kind, required, std::move(default_text), std::move(allowed)});
+  }
+
   Status Sub(const std::string& key, bool required, std::optional<Section>* out) {
+    Note(key, "section", required, "", "");
     if (!valid_) {
       if (required) out->emplace(Absent(file_, Join(key), lines_, diag_));
       return Status::Ok();
@@ -190,16 +227,22 @@ class Section {
 
   Status Number(const std::string& key, bool required, const std::function<bool(double)>& ok,
                 const std::string& allowed, double* out) {
+    Note(key, "number", required, required ? "" : ShortestNumber(*out), allowed);
     return Swallow(NumberImpl(key, required, ok, allowed, out));
   }
 
   Status Integer(const std::string& key, bool required, int64_t low, int64_t high,
                  int64_t* out) {
+    Note(key, "integer", required, required ? "" : std::to_string(*out), RangeText(low, high));
     return Swallow(BoundedInteger(key, required, low, high, RangeText(low, high), out));
   }
 
   Status String(const std::string& key, bool required, const std::vector<std::string>& choices,
                 std::string* out) {
+    std::string allowed;
+    for (const auto& choice : choices) allowed += (allowed.empty() ? "" : " | ") + choice;
+    Note(key, "string", required, required ? "" : *out,
+         allowed.empty() ? "a non-empty string" : allowed);
     if (!valid_) return Status::Ok();
     Consume(key);
     if (!Has(key)) return required ? Swallow(Missing(key)) : Status::Ok();
@@ -209,6 +252,8 @@ class Section {
   // A whole number in [low, high], or `keyword` (stored as keyword_value).
   Status IntegerOrKeyword(const std::string& key, const std::string& keyword,
                           int64_t keyword_value, int64_t low, int64_t high, int64_t* out) {
+    Note(key, "integer", false, *out == keyword_value ? keyword : std::to_string(*out),
+         keyword + " or " + RangeText(low, high));
     if (Has(key) && node_[key].IsScalar() && node_[key].Scalar() == keyword) {
       Consume(key);
       *out = keyword_value;
@@ -220,6 +265,7 @@ class Section {
 
   // A string that may be empty ("" disables a feature).
   Status OptionalString(const std::string& key, std::string* out) {
+    Note(key, "string", false, *out, "a string (\"\" or absent: off)");
     if (!valid_) return Status::Ok();
     Consume(key);
     if (!node_[key].IsDefined()) return Status::Ok();
@@ -234,6 +280,7 @@ class Section {
   }
 
   Status Bool(const std::string& key, bool* out) {
+    Note(key, "bool", false, *out ? "true" : "false", "true | false");
     if (!valid_) return Status::Ok();
     Consume(key);
     if (!Has(key)) return Status::Ok();
@@ -251,18 +298,25 @@ class Section {
   Status StringList(const std::string& key, bool required,
                     const std::function<bool(const std::string&)>& ok, const std::string& allowed,
                     std::vector<std::string>* out) {
+    Note(key, "list", required, "", "a non-empty list of " + allowed);
     return Swallow(StringListImpl(key, required, ok, allowed, out));
   }
 
   // A sequence of numbers (possibly empty) each satisfying `ok`.
   Status NumberList(const std::string& key, const std::function<bool(double)>& ok,
                     const std::string& allowed, std::vector<double>* out) {
+    std::string text = "[";
+    for (double value : *out) text += (text.size() > 1 ? ", " : "") + ShortestNumber(value);
+    Note(key, "list", false, text + "]", "a list of " + allowed);
     return Swallow(NumberListImpl(key, ok, allowed, out));
   }
 
   // librdkafka properties: each value a plain string or a secret reference
   // {file: PATH} | {env: NAME} | {credential: NAME} (SecretValue above).
   Status PropertyMap(const std::string& key, std::map<std::string, std::string>* out) {
+    Note(key, "map", false, "{}",
+         "librdkafka properties, name: value or {file: PATH} | {env: NAME} | "
+         "{credential: NAME}");
     if (!valid_) return Status::Ok();
     Consume(key);
     if (!Has(key)) return Status::Ok();
@@ -492,6 +546,7 @@ class Section {
   bool valid_ = true;
   std::map<std::string, int> unread_;  // key → line
   std::set<std::string> known_;        // keys the parser asked for
+  bool derived_default_ = false;       // NextDefaultIsDerived
 };
 
 auto Positive = [](double x) { return x > 0; };
@@ -655,6 +710,7 @@ Status ParsePrivacy(Section& top, VipsdConfig& config) {
   VIPSD_RETURN_IF_ERROR(privacy->String("accounting", false, {"global", "residency"}, &accounting));
   config.accounting = accounting == "global" ? Accounting::kGlobal : Accounting::kResidency;
   std::string schedule;  // absent: the ledger's, or fixed for a new state directory
+  privacy->NextDefaultIsDerived();
   VIPSD_RETURN_IF_ERROR(privacy->String("schedule", false, {"fixed", "adaptive"}, &schedule));
   if (!schedule.empty()) {
     // Ignored by a non-private run (nothing is charged), like delta.
@@ -716,12 +772,14 @@ Status ParseSchedule(Section& top, VipsdConfig& config) {
     VIPSD_RETURN_IF_ERROR(schedule->IntegerOrKeyword("window_steps", "all", svi::kWindowAll, 1,
                                                      int64_t{1} << 40, &config.window_steps));
     config.release_delay_seconds = config.step_interval_seconds;
+    schedule->NextDefaultIsDerived();
     VIPSD_RETURN_IF_ERROR(schedule->Number(
         "release_delay_seconds", false,
         [&](double x) { return x >= 0 && x <= 10 * config.step_interval_seconds; },
         "a number of seconds in [0, 10 * interval_seconds] (a step's release leaves at its "
         "slot time plus this; default interval_seconds)",
         &config.release_delay_seconds));
+    schedule->NextDefaultIsDerived();
     VIPSD_RETURN_IF_ERROR(schedule->Number("start_time", false,
                                            [](double x) { return x >= 1e9 && x <= 1e11; },
                                            "unix seconds in [1e9, 1e11] (the time of slot 0 of "
@@ -894,6 +952,7 @@ Status ParseIo(Section& top, VipsdConfig& config) {
   config.expose_step_timing = !config.is_private();
   if (metrics.has_value()) {
     VIPSD_RETURN_IF_ERROR(metrics->OptionalString("listen", &config.metrics_listen));
+    metrics->NextDefaultIsDerived();
     VIPSD_RETURN_IF_ERROR(metrics->Bool("expose_step_timing", &config.expose_step_timing));
     VIPSD_RETURN_IF_ERROR(metrics->Finish());
   }
@@ -997,6 +1056,8 @@ StatusOr<VipsdConfig> ParseConfig(std::string_view yaml_text, const std::string&
   // The source type decides which keys apply elsewhere: read it first
   // (quietly: the full pass below reports its errors).
   {
+    std::vector<SchemaKey>* const recording = schema_log;
+    schema_log = nullptr;  // the full pass below records the schema
     std::map<std::string, int> ignored_lines;
     Diagnostics ignored;
     std::optional<Section> source;
@@ -1006,6 +1067,7 @@ StatusOr<VipsdConfig> ParseConfig(std::string_view yaml_text, const std::string&
     std::string type = "file";
     (void)source->String("type", true, {"file", "kafka"}, &type);
     config.source_type = type == "file" ? SourceType::kFile : SourceType::kKafka;
+    schema_log = recording;
   }
   // Privacy before model (the model's checks depend on σ > 0).
   (void)ParsePrivacy(top, config);
@@ -1120,6 +1182,14 @@ std::string Show(const std::map<std::string, std::string>& values) {
   return out + "}";
 }
 
+// What a reload applies live; ReloadDiff::Live asserts its keys are here.
+const std::vector<std::string> kLiveReloadKeys = {
+    "privacy.noise_multiplier", "privacy.sampling_rate", "privacy.epsilon_ceiling",
+    "privacy.on_ceiling", "privacy.warn_at", "schedule.tau0", "schedule.kappa",
+    "schedule.threads", "schedule.interval_seconds", "schedule.window_steps",
+    "schedule.release_delay_seconds", "schedule.max_steps", "schedule.max_epochs",
+    "pool.capacity", "sink.publish_every", "state.checkpoint_every", "log.level", "log.format"};
+
 class ReloadDiff {
  public:
   ReloadDiff(const VipsdConfig& running, const VipsdConfig& next)
@@ -1143,6 +1213,8 @@ class ReloadDiff {
 
   template <typename T>
   void Live(const std::string& key, const T& old_value, const T& new_value) {
+    assert(std::find(kLiveReloadKeys.begin(), kLiveReloadKeys.end(), key) !=
+           kLiveReloadKeys.end());
     if (old_value == new_value) return;
     changed_.push_back(key);
     described_.push_back(key + ": " + Show(old_value) + " -> " + Show(new_value));
@@ -1272,5 +1344,160 @@ StatusOr<std::vector<std::string>> ChangedReloadableKeys(const VipsdConfig& a,
   return diff.changed();
 }
 
-}  // namespace vipsd::config
+const std::vector<std::string>& LiveReloadKeys() { return kLiveReloadKeys; }
 
+namespace {
+
+// One covering configuration per combination that changes which keys are
+// read; every optional section present so that its keys are visited.
+struct Cover {
+  std::string model, source, sink;
+  bool embedded = false;
+};
+
+std::string CoveringYaml(const Cover& c) {
+  std::string y = "model:\n  type: " + c.model + "\n  " + c.model + ":\n";
+  if (c.model == "lda") y += "    topics: 2\n    vocabulary: v.txt\n";
+  if (c.model == "blr") y += "    dimension: 2\n";
+  if (c.model == "sbn") y += "    visible: 4\n    hidden: 2\n    clip_fractions: {}\n";
+  y += "privacy:\n  noise_multiplier: 1\n  sampling_rate: 0.1\n  delta: 1.0e-5\n"
+       "  epsilon_ceiling: 1\nschedule:\n  interval_seconds: 1\n";
+  y += "source:\n  type: " + c.source + "\n";
+  y += c.source == "kafka" ? "  topics: [t]\n" : "  path: in.jsonl\n";
+  y += "sink:\n  type: " + c.sink + "\n";
+  y += c.sink == "kafka" ? "  topic: r\n" : "  directory: out\n";
+  y += c.source == "kafka" ? "dead_letter:\n  topic: d\n" : "dead_letter:\n  path: dead.jsonl\n";
+  if (c.source == "kafka") {
+    y += "pool: {}\nalerts:\n  topic: a\nkafka:\n";
+    y += c.embedded ? "  embedded: true\n" : "  bootstrap_servers: b:9092\n";
+  }
+  y += "state:\n  directory: s\nmetrics: {}\nlog: {}\n";
+  return y;
+}
+
+struct ReferenceNode {
+  std::string name;
+  const SchemaKey* key = nullptr;
+  std::vector<int> covers;  // covering configurations that read it
+  std::vector<std::unique_ptr<ReferenceNode>> children;
+  ReferenceNode* Child(const std::string& child) {
+    for (auto& c : children) {
+      if (c->name == child) return c.get();
+    }
+    children.push_back(std::make_unique<ReferenceNode>());
+    children.back()->name = child;
+    return children.back().get();
+  }
+};
+
+std::string YamlScalar(const std::string& kind, const std::string& text, bool required) {
+  if (kind == "section") return "";
+  if (text == "~") return text;  // a default derived from other keys
+  if (text.empty()) return kind == "string" && !required ? "\"\"" : "~";
+  if (kind == "string") {
+    const bool plain = std::all_of(text.begin(), text.end(), [](char ch) {
+      return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' ||
+             ch == '.' || ch == '/';
+    });
+    return plain ? text : JsonString(text);
+  }
+  return text;
+}
+
+}  // namespace
+
+std::string ReferenceConfig() {
+  const std::vector<Cover> covers = {
+      {"lda", "kafka", "kafka", false}, {"lda", "kafka", "kafka", true},
+      {"lda", "kafka", "file", false},  {"lda", "file", "file", false},
+      {"blr", "kafka", "kafka", false}, {"blr", "file", "file", false},
+      {"sbn", "kafka", "kafka", false}, {"sbn", "file", "file", false},
+      {"lda", "kafka", "file", true},   {"blr", "kafka", "kafka", true},
+      {"sbn", "kafka", "kafka", true}};
+  std::vector<std::vector<SchemaKey>> logs(covers.size());
+  for (size_t i = 0; i < covers.size(); ++i) {
+    schema_log = &logs[i];
+    (void)ParseConfig(CoveringYaml(covers[i]), "reference.yaml");
+    schema_log = nullptr;
+  }
+  ReferenceNode root;
+  for (size_t i = 0; i < logs.size(); ++i) {
+    for (const SchemaKey& key : logs[i]) {
+      ReferenceNode* node = &root;
+      size_t start = 0;
+      for (;;) {
+        const size_t dot = key.path.find('.', start);
+        node = node->Child(key.path.substr(start, dot - start));
+        if (dot == std::string::npos) break;
+        start = dot + 1;
+      }
+      if (node->key == nullptr) node->key = &key;
+      node->covers.push_back(static_cast<int>(i));
+    }
+  }
+  // "only with" conditions: a dimension whose values among the covering
+  // configurations that read the key are one value of several.
+  auto condition = [&](const std::vector<int>& seen) {
+    // Dimensions in order; one is named when the covering configurations
+    // that read the key agree on its value while those matching the
+    // conditions named so far do not.
+    using ValueOf = std::function<std::string(const Cover&)>;
+    const std::vector<std::pair<std::string, ValueOf>> dimensions = {
+        {"model.type", [](const Cover& c) { return c.model; }},
+        {"source.type", [](const Cover& c) { return c.source; }},
+        {"sink.type", [](const Cover& c) { return c.sink; }},
+        {"kafka.embedded",
+         [](const Cover& c) { return std::string(c.embedded ? "true" : "false"); }}};
+    std::vector<size_t> matching(covers.size());
+    std::iota(matching.begin(), matching.end(), 0);
+    std::string out;
+    for (const auto& [name, value_of] : dimensions) {
+      std::set<std::string> all, here;
+      for (size_t i : matching) all.insert(value_of(covers[i]));
+      for (int i : seen) here.insert(value_of(covers[static_cast<size_t>(i)]));
+      if (here.size() != 1 || all.size() < 2) continue;
+      out += (out.empty() ? "" : ", ") + name + ": " + *here.begin();
+      std::erase_if(matching, [&](size_t i) { return value_of(covers[i]) != *here.begin(); });
+    }
+    return out;
+  };
+  std::string out =
+      "# vipsd reference configuration: every key the parser reads, generated from the\n"
+      "# parser itself (`vipsd --print-reference-config`; a test keeps this file equal to\n"
+      "# its output). It is a catalogue, not a configuration to run: keys of every model,\n"
+      "# source and sink appear together. Values are the defaults (~: none).\n"
+      "# Each comment: kind; allowed values; required or optional; whether a reload\n"
+      "# (SIGHUP) applies it live or it needs a restart; and when the key applies.\n"
+      "# privacy.delta and privacy.epsilon_ceiling are required for private runs\n"
+      "# (noise_multiplier > 0). Relative paths are resolved against the file's directory.\n"
+      "# Commented examples: config/examples/*.yaml.\n";
+  std::function<void(const ReferenceNode&, int)> emit = [&](const ReferenceNode& node,
+                                                            int depth) {
+    for (const auto& child : node.children) {
+      const SchemaKey* key = child->key;
+      const std::string indent(static_cast<size_t>(2 * depth), ' ');
+      std::string line = indent + child->name + ":";
+      std::string comment;
+      if (key == nullptr || key->kind == "section") {
+        comment = std::string("section, ") + (key != nullptr && key->required ? "required" : "optional");
+      } else {
+        const std::string value = YamlScalar(key->kind, key->default_text, key->required);
+        line += " " + value;
+        const bool live = std::find(kLiveReloadKeys.begin(), kLiveReloadKeys.end(), key->path) !=
+                          kLiveReloadKeys.end();
+        comment = key->kind + "; " + key->allowed + "; " +
+                  (key->required ? "required" : "optional") + "; " +
+                  (live ? "reload: live" : "reload: restart");
+      }
+      const std::string when = condition(child->covers);
+      if (!when.empty()) comment += "; only with " + when;
+      line += std::string(line.size() < 40 ? 40 - line.size() : 1, ' ') + "# " + comment;
+      out += line + "\n";
+      emit(*child, depth + 1);
+    }
+  };
+  emit(root, 0);
+  return out;
+}
+
+}  // namespace vipsd::config

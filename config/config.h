@@ -160,4 +160,15 @@ StatusOr<std::vector<std::string>> ChangedReloadableKeys(
     const VipsdConfig& running, const VipsdConfig& next,
     std::vector<std::string>* described = nullptr);
 
+// The reference configuration: every key the parser reads (it parses
+// covering configurations of every model, source and sink and records what
+// each accessor asks for), with its default, kind, allowed values, whether
+// it is required, whether a reload applies it live, and when it applies.
+// `vipsd --print-reference-config` prints it; config/vipsd.reference.yaml is
+// its output, kept equal by a test.
+std::string ReferenceConfig();
+
+// The keys a reload applies live (ChangedReloadableKeys' live changes).
+const std::vector<std::string>& LiveReloadKeys();
+
 }  // namespace vipsd::config

@@ -72,6 +72,10 @@ constexpr const char* kUsage =
     "                                 last release, whether the daemon runs. Exit 0\n"
     "                                 when ledger and checkpoint verify, 1 when not,\n"
     "                                 2 for no ledger or a bad command line\n"
+    "  vipsd --print-reference-config\n"
+    "                                 every configuration key with its default, kind,\n"
+    "                                 allowed values, required or not, live on reload\n"
+    "                                 or not (config/vipsd.reference.yaml)\n"
     "  vipsd --version | --help\n"
     "\n"
     "Options:\n"
@@ -79,7 +83,8 @@ constexpr const char* kUsage =
     "                                 NOT private; tests and experiments only). Without\n"
     "                                 this flag such a configuration is refused.\n"
     "\n"
-    "Every key is documented in config/examples/*.yaml and README \"Configuration\".\n"
+    "Every key: config/vipsd.reference.yaml (--print-reference-config); commented\n"
+    "examples: config/examples/*.yaml.\n"
     "kafka.embedded: true starts an in-process Kafka (librdkafka's mock cluster) and\n"
     "prints its address, e.g. for kcat. Logs go to stderr (logfmt) and carry only\n"
     "public values. Exit codes: 0 done (stopped, or stopped at the epsilon ceiling\n"
@@ -297,6 +302,9 @@ int main(int argc, char** argv) {
       return 0;
     } else if (arg == "--version") {
       std::cout << "vipsd " VIPSD_VERSION "\n";
+      return 0;
+    } else if (arg == "--print-reference-config") {
+      std::cout << config::ReferenceConfig();
       return 0;
     } else if (arg == "--check-config") {
       check_only = true;

@@ -1,12 +1,15 @@
 #include "config/config.h"
+#include "core/base/format.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -511,4 +514,91 @@ TEST(ConfigTest, MissingFileIsReportedByName) {
 }
 
 }  // namespace
+}  // namespace vipsd::config
+
+// ---- The reference configuration (config/vipsd.reference.yaml) ---------------
+
+namespace vipsd::config {
+namespace reference_test {
+
+using ::testing::HasSubstr;
+
+std::string ReadSource(const std::string& relative) {
+  std::ifstream in(std::string(VIPSD_SOURCE_DIR) + "/" + relative);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Dotted paths of every mapping key in `node` (librdkafka property maps are
+// one key: their entries are librdkafka's names, not vipsd's).
+void CollectPaths(const YAML::Node& node, const std::string& prefix, std::set<std::string>* out) {
+  if (!node.IsMap()) return;
+  for (const auto& entry : node) {
+    const std::string path = prefix.empty() ? entry.first.Scalar() : prefix + "." + entry.first.Scalar();
+    out->insert(path);
+    if (path.size() >= 10 && path.rfind("properties") == path.size() - 10) continue;
+    CollectPaths(entry.second, path, out);
+  }
+}
+
+TEST(ReferenceConfigTest, TheCommittedFileIsTheParsersOutput) {
+  // Regenerate with: build/daemon/vipsd --print-reference-config > config/vipsd.reference.yaml
+  EXPECT_EQ(ReadSource("config/vipsd.reference.yaml"), ReferenceConfig());
+}
+
+TEST(ReferenceConfigTest, EveryKeyOfEveryShippedExampleIsInTheReference) {
+  const YAML::Node reference = YAML::Load(ReferenceConfig());
+  std::set<std::string> documented;
+  CollectPaths(reference, "", &documented);
+  EXPECT_GT(documented.size(), 80u);
+  int examples = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::string(VIPSD_SOURCE_DIR) + "/config/examples")) {
+    if (entry.path().extension() != ".yaml") continue;
+    ++examples;
+    std::set<std::string> used;
+    CollectPaths(YAML::LoadFile(entry.path().string()), "", &used);
+    for (const std::string& key : used) {
+      EXPECT_TRUE(documented.count(key)) << entry.path().filename() << ": " << key;
+    }
+  }
+  EXPECT_GE(examples, 5);
+}
+
+TEST(ReferenceConfigTest, ReloadAndRequirednessAgreeWithTheParser) {
+  const std::string reference = ReferenceConfig();
+  // Every live key is marked live; a key a reload refuses is not.
+  for (const std::string& key : LiveReloadKeys()) {
+    const std::string leaf = key.substr(key.rfind('.') + 1);
+    EXPECT_NE(reference.find("  " + leaf + ":"), std::string::npos) << key;
+  }
+  auto line_of = [&](const std::string& section, const std::string& key) {
+    const size_t at = reference.find("\n" + section + ":");
+    EXPECT_NE(at, std::string::npos) << section;
+    const size_t line = reference.find("\n  " + key + ":", at);
+    EXPECT_NE(line, std::string::npos) << key;
+    return reference.substr(line + 1, reference.find('\n', line + 1) - line - 1);
+  };
+  EXPECT_THAT(line_of("privacy", "sampling_rate"), HasSubstr("required; reload: live"));
+  EXPECT_THAT(line_of("privacy", "delta"), HasSubstr("required; reload: restart"));
+  EXPECT_THAT(line_of("state", "checkpoint_every"), HasSubstr("optional; reload: live"));
+  EXPECT_THAT(line_of("kafka", "bootstrap_servers"),
+              HasSubstr("only with source.type: kafka, kafka.embedded: false"));
+  EXPECT_THAT(line_of("schedule", "max_epochs"), HasSubstr("only with source.type: file"));
+  // A required key of a minimal valid configuration is required in the
+  // reference, and an optional key left out keeps the default it shows.
+  auto config = ParseConfig(
+      "model:\n  type: blr\n  blr:\n    dimension: 3\nprivacy:\n  noise_multiplier: 1\n"
+      "  sampling_rate: 0.1\n  delta: 1.0e-5\n  epsilon_ceiling: 1\nschedule: {}\n"
+      "source:\n  type: file\n  path: a.jsonl\nsink:\n  type: file\n  directory: out\n"
+      "dead_letter:\n  path: d.jsonl\nstate:\n  directory: s\n",
+      "minimal.yaml");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_THAT(line_of("schedule", "kappa"), HasSubstr("kappa: " + ShortestNumber(config->driver.kappa) + " "));
+  EXPECT_THAT(line_of("sink", "publish_every"),
+              HasSubstr("publish_every: " + std::to_string(config->publish_every) + " "));
+}
+
+}  // namespace reference_test
 }  // namespace vipsd::config
