@@ -129,6 +129,18 @@ release::Release MakeRelease(const ModelBundle& bundle, const config::VipsdConfi
   }
   m.dimensions = bundle.model->dimensions();
   m.vocabulary_fingerprint = bundle.vocabulary_fingerprint;
+  // What a consumer needs to use the model without side channels.
+  if (m.model_type == "lda") {
+    m.vocabulary_source = config.vocabulary_path;
+    m.hyperparameters = {{"alpha", config.lda.alpha}, {"eta", config.lda.eta}};
+  } else if (m.model_type == "blr") {
+    m.hyperparameters = {{"prior_shape", config.blr.prior_shape},
+                         {"prior_rate", config.blr.prior_rate}};
+  } else if (m.model_type == "sbn") {
+    m.hyperparameters = {{"weight_prior_precision", config.sbn.weight_prior_precision},
+                         {"visible_bias_prior_precision", config.sbn.visible_bias_prior_precision},
+                         {"hidden_bias_prior_precision", config.sbn.hidden_bias_prior_precision}};
+  }
   m.config_fingerprint = ConfigFingerprint(config);
   m.is_private = is_private && facts.noise_is_private;
   m.noise_description = is_private ? facts.noise_description : "none (sigma = 0, NOT PRIVATE)";

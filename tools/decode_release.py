@@ -42,6 +42,7 @@ import argparse
 import hashlib
 import io
 import json
+import math
 import os
 import re
 import sys
@@ -76,7 +77,8 @@ METADATA_FIELDS = {
     "created_at_utc": str,
 }
 # Added within schema 1 (older releases lack them); checked when present.
-OPTIONAL_METADATA_FIELDS = {"schedule": str, "conversion": str}
+OPTIONAL_METADATA_FIELDS = {"schedule": str, "conversion": str, "vocabulary_source": str,
+                            "hyperparameters": dict}
 ARRAY_FIELDS = {"name": str, "shape": list, "dtype": str, "file": str, "bytes": int, "blake2b": str}
 _ARRAY_NAME = re.compile(r"[a-z0-9_]{1,64}\Z")
 _HEX256 = re.compile(r"[0-9a-f]{64}\Z")
@@ -236,6 +238,14 @@ def _metadata_problem(m):
         return "vocabulary_fingerprint must be empty or 64 lowercase hex characters"
     if not _HEX256.match(m["config_fingerprint"]):
         return "config_fingerprint must be 64 lowercase hex characters"
+    source = m.get("vocabulary_source", "")
+    if len(source) > 4096 or not all(" " <= c <= "~" for c in source):
+        return "vocabulary_source must be 0-4096 printable ASCII characters"
+    for name, value in m.get("hyperparameters", {}).items():
+        if not _KEY_NAME.match(name):
+            return "hyperparameters must be keyed by names of [A-Za-z0-9_] (1-64)"
+        if not _has_type(value, _NUMBER) or not math.isfinite(value) or not value > 0:
+            return "hyperparameters.%s must be a finite number > 0" % name
     description = m["noise_description"]
     if not (1 <= len(description) <= 256 and all(" " <= c <= "~" for c in description)):
         return "noise_description must be 1-256 printable ASCII characters"

@@ -96,7 +96,9 @@ constexpr Field kFields[] = {
     {"noise_description", Kind::kString}, {"created_at_utc", Kind::kString},
 };
 constexpr Field kOptionalFields[] = {{"schedule", Kind::kString},
-                                     {"conversion", Kind::kString}};
+                                     {"conversion", Kind::kString},
+                                     {"vocabulary_source", Kind::kString},
+                                     {"hyperparameters", Kind::kObject}};
 
 // Integers must fit int64 (nlohmann keeps unsigned values above INT64_MAX
 // as unsigned).
@@ -185,6 +187,15 @@ StatusOr<release::Release> DecodeReleaseFiles(
     m.dimensions.emplace_back(name, value.get<int64_t>());
   }
   m.vocabulary_fingerprint = manifest["vocabulary_fingerprint"].get<std::string>();
+  if (manifest.contains("vocabulary_source")) {
+    m.vocabulary_source = manifest["vocabulary_source"].get<std::string>();
+  }
+  if (manifest.contains("hyperparameters")) {
+    for (const auto& [name, value] : manifest["hyperparameters"].items()) {
+      if (!value.is_number()) return bad("hyperparameters." + name + " must be a number");
+      m.hyperparameters.emplace_back(name, value.get<double>());
+    }
+  }
   m.config_fingerprint = manifest["config_fingerprint"].get<std::string>();
   m.is_private = manifest["is_private"].get<bool>();
   m.noise_description = manifest["noise_description"].get<std::string>();

@@ -188,6 +188,13 @@ std::string ManifestJsonUnchecked(const Release& release,
   }
   field("dimensions", dims + "}");
   field("vocabulary_fingerprint", JsonString(m.vocabulary_fingerprint));
+  field("vocabulary_source", JsonString(m.vocabulary_source));
+  std::string hyper = "{";
+  for (size_t i = 0; i < m.hyperparameters.size(); ++i) {
+    hyper += (i > 0 ? ", " : "") + JsonString(m.hyperparameters[i].first) + ": " +
+             JsonNumber(m.hyperparameters[i].second);
+  }
+  field("hyperparameters", hyper + "}");
   field("config_fingerprint", JsonString(m.config_fingerprint));
   field("is_private", m.is_private ? "true" : "false");
   field("noise_description", JsonString(m.noise_description));
@@ -270,6 +277,18 @@ Status Validate(const Release& release) {
   }
   if (!IsHex256(m.config_fingerprint)) {
     return FieldError("config_fingerprint", "64 lowercase hex characters");
+  }
+  if (m.vocabulary_source.size() > 4096 || !IsPrintableAscii(m.vocabulary_source)) {
+    return FieldError("vocabulary_source", "0-4096 printable ASCII characters");
+  }
+  keys.clear();
+  for (const auto& [name, value] : m.hyperparameters) {
+    if (!AllOf(name, 64, IsKeyName) || !keys.insert(name).second) {
+      return FieldError("hyperparameters", "keyed by distinct names of [A-Za-z0-9_] (1-64)");
+    }
+    if (!(std::isfinite(value) && value > 0)) {
+      return FieldError("hyperparameters." + name, "a finite number > 0");
+    }
   }
   if (m.noise_description.empty() || m.noise_description.size() > 256 ||
       !IsPrintableAscii(m.noise_description)) {

@@ -92,6 +92,13 @@ struct ReleaseMetadata {
   std::vector<std::pair<std::string, double>> clip_bounds;  // block → C_b ≥ 0
   std::vector<std::pair<std::string, int64_t>> dimensions;  // e.g. K, V, N ≥ 0
   std::string vocabulary_fingerprint;  // BLAKE2b-256, 64 lowercase hex, or ""
+  // Where the public vocabulary lives (the configured path on the daemon's
+  // host), so that a consumer can find it; "" if none (optional field).
+  std::string vocabulary_source;
+  // The model's public priors a consumer needs to use it (LDA: alpha, eta;
+  // BLR: prior_shape, prior_rate; SBN: the prior precisions), each finite
+  // and > 0 (optional field; empty for releases written before it existed).
+  std::vector<std::pair<std::string, double>> hyperparameters;
   std::string config_fingerprint;      // BLAKE2b-256, 64 lowercase hex
   bool is_private = false;  // requires σ > 0, an accountant, 0 < δ < 1, C_b > 0
   std::string noise_description;  // e.g. "chacha20-os-seeded"

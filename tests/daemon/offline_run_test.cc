@@ -90,17 +90,24 @@ TEST(OfflineRunTest, RunsStepsWritesLedgerAndDecodableReleases) {
   EXPECT_NE(out.find("\"is_private\": true"), std::string::npos);
   EXPECT_NE(out.find("\"step\": 10"), std::string::npos);
   EXPECT_EQ(out.find(kSecret), std::string::npos);
-  // vipsd-eval reads the same release: document completion and the bound.
+  // The manifest carries what a consumer needs: the priors and where the
+  // public vocabulary lives.
+  EXPECT_NE(out.find("\"hyperparameters\": {\"alpha\": 0.5, \"eta\": "), std::string::npos) << out;
+  EXPECT_NE(out.find("\"vocabulary_source\": \"" + dir + "/vocab.txt\""), std::string::npos) << out;
+  // vipsd-eval reads the same release: document completion and the bound,
+  // with alpha from the manifest (no --alpha).
   {
     const std::string eval = std::string(VIPSD_EVAL_BINARY) + " " + dir +
                              "/releases/step-10 --test " + dir + "/train.jsonl --vocab " + dir +
-                             "/vocab.txt --alpha 0.5 --top-words";
+                             "/vocab.txt --top-words";
     FILE* eval_pipe = popen(eval.c_str(), "r");
     ASSERT_NE(eval_pipe, nullptr);
     std::string eval_out;
     while ((n = fread(buffer, 1, sizeof(buffer), eval_pipe)) > 0) eval_out.append(buffer, n);
     ASSERT_EQ(pclose(eval_pipe), 0) << eval_out;
     EXPECT_NE(eval_out.find("\"doc_completion_perplexity\":"), std::string::npos) << eval_out;
+    EXPECT_NE(eval_out.find("\"alpha\":0.5,\"alpha_source\":\"manifest\""), std::string::npos)
+        << eval_out;
     EXPECT_NE(eval_out.find("\"per_word_perplexity_bound\":"), std::string::npos);
     EXPECT_NE(eval_out.find("\"documents\":200"), std::string::npos) << eval_out;
     EXPECT_NE(eval_out.find("\"top_words\":[["), std::string::npos);

@@ -43,6 +43,8 @@ release::Release GoodRelease() {
   m.conversion = "pld_pessimistic";
   m.clip_bounds = {{"topic_word", 2.0}};
   m.dimensions = {{"K", 2}, {"V", 3}, {"N", 20}};
+  m.vocabulary_source = "/srv/vocab.txt";
+  m.hyperparameters = {{"alpha", 0.5}, {"eta", 0.1}};
   m.vocabulary_fingerprint = std::string(64, 'a');
   m.config_fingerprint = std::string(64, 'b');
   m.is_private = true;
@@ -155,6 +157,12 @@ TEST(ReleaseReadersAgreeTest, BothReadAValidReleaseAndBothRefuseEveryDamagedOne)
          const size_t at = npy.find("'shape'");
          npy.replace(at, 7, "'sha\"((");
        })},
+      {"hyperparameter alpha -1", InManifest("\"alpha\": 0.5", "\"alpha\": -1.0")},
+      {"hyperparameter alpha a string", InManifest("\"alpha\": 0.5", "\"alpha\": \"0.5\"")},
+      {"hyperparameters not an object",
+       InManifest("\"hyperparameters\": {\"alpha\": 0.5, \"eta\": 0.1}", "\"hyperparameters\": [0.5]")},
+      {"vocabulary_source not ASCII",
+       InManifest("\"vocabulary_source\": \"/srv/vocab.txt\"", "\"vocabulary_source\": \"/srv/v\\u00f6cab.txt\"")},
       {"private without noise", InManifest("\"noise_multiplier\": 1.1", "\"noise_multiplier\": 0.0")},
   };
   for (const Case& c : cases) {

@@ -2,7 +2,7 @@
 // BLR releases: see tools/eval/blr_eval_command.h.
 // SBN releases: see tools/eval/sbn_eval_command.h.
 //
-//   vipsd-eval RELEASE_DIR --test HELDOUT.jsonl --vocab VOCAB --alpha A [--top-words]
+//   vipsd-eval RELEASE_DIR --test HELDOUT.jsonl --vocab VOCAB [--alpha A] [--top-words]
 //   vipsd-eval --baseline unigram --train TRAIN.jsonl --test HELDOUT.jsonl --vocab VOCAB --eta E
 //
 // Prints one JSON object: document-completion perplexity (the peer kit's
@@ -16,6 +16,7 @@
 #include <iostream>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <variant>
@@ -41,7 +42,7 @@ using namespace vipsd;
 
 constexpr const char* kUsage =
     "usage:\n"
-    "  vipsd-eval RELEASE_DIR --test FILE --vocab FILE --alpha A [--top-words]   (LDA)\n"
+    "  vipsd-eval RELEASE_DIR --test FILE --vocab FILE [--alpha A] [--top-words] (LDA)\n"
     "  vipsd-eval --baseline unigram --train FILE --test FILE --vocab FILE --eta E\n"
     "  vipsd-eval RELEASE_DIR --test FILE [--norm-rule reject|rescale]          (BLR)\n"
     "  vipsd-eval RELEASE_DIR --test FILE [--train FILE] [--samples 100] [--seed 0]\n"
@@ -56,8 +57,11 @@ constexpr const char* kHelp =
     "LDA: document-completion perplexity (the first half of each held-out document's\n"
     "  tokens estimate its topic mix, the rest is scored), the per-word perplexity bound,\n"
     "  documents and tokens used, malformed lines (rejected_records); --top-words adds\n"
-    "  the 10 most probable words per topic. --alpha is the document-topic prior the run\n"
-    "  used (model.lda.alpha). The unigram baseline (--baseline unigram) fits word\n"
+    "  the 10 most probable words per topic. alpha (the document-topic prior) is the\n"
+    "  release's own (manifest hyperparameters); --alpha overrides it and is needed for\n"
+    "  releases written before manifests carried it. --vocab must be the vocabulary the\n"
+    "  release names (fingerprint checked; manifest vocabulary_source says where it\n"
+    "  lives). The unigram baseline (--baseline unigram) fits word\n"
     "  frequencies on --train with pseudo-count --eta.\n"
     "BLR: AUC, log loss and accuracy of the probit-approximated predictive on --test\n"
     "  ({\"x\": [...], \"y\": 0|1} lines, the training record format; records with ||x|| > 1\n"
@@ -180,14 +184,15 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (release_dir.empty()) return Usage("missing RELEASE_DIR");
-  if (!flags.count("--alpha")) return Usage("--alpha is required (the model's Dirichlet prior)");
-  double alpha = 0;
-  try {
-    alpha = std::stod(flags["--alpha"]);
-  } catch (...) {
-    return Usage("--alpha must be a number > 0");
+  std::optional<double> alpha_flag;
+  if (flags.count("--alpha")) {
+    try {
+      alpha_flag = std::stod(flags["--alpha"]);
+    } catch (...) {
+      return Usage("--alpha must be a number > 0");
+    }
+    if (!(*alpha_flag > 0)) return Usage("--alpha must be a number > 0");
   }
-  if (!(alpha > 0)) return Usage("--alpha must be a number > 0");
   // The whole release, by the one C++ reader's rules (docs/release_format.md).
   auto release = connectors::ReadReleaseDirectory(release_dir);
   if (!release.ok()) return Fail(release.status());
@@ -197,7 +202,27 @@ int main(int argc, char** argv) {
                                      " release, not an LDA one"));
   }
   if (manifest.vocabulary_fingerprint != vocabulary->Fingerprint()) {
-    return Fail(InvalidArgumentError("the release was made with a different vocabulary"));
+    return Fail(InvalidArgumentError(
+        "the release was made with a different vocabulary" +
+        (manifest.vocabulary_source.empty()
+             ? std::string()
+             : " (its manifest names " + manifest.vocabulary_source + ")")));
+  }
+  // α: the release's own (manifest hyperparameters), or --alpha for releases
+  // written before the manifest carried it (or to evaluate with another).
+  std::optional<double> alpha_manifest;
+  for (const auto& [name, value] : manifest.hyperparameters) {
+    if (name == "alpha") alpha_manifest = value;
+  }
+  if (!alpha_flag && !alpha_manifest) {
+    return Usage("the release's manifest does not give alpha (written before it did): pass "
+                 "--alpha, the model.lda.alpha the run used");
+  }
+  const double alpha = alpha_flag ? *alpha_flag : *alpha_manifest;
+  const std::string alpha_source = alpha_flag ? "flag" : "manifest";
+  if (alpha_flag && alpha_manifest && *alpha_flag != *alpha_manifest) {
+    std::cerr << "vipsd-eval: --alpha " << *alpha_flag << " differs from the release's alpha "
+              << *alpha_manifest << "; evaluating with --alpha\n";
   }
   const release::ReleaseArray* array = nullptr;
   for (const release::ReleaseArray& candidate : release->arrays) {
@@ -226,6 +251,8 @@ int main(int argc, char** argv) {
   out = {{"release_id", manifest.release_id},
          {"step", manifest.step},
          {"epsilon_spent", manifest.epsilon_spent},
+         {"alpha", alpha},
+         {"alpha_source", alpha_source},
          {"doc_completion_perplexity", completion->perplexity},
          {"per_word_perplexity_bound", bound->perplexity},
          {"documents", completion->documents},

@@ -332,7 +332,7 @@ const std::set<std::string> kManifestKeys = {
     "format", "schema_version", "release_id", "model_type", "step", "rho", "epsilon_spent",
     "delta", "noise_multiplier", "sampling_rate", "accountant", "schedule", "conversion",
     "clip_bounds", "dimensions",
-    "vocabulary_fingerprint", "config_fingerprint", "is_private", "noise_description",
+    "vocabulary_fingerprint", "vocabulary_source", "hyperparameters", "config_fingerprint", "is_private", "noise_description",
     "created_at_utc", "arrays"};
 
 TEST(ManifestJsonTest, HoldsExactlyTheDocumentedFieldsWithTheirValues) {
