@@ -1,5 +1,7 @@
 #include "daemon/model_setup.h"
 
+#include <filesystem>
+
 #include <ctime>
 #include <sstream>
 
@@ -131,7 +133,10 @@ release::Release MakeRelease(const ModelBundle& bundle, const config::VipsdConfi
   m.vocabulary_fingerprint = bundle.vocabulary_fingerprint;
   // What a consumer needs to use the model without side channels.
   if (m.model_type == "lda") {
-    m.vocabulary_source = config.vocabulary_path;
+    std::error_code error;
+    const std::filesystem::path absolute = std::filesystem::absolute(config.vocabulary_path, error);
+    m.vocabulary_source =
+        error ? config.vocabulary_path : absolute.lexically_normal().string();
     m.hyperparameters = {{"alpha", config.lda.alpha}, {"eta", config.lda.eta}};
   } else if (m.model_type == "blr") {
     m.hyperparameters = {{"prior_shape", config.blr.prior_shape},

@@ -18,8 +18,9 @@ PACKAGES=(
   kcat prometheus
   # systemd-analyze (verify/security of the unit); absent from minimal images
   systemd
-  # reference release decoder
-  python3 python3-numpy
+  # reference release decoder and its package (python/: venv + pip install,
+  # reading releases straight from Kafka)
+  python3 python3-numpy python3-venv python3-pip python3-setuptools python3-confluent-kafka
   # libFuzzer targets (scripts/fuzz.sh): clang with its sanitizer runtimes
   clang libclang-rt-14-dev
 )
