@@ -1192,8 +1192,8 @@ const std::vector<std::string> kLiveReloadKeys = {
 
 class ReloadDiff {
  public:
-  ReloadDiff(const VipsdConfig& running, const VipsdConfig& next)
-      : running_(running), next_(next) {}
+  // `next` names the lines of refused keys.
+  explicit ReloadDiff(const VipsdConfig& next) : next_(next) {}
 
   template <typename T>
   void Fixed(const std::string& key, const T& old_value, const T& new_value) {
@@ -1225,7 +1225,6 @@ class ReloadDiff {
   std::vector<std::string> described() const { return described_; }
 
  private:
-  const VipsdConfig& running_;
   const VipsdConfig& next_;
   Status status_ = Status::Ok();
   std::vector<std::string> changed_;
@@ -1237,7 +1236,7 @@ class ReloadDiff {
 StatusOr<std::vector<std::string>> ChangedReloadableKeys(const VipsdConfig& a,
                                                          const VipsdConfig& b,
                                                          std::vector<std::string>* described) {
-  ReloadDiff diff(a, b);
+  ReloadDiff diff(b);
   // Fixed for the life of a state directory or of the process.
   diff.Fixed("model.type", a.model_type, b.model_type);
   diff.Fixed("model.lda.topics", a.lda.num_topics, b.lda.num_topics);
@@ -1451,7 +1450,10 @@ std::string ReferenceConfig() {
     std::vector<size_t> matching(covers.size());
     std::iota(matching.begin(), matching.end(), 0);
     std::string out;
-    for (const auto& [name, value_of] : dimensions) {
+    for (const auto& dimension : dimensions) {
+      // (not a structured binding: clang 14 cannot capture one in a lambda)
+      const std::string& name = dimension.first;
+      const ValueOf& value_of = dimension.second;
       std::set<std::string> all, here;
       for (size_t i : matching) all.insert(value_of(covers[i]));
       for (int i : seen) here.insert(value_of(covers[static_cast<size_t>(i)]));
