@@ -3,8 +3,10 @@
 hosted in another process (vipsd-mock-kafka) while records flow, through a
 sequence of faults: one broker down and up; every broker down for longer
 than the publish timeout; retriable request errors injected on produce,
-fetch, list-offsets (the slot clock) and offset-commit; 400 ms of latency on
-every broker.
+fetch and list-offsets (the slot clock); offset commits refused with
+OFFSET_METADATA_TOO_LARGE (not retried by librdkafka, so the failure must
+reach vipsd_kafka_errors_total{kind="commit"}); 400 ms of latency on every
+broker.
 
 Checks, from outside the daemon:
   * the daemon keeps running through every fault (same process, no restart)
@@ -98,7 +100,8 @@ class Run:
         log("fault: %s (%.0f s)" % (name, hold_seconds))
         for command in start_commands:
             self.kafka.command(command)
-        seen_during = {"errors": 0.0, "pending": 0.0, "failed": 0.0}
+        seen_during = {"errors": 0.0, "pending": 0.0, "failed": 0.0, "commit": 0.0}
+        commit_key = 'vipsd_kafka_errors_total{kind="commit"}'
         end = time.monotonic() + hold_seconds
         while time.monotonic() < end:
             check(self.daemon.alive(), "vipsd exited during %s:\n%s" % (name, self.daemon.log_tail()))
@@ -120,13 +123,15 @@ class Run:
         recovery = self.wait_release_after(last, 60, name)
         after = self.metrics() or {}
         seen_during["errors"] = max(seen_during["errors"], kafka_errors(after) - kafka_errors(before))
+        seen_during["commit"] = metric(after, commit_key) - metric(before, commit_key)
         for key, minimum in (expect or {}).items():
             check(seen_during[key] >= minimum,
                   "%s: expected %s >= %s in the metrics, saw %s" %
                   (name, key, minimum, seen_during[key]))
-        log("  recovered %.2f s after the fault ended; metrics during it: kafka errors +%d, "
-            "release pending %d, releases failed +%d" %
-            (recovery, seen_during["errors"], seen_during["pending"], seen_during["failed"]))
+        log("  recovered %.2f s after the fault ended; metrics during it: kafka errors +%d "
+            "(commit +%d), release pending %d, releases failed +%d" %
+            (recovery, seen_during["errors"], seen_during["commit"], seen_during["pending"],
+             seen_during["failed"]))
         self.recoveries.append((name, recovery, seen_during))
 
     def main(self):
@@ -145,9 +150,9 @@ class Run:
                    ["clear fetch"])
         self.fault("list-offsets request errors (the slot clock)",
                    ["errors list_offsets 6 NOT_LEADER_FOR_PARTITION"], 4, ["clear list_offsets"])
-        self.fault("offset-commit request errors",
-                   ["errors offset_commit 6 REQUEST_TIMED_OUT COORDINATOR_NOT_AVAILABLE"], 7,
-                   ["clear offset_commit"], {"errors": 1})
+        self.fault("offset commits refused",
+                   ["errors offset_commit 4 OFFSET_METADATA_TOO_LARGE"], 7,
+                   ["clear offset_commit"], {"commit": 1})
         self.fault("400 ms latency on every broker", ["rtt 1 400", "rtt 2 400", "rtt 3 400"], 6,
                    ["rtt 1 0", "rtt 2 0", "rtt 3 0"])
         check(self.daemon.proc.pid == pid and self.daemon.alive(), "vipsd restarted or exited")

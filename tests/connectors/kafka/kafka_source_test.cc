@@ -9,6 +9,9 @@
 #include <thread>
 #include <tuple>
 
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
+
 #include "connectors/kafka/mock_cluster.h"
 #include "tests/connectors/kafka/kafka_test_util.h"
 
@@ -137,6 +140,31 @@ TEST(KafkaSourceTest, RejectsInvalidOptionsNamingTheProblem) {
   o = base;
   o.properties["partition.assignment.strategy"] = "cooperative-sticky";
   EXPECT_TRUE(KafkaSource::Create(o).ok());
+}
+
+TEST(KafkaSourceTest, AFailedOffsetCommitIsCountedAsACommitError) {
+  // The daemon maps "OFFSET_COMMIT:*" kinds to vipsd_kafka_errors_total{kind="commit"}.
+  auto cluster = NewCluster();
+  ASSERT_NE(cluster, nullptr);
+  ASSERT_TRUE(cluster->CreateTopic("t", 1).ok());
+  KcatProduce(cluster->bootstrap_servers(), "t", Records("r", 5));
+  auto source = KafkaSource::Create(BaseOptions(*cluster, {"t"}, UniqueName("g")));
+  ASSERT_TRUE(source.ok()) << source.status().message();
+  ASSERT_EQ(PollAndStore(**source, 5).size(), 5u);
+  // OffsetCommit (API key 8) refused with a non-retriable error.
+  rd_kafka_mock_push_request_errors(cluster->mock_handle(), 8, 1,
+                                    RD_KAFKA_RESP_ERR_OFFSET_METADATA_TOO_LARGE);
+  EXPECT_FALSE((*source)->Commit().ok());
+  int64_t commit_errors = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (commit_errors == 0 && std::chrono::steady_clock::now() < deadline) {
+    (void)(*source)->Poll(1, std::chrono::milliseconds(100));  // serves the commit callback
+    for (const auto& [kind, count] : (*source)->stats().errors_by_kind) {
+      if (kind.rfind("OFFSET_COMMIT:", 0) == 0) commit_errors += count;
+    }
+  }
+  EXPECT_GT(commit_errors, 0);
+  EXPECT_TRUE((*source)->Commit().ok());  // the next commit goes through
 }
 
 TEST(KafkaSourceTest, StoreOffsetNeedsAnAssignedPartitionAndCloseIsIdempotent) {
