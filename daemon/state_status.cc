@@ -130,7 +130,8 @@ StatusOr<StateStatusOutput> StateStatus(const StateStatusOptions& options) {
   report.Integer("non_private_steps", state.noise.non_private_steps);
   report.Integer("fixed_seed_steps", state.noise.fixed_seed_steps);
   const bool contaminated = state.noise.non_private_steps > 0 || state.noise.fixed_seed_steps > 0;
-  report.Bool("private", !contaminated && state.noise.private_steps > 0);
+  // Every step so far ran with secure noise (a fresh directory counts).
+  report.Bool("private", !contaminated);
 
   std::optional<double> delta = options.delta;
   if (!delta.has_value()) delta = number_in_status("delta");

@@ -10,6 +10,11 @@
 // ledger by daemon/budget.h — the daemon's own function — at the δ of
 // `--delta`, else the δ in status.json.
 //
+// `daemon_running` means a process with status.json's pid exists (a reused
+// pid can mislead; the lock on DIR/lock is the authority, and status does
+// not touch it). `private` means no step of the directory ever ran without
+// secure noise.
+//
 // Exit status of the command: 0 when the ledger (and the checkpoint, if
 // any) verifies, 1 when either does not, 2 for usage errors or a directory
 // without a ledger.
