@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 
 #include "core/base/format.h"
@@ -1399,11 +1400,16 @@ void Daemon::WriteStatusFile() {
                      ", \"last_release_step\": " +
                      std::to_string(std::max<int64_t>(published_model_step_, 0)) +
                      ", \"last_release_time\": " + JsonNumber(published_time_) + "}\n";
+  // Informational (the ledger is the record): renamed into place, not
+  // fsync'd, so that the slot path pays no extra disk flush.
   const std::string path = config_.state_directory + "/status.json";
   const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << json;
+    if (!out) return;
+  }
   std::error_code error;
-  std::filesystem::remove(tmp, error);
-  if (!connectors::WriteFileDurably(tmp, json, true, 0600).ok()) return;
   std::filesystem::rename(tmp, path, error);
 }
 
@@ -1499,14 +1505,15 @@ Status Daemon::PublishModel(int64_t step, double rho, double publish_time) {
     ReleaseFacts facts;
     facts.step = step;
     facts.rho = rho;
-    facts.epsilon_spent = EpsilonSpent();
-    facts.accountant = AccountantName();
+    // ε, accountant and conversion from one evaluation of the ledger
+    // (MakeRelease writes "none" / 0 for non-private runs).
+    auto spent = LedgerSpent(state_, config_.driver.delta,
+                             fixed_schedule_.has_value() ? &*fixed_schedule_ : nullptr);
+    facts.epsilon_spent =
+        spent.ok() ? spent->epsilon : std::numeric_limits<double>::infinity();
+    facts.accountant = spent.ok() ? spent->accountant : AccountantName();
+    facts.conversion = spent.ok() ? spent->conversion : "rdp_improved";
     facts.schedule = ScheduleKindName(state_.schedule);
-    {
-      auto spent = LedgerSpent(state_, config_.driver.delta,
-                               fixed_schedule_.has_value() ? &*fixed_schedule_ : nullptr);
-      facts.conversion = spent.ok() ? spent->conversion : "rdp_improved";
-    }
     facts.noise_is_private = noise_->is_private();
     facts.noise_description = noise_->description();
     facts.noise_multiplier =

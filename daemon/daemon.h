@@ -245,7 +245,7 @@ class Daemon {
   void UpdateBudgetMetrics();
   // <state directory>/status.json: what `vipsd status` adds to the ledger
   // (δ, ceiling, the last release); public values only, written at the
-  // slot's public time, replaced by rename.
+  // slot's public time, replaced by rename (not fsync'd: informational).
   void WriteStatusFile();
   void CheckWarnings(PendingOutput* out);
   std::string AlertJson(const std::string& event, double spent) const;

@@ -111,8 +111,15 @@ bool Exported(std::string_view id, const MetricsOptions& options) {
 
 // The standard process_* metrics of Prometheus client libraries, from
 // /proc/self (Linux). A value that cannot be read is left out of the scrape.
+// CPU seconds and resident/virtual memory follow the work of each step (its
+// realised batch size): like step durations they are a side channel the DP
+// guarantee does not cover, so they are served only with
+// metrics.expose_step_timing (`work_dependent`); start time and file
+// descriptors always.
 class ProcessCollector final : public prometheus::Collectable {
  public:
+  explicit ProcessCollector(bool work_dependent) : work_dependent_(work_dependent) {}
+
   std::vector<prometheus::MetricFamily> Collect() const override {
     std::vector<prometheus::MetricFamily> families;
     auto add = [&](const char* name, const char* help, prometheus::MetricType type,
@@ -137,19 +144,22 @@ class ProcessCollector final : public prometheus::Collectable {
     // Fields after the command name (which may hold spaces) start at field 3.
     const size_t close = stat.rfind(')');
     if (close != std::string::npos && ticks > 0) {
+      const bool work = work_dependent_;
       std::istringstream fields(stat.substr(close + 2));
       std::vector<std::string> f;
       for (std::string x; fields >> x;) f.push_back(x);
       // f[0] is field 3 (state): utime 14, stime 15, starttime 22, vsize 23, rss 24.
       if (f.size() > 21) {
         try {
-          add("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.",
-              prometheus::MetricType::Counter,
-              (std::stod(f[11]) + std::stod(f[12])) / ticks);
-          add("process_virtual_memory_bytes", "Virtual memory size in bytes.",
-              prometheus::MetricType::Gauge, std::stod(f[20]));
-          add("process_resident_memory_bytes", "Resident memory size in bytes.",
-              prometheus::MetricType::Gauge, std::stod(f[21]) * page);
+          if (work) {
+            add("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.",
+                prometheus::MetricType::Counter,
+                (std::stod(f[11]) + std::stod(f[12])) / ticks);
+            add("process_virtual_memory_bytes", "Virtual memory size in bytes.",
+                prometheus::MetricType::Gauge, std::stod(f[20]));
+            add("process_resident_memory_bytes", "Resident memory size in bytes.",
+                prometheus::MetricType::Gauge, std::stod(f[21]) * page);
+          }
           if (const double boot = BootTime(); boot > 0) {
             add("process_start_time_seconds",
                 "Start time of the process since unix epoch in seconds.",
@@ -177,6 +187,8 @@ class ProcessCollector final : public prometheus::Collectable {
   }
 
  private:
+  bool work_dependent_;
+
   static double BootTime() {
     std::ifstream in("/proc/stat");
     for (std::string line; std::getline(in, line);) {
@@ -291,8 +303,7 @@ void HistogramHandle::Observe(double value) const {
 
 Metrics::Metrics()
     : registry_(std::make_shared<prometheus::Registry>(
-          prometheus::Registry::InsertBehavior::Throw)),
-      process_(std::make_shared<ProcessCollector>()) {}
+          prometheus::Registry::InsertBehavior::Throw)) {}
 
 Metrics::~Metrics() = default;
 
@@ -310,6 +321,7 @@ StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const MetricsOptions& options
     if (topic.empty()) return InvalidArgumentError("metrics: an input topic name is empty");
   }
   std::unique_ptr<Metrics> metrics(new Metrics());
+  metrics->process_ = std::make_shared<ProcessCollector>(options.expose_step_timing);
   prometheus::Registry& registry = *metrics->registry_;
   Metrics& m = *metrics;
 

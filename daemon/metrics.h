@@ -27,9 +27,10 @@
 // `*_timestamp_seconds` gauges for points in time, low-cardinality labels
 // (fixed enums; the only open label is the input topic, bounded by config).
 //
-// The endpoint also serves the standard process_* metrics (CPU seconds,
-// resident and virtual memory, open and maximum file descriptors, start
-// time; read from /proc/self at each scrape) and prometheus-cpp's own
+// The endpoint also serves the standard process_* metrics (open and
+// maximum file descriptors, start time; CPU seconds and resident and virtual
+// memory only with expose_step_timing, since they follow each step's work —
+// a timing-like side channel; read from /proc/self at each scrape) and prometheus-cpp's own
 // exposer_* metrics (bytes transferred, scrapes, request latency), which
 // carry nothing of ours; docs/metrics.md lists them.
 //
@@ -398,8 +399,8 @@ class Metrics {
   }
 
   std::shared_ptr<prometheus::Registry> registry_;
-  // process_* metrics (CPU, memory, file descriptors, start time) read from
-  // /proc/self at each scrape.
+  // process_* metrics read from /proc/self at each scrape (CPU and memory
+  // only with expose_step_timing: they follow each step's work).
   std::shared_ptr<prometheus::Collectable> process_;
   // Declared after registry_ so that it stops serving before the registry goes.
   std::unique_ptr<prometheus::Exposer> exposer_;

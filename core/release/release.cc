@@ -135,14 +135,15 @@ std::string JsonNumber(double value) {
   return text;
 }
 
-// Strings are validated as printable ASCII, so only '"' and '\\' need escapes.
-std::string JsonString(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
+// {"name": number, ...} in the given order (clip bounds, hyperparameters).
+// Strings are JsonString of core/base/format.h.
+std::string JsonNumberObject(const std::vector<std::pair<std::string, double>>& entries) {
+  std::string out = "{";
+  for (size_t i = 0; i < entries.size(); ++i) {
+    out += (i > 0 ? ", " : "") + JsonString(entries[i].first) + ": " +
+           JsonNumber(entries[i].second);
   }
-  return out + "\"";
+  return out + "}";
 }
 
 std::string ShapeTuple(std::span<const int64_t> shape) {
@@ -175,12 +176,7 @@ std::string ManifestJsonUnchecked(const Release& release,
   field("accountant", JsonString(m.accountant));
   field("schedule", JsonString(m.schedule));
   field("conversion", JsonString(m.conversion));
-  std::string bounds = "{";
-  for (size_t i = 0; i < m.clip_bounds.size(); ++i) {
-    bounds += (i > 0 ? ", " : "") + JsonString(m.clip_bounds[i].first) + ": " +
-              JsonNumber(m.clip_bounds[i].second);
-  }
-  field("clip_bounds", bounds + "}");
+  field("clip_bounds", JsonNumberObject(m.clip_bounds));
   std::string dims = "{";
   for (size_t i = 0; i < m.dimensions.size(); ++i) {
     dims += (i > 0 ? ", " : "") + JsonString(m.dimensions[i].first) + ": " +
@@ -189,12 +185,7 @@ std::string ManifestJsonUnchecked(const Release& release,
   field("dimensions", dims + "}");
   field("vocabulary_fingerprint", JsonString(m.vocabulary_fingerprint));
   field("vocabulary_source", JsonString(m.vocabulary_source));
-  std::string hyper = "{";
-  for (size_t i = 0; i < m.hyperparameters.size(); ++i) {
-    hyper += (i > 0 ? ", " : "") + JsonString(m.hyperparameters[i].first) + ": " +
-             JsonNumber(m.hyperparameters[i].second);
-  }
-  field("hyperparameters", hyper + "}");
+  field("hyperparameters", JsonNumberObject(m.hyperparameters));
   field("config_fingerprint", JsonString(m.config_fingerprint));
   field("is_private", m.is_private ? "true" : "false");
   field("noise_description", JsonString(m.noise_description));

@@ -183,6 +183,24 @@ TEST(MetricsTest, ProcessMetricsDescribeThisProcess) {
   EXPECT_NE(text.find("# TYPE process_cpu_seconds_total counter"), std::string::npos);
 }
 
+TEST(MetricsTest, WithoutStepTimingNoProcessMetricFollowsTheStepsWork) {
+  // CPU time and memory grow with each step's realised batch size: a
+  // private run (expose_step_timing false) serves only the work-independent
+  // process metrics.
+  MetricsOptions options = RegistryOnly();
+  options.expose_step_timing = false;
+  auto metrics = MakeMetrics(options);
+  ASSERT_NE(metrics, nullptr);
+  const std::string text = metrics->SerializeText();
+  for (const char* name : {"process_cpu_seconds_total", "process_resident_memory_bytes",
+                           "process_virtual_memory_bytes"}) {
+    EXPECT_EQ(text.find(name), std::string::npos) << name;
+  }
+  for (const char* name : {"process_open_fds", "process_max_fds", "process_start_time_seconds"}) {
+    EXPECT_TRUE(SampleValue(text, name).has_value()) << name;
+  }
+}
+
 TEST(MetricsTest, LabelledSeriesWithFixedValuesExistAtZero) {
   auto metrics = MakeMetrics();
   ASSERT_NE(metrics, nullptr);

@@ -93,12 +93,7 @@ class Inspector {
 
   std::string Committed(const std::string& group, const std::string& topic) {
     std::string error;
-    std::unique_ptr<RdKafka::Conf> conf(RdKafka::Conf::create(RdKafka::Conf::CONF_GLOBAL));
-    conf->set("bootstrap.servers", bootstrap_, error);
-    conf->set("group.id", group, error);
-    conf->set("log_level", "0", error);
-    std::unique_ptr<RdKafka::KafkaConsumer> consumer(
-        RdKafka::KafkaConsumer::create(conf.get(), error));
+    auto consumer = Consumer(group, &error);
     if (!consumer) return "error " + error;
     auto partitions = Partitions(consumer.get(), topic);
     if (partitions.empty()) return "error no partitions for topic " + topic;
@@ -120,12 +115,7 @@ class Inspector {
 
   std::string Watermarks(const std::string& topic) {
     std::string error;
-    std::unique_ptr<RdKafka::Conf> conf(RdKafka::Conf::create(RdKafka::Conf::CONF_GLOBAL));
-    conf->set("bootstrap.servers", bootstrap_, error);
-    conf->set("group.id", "vipsd-mock-kafka-inspector", error);
-    conf->set("log_level", "0", error);
-    std::unique_ptr<RdKafka::KafkaConsumer> consumer(
-        RdKafka::KafkaConsumer::create(conf.get(), error));
+    auto consumer = Consumer("vipsd-mock-kafka-inspector", &error);
     if (!consumer) return "error " + error;
     auto partitions = Partitions(consumer.get(), topic);
     if (partitions.empty()) return "error no partitions for topic " + topic;
@@ -147,6 +137,15 @@ class Inspector {
   }
 
  private:
+  // A consumer of `group` that never subscribes (so it never joins).
+  std::unique_ptr<RdKafka::KafkaConsumer> Consumer(const std::string& group, std::string* error) {
+    std::unique_ptr<RdKafka::Conf> conf(RdKafka::Conf::create(RdKafka::Conf::CONF_GLOBAL));
+    conf->set("bootstrap.servers", bootstrap_, *error);
+    conf->set("group.id", group, *error);
+    conf->set("log_level", "0", *error);
+    return std::unique_ptr<RdKafka::KafkaConsumer>(RdKafka::KafkaConsumer::create(conf.get(), *error));
+  }
+
   std::vector<RdKafka::TopicPartition*> Partitions(RdKafka::KafkaConsumer* consumer,
                                                    const std::string& topic) {
     std::vector<RdKafka::TopicPartition*> partitions;
