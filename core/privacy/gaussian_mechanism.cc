@@ -79,6 +79,7 @@ Status GaussianSumMechanism::Add(std::span<const double> record) {
   }
   scaled_sum_ += scratch_;
   sum_is_zero_ = false;
+  dense_ = true;
   ++counts_.accepted;
   return Status::Ok();
 }
@@ -124,6 +125,9 @@ Status GaussianSumMechanism::AddSparse(std::span<const uint32_t> indices,
   for (size_t i = 0; i < indices.size(); ++i) {
     scaled_sum_[static_cast<Eigen::Index>(indices[i])] += sparse_scratch_[i];
   }
+  if (!dense_) {
+    for (const uint32_t index : indices) MarkPage(index / kPage);
+  }
   if (!indices.empty()) sum_is_zero_ = false;
   ++counts_.accepted;
   return Status::Ok();
@@ -139,12 +143,24 @@ Status GaussianSumMechanism::Merge(GaussianSumMechanism&& other) {
     // 0 + x == x exactly: a running sum starts at +0.0 and, in
     // round-to-nearest, never becomes −0.0 (x + y is −0.0 only if both are),
     // so taking over the other buffer gives the same bits as adding it, and
-    // the other side is left with our zeros.
+    // the other side is left with our zeros (and our empty tracking).
     scaled_sum_.swap(other.scaled_sum_);
     sum_is_zero_ = other.sum_is_zero_;
     other.sum_is_zero_ = true;
-  } else {
+    page_touched_.swap(other.page_touched_);
+    touched_pages_.swap(other.touched_pages_);
+    std::swap(dense_, other.dense_);
+  } else if (!other.dense_ && !other.sum_is_zero_) {
+    const auto size = static_cast<size_t>(scaled_sum_.size());
+    for (const uint32_t page : other.touched_pages_) {
+      const size_t begin = static_cast<size_t>(page) * kPage;
+      const size_t end = std::min(size, begin + kPage);
+      for (size_t i = begin; i < end; ++i) scaled_sum_.data()[i] += other.scaled_sum_.data()[i];
+      if (!dense_) MarkPage(page);
+    }
+  } else if (!other.sum_is_zero_) {
     scaled_sum_ += other.scaled_sum_;
+    dense_ = true;
   }
   counts_.accepted += other.counts_.accepted;
   counts_.rejected += other.counts_.rejected;
@@ -177,8 +193,7 @@ StatusOr<GaussianRelease> GaussianSumMechanism::Release(NoiseSource& noise,
   const double scaled_std = ScaledNoiseStd(layout_.num_blocks(), noise_multiplier);
   noisy = scaled_sum_ + scaled_std * noisy;  // coefficient-wise: no aliasing problem
   released_ = true;
-  scaled_sum_.setZero();  // the private sum is no longer needed
-  sum_is_zero_ = true;
+  ClearSum();  // the private sum is no longer needed
   GaussianRelease release = ScaleBack(std::move(noisy));
   release.noise_multiplier = noise_multiplier;
   release.is_private = noise.is_private();
@@ -190,8 +205,7 @@ StatusOr<GaussianRelease> GaussianSumMechanism::ReleaseNonPrivate() {
   if (released_) return AlreadyReleasedError();
   released_ = true;
   GaussianRelease release = ScaleBack(scaled_sum_);
-  scaled_sum_.setZero();
-  sum_is_zero_ = true;
+  ClearSum();
   release.noise_multiplier = 0;
   release.is_private = false;
   release.noise_description = "none (sigma = 0, NOT PRIVATE)";
@@ -202,10 +216,37 @@ void GaussianSumMechanism::Reset() {
   // Skipping the fill when nothing was added since the last one saves a
   // statistic-sized memset (e.g. Merge resets its argument, and the step
   // driver resets it again before reuse).
-  if (!sum_is_zero_) scaled_sum_.setZero();
-  sum_is_zero_ = true;
+  ClearSum();
   counts_ = PrivateCounts{};
   released_ = false;
+}
+
+void GaussianSumMechanism::MarkPage(size_t page) {
+  if (page_touched_.empty()) {
+    page_touched_.assign((layout_.total_size() + kPage - 1) / kPage, 0);
+  }
+  if (page_touched_[page] == 0) {
+    page_touched_[page] = 1;
+    touched_pages_.push_back(static_cast<uint32_t>(page));
+  }
+}
+
+void GaussianSumMechanism::ClearSum() {
+  if (!sum_is_zero_) {
+    if (dense_ || page_touched_.empty()) {
+      scaled_sum_.setZero();
+    } else {
+      const auto size = static_cast<size_t>(scaled_sum_.size());
+      for (const uint32_t page : touched_pages_) {
+        const size_t begin = static_cast<size_t>(page) * kPage;
+        std::fill(scaled_sum_.data() + begin, scaled_sum_.data() + std::min(size, begin + kPage), 0.0);
+      }
+    }
+  }
+  for (const uint32_t page : touched_pages_) page_touched_[page] = 0;
+  touched_pages_.clear();
+  sum_is_zero_ = true;
+  dense_ = false;
 }
 
 }  // namespace vipsd::privacy

@@ -144,6 +144,18 @@ class GaussianSumMechanism {
   Eigen::VectorXd scratch_;  // the record being clipped (dense Add; allocated on first use)
   std::vector<double> sparse_scratch_;  // the sparse record being clipped
   bool sum_is_zero_ = true;  // scaled_sum_ is all zeros: Reset() need not refill it
+  // Which coordinates may be non-zero, in pages of kPage coordinates, so that
+  // Merge and Reset of a sparse sum (LDA: a chunk of documents touches a few
+  // percent of K·V) cost the touched pages, not the whole vector. Valid while
+  // !dense_; a dense Add (or merging a dense sum) sets dense_. Skipping
+  // untouched pages gives the same bits: they hold +0.0, and x + (+0.0) == x
+  // for every sum here (a sum that starts at +0.0 never becomes −0.0).
+  static constexpr size_t kPage = 16;
+  void MarkPage(size_t page);
+  void ClearSum();  // zero the sum (touched pages only when tracked) and the tracking
+  std::vector<uint8_t> page_touched_;   // per page; sized on first use
+  std::vector<uint32_t> touched_pages_;  // the pages set in page_touched_
+  bool dense_ = false;
   PrivateCounts counts_;
   bool released_ = false;
 };

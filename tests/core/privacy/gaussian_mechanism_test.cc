@@ -520,6 +520,68 @@ TEST(GaussianMechanismTest, SparseAddIsExactlyTheDenseAdd) {
             1e-12 * a->noisy_sum.cwiseAbs().maxCoeff());
 }
 
+TEST(GaussianMechanismTest, MergingSparseChunkSumsIsBitwiseOneSum) {
+  // The step driver sums chunks of records into reused accumulators and
+  // merges them in order; Merge and Reset of a sparse sum only visit the
+  // pages it touched. The result must be bit-for-bit the sum of the chunk
+  // sums added densely, also when an accumulator is reused after Reset (stale
+  // pages would leak into the next chunk), when one chunk is dense, and when
+  // a layout's size is not a multiple of the page size.
+  auto layout = BlockLayout::Create({{"a", BlockKind::kVector, 1003, 4.0},
+                                     {"b", BlockKind::kVector, 37, 0.5}});
+  ASSERT_TRUE(layout.ok());
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> unit(0, 1);
+  auto random_sparse = [&](std::vector<uint32_t>* indices, std::vector<double>* values) {
+    indices->clear();
+    values->clear();
+    for (uint32_t i = 0; i < layout->total_size(); ++i) {
+      if (rng() % 50 != 0) continue;
+      indices->push_back(i);
+      values->push_back(unit(rng));
+    }
+  };
+  GaussianSumMechanism total(*layout);
+  Eigen::VectorXd expected = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(layout->total_size()));
+  GaussianSumMechanism chunk(*layout);
+  std::vector<uint32_t> indices;
+  std::vector<double> values;
+  for (int c = 0; c < 30; ++c) {
+    GaussianSumMechanism reference(*layout);  // the chunk's sum, built densely
+    for (int r = 0; r < 5; ++r) {
+      random_sparse(&indices, &values);
+      if (c == 11 && r == 2) {  // one dense record: the chunk is tracked as dense
+        std::vector<double> dense(layout->total_size(), 0.0);
+        for (size_t i = 0; i < indices.size(); ++i) dense[indices[i]] = values[i];
+        ASSERT_TRUE(chunk.Add(dense).ok());
+        ASSERT_TRUE(reference.Add(dense).ok());
+        continue;
+      }
+      ASSERT_TRUE(chunk.AddSparse(indices, values).ok());
+      ASSERT_TRUE(reference.AddSparse(indices, values).ok());
+    }
+    auto chunk_sum = reference.ReleaseNonPrivate();
+    ASSERT_TRUE(chunk_sum.ok());
+    Eigen::VectorXd scaled = chunk_sum->noisy_sum;
+    scaled.head(1003) /= 4.0;  // power-of-two bounds: exact
+    scaled.tail(37) /= 0.5;
+    expected += scaled;
+    ASSERT_TRUE(total.Merge(std::move(chunk)).ok());
+    chunk.Reset();  // reused, as the driver does
+  }
+  auto released = total.ReleaseNonPrivate();
+  ASSERT_TRUE(released.ok());
+  Eigen::VectorXd got = released->noisy_sum;
+  got.head(1003) /= 4.0;
+  got.tail(37) /= 0.5;
+  for (Eigen::Index i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], expected[i]) << i;
+  // After the release and a Reset the accumulator is all zeros again.
+  total.Reset();
+  auto empty = total.ReleaseNonPrivate();
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(empty->noisy_sum.cwiseAbs().maxCoeff(), 0.0);
+}
+
 TEST(GaussianMechanismTest, SparseAddRejectsMalformedInputAndSumsNothing) {
   auto layout = BlockLayout::Create({{"a", BlockKind::kVector, 5, 1.0}});
   ASSERT_TRUE(layout.ok());
