@@ -25,7 +25,9 @@
 
 #include "core/models/lda.h"
 #include "core/models/lda_eval.h"
+#include "core/privacy/fixed_schedule.h"
 #include "core/privacy/rdp_accountant.h"
+#include "core/privacy/strong_composition.h"
 #include "core/privacy/secure_noise.h"
 #include "core/svi/step_driver.h"
 
@@ -63,13 +65,20 @@ int main(int argc, char** argv) {
     std::cerr << "usage: lda_svi_run --train IDS.jsonl --test IDS.jsonl --V V [--K 50] "
                  "[--alpha 1/K] [--eta 1/K] [--batch 256] [--passes 1] [--tau0 64] "
                  "[--kappa 0.7] [--threads 1] [--sigma 0] [--N 500] [--clip 0.1] "
-                 "[--epsilon 3] [--delta 1e-5] [--seed 0] [--lambda-out FILE] [--vocab FILE]\n";
+                 "[--epsilon 3] [--delta 1e-5] [--seed 0] [--lambda-out FILE] [--vocab FILE]\n"
+                 "       [--q Q (instead of --batch)] [--steps T (instead of --passes)]\n"
+                 "       [--validation IDS.jsonl] [--eval-every S (perplexity on --test every S steps)]\n";
     return 2;
   }
   int64_t train_tokens = 0, test_tokens = 0;
   auto train = ReadIds(args["--train"], &train_tokens);
   std::erase_if(train, [](const auto& d) { return d.empty(); });  // as the peer kit does
   const auto test = ReadIds(args["--test"], &test_tokens);
+  int64_t validation_tokens = 0;
+  const auto validation = args.count("--validation")
+                              ? ReadIds(args["--validation"], &validation_tokens)
+                              : std::vector<std::vector<int32_t>>{};
+  const int64_t eval_every = std::stoll(get("--eval-every", "0"));
   vipsd::models::LdaConfig lda;
   lda.num_topics = std::stoll(get("--K", "50"));
   lda.vocabulary_size = std::stoll(args["--V"]);
@@ -87,7 +96,8 @@ int main(int argc, char** argv) {
     std::cerr << model.status().ToString() << "\n";
     return 1;
   }
-  const double batch = std::stod(get("--batch", "256"));
+  const double batch = args.count("--q") ? std::stod(args["--q"]) * static_cast<double>(train.size())
+                                          : std::stod(get("--batch", "256"));
   vipsd::svi::DriverConfig driver_config;
   driver_config.sampling_rate = std::min(1.0, batch / static_cast<double>(train.size()));
   driver_config.noise_multiplier = sigma;
@@ -117,12 +127,14 @@ int main(int argc, char** argv) {
   std::vector<vipsd::model::Record> pool(train.size());
   for (size_t d = 0; d < train.size(); ++d) pool[d].word_ids = train[d];
   const double passes = std::stod(get("--passes", "1"));
-  const auto steps = static_cast<int64_t>(
+  const auto steps = args.count("--steps") ? std::stoll(args["--steps"]) : static_cast<int64_t>(
       std::ceil(passes * static_cast<double>(train.size()) / batch));
   const auto wall_start = std::chrono::steady_clock::now();
   const double cpu_start = CpuSeconds();
   int64_t ran = 0;
   bool ceiling = false;
+  nlohmann::json per_step = nlohmann::json::array();
+  double excluded_wall = 0, excluded_cpu = 0;
   for (int64_t t = 0; t < steps; ++t) {
     auto result = (*driver)->Step(pool);
     if (!result.ok()) {
@@ -134,9 +146,20 @@ int main(int argc, char** argv) {
       break;
     }
     ++ran;
+    if (eval_every > 0 && ran % eval_every == 0) {  // excluded from the timings below
+      const auto pause = std::chrono::steady_clock::now();
+      const double pause_cpu = CpuSeconds();
+      auto at_step = vipsd::models::DocumentCompletion((*model)->lambda(), lda.alpha, test);
+      per_step.push_back({{"step", ran}, {"doc_completion_perplexity",
+                                          at_step.ok() ? at_step->perplexity : -1.0}});
+      excluded_wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - pause).count();
+      excluded_cpu += CpuSeconds() - pause_cpu;
+    }
   }
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-  const double cpu = CpuSeconds() - cpu_start;
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count() -
+      excluded_wall;
+  const double cpu = CpuSeconds() - cpu_start - excluded_cpu;
   // Expected documents processed: q·D per step (the realised count is not
   // observable through the driver, by design).
   const double docs = static_cast<double>(ran) * driver_config.sampling_rate *
@@ -156,7 +179,27 @@ int main(int argc, char** argv) {
       {"tokens_per_s", docs * tokens_per_doc / wall},
       {"doc_completion_perplexity", completion.ok() ? completion->perplexity : -1.0},
   };
-  if (sigma > 0) out["epsilon"] = accountant.GetEpsilon(driver_config.delta)->epsilon;
+  if (!per_step.empty()) out["per_step"] = per_step;
+  if (!validation.empty()) {
+    auto v = vipsd::models::DocumentCompletion((*model)->lambda(), lda.alpha, validation);
+    out["validation_doc_completion_perplexity"] = v.ok() ? v->perplexity : -1.0;
+  }
+  if (sigma > 0) {
+    // The daemon's charge (privacy.schedule: fixed): min(PLD, RDP) from the
+    // same class the daemon, the planner and the manifests use; and what
+    // the RDP accountant alone and the paper's strong-composition baseline
+    // would say for the same (q, σ, T).
+    auto fixed = vipsd::privacy::FixedScheduleAccountant::Create(driver_config.sampling_rate, sigma);
+    auto charged = fixed->Epsilon(ran, driver_config.delta);
+    out["epsilon"] = charged->epsilon;
+    out["epsilon_pld"] = charged->pld;
+    out["epsilon_rdp"] = charged->rdp;
+    auto strong = vipsd::privacy::StrongCompositionEpsilon(driver_config.sampling_rate, sigma,
+                                                           std::max<int64_t>(ran, 1),
+                                                           driver_config.delta);
+    out["epsilon_strong_composition"] = strong.ok() ? strong->epsilon : -1.0;
+    out["delta"] = driver_config.delta;
+  }
   if (args.count("--lambda-out")) {
     std::ofstream f(args["--lambda-out"], std::ios::binary);
     const auto arrays = (*model)->ReleaseArrays();
