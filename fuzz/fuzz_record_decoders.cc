@@ -1,6 +1,7 @@
 // Every record decoder (LDA JSON documents, BLR and SBN records) on
 // arbitrary bytes: no crash, no sanitizer report, and a decoded record is
-// within its declared bounds. The first byte picks the decoder.
+// within its declared bounds; the LDA scanner decodes exactly what the
+// nlohmann reference decodes. The first byte picks the decoder.
 #include <cmath>
 
 #include "connectors/decode/blr_record_decoder.h"
@@ -26,6 +27,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         for (int32_t id : document->word_ids) {
           if (id < 0 || id >= vocabulary.size()) fuzz::Violated("word id out of range");
         }
+      }
+      // The single-pass scanner must agree with the nlohmann reference.
+      const auto reference = connectors::DecodeJsonDocumentReference(record, vocabulary);
+      if (result.index() != reference.index()) fuzz::Violated("scanner and reference disagree");
+      if (const auto* failure = std::get_if<connectors::DecodeFailure>(&reference)) {
+        if (std::get<connectors::DecodeFailure>(result).reason != failure->reason) {
+          fuzz::Violated("scanner and reference give different reasons");
+        }
+      } else if (std::get<text::Document>(result).id != std::get<text::Document>(reference).id ||
+                 std::get<text::Document>(result).word_ids !=
+                     std::get<text::Document>(reference).word_ids) {
+        fuzz::Violated("scanner and reference decode different documents");
       }
       break;
     }

@@ -85,7 +85,21 @@ struct DecodeFailure {
 using DecodeResult = std::variant<text::Document, DecodeFailure>;
 
 // Decodes one record (the bytes of one line or message, without its line end).
+// A single-pass scanner (json_document.cc) that validates the whole record
+// as strictly as the reference below and tokenises "text" straight out of
+// the record's bytes (unescaping into a per-thread buffer only when the
+// string holds an escape): no DOM, no allocation besides the word ids.
 DecodeResult DecodeJsonDocument(std::string_view record, const text::Vocabulary& vocabulary);
+
+// The reference decoder: builds an nlohmann::json DOM and reads the keys
+// from it. DecodeJsonDocument returns exactly what this returns (the same
+// Document or the same reason) for every input; tests and the fuzzer
+// (fuzz/fuzz_record_decoders.cc) check that. Slower; not used by sources.
+// The accepted language is nlohmann's (3.11): RFC 8259 plus a leading UTF-8
+// byte order mark, and a NUL byte after the value ends the input; a number
+// whose value overflows a double is invalid JSON.
+DecodeResult DecodeJsonDocumentReference(std::string_view record,
+                                         const text::Vocabulary& vocabulary);
 
 // True if `bytes` is well-formed UTF-8 (Unicode 15, Table 3-7: no overlong
 // forms, no surrogates, nothing above U+10FFFF).

@@ -67,7 +67,7 @@ StatusOr<Vocabulary> Vocabulary::Parse(std::string_view file_text) {
                                         " ('" + std::string(term) + "')");
     }
     vocabulary.terms_.emplace_back(term);
-    if (2 * vocabulary.terms_.size() > vocabulary.slots_.size()) {
+    if (4 * vocabulary.terms_.size() > vocabulary.slots_.size()) {
       vocabulary.Rehash(2 * vocabulary.slots_.size());
     } else {
       vocabulary.PlaceTerm(static_cast<int32_t>(vocabulary.terms_.size() - 1));
@@ -94,48 +94,64 @@ const std::string& Vocabulary::term(int32_t id) const {
 
 std::optional<int32_t> Vocabulary::Find(std::string_view term) const {
   // Also guards a moved-from object, whose table is empty.
-  if (term.size() > max_term_length_ || slots_.empty()) return std::nullopt;
-  const uint64_t hash = Hash(term);
-  const auto tag = static_cast<uint32_t>(hash >> 32);
+  if (term.size() > max_term_length_ || term.empty() || slots_.empty()) return std::nullopt;
+  const uint64_t prefix = Prefix(term);
+  const uint64_t hash = Hash(prefix, term);
+  const auto length = static_cast<uint32_t>(term.size());
   for (size_t index = hash & slot_mask_;; index = (index + 1) & slot_mask_) {
     const Slot& slot = slots_[index];
     if (slot.id < 0) return std::nullopt;
-    if (slot.hash_tag == tag && terms_[static_cast<size_t>(slot.id)] == term) return slot.id;
+    if (slot.prefix != prefix || slot.length != length) continue;
+    if (length <= 8) return slot.id;
+    const std::string& stored = terms_[static_cast<size_t>(slot.id)];
+    if (std::memcmp(stored.data() + 8, term.data() + 8, length - 8) == 0) return slot.id;
   }
 }
 
-uint64_t Vocabulary::Hash(std::string_view term) {
-  // Words are short: mix 8 bytes at a time, then finish with MurmurHash3's
-  // 64-bit finaliser so that the low bits (the slot index) depend on every
-  // input bit. Not for adversarial keys: the table holds only the public
-  // vocabulary, and a query costs at most one probe sequence of a table that
-  // is at most half full.
-  constexpr uint64_t kMultiplier = 0x9E3779B97F4A7C15ULL;
-  uint64_t hash = (term.size() + 1) * kMultiplier;
+uint64_t Vocabulary::Prefix(std::string_view term) {
   const char* bytes = term.data();
-  size_t remaining = term.size();
-  while (remaining >= 8) {
-    uint64_t word;
-    std::memcpy(&word, bytes, sizeof(word));
-    hash = (hash ^ word) * kMultiplier;
-    hash ^= hash >> 29;
-    bytes += 8;
-    remaining -= 8;
+  const size_t size = term.size();
+  uint64_t prefix = 0;
+  if (size >= 8) {
+    std::memcpy(&prefix, bytes, sizeof(prefix));
+  } else if (size >= 4) {
+    // Two overlapping 4-byte loads give bytes [0, size) in place.
+    uint32_t head = 0;
+    uint32_t tail = 0;
+    std::memcpy(&head, bytes, sizeof(head));
+    std::memcpy(&tail, bytes + size - 4, sizeof(tail));
+    std::memcpy(&prefix, &head, sizeof(head));
+    uint64_t high = 0;
+    std::memcpy(reinterpret_cast<char*>(&high) + (size - 4), &tail, sizeof(tail));
+    prefix |= high;
+  } else {
+    std::memcpy(&prefix, bytes, size);
   }
-  // The last 1–7 bytes without a byte loop: two overlapping 4-byte loads, or
-  // first/middle/last byte for 1–3 bytes (the length is already mixed in).
-  uint64_t tail = 0;
-  if (remaining >= 4) {
-    uint32_t head_word;
-    uint32_t tail_word;
-    std::memcpy(&head_word, bytes, sizeof(head_word));
-    std::memcpy(&tail_word, bytes + remaining - 4, sizeof(tail_word));
-    tail = (uint64_t{head_word} << 32) | tail_word;
-  } else if (remaining > 0) {
-    const auto byte = [bytes](size_t i) { return uint64_t{static_cast<unsigned char>(bytes[i])}; };
-    tail = (byte(0) << 16) | (byte(remaining / 2) << 8) | byte(remaining - 1);
+  return prefix;
+}
+
+uint64_t Vocabulary::Hash(uint64_t prefix, std::string_view term) {
+  // Words are short: the first 8 bytes come mixed in already loaded, the rest
+  // 8 at a time, then MurmurHash3's 64-bit finaliser so that the low bits
+  // (the slot index) depend on every input bit. Not for adversarial keys:
+  // the table holds only the public vocabulary, and a query costs at most
+  // one probe sequence of a table that is at most a quarter full.
+  constexpr uint64_t kMultiplier = 0x9E3779B97F4A7C15ULL;
+  uint64_t hash = ((term.size() + 1) * kMultiplier) ^ prefix;
+  if (term.size() > 8) {
+    const char* bytes = term.data() + 8;
+    size_t remaining = term.size() - 8;
+    while (remaining > 0) {
+      uint64_t word = 0;
+      const size_t take = remaining < 8 ? remaining : 8;
+      std::memcpy(&word, bytes, take);
+      hash = (hash * kMultiplier) ^ word;
+      hash ^= hash >> 29;
+      bytes += take;
+      remaining -= take;
+    }
   }
-  hash = (hash ^ tail) * kMultiplier;
+  hash *= kMultiplier;
   hash ^= hash >> 33;
   hash *= 0xFF51AFD7ED558CCDULL;
   hash ^= hash >> 33;
@@ -145,12 +161,12 @@ uint64_t Vocabulary::Hash(std::string_view term) {
 }
 
 void Vocabulary::PlaceTerm(int32_t id) {
-  const uint64_t hash = Hash(terms_[static_cast<size_t>(id)]);
-  size_t index = hash & slot_mask_;
+  const std::string& term = terms_[static_cast<size_t>(id)];
+  const uint64_t prefix = Prefix(term);
+  size_t index = Hash(prefix, term) & slot_mask_;
   while (slots_[index].id >= 0) index = (index + 1) & slot_mask_;
-  slots_[index] = Slot{static_cast<uint32_t>(hash >> 32), id};
+  slots_[index] = Slot{prefix, static_cast<uint32_t>(term.size()), id};
 }
-
 void Vocabulary::Rehash(size_t slot_count) {
   assert(slot_count > 0 && (slot_count & (slot_count - 1)) == 0);
   slots_.assign(slot_count, Slot{});

@@ -60,16 +60,21 @@ class Vocabulary {
 
  private:
   // Open addressing with linear probing over a power-of-two table at most
-  // half full. Each slot keeps the high 32 bits of the term's hash so that
-  // most probes that miss never touch the term's bytes. Find() runs once per
-  // letter run of every document, so it is the tokenizer's hot path.
+  // a quarter full. Find() runs once per letter run of every document, so it
+  // is the tokenizer's hot path: each slot holds the term's first 8 bytes
+  // (zero-padded), its length and a hash tag, so that a lookup of a term of
+  // at most 8 bytes — most words of running text — reads one slot and
+  // nothing else; longer terms compare their remaining bytes with terms_.
   struct Slot {
-    uint32_t hash_tag = 0;
-    int32_t id = -1;  // -1: empty
+    uint64_t prefix = 0;    // first min(8, length) bytes, zero-padded
+    uint32_t length = 0;    // term length in bytes
+    int32_t id = -1;        // -1: empty
   };
 
   Vocabulary() = default;
-  static uint64_t Hash(std::string_view term);
+  // The first min(8, size) bytes of `term`, zero-padded (no read past it).
+  static uint64_t Prefix(std::string_view term);
+  static uint64_t Hash(uint64_t prefix, std::string_view term);
   // Puts terms_[id], known to be absent from the table, in a free slot.
   void PlaceTerm(int32_t id);
   // Rebuilds the table with `slot_count` (a power of two) slots.

@@ -179,6 +179,123 @@ TEST(JsonDocumentTest, Utf8Validation) {
   EXPECT_FALSE(IsValidUtf8("\xf0\x9f\x98z"));
 }
 
+// The scanner behind DecodeJsonDocument must return exactly what the
+// nlohmann reference returns: the same reason, or the same id and word ids.
+void ExpectSameAsReference(std::string_view record, const text::Vocabulary& vocabulary) {
+  const DecodeResult fast = DecodeJsonDocument(record, vocabulary);
+  const DecodeResult reference = DecodeJsonDocumentReference(record, vocabulary);
+  const std::string shown = testing::PrintToString(std::string(record));
+  ASSERT_EQ(fast.index(), reference.index()) << shown;
+  if (const auto* failure = std::get_if<DecodeFailure>(&reference)) {
+    EXPECT_EQ(RejectReasonName(std::get<DecodeFailure>(fast).reason),
+              RejectReasonName(failure->reason))
+        << shown;
+  } else {
+    EXPECT_EQ(std::get<text::Document>(fast).id, std::get<text::Document>(reference).id) << shown;
+    EXPECT_EQ(std::get<text::Document>(fast).word_ids,
+              std::get<text::Document>(reference).word_ids)
+        << shown;
+  }
+}
+
+TEST(JsonDocumentTest, ScannerAgreesWithTheReferenceOnEdgeCases) {
+  const text::Vocabulary vocabulary = TestVocabulary();
+  using namespace std::string_literals;
+  const std::vector<std::string> records = {
+      "", " ", "{", "}", "{}", "[]", "null", "true", "false", "nul", "tru", "1", "-", "\"x\"",
+      R"({"id": 1, "text": "alpha beta"})",
+      R"(  {"id": 1, "text": "alpha beta"}  )",
+      "\t\r\n{\"id\":1,\"text\":\"alpha\"}\r\n",
+      R"({"id": 1, "text": "alpha"},)", R"({"id": 1, "text": "alpha"} x)",
+      R"({"id": 1, "text": "alpha"}{})", R"({"id": 1, "text": "alpha",})",
+      R"({"id": 1 "text": "alpha"})", R"({"id" 1, "text": "alpha"})", R"({id: 1})",
+      R"({'id': 1})", R"({"id": 1, "text": "alpha"} // c)", R"(/*c*/{"id":1,"text":""})",
+      // A byte order mark at the start only; a NUL after the value ends the input.
+      "\xEF\xBB\xBF{\"id\":1,\"text\":\"alpha\"}", " \xEF\xBB\xBF{\"id\":1,\"text\":\"\"}",
+      "\xEF\xBB{\"id\":1}", "\xEF\xBB\xBF", "{\"id\":1,\"text\":\"alpha\"}\0junk"s,
+      "{\"id\":1,\"text\":\"alpha\"} \0"s, "{\"id\":1,\0\"text\":\"alpha\"}"s, "\0"s,
+      "{\"id\":1,\"text\":\"al\0pha\"}"s, "{\"id\":1,\"text\":\"a\x01\"}", "{\"id\":1,\"text\":\"a\x7f\"}",
+      "{\"id\":1,\"text\":\"tab\there\"}",
+      // Numbers: grammar, integer ranges, overflow of a double.
+      R"({"id": 01, "text": ""})", R"({"id": -0, "text": ""})", R"({"id": -, "text": ""})",
+      R"({"id": 1., "text": ""})", R"({"id": .5, "text": ""})", R"({"id": 1e5, "text": ""})",
+      R"({"id": 1E+5, "text": ""})", R"({"id": 1e, "text": ""})", R"({"id": 1.5e-3, "text": ""})",
+      R"({"id": +1, "text": ""})", R"({"id": 0x10, "text": ""})", R"({"id": 1.0, "text": ""})",
+      R"({"id": 9223372036854775807, "text": ""})", R"({"id": -9223372036854775808, "text": ""})",
+      R"({"id": -9223372036854775809, "text": ""})", R"({"id": 18446744073709551615, "text": ""})",
+      R"({"id": 18446744073709551616, "text": ""})", R"({"id": 000, "text": ""})",
+      R"({"id": 00000000000000000001, "text": ""})", R"({"id": -00, "text": ""})",
+      R"({"id": 1e308, "text": ""})", R"({"id": 1e309, "text": ""})", R"({"id": -1e400, "text": ""})",
+      R"({"id": 1e-400, "text": ""})", R"({"id": "a", "text": "", "x": 2e308})",
+      R"({"id": "a", "text": "", "x": 1.7976931348623157e308})",
+      R"({"id": "a", "text": "", "x": 1.7976931348623159e308})",
+      "{\"id\": 1" + std::string(400, '0') + ", \"text\": \"\"}",
+      "{\"id\": 1" + std::string(300, '0') + ", \"text\": \"\"}",
+      "{\"id\": 1" + std::string(308, '0') + ".5, \"text\": \"\"}",
+      "{\"id\": 0." + std::string(400, '0') + "1e400, \"text\": \"\"}",
+      // Strings and escapes.
+      R"({"id": "", "text": ""})", R"({"id": "\u0000", "text": ""})", R"({"id": "\"", "text": ""})",
+      R"({"id": "a", "text": "alpha\nbeta\tgamma\\don\/x\"y"})", R"({"id": "a", "text": "\q"})",
+      R"({"id": "a", "text": "\u00"})", R"({"id": "a", "text": "\u00zz"})",
+      R"({"id": "a", "text": "\u0041LPHA \u0062eta"})", R"({"id": "a", "text": "\ud83d\ude00alpha"})",
+      R"({"id": "a", "text": "\ud83d alpha"})", R"({"id": "a", "text": "\ud83d\u0041"})",
+      R"({"id": "a", "text": "\ude00"})", R"({"id": "a", "text": "\uDBFF\uDFFF"})",
+      R"({"id": "a", "text": "\ud83d\"})", R"({"id": "a", "text": "x\"})", R"({"id": "a", "text": "x\)",
+      R"({"id": "a", "text": "unterminated})", "{\"id\": \"a\", \"text\": \"caf\xc3\xa9 alpha\"}",
+      // Keys: escapes, duplicates (the last wins), other keys ignored.
+      R"({"\u0069d": 5, "te\u0078t": "beta"})", R"({"id": 1, "text": "alpha", "text": 3})",
+      R"({"id": 1, "text": 3, "text": "alpha"})", R"({"id": [], "id": "z", "text": ""})",
+      R"({"id": "z", "id": {}, "text": ""})", R"({"id": 1, "tokens": ["alpha"], "tokens": 2})",
+      R"({"id": 1, "text": "a", "label": {"x": [1, 2, {"y": null}]}, "z": [[[]]]})",
+      R"({"id": 1, "text": "a", "label": {"x": [1, 2, {"y": nul}]}})",
+      R"({"id": 1, "text": "a", "label": [1, 2,]})", R"({"id": 1, "text": "a", "label": [1 2]})",
+      R"({"id": 1, "text": "a", "label": {"k" 1}})", R"({"id": 1, "text": "a", "label": {"k": 1,}})",
+      R"({"id": 1, "text": "a", "label": {1: 1}})", R"({"id": 1, "text": "a", "label": [}})",
+      R"({"id": 1, "text": "a", "label": {]})", R"({"id": 1, "text": "a", "": ""})",
+      // Every reason.
+      R"({"text": "alpha"})", R"({"id": true, "text": "alpha"})", R"({"id": null, "text": "a"})",
+      R"({"id": 1.5, "text": "alpha"})", R"({"id": 1})", R"({"id": 1, "text": ["alpha"]})",
+      R"({"id": 1, "text": "a", "tokens": []})", R"({"id": 1, "tokens": "alpha"})",
+      R"({"id": 1, "tokens": ["alpha", 3]})", R"({"id": 1, "tokens": ["alpha", ["beta"]]})",
+      R"({"id": 1, "tokens": ["Alpha", "BETA", "al pha", "gamma!", "don", "\u0061lpha"]})",
+      R"({"id": 1, "tokens": []})", R"({"id": 1, "tokens": [ ]})", R"({"id": 1, "tokens": {}})",
+      R"({"id": 1, "tokens": null})", "[1, 2", "[1, 2]", "{\"a\": [1, 2]", "\xc3\x28",
+  };
+  for (const std::string& record : records) ExpectSameAsReference(record, vocabulary);
+}
+
+TEST(JsonDocumentTest, ScannerAgreesWithTheReferenceOnMutatedRecords) {
+  // Every one-byte change (from a set of JSON-significant bytes), deletion
+  // and truncation of a few valid records.
+  const text::Vocabulary vocabulary = TestVocabulary();
+  const std::vector<std::string> seeds = {
+      R"({"id": "doc-1", "text": "Alpha beta, \"gamma\"\n don\u00e9 \ud83d\ude00"})",
+      R"({"id": -12, "tokens": ["alpha", "Beta", "x\ty"], "label": [1.5e3, true, null, {}]})",
+      R"([{"id": 1}, 0.25, "s"])",
+  };
+  const std::string bytes = "{}[]\",:\\ 0123456789-+.eEuUtfn\t\n\r\x01\x7f/abx\xc3\xa9";
+  size_t checked = 0;
+  for (const std::string& seed : seeds) {
+    for (size_t i = 0; i <= seed.size(); ++i) {
+      ExpectSameAsReference(seed.substr(0, i), vocabulary);
+      if (i == seed.size()) break;
+      std::string deleted = seed;
+      deleted.erase(i, 1);
+      ExpectSameAsReference(deleted, vocabulary);
+      for (const char b : bytes) {
+        std::string changed = seed;
+        changed[i] = b;
+        ExpectSameAsReference(changed, vocabulary);
+        std::string inserted = seed;
+        inserted.insert(i, 1, b);
+        ExpectSameAsReference(inserted, vocabulary);
+        checked += 2;
+      }
+    }
+  }
+  EXPECT_GT(checked, 1000u);
+}
+
 TEST(JsonDocumentTest, ReasonNamesAreDistinctSnakeCaseAndDescriptionsNameOnlyKeys) {
   std::set<std::string_view> names;
   for (size_t i = 0; i < kNumRejectReasons; ++i) {

@@ -169,5 +169,25 @@ TEST(VocabularyTest, TermsOfEveryLengthAreFoundAndNearMissesAreNot) {
   EXPECT_EQ(vocabulary.Find(std::string(40, 'm')), std::nullopt);  // no 'q' anywhere
 }
 
+TEST(VocabularyTest, FindComparesEveryByteOfShortAndLongTerms) {
+  // The table keeps the first 8 bytes and the length inline: terms that
+  // share them must still be told apart by their remaining bytes.
+  const std::string text =
+      "a\nab\nabc\nabcd\nabcde\nabcdef\nabcdefg\nabcdefgh\nabcdefghi\nabcdefghij\n"
+      "abcdefghik\nabcdefghijklmnopq\nabcdefghijklmnopr\nbbcd\nabce\n";
+  auto vocabulary = Vocabulary::Parse(text);
+  ASSERT_TRUE(vocabulary.ok()) << vocabulary.status().ToString();
+  for (int32_t id = 0; id < vocabulary->size(); ++id) {
+    EXPECT_EQ(vocabulary->Find(vocabulary->term(id)), id) << vocabulary->term(id);
+  }
+  for (const char* absent : {"", "b", "abcdefghh", "abcdefghijk", "abcdefghijklmnopz",
+                             "abcdefghijklmnop", "bbce", "abcf", "abcdefgi", "aa"}) {
+    EXPECT_FALSE(vocabulary->Find(absent).has_value()) << absent;
+  }
+  // A word inside a longer buffer is read only within its bounds.
+  const std::string buffer = "xxabcdyy";
+  EXPECT_EQ(vocabulary->Find(std::string_view(buffer).substr(2, 4)), vocabulary->Find("abcd"));
+}
+
 }  // namespace
 }  // namespace vipsd::text
