@@ -3,6 +3,10 @@
 # Idempotent: packages already installed are left alone, and apt is not
 # touched at all when nothing is missing. Needs root (or sudo) only when
 # something must be installed.
+#   scripts/setup.sh           what the build, the demo and the tests need
+#   scripts/setup.sh --bench   also the benchmark-only packages: the peer kit's
+#                              gensim, scikit-learn and scipy, and matplotlib
+#                              for scripts/results.py's plots
 set -euo pipefail
 
 PACKAGES=(
@@ -24,6 +28,13 @@ PACKAGES=(
   # libFuzzer targets (scripts/fuzz.sh): clang with its sanitizer runtimes
   clang libclang-rt-14-dev
 )
+
+if [[ "${1:-}" == "--bench" ]]; then
+  PACKAGES+=(python3-scipy python3-sklearn python3-gensim python3-matplotlib)
+elif [[ $# -gt 0 ]]; then
+  echo "usage: scripts/setup.sh [--bench]" >&2
+  exit 2
+fi
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

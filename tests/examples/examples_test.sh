@@ -16,6 +16,9 @@ cp -r "$source_dir/config/examples/." "$work/"
 # The service example's /var/lib/vipsd is systemd's StateDirectory; the
 # check looks at the real directory, so point it somewhere this user owns.
 sed -i "s|/var/lib/vipsd|$work/service_state|" "$work"/*.yaml
+# lda_wikipedia.yaml names the corpus's vocabulary, which is not shipped;
+# the demo's stands in for it.
+cp "$work/demo/vocab.txt" "$work/wikipedia_vocab.txt"
 for config in "$work"/*.yaml; do
   name=$(basename "$config")
   "$vipsd" --config "$config" --check-config >"$work/check.out" 2>&1 ||
@@ -42,8 +45,9 @@ with open(f"{work}/sbn_train.jsonl", "w") as out:
         out.write(json.dumps({"y": [random.randint(0, 1) for _ in range(784)]}) + "\n")
 PY
 
-for model in lda blr sbn; do
+for model in lda blr sbn wikipedia; do
   config="$work/${model}_offline.yaml"
+  [[ $model == wikipedia ]] && config="$work/lda_wikipedia.yaml" && model=lda
   sed -i -e "s|^  path: train.jsonl|  path: ${model}_train.jsonl|" \
          -e "s|^  max_steps: [0-9]*|  max_steps: 1|" \
          -e "s|^  max_epochs: [0-9.]*|  max_epochs: 0|" "$config"
