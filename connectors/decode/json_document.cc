@@ -651,7 +651,12 @@ DecodeResult DecodeJsonDocument(std::string_view record, const text::Vocabulary&
   if (!has_text && !has_tokens) return DecodeFailure{RejectReason::kMissingText};
   if (has_text) {
     if (top.text.kind != ValueKind::kString) return DecodeFailure{RejectReason::kBadText};
-    text::AppendTokenIds(StringContent(top.text, buffer), vocabulary, document.word_ids);
+    // Into a per-thread scratch vector, then one exact-size copy: the pool
+    // keeps no growth slack and the record costs one allocation.
+    thread_local std::vector<int32_t> ids;
+    ids.clear();
+    text::AppendTokenIds(StringContent(top.text, buffer), vocabulary, ids);
+    document.word_ids.assign(ids.begin(), ids.end());
     return document;
   }
   if (top.tokens.kind != ValueKind::kArray) return DecodeFailure{RejectReason::kBadTokens};

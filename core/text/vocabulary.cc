@@ -67,7 +67,7 @@ StatusOr<Vocabulary> Vocabulary::Parse(std::string_view file_text) {
                                         " ('" + std::string(term) + "')");
     }
     vocabulary.terms_.emplace_back(term);
-    if (4 * vocabulary.terms_.size() > vocabulary.slots_.size()) {
+    if (2 * vocabulary.terms_.size() > vocabulary.slots_.size()) {
       vocabulary.Rehash(2 * vocabulary.slots_.size());
     } else {
       vocabulary.PlaceTerm(static_cast<int32_t>(vocabulary.terms_.size() - 1));
@@ -92,23 +92,7 @@ const std::string& Vocabulary::term(int32_t id) const {
   return terms_[static_cast<size_t>(id)];
 }
 
-std::optional<int32_t> Vocabulary::Find(std::string_view term) const {
-  // Also guards a moved-from object, whose table is empty.
-  if (term.size() > max_term_length_ || term.empty() || slots_.empty()) return std::nullopt;
-  const uint64_t prefix = Prefix(term);
-  const uint64_t hash = Hash(prefix, term);
-  const auto length = static_cast<uint32_t>(term.size());
-  for (size_t index = hash & slot_mask_;; index = (index + 1) & slot_mask_) {
-    const Slot& slot = slots_[index];
-    if (slot.id < 0) return std::nullopt;
-    if (slot.prefix != prefix || slot.length != length) continue;
-    if (length <= 8) return slot.id;
-    const std::string& stored = terms_[static_cast<size_t>(slot.id)];
-    if (std::memcmp(stored.data() + 8, term.data() + 8, length - 8) == 0) return slot.id;
-  }
-}
-
-uint64_t Vocabulary::Prefix(std::string_view term) {
+inline uint64_t Vocabulary::Prefix(std::string_view term) {
   const char* bytes = term.data();
   const size_t size = term.size();
   uint64_t prefix = 0;
@@ -130,12 +114,12 @@ uint64_t Vocabulary::Prefix(std::string_view term) {
   return prefix;
 }
 
-uint64_t Vocabulary::Hash(uint64_t prefix, std::string_view term) {
+inline uint64_t Vocabulary::Hash(uint64_t prefix, std::string_view term) {
   // Words are short: the first 8 bytes come mixed in already loaded, the rest
   // 8 at a time, then MurmurHash3's 64-bit finaliser so that the low bits
   // (the slot index) depend on every input bit. Not for adversarial keys:
   // the table holds only the public vocabulary, and a query costs at most
-  // one probe sequence of a table that is at most a quarter full.
+  // one probe sequence of a table that is at most half full.
   constexpr uint64_t kMultiplier = 0x9E3779B97F4A7C15ULL;
   uint64_t hash = ((term.size() + 1) * kMultiplier) ^ prefix;
   if (term.size() > 8) {
@@ -158,6 +142,22 @@ uint64_t Vocabulary::Hash(uint64_t prefix, std::string_view term) {
   hash *= 0xC4CEB9FE1A85EC53ULL;
   hash ^= hash >> 33;
   return hash;
+}
+
+std::optional<int32_t> Vocabulary::Find(std::string_view term) const {
+  // Also guards a moved-from object, whose table is empty.
+  if (term.size() > max_term_length_ || term.empty() || slots_.empty()) return std::nullopt;
+  const uint64_t prefix = Prefix(term);
+  const uint64_t hash = Hash(prefix, term);
+  const auto length = static_cast<uint32_t>(term.size());
+  for (size_t index = hash & slot_mask_;; index = (index + 1) & slot_mask_) {
+    const Slot& slot = slots_[index];
+    if (slot.id < 0) return std::nullopt;
+    if (slot.prefix != prefix || slot.length != length) continue;
+    if (length <= 8) return slot.id;
+    const std::string& stored = terms_[static_cast<size_t>(slot.id)];
+    if (std::memcmp(stored.data() + 8, term.data() + 8, length - 8) == 0) return slot.id;
+  }
 }
 
 void Vocabulary::PlaceTerm(int32_t id) {

@@ -60,7 +60,7 @@ class Vocabulary {
 
  private:
   // Open addressing with linear probing over a power-of-two table at most
-  // a quarter full. Find() runs once per letter run of every document, so it
+  // half full. Find() runs once per letter run of every document, so it
   // is the tokenizer's hot path: each slot holds the term's first 8 bytes
   // (zero-padded), its length and a hash tag, so that a lookup of a term of
   // at most 8 bytes — most words of running text — reads one slot and
