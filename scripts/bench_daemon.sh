@@ -3,7 +3,9 @@
 # (librdkafka's mock cluster, in the daemon's process), with private LDA steps
 # running on the public clock while the records arrive (issue 15, "Ingest at
 # stream speed"). Prints one JSON object: records/s consumed into the pool,
-# steps/s and step time while ingesting, lag.
+# steps/s and step time while ingesting, lag, and the mean time of the
+# daemon's own step phases (ledger commit, checkpoint write, release publish;
+# bench/lda_svi_run splits the compute phases of the same step driver).
 #
 #   scripts/bench_daemon.sh [CORPUS_JSONL] [VOCAB]
 #
@@ -42,7 +44,14 @@ records=$(grep -c . "$corpus")
 work=$(mktemp -d)
 pid=""
 producer=""
-trap '[[ -n $producer ]] && kill $producer 2>/dev/null; [[ -n $pid ]] && kill $pid 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
+cleanup() {  # not under set -e: a producer that already exited must not skip the rest
+  set +e
+  [[ -n $producer ]] && kill "$producer" 2>/dev/null
+  [[ -n $pid ]] && { kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; }
+  wait 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
 port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 cat > "$work/vipsd.yaml" <<YAML
 model:
@@ -138,6 +147,9 @@ first, last = at(start), at(end)
 steps = get(last, "vipsd_steps_total") - get(first, "vipsd_steps_total")
 step_count = get(last, "vipsd_step_duration_seconds_count") - get(first, "vipsd_step_duration_seconds_count")
 step_sum = get(last, "vipsd_step_duration_seconds_sum") - get(first, "vipsd_step_duration_seconds_sum")
+final = samples[-1][1]
+def mean(histogram):  # over the whole run
+    return round(get(final, histogram + "_sum") / max(get(final, histogram + "_count"), 1), 4)
 print(json.dumps({
     "records": int(total),
     "records_rejected": int(get(last, "vipsd_records_rejected_total")),
@@ -146,6 +158,9 @@ print(json.dumps({
     "steps_while_ingesting": int(steps),
     "steps_per_second_while_ingesting": round(steps / max(end - start, 1e-9), 2),
     "mean_step_seconds": round(step_sum / max(step_count, 1), 3),
+    "mean_ledger_commit_seconds": mean("vipsd_ledger_commit_duration_seconds"),
+    "mean_checkpoint_write_seconds": mean("vipsd_checkpoint_write_duration_seconds"),
+    "mean_release_publish_seconds": mean("vipsd_release_publish_duration_seconds"),
     "max_consumer_lag_records": int(max(get(m, "vipsd_consumer_lag_records") for _, m in samples)),
     "pool_records_at_end": int(get(last, "vipsd_pool_records")),
 }, indent=1))
