@@ -1298,12 +1298,15 @@ void Daemon::OnLedgerFailure(const Status& error) {
 }
 
 void Daemon::SaveCheckpoint(PendingOutput* out) {
+  const auto start = std::chrono::steady_clock::now();
   const Status saved = checkpoints_.Save({state_.run_id, model_step_, bundle_.model->type(),
                                           bundle_.model_fingerprint,
                                           bundle_.model->CheckpointArrays()});
   if (saved.ok()) {
     checkpoint_step_ = model_step_;
     out->checkpoint_written = true;
+    out->checkpoint_write_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   } else {
     out->checkpoint_failed = true;
     out->log_lines.emplace_back(LogLevel::kError, "checkpoint failed: " + saved.ToString());
@@ -1348,7 +1351,10 @@ void Daemon::EmitAtDeadline(PendingOutput& out) {
     metrics_->ledger_commits_total().Increment();
     metrics_->ledger_commit_duration_seconds().Observe(out.ledger_commit_seconds);
   }
-  if (out.checkpoint_written) metrics_->checkpoint_writes_total().Increment();
+  if (out.checkpoint_written) {
+    metrics_->checkpoint_writes_total().Increment();
+    metrics_->checkpoint_write_duration_seconds().Observe(out.checkpoint_write_seconds);
+  }
   if (out.checkpoint_failed) metrics_->checkpoint_failures_total().Increment();
   metrics_->slot().Set(static_cast<double>(out.slot));
   metrics_->last_slot_timestamp_seconds().Set(paced_ ? state_.windows.SlotTime(out.slot) : Now());
@@ -1718,7 +1724,10 @@ Status Daemon::Run() {
     // The model of the last step (checkpoint_every > 1): kept for a restart.
     PendingOutput out;
     SaveCheckpoint(&out);
-    if (out.checkpoint_written) metrics_->checkpoint_writes_total().Increment();
+    if (out.checkpoint_written) {
+      metrics_->checkpoint_writes_total().Increment();
+      metrics_->checkpoint_write_duration_seconds().Observe(out.checkpoint_write_seconds);
+    }
     for (const auto& [level, line] : out.log_lines) Log(level, kComponent, line);
   }
   const bool completed = IsFinished();

@@ -211,6 +211,7 @@ class Daemon {
     bool ledger_committed = false;
     double ledger_commit_seconds = 0;
     bool checkpoint_written = false;
+    double checkpoint_write_seconds = 0;
     bool checkpoint_failed = false;
     double step_seconds = 0;
     std::vector<std::string> alerts;  // JSON

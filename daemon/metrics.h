@@ -138,6 +138,10 @@ inline constexpr std::array<double, 14> kReleasePublishDurationBuckets = {
 // One ledger commit: write, fsync, rename, directory fsync.
 inline constexpr std::array<double, 15> kLedgerCommitDurationBuckets = {
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5};
+// One checkpoint: the model arrays (tens of MB for a large LDA), written,
+// fsynced and renamed.
+inline constexpr std::array<double, 14> kCheckpointWriteDurationBuckets = {
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 
 // ---- The table ---------------------------------------------------------------
 //
@@ -242,6 +246,10 @@ inline constexpr std::array<double, 15> kLedgerCommitDurationBuckets = {
             kLedgerCommitDurationBuckets)                                                        \
   COUNTER(checkpoint_writes_total, "checkpoints", "Model checkpoints written durably.")           \
   COUNTER(checkpoint_failures_total, "checkpoints", "Model checkpoint writes that failed.")      \
+  HISTOGRAM(checkpoint_write_duration_seconds, "seconds",                                        \
+            "Duration of one durable model checkpoint write; depends only on model dimensions "  \
+            "and the disk.",                                                                     \
+            kCheckpointWriteDurationBuckets)                                                     \
   /* Configuration */                                                                            \
   GAUGE(config_last_reload_successful, "",                                                       \
         "1 if the last configuration reload succeeded (or none was attempted), 0 if it failed.") \
