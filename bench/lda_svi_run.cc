@@ -7,9 +7,14 @@
 // loop, documents/s and tokens/s (documents processed = Σ realised batch
 // sizes, which is fine to print here: this is a benchmark on data we own,
 // not the daemon), held-out document-completion perplexity, and ε spent.
+// "phase_seconds" splits the training wall time by step phase (charge,
+// sample, E-step + clip + sum, noise, M-step); "max_rss_mib" is the peak
+// resident memory of the whole run (corpus included).
 // λ is written as raw little-endian doubles (K × V, row-major) for the
 // script to hand to the peers' evaluator.
 #include <nlohmann/json.hpp>
+
+#include <sys/resource.h>
 
 #include <chrono>
 #include <cstdio>
@@ -51,6 +56,12 @@ double CpuSeconds() {
   timespec ts;
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+double MaxRssMiB() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
 }
 
 }  // namespace
@@ -135,6 +146,7 @@ int main(int argc, char** argv) {
   bool ceiling = false;
   nlohmann::json per_step = nlohmann::json::array();
   double excluded_wall = 0, excluded_cpu = 0;
+  vipsd::svi::StepPhaseSeconds phases;  // summed over the steps run
   for (int64_t t = 0; t < steps; ++t) {
     auto result = (*driver)->Step(pool);
     if (!result.ok()) {
@@ -146,6 +158,11 @@ int main(int argc, char** argv) {
       break;
     }
     ++ran;
+    phases.charge += result->phase_seconds.charge;
+    phases.sample += result->phase_seconds.sample;
+    phases.estep += result->phase_seconds.estep;
+    phases.noise += result->phase_seconds.noise;
+    phases.mstep += result->phase_seconds.mstep;
     if (eval_every > 0 && ran % eval_every == 0) {  // excluded from the timings below
       const auto pause = std::chrono::steady_clock::now();
       const double pause_cpu = CpuSeconds();
@@ -178,6 +195,11 @@ int main(int argc, char** argv) {
       {"docs_per_s", docs / wall},
       {"tokens_per_s", docs * tokens_per_doc / wall},
       {"doc_completion_perplexity", completion.ok() ? completion->perplexity : -1.0},
+      // Wall seconds per phase, summed over the steps (svi::StepPhaseSeconds).
+      {"phase_seconds", {{"charge", phases.charge}, {"sample", phases.sample},
+                         {"estep", phases.estep}, {"noise", phases.noise},
+                         {"mstep", phases.mstep}}},
+      {"max_rss_mib", MaxRssMiB()},
   };
   if (!per_step.empty()) out["per_step"] = per_step;
   if (!validation.empty()) {

@@ -12,7 +12,10 @@ out/wikipedia. Writes into OUT_DIR (never into the project):
   test.jsonl         a copy of the corpus's test file, used only for the final
                      figures
   *_ids.jsonl        the same files tokenised with the peer kit's tokenizer
-  vocab.txt          the corpus vocabulary
+  vocab.txt          the corpus vocabulary (10,000 terms)
+  vocab50k.txt       50,000 terms by the corpus's own vocabulary rule, from
+                     train.jsonl, with train_ids50k.jsonl: the K x V = 100 x
+                     50,000 step benchmark (scripts/bench_lda_scale.sh)
 Idempotent: a file that exists is not rebuilt.
 """
 import gzip
@@ -70,4 +73,34 @@ for name in ("train", "validation", "test"):
                         os.path.join(out, name + ".jsonl"), "--out", ids + ".tmp"],
                        check=True, stdout=subprocess.DEVNULL)
         os.replace(ids + ".tmp", ids)
+
+# The corpus's vocabulary rule (stats.json "vocab_rule") with 50,000 terms:
+# alphabetic, 3..20 letters, lowercase, not a scikit-learn stop word,
+# 5 <= document frequency <= half the documents, top by document frequency,
+# ties alphabetical. Counted on train.jsonl (validation and test unseen).
+vocab50k = os.path.join(out, "vocab50k.txt")
+if not os.path.exists(vocab50k):
+    import collections
+    import re
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+    word = re.compile(r"(?u)\b\w\w+\b")
+    alphabetic = re.compile(r"[a-z]{3,20}")
+    df, docs = collections.Counter(), 0
+    with open(os.path.join(out, "train.jsonl"), encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                docs += 1
+                df.update(set(word.findall(json.loads(line)["text"].lower())))
+    terms = [t for t, n in df.items() if alphabetic.fullmatch(t) and t not in ENGLISH_STOP_WORDS
+             and 5 <= n <= docs / 2]
+    terms.sort(key=lambda t: (-df[t], t))
+    with open(vocab50k + ".tmp", "w", encoding="utf-8") as f:
+        f.write("".join(t + "\n" for t in terms[:50000]))
+    os.replace(vocab50k + ".tmp", vocab50k)
+ids = os.path.join(out, "train_ids50k.jsonl")
+if not os.path.exists(ids):
+    subprocess.run([sys.executable, os.path.join(peers, "tokenize.py"), vocab50k,
+                    os.path.join(out, "train.jsonl"), "--out", ids + ".tmp"],
+                   check=True, stdout=subprocess.DEVNULL)
+    os.replace(ids + ".tmp", ids)
 print(out)

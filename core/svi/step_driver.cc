@@ -1,6 +1,7 @@
 #include "core/svi/step_driver.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <mutex>
@@ -24,6 +25,14 @@ uint64_t Mix(uint64_t x) {
 // Records per accumulation chunk (see Step). Part of the result's
 // definition: changing it changes the floating-point summation order.
 constexpr size_t kChunkRecords = 64;
+
+// Seconds since `since`, and moves `since` to now.
+double Lap(std::chrono::steady_clock::time_point& since) {
+  const auto now = std::chrono::steady_clock::now();
+  const double seconds = std::chrono::duration<double>(now - since).count();
+  since = now;
+  return seconds;
+}
 
 }  // namespace
 
@@ -101,6 +110,7 @@ StatusOr<StepResult> StepDriver::Step(std::span<const model::Record> pool) {
   const double sigma = config_.noise_multiplier;
   StepResult result;
   result.step = next_step_;
+  auto clock = std::chrono::steady_clock::now();
 
   // 1. Ceiling check and charge, on public parameters only.
   if (is_private) {
@@ -127,6 +137,7 @@ StatusOr<StepResult> StepDriver::Step(std::span<const model::Record> pool) {
                                                    config_.adaptivity));
     result.epsilon_spent = spent.epsilon;
   }
+  result.phase_seconds.charge = Lap(clock);
 
   // 2. Poisson sampling with secure randomness. P(include) = ⌊q·2^64⌋/2^64
   // ≤ q, which the accountant's q bounds (RDP grows with q).
@@ -143,6 +154,7 @@ StatusOr<StepResult> StepDriver::Step(std::span<const model::Record> pool) {
       if (bits[i] < threshold) batch.push_back(i);
     }
   }
+  result.phase_seconds.sample = Lap(clock);
 
   // 3 + 4. E-step, clip and sum, in parallel over fixed chunks of the batch.
   // Each chunk is summed in batch order into its own accumulator; chunk sums
@@ -165,6 +177,7 @@ StatusOr<StepResult> StepDriver::Step(std::span<const model::Record> pool) {
   std::condition_variable merged;
   size_t next_chunk = 0;  // guarded by mutex
   size_t next_merge = 0;  // guarded by mutex
+  bool merging = false;   // guarded by mutex: a worker is merging into `total`
   std::vector<std::unique_ptr<privacy::GaussianSumMechanism>> finished(num_chunks);
   std::vector<std::unique_ptr<privacy::GaussianSumMechanism>>& spare = spare_;  // guarded by mutex
   Status merge_status = Status::Ok();                                   // guarded by mutex
@@ -196,16 +209,26 @@ StatusOr<StepResult> StepDriver::Step(std::span<const model::Record> pool) {
           (void)sum->AddSparse(statistic.indices, statistic.values);
         }
       }
-      std::lock_guard<std::mutex> lock(mutex);
+      std::unique_lock<std::mutex> lock(mutex);
       finished[chunk] = std::move(sum);
+      if (merging) continue;  // the merging worker will pick this chunk up
+      // This worker merges every chunk that is due, in chunk order, outside
+      // the lock so that the others keep running E-steps meanwhile. Only the
+      // worker that set `merging` touches `total`; the flag changes under
+      // the lock, which orders one merger's writes before the next one's.
+      merging = true;
       while (next_merge < num_chunks && finished[next_merge]) {
-        Status status = total.Merge(std::move(*finished[next_merge]));
+        std::unique_ptr<privacy::GaussianSumMechanism> piece = std::move(finished[next_merge]);
+        lock.unlock();
+        Status status = total.Merge(std::move(*piece));
+        piece->Reset();
+        lock.lock();
         if (!status.ok() && merge_status.ok()) merge_status = status;
-        finished[next_merge]->Reset();
-        spare.push_back(std::move(finished[next_merge]));
+        spare.push_back(std::move(piece));
         ++next_merge;
+        merged.notify_all();
       }
-      merged.notify_all();
+      merging = false;
     }
   };
   if (num_workers <= 1) {
@@ -217,13 +240,16 @@ StatusOr<StepResult> StepDriver::Step(std::span<const model::Record> pool) {
     for (auto& thread : threads) thread.join();
   }
   VIPSD_RETURN_IF_ERROR(merge_status);
+  result.phase_seconds.estep = Lap(clock);
   StatusOr<privacy::GaussianRelease> release =
       is_private ? total.Release(*noise_, sigma) : total.ReleaseNonPrivate();
   if (!release.ok()) return release.status();
+  result.phase_seconds.noise = Lap(clock);
 
   // 5. M-step on the released sum.
   result.rho = StepSize(config_.tau0, config_.kappa, next_step_);
   VIPSD_RETURN_IF_ERROR(model_->MStep(release->noisy_sum, q, result.rho));
+  result.phase_seconds.mstep = Lap(clock);
   ++next_step_;
   return result;
 }

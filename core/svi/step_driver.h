@@ -30,7 +30,10 @@
 // minibatches: the exact sum, no noise, no charge.
 //
 // What leaves: StepResult holds only public values (t, ρ_t, ε spent, the
-// outcome). The batch size, rejected records and clip counts stay inside.
+// outcome), plus the wall-clock time of each phase (StepPhaseSeconds), which
+// depends on the batch size and is therefore PRIVATE: the daemon exports it
+// only under metrics.expose_step_timing, benchmarks print it. The batch
+// size, rejected records and clip counts stay inside.
 //
 // Thread-safety: a driver is used from one thread (the step thread); it
 // starts its own workers inside Step().
@@ -72,6 +75,16 @@ Status ValidateDriverConfig(const DriverConfig& config);
 // ρ_t = (τ0 + t)^(−κ).
 double StepSize(double tau0, double kappa, int64_t t);
 
+// Wall-clock seconds of each phase of one step. Follows the realised batch
+// (the E-step most of all): private, see "What leaves" above.
+struct StepPhaseSeconds {
+  double charge = 0;  // 1: ceiling check and accountant charge
+  double sample = 0;  // 2: Poisson sampling bits and batch selection
+  double estep = 0;   // 3 + 4: E-step, clip and sum, chunk merges (parallel)
+  double noise = 0;   // 4: the Gaussian mechanism (noise draws and add)
+  double mstep = 0;   // 5: M-step, including the model's derived caches
+};
+
 struct StepResult {
   enum class Outcome { kRan, kRefusedCeiling };
   Outcome outcome = Outcome::kRan;
@@ -79,6 +92,7 @@ struct StepResult {
   double rho = 0;             // ρ_t (0 if refused)
   double epsilon_spent = 0;   // ε after this step (private mode)
   double epsilon_refused = 0; // ε the refused step would have reached
+  StepPhaseSeconds phase_seconds;  // PRIVATE (timing); zero for a refused step
 };
 
 class StepDriver {

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <memory>
 
@@ -164,8 +166,9 @@ TEST(StepDriverTest, EmptyPoolIsStillAChargedNoisyStep) {
 TEST(StepDriverTest, ResultDoesNotDependOnTheThreadCount) {
   // The pool is large enough for several 64-record accumulation chunks per
   // step, so chunks finish out of order when threads > 1.
-  Eigen::MatrixXd lambda[3];
-  for (int threads : {1, 2, 3}) {
+  // Eight workers on 8 chunks: the merging worker hands chunks over often.
+  Eigen::MatrixXd lambda[4];
+  for (int threads : {1, 2, 3, 8}) {
     auto model = models::LdaModel::Create(Lda(20));
     auto noise = privacy::SecureNoiseSource::CreateReproducible(77);
     ASSERT_TRUE(model.ok() && noise.ok());
@@ -178,10 +181,36 @@ TEST(StepDriverTest, ResultDoesNotDependOnTheThreadCount) {
     ASSERT_TRUE((*driver)->Reconfigure(config).ok());
     const auto pool = Pool(1000);
     for (int t = 0; t < 5; ++t) ASSERT_TRUE((*driver)->Step(pool).ok());
-    lambda[threads - 1] = (*model)->lambda();
+    lambda[std::min(threads, 4) - 1] = (*model)->lambda();
   }
   EXPECT_EQ(lambda[0], lambda[1]);  // bit-for-bit
   EXPECT_EQ(lambda[0], lambda[2]);
+  EXPECT_EQ(lambda[0], lambda[3]);
+}
+
+TEST(StepDriverTest, PhaseTimesSplitTheStep) {
+  // Every phase is timed, and together they fit inside the Step() call.
+  auto model = models::LdaModel::Create(Lda(20));
+  auto noise = privacy::SecureNoiseSource::CreateReproducible(3);
+  ASSERT_TRUE(model.ok() && noise.ok());
+  privacy::RdpAccountant accountant;
+  DriverConfig config = Private();
+  config.sampling_rate = 0.5;
+  config.threads = 2;
+  auto driver = StepDriver::Create(model->get(), noise->get(), &accountant, config);
+  ASSERT_TRUE(driver.ok());
+  const auto pool = Pool(2000);
+  const auto start = std::chrono::steady_clock::now();
+  auto result = (*driver)->Step(pool);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(result.ok());
+  const StepPhaseSeconds& p = result->phase_seconds;
+  for (double seconds : {p.charge, p.sample, p.estep, p.noise, p.mstep}) EXPECT_GE(seconds, 0);
+  EXPECT_GT(p.charge, 0);  // the accountant's RDP arithmetic
+  EXPECT_GT(p.estep, 0);   // about 1000 documents
+  EXPECT_GT(p.noise, 0);
+  EXPECT_GT(p.mstep, 0);
+  EXPECT_LE(p.charge + p.sample + p.estep + p.noise + p.mstep, wall);
 }
 
 TEST(StepDriverTest, AccumulatorsReusedAcrossStepsLeaveNoTrace) {
