@@ -2,13 +2,14 @@
 # ThreadSanitizer (clang) on the concurrent code: builds build-tsan with only
 # the test targets whose code runs threads — the daemon (clock, ingest and
 # step threads, reloads, the ledger retry), the metrics registry under
-# concurrent scrapes, and the Kafka source and producer (librdkafka's own
+# concurrent scrapes, the step driver's E-step workers and chunk merges, the
+# LDA M-step's column threads, and the Kafka source and producer (librdkafka's own
 # threads; its internal races are suppressed by scripts/tsan.supp, since it
 # is not built with TSan) — and runs them. A data race fails the run.
 # The whole suite under gcc's TSan: VIPSD_SANITIZE=thread scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-targets=(daemon_test metrics_test kafka_source_test kafka_producer_test)
+targets=(daemon_test metrics_test kafka_source_test kafka_producer_test step_driver_test lda_test)
 launcher=()
 if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
@@ -20,4 +21,4 @@ ninja -C build-tsan -j"${VIPSD_JOBS:-$(nproc)}" "${targets[@]}"
 export TSAN_OPTIONS=${TSAN_OPTIONS:-suppressions=$PWD/scripts/tsan.supp halt_on_error=1}
 cd build-tsan
 ctest --output-on-failure -j"$(nproc)" \
-  -R '^(DaemonTest|MetricsTest|KafkaSourceTest|KafkaProducerTest|Protocols/KafkaSource)'
+  -R '^(DaemonTest|MetricsTest|KafkaSourceTest|KafkaProducerTest|Protocols/KafkaSource|StepDriverTest|LdaModelTest)'
