@@ -31,9 +31,10 @@
 //
 // What leaves: StepResult holds only public values (t, ρ_t, ε spent, the
 // outcome), plus the wall-clock time of each phase (StepPhaseSeconds), which
-// depends on the batch size and is therefore PRIVATE: the daemon exports it
-// only under metrics.expose_step_timing, benchmarks print it. The batch
-// size, rejected records and clip counts stay inside.
+// depends on the batch size and is therefore PRIVATE: the daemon does not
+// export it (the whole step's duration goes out only under
+// metrics.expose_step_timing); benchmarks print it. The batch size,
+// rejected records and clip counts stay inside.
 //
 // Thread-safety: a driver is used from one thread (the step thread); it
 // starts its own workers inside Step().
