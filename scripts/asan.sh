@@ -15,7 +15,6 @@ CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWit
 ninja -C build-asan -j"${VIPSD_JOBS:-$(nproc)}"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-cd build-asan
 # The harnesses (label harness) run in the plain tree: they test the daemon
 # process from outside, and under ASan each of their runs would take minutes.
-ctest --output-on-failure -j"$(nproc)" -LE harness
+scripts/ctest_run.sh build-asan -j"$(nproc)" -LE harness

@@ -22,7 +22,7 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 if [[ "$san" == thread ]]; then
   export TSAN_OPTIONS=${TSAN_OPTIONS:-suppressions=$PWD/scripts/tsan.supp halt_on_error=1}
 fi
-(cd "$dir" && ctest --output-on-failure -j"$(nproc)")
+scripts/ctest_run.sh "$dir" -j"$(nproc)"  # retries only the mock cluster's re-bind abort
 fuzz_seconds=${VIPSD_FUZZ_SECONDS:-30}
 if [[ -z "$san" && "$fuzz_seconds" != 0 ]]; then
   scripts/fuzz.sh "$fuzz_seconds"

@@ -19,6 +19,5 @@ CC=clang CXX=clang++ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWit
   -DVIPSD_SANITIZE=thread -DVIPSD_BUILD_BENCHMARKS=OFF "${launcher[@]}" >/dev/null
 ninja -C build-tsan -j"${VIPSD_JOBS:-$(nproc)}" "${targets[@]}"
 export TSAN_OPTIONS=${TSAN_OPTIONS:-suppressions=$PWD/scripts/tsan.supp halt_on_error=1}
-cd build-tsan
-ctest --output-on-failure -j"$(nproc)" \
+scripts/ctest_run.sh build-tsan -j"$(nproc)" \
   -R '^(DaemonTest|MetricsTest|KafkaSourceTest|KafkaProducerTest|Protocols/KafkaSource|StepDriverTest|LdaModelTest)'
