@@ -66,13 +66,18 @@ for name in ("test.jsonl",):
 vocab = os.path.join(out, "vocab.txt")
 if not os.path.exists(vocab):
     shutil.copy(os.path.join(data, "vocab_train_top10000.txt"), vocab)
-for name in ("train", "validation", "test"):
-    ids = os.path.join(out, name + "_ids.jsonl")
+def tokenize(vocabulary, name, ids):
+    """OUT/name.jsonl -> OUT/ids with the peer kit's tokenizer (skipped if done)."""
+    ids = os.path.join(out, ids)
     if not os.path.exists(ids):
-        subprocess.run([sys.executable, os.path.join(peers, "tokenize.py"), vocab,
+        subprocess.run([sys.executable, os.path.join(peers, "tokenize.py"), vocabulary,
                         os.path.join(out, name + ".jsonl"), "--out", ids + ".tmp"],
                        check=True, stdout=subprocess.DEVNULL)
         os.replace(ids + ".tmp", ids)
+
+
+for name in ("train", "validation", "test"):
+    tokenize(vocab, name, name + "_ids.jsonl")
 
 # The corpus's vocabulary rule (stats.json "vocab_rule") with 50,000 terms:
 # alphabetic, 3..20 letters, lowercase, not a scikit-learn stop word,
@@ -97,10 +102,5 @@ if not os.path.exists(vocab50k):
     with open(vocab50k + ".tmp", "w", encoding="utf-8") as f:
         f.write("".join(t + "\n" for t in terms[:50000]))
     os.replace(vocab50k + ".tmp", vocab50k)
-ids = os.path.join(out, "train_ids50k.jsonl")
-if not os.path.exists(ids):
-    subprocess.run([sys.executable, os.path.join(peers, "tokenize.py"), vocab50k,
-                    os.path.join(out, "train.jsonl"), "--out", ids + ".tmp"],
-                   check=True, stdout=subprocess.DEVNULL)
-    os.replace(ids + ".tmp", ids)
+tokenize(vocab50k, "train", "train_ids50k.jsonl")
 print(out)

@@ -2,7 +2,6 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -167,8 +166,10 @@ TEST(StepDriverTest, ResultDoesNotDependOnTheThreadCount) {
   // The pool is large enough for several 64-record accumulation chunks per
   // step, so chunks finish out of order when threads > 1.
   // Eight workers on 8 chunks: the merging worker hands chunks over often.
+  const int thread_counts[] = {1, 2, 3, 8};
   Eigen::MatrixXd lambda[4];
-  for (int threads : {1, 2, 3, 8}) {
+  for (int i = 0; i < 4; ++i) {
+    const int threads = thread_counts[i];
     auto model = models::LdaModel::Create(Lda(20));
     auto noise = privacy::SecureNoiseSource::CreateReproducible(77);
     ASSERT_TRUE(model.ok() && noise.ok());
@@ -181,7 +182,7 @@ TEST(StepDriverTest, ResultDoesNotDependOnTheThreadCount) {
     ASSERT_TRUE((*driver)->Reconfigure(config).ok());
     const auto pool = Pool(1000);
     for (int t = 0; t < 5; ++t) ASSERT_TRUE((*driver)->Step(pool).ok());
-    lambda[std::min(threads, 4) - 1] = (*model)->lambda();
+    lambda[i] = (*model)->lambda();
   }
   EXPECT_EQ(lambda[0], lambda[1]);  // bit-for-bit
   EXPECT_EQ(lambda[0], lambda[2]);
