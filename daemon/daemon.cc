@@ -1117,15 +1117,25 @@ bool Daemon::RunStep(int64_t slot, PendingOutput* out) {
     OnCeiling(epsilon_after, out);
     return false;
   }
-  if (hooks_.before_step) {
-    std::vector<std::string> names;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      names = stream_names_;
-    }
-    hooks_.before_step(driver_->next_step(), slot, pool_, names);
+  std::vector<std::string> names;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    names = stream_names_;
   }
-  auto result = driver_->Step(pool_.records());
+  if (hooks_.before_step) hooks_.before_step(driver_->next_step(), slot, pool_, names);
+  // Each stream's candidates in offset order; the per-record randomness is
+  // keyed by the stream's name and the record's offset
+  // (svi/step_randomness.h), so the step is the same whichever process
+  // holds which partition.
+  auto streams = svi::GroupByStream(pool_.records(), pool_.origins(), names);
+  if (!streams.ok()) {
+    sticky_error_ = streams.status();
+    out->log_lines.emplace_back(LogLevel::kError,
+                                "window invariant broken; no further step: " +
+                                    streams.status().ToString());
+    return false;
+  }
+  auto result = driver_->Step(*streams);
   if (!result.ok()) {
     // Nothing about this step leaves the process; a charge already made is
     // in memory and goes to the ledger with the next commit (overcount only).

@@ -1,8 +1,11 @@
 #include "core/privacy/gaussian_mechanism.h"
 
+#include <sodium.h>
+
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -247,6 +250,186 @@ void GaussianSumMechanism::ClearSum() {
   touched_pages_.clear();
   sum_is_zero_ = true;
   dense_ = false;
+}
+
+namespace {
+
+constexpr char kTransferMagic[4] = {'V', 'P', 'S', '1'};
+constexpr size_t kDigestBytes = 32;
+enum TransferKind : uint8_t { kTransferZero = 0, kTransferPages = 1, kTransferDense = 2 };
+
+void PutU64(std::string& out, uint64_t v) {
+  for (int b = 0; b < 8; ++b) out.push_back(static_cast<char>(v >> (8 * b)));
+}
+void PutF64(std::string& out, double d) {
+  uint64_t v;
+  std::memcpy(&v, &d, sizeof v);
+  PutU64(out, v);
+}
+
+void Digest(std::string_view bytes, unsigned char (&out)[kDigestBytes]) {
+  crypto_generichash(out, kDigestBytes, reinterpret_cast<const unsigned char*>(bytes.data()),
+                     bytes.size(), nullptr, 0);
+}
+
+// BLAKE2b of everything that defines the layout, so that a partial made
+// under another configuration (another K, V, block or bound) is refused.
+std::string LayoutDigest(const BlockLayout& layout) {
+  std::string text;
+  PutU64(text, layout.num_blocks());
+  for (size_t index = 0; index < layout.num_blocks(); ++index) {
+    const Block& block = layout.block(index);
+    PutU64(text, block.name.size());
+    text += block.name;
+    PutU64(text, static_cast<uint64_t>(block.kind));
+    PutU64(text, block.dim);
+    PutU64(text, block.offset);
+    PutU64(text, block.size);
+    PutF64(text, block.clip_bound);
+  }
+  unsigned char digest[kDigestBytes];
+  Digest(text, digest);
+  return std::string(reinterpret_cast<const char*>(digest), kDigestBytes);
+}
+
+class Reader {
+ public:
+  explicit Reader(std::string_view bytes) : bytes_(bytes) {}
+  bool U64(uint64_t* v) {
+    if (bytes_.size() - pos_ < 8) return false;
+    *v = 0;
+    for (int b = 7; b >= 0; --b) *v = (*v << 8) | static_cast<unsigned char>(bytes_[pos_ + b]);
+    pos_ += 8;
+    return true;
+  }
+  bool F64(double* d) {
+    uint64_t v;
+    if (!U64(&v)) return false;
+    std::memcpy(d, &v, sizeof v);
+    return true;
+  }
+  bool Bytes(size_t n, std::string_view* out) {
+    if (bytes_.size() - pos_ < n) return false;
+    *out = bytes_.substr(pos_, n);
+    pos_ += n;
+    return true;
+  }
+  bool done() const { return pos_ == bytes_.size(); }
+
+ private:
+  std::string_view bytes_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+StatusOr<std::string> GaussianSumMechanism::EncodeUnreleased() const {
+  if (released_) return AlreadyReleasedError();
+  std::string out(kTransferMagic, sizeof kTransferMagic);
+  out += LayoutDigest(layout_);
+  PutU64(out, layout_.total_size());
+  PutU64(out, counts_.accepted);
+  PutU64(out, counts_.rejected);
+  const auto size = static_cast<size_t>(scaled_sum_.size());
+  if (sum_is_zero_) {
+    out.push_back(static_cast<char>(kTransferZero));
+  } else if (!dense_ && !page_touched_.empty()) {
+    out.push_back(static_cast<char>(kTransferPages));
+    std::vector<uint32_t> pages = touched_pages_;
+    std::sort(pages.begin(), pages.end());
+    PutU64(out, pages.size());
+    for (const uint32_t page : pages) {
+      PutU64(out, page);
+      const size_t begin = static_cast<size_t>(page) * kPage;
+      for (size_t i = begin; i < std::min(size, begin + kPage); ++i) {
+        PutF64(out, scaled_sum_.data()[i]);
+      }
+    }
+  } else {
+    out.push_back(static_cast<char>(kTransferDense));
+    for (size_t i = 0; i < size; ++i) PutF64(out, scaled_sum_.data()[i]);
+  }
+  unsigned char digest[kDigestBytes];
+  Digest(out, digest);
+  out.append(reinterpret_cast<const char*>(digest), kDigestBytes);
+  return out;
+}
+
+StatusOr<std::unique_ptr<GaussianSumMechanism>> GaussianSumMechanism::DecodeUnreleased(
+    const BlockLayout& layout, std::string_view bytes) {
+  auto bad = [](const std::string& what) {
+    return DataLossError("partial sum transfer: " + what);
+  };
+  if (bytes.size() < sizeof kTransferMagic + 2 * kDigestBytes + 3 * 8 + 1) {
+    return bad("truncated");
+  }
+  if (std::memcmp(bytes.data(), kTransferMagic, sizeof kTransferMagic) != 0) {
+    return bad("not a VPS1 partial sum");
+  }
+  unsigned char digest[kDigestBytes];
+  Digest(bytes.substr(0, bytes.size() - kDigestBytes), digest);
+  if (std::memcmp(digest, bytes.data() + bytes.size() - kDigestBytes, kDigestBytes) != 0) {
+    return bad("checksum mismatch");
+  }
+  Reader in(bytes.substr(sizeof kTransferMagic, bytes.size() - sizeof kTransferMagic - kDigestBytes));
+  std::string_view layout_digest;
+  uint64_t total = 0, accepted = 0, rejected = 0;
+  if (!in.Bytes(kDigestBytes, &layout_digest) || !in.U64(&total) || !in.U64(&accepted) ||
+      !in.U64(&rejected)) {
+    return bad("truncated header");
+  }
+  if (layout_digest != LayoutDigest(layout) || total != layout.total_size()) {
+    return bad("made under another statistic layout (model or clip configuration)");
+  }
+  auto mechanism = std::make_unique<GaussianSumMechanism>(layout);
+  mechanism->counts_.accepted = accepted;
+  mechanism->counts_.rejected = rejected;
+  std::string_view kind_byte;
+  if (!in.Bytes(1, &kind_byte)) return bad("truncated");
+  const auto size = static_cast<size_t>(layout.total_size());
+  double* sum = mechanism->scaled_sum_.data();
+  auto read_value = [&](size_t i) -> bool {
+    double v;
+    if (!in.F64(&v) || !std::isfinite(v)) return false;
+    sum[i] = v;
+    return true;
+  };
+  switch (static_cast<uint8_t>(kind_byte[0])) {
+    case kTransferZero:
+      break;
+    case kTransferPages: {
+      uint64_t count = 0;
+      if (!in.U64(&count)) return bad("truncated page count");
+      const size_t num_pages = (size + kPage - 1) / kPage;
+      if (count > num_pages) return bad("more pages than the layout has");
+      uint64_t previous = 0;
+      for (uint64_t p = 0; p < count; ++p) {
+        uint64_t page = 0;
+        if (!in.U64(&page) || page >= num_pages || (p > 0 && page <= previous)) {
+          return bad("page index out of order or out of range");
+        }
+        previous = page;
+        const size_t begin = static_cast<size_t>(page) * kPage;
+        for (size_t i = begin; i < std::min(size, begin + kPage); ++i) {
+          if (!read_value(i)) return bad("truncated or non-finite coordinate");
+        }
+        mechanism->MarkPage(static_cast<size_t>(page));
+      }
+      mechanism->sum_is_zero_ = count == 0;
+      break;
+    }
+    case kTransferDense:
+      for (size_t i = 0; i < size; ++i) {
+        if (!read_value(i)) return bad("truncated or non-finite coordinate");
+      }
+      mechanism->dense_ = true;
+      mechanism->sum_is_zero_ = false;
+      break;
+    default:
+      return bad("unknown sum encoding");
+  }
+  if (!in.done()) return bad("trailing bytes");
+  return mechanism;
 }
 
 }  // namespace vipsd::privacy

@@ -48,8 +48,10 @@
 
 #include <Eigen/Core>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/base/status.h"
@@ -126,6 +128,24 @@ class GaussianSumMechanism {
 
   // Empties the sum and the counts and allows a new step.
   void Reset();
+
+  // ---- Moving an un-noised partial sum between processes (issue 16) ----
+  // PRIVATE BYTES. The scaled sum and the private counts of an unreleased
+  // mechanism, for the scale-out partial-sum transfer only: the bytes carry
+  // exactly what the records contributed, un-noised, so they may travel
+  // only where the input records may (the internal partial-sum topic, which
+  // has the input topic's access control) and never into a log, metric,
+  // release or error message. Encoding does not release or change the
+  // mechanism; the receiver decodes it and Merges it into the one sum that
+  // is released once. Format: "VPS1", BLAKE2b-256 of the layout (names,
+  // kinds, dims, offsets, sizes, bounds), the counts, the touched pages (or
+  // the dense sum), then BLAKE2b-256 of all of it; little-endian IEEE doubles,
+  // so a decoded sum has the same bits. FAILED_PRECONDITION if released.
+  StatusOr<std::string> EncodeUnreleased() const;
+  // DATA_LOSS for anything malformed, truncated, of another layout or with a
+  // non-finite coordinate; the decoded mechanism is unreleased.
+  static StatusOr<std::unique_ptr<GaussianSumMechanism>> DecodeUnreleased(
+      const BlockLayout& layout, std::string_view bytes);
 
   bool released() const { return released_; }
 

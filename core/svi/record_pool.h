@@ -58,6 +58,7 @@ class RecordPool {
   std::span<const model::Record> records() const { return records_; }
   int64_t size() const { return static_cast<int64_t>(records_.size()); }
   const RecordOrigin& origin(size_t index) const { return origins_[index]; }
+  std::span<const RecordOrigin> origins() const { return origins_; }
   int64_t steps_present(size_t index) const { return presence_[index]; }
 
   // After a step that ran with records() as candidates: every record's count

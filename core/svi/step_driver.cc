@@ -14,14 +14,6 @@
 namespace vipsd::svi {
 namespace {
 
-// SplitMix64 finaliser, to derive independent per-record seeds.
-uint64_t Mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
-
 // Records per accumulation chunk (see Step). Part of the result's
 // definition: changing it changes the floating-point summation order.
 constexpr size_t kChunkRecords = 64;
@@ -104,14 +96,81 @@ Status StepDriver::Reconfigure(const DriverConfig& config) {
   return Status::Ok();
 }
 
+StatusOr<std::vector<StreamCandidates>> GroupByStream(
+    std::span<const model::Record> pool, std::span<const RecordOrigin> origins,
+    std::span<const std::string> stream_names) {
+  if (pool.size() != origins.size()) {
+    return InvalidArgumentError("GroupByStream: records and origins differ in number");
+  }
+  std::vector<StreamCandidates> by_id(stream_names.size());
+  for (size_t id = 0; id < stream_names.size(); ++id) by_id[id].stream = stream_names[id];
+  for (size_t i = 0; i < pool.size(); ++i) {
+    const uint32_t id = origins[i].stream;
+    if (id >= by_id.size()) {
+      return InvalidArgumentError("GroupByStream: stream index " + std::to_string(id) +
+                                  " has no name");
+    }
+    by_id[id].records.push_back(&pool[i]);
+    by_id[id].offsets.push_back(origins[i].offset);
+  }
+  std::vector<StreamCandidates> streams;
+  for (auto& candidates : by_id) {
+    if (!candidates.records.empty()) streams.push_back(std::move(candidates));
+  }
+  std::sort(streams.begin(), streams.end(),
+            [](const StreamCandidates& a, const StreamCandidates& b) { return a.stream < b.stream; });
+  return streams;
+}
+
 StatusOr<StepResult> StepDriver::Step(std::span<const model::Record> pool) {
+  std::vector<StreamCandidates> streams(1);
+  streams[0].records.reserve(pool.size());
+  streams[0].offsets.reserve(pool.size());
+  for (size_t i = 0; i < pool.size(); ++i) {
+    streams[0].records.push_back(&pool[i]);
+    streams[0].offsets.push_back(static_cast<int64_t>(i));
+  }
+  return Step(streams);
+}
+
+StatusOr<StepResult> StepDriver::Step(const std::vector<StreamCandidates>& streams) {
+  // Stream order is part of the result's definition (summation order).
+  for (size_t i = 1; i < streams.size(); ++i) {
+    if (!(streams[i - 1].stream < streams[i].stream)) {
+      return InvalidArgumentError("step candidates must be sorted by stream name, each name once ('" +
+                                  streams[i - 1].stream + "' before '" + streams[i].stream + "')");
+    }
+  }
+  VIPSD_ASSIGN_OR_RETURN(StepTicket ticket, Begin());
+  if (ticket.result.outcome == StepResult::Outcome::kRefusedCeiling) return ticket.result;
+  StepPhaseSeconds phases = ticket.result.phase_seconds;
+  const privacy::BlockLayout& layout = model_->statistic_layout();
+  if (total_ == nullptr) {
+    total_ = std::make_unique<privacy::GaussianSumMechanism>(layout);
+  } else {
+    total_->Reset();
+  }
+  VIPSD_RETURN_IF_ERROR(SumStreams(
+      ticket.key, streams,
+      [this](size_t, privacy::GaussianSumMechanism& partial) {
+        return total_->Merge(std::move(partial));
+      },
+      &phases));
+  VIPSD_ASSIGN_OR_RETURN(StepResult result, Finish(ticket, *total_));
+  result.phase_seconds.charge = phases.charge;
+  result.phase_seconds.sample = phases.sample;
+  result.phase_seconds.estep = phases.estep;
+  return result;
+}
+
+StatusOr<StepTicket> StepDriver::Begin() {
   const bool is_private = config_.noise_multiplier > 0;
   const double q = config_.sampling_rate;
   const double sigma = config_.noise_multiplier;
-  StepResult result;
+  StepTicket ticket;
+  StepResult& result = ticket.result;
   result.step = next_step_;
   auto clock = std::chrono::steady_clock::now();
-
   // 1. Ceiling check and charge, on public parameters only.
   if (is_private) {
     if (config_.enforce_ceiling) {
@@ -128,7 +187,7 @@ StatusOr<StepResult> StepDriver::Step(std::span<const model::Record> pool) {
                                                        privacy::RdpConversion::kImproved,
                                                        config_.adaptivity));
         result.epsilon_spent = spent.epsilon;
-        return result;
+        return ticket;
       }
     }
     VIPSD_RETURN_IF_ERROR(accountant_->Compose(q, sigma, 1));
@@ -137,47 +196,97 @@ StatusOr<StepResult> StepDriver::Step(std::span<const model::Record> pool) {
                                                    config_.adaptivity));
     result.epsilon_spent = spent.epsilon;
   }
+  ticket.key = DrawStepKey(*noise_);
   result.phase_seconds.charge = Lap(clock);
+  return ticket;
+}
 
-  // 2. Poisson sampling with secure randomness. P(include) = ⌊q·2^64⌋/2^64
-  // ≤ q, which the accountant's q bounds (RDP grows with q).
-  std::vector<uint64_t> bits(pool.size() + 1);
-  noise_->FillUniformBits(bits);
-  const uint64_t step_seed = bits.back();
-  std::vector<size_t> batch;
-  if (q >= 1.0) {
-    batch.resize(pool.size());
-    for (size_t i = 0; i < pool.size(); ++i) batch[i] = i;
-  } else {
-    const auto threshold = static_cast<uint64_t>(std::ldexp(q, 64));
-    for (size_t i = 0; i < pool.size(); ++i) {
-      if (bits[i] < threshold) batch.push_back(i);
+Status StepDriver::SumStreams(const StepKey& key, const std::vector<StreamCandidates>& streams,
+                              const PartialSink& sink, StepPhaseSeconds* phases) {
+  const double q = config_.sampling_rate;
+  auto clock = std::chrono::steady_clock::now();
+
+  // 2. Poisson sampling, per record, from the keyed words. P(include) =
+  // ⌊q·2^64⌋/2^64 ≤ q, which the accountant's q bounds (RDP grows with q).
+  // batches[s] lists the sampled records of stream s and their E-step seeds.
+  struct Batch {
+    std::vector<const model::Record*> records;
+    std::vector<uint64_t> seeds;
+  };
+  std::vector<Batch> batches(streams.size());
+  {
+    const uint64_t threshold = q >= 1.0 ? 0 : SampleThreshold(q);
+    std::vector<uint64_t> sample_words, seed_words;
+    std::vector<int64_t> sampled_offsets;
+    for (size_t s = 0; s < streams.size(); ++s) {
+      const StreamCandidates& stream = streams[s];
+      if (stream.records.size() != stream.offsets.size()) {
+        return InvalidArgumentError("stream '" + stream.stream +
+                                    "': records and offsets differ in number");
+      }
+      const auto stream_key = DeriveStreamKey(key, stream.stream);
+      Batch& batch = batches[s];
+      sampled_offsets.clear();
+      if (q >= 1.0) {
+        batch.records = stream.records;
+        sampled_offsets = stream.offsets;
+      } else {
+        VIPSD_RETURN_IF_ERROR(KeyedWords(stream_key, kSampleNonce, stream.offsets, sample_words));
+        for (size_t i = 0; i < stream.records.size(); ++i) {
+          if (sample_words[i] < threshold) {
+            batch.records.push_back(stream.records[i]);
+            sampled_offsets.push_back(stream.offsets[i]);
+          }
+        }
+      }
+      VIPSD_RETURN_IF_ERROR(KeyedWords(stream_key, kEStepSeedNonce, sampled_offsets, seed_words));
+      batch.seeds = seed_words;
     }
   }
-  result.phase_seconds.sample = Lap(clock);
+  if (phases != nullptr) phases->sample += Lap(clock);
 
-  // 3 + 4. E-step, clip and sum, in parallel over fixed chunks of the batch.
-  // Each chunk is summed in batch order into its own accumulator; chunk sums
-  // are merged into the step total in chunk order. Chunk boundaries do not
-  // depend on the thread count, so neither does the result. Memory stays
-  // bounded (a few accumulators per worker) even when a record's statistic
-  // is dense and large.
-  const privacy::BlockLayout& layout = model_->statistic_layout();
-  if (total_ == nullptr) {
-    total_ = std::make_unique<privacy::GaussianSumMechanism>(layout);
-  } else {
-    total_->Reset();
+  // 3 + 4. E-step, clip and sum, in parallel over fixed chunks. The chunk
+  // list runs through the streams in order; a stream with an empty batch has
+  // one empty chunk so that its (zero) partial still reaches the sink. Chunk
+  // sums are merged in chunk order into the current stream's partial, which
+  // goes to the sink when the stream's last chunk is merged. Chunk
+  // boundaries do not depend on the thread count, so neither does the
+  // result. Memory stays bounded (a few accumulators per worker).
+  struct Chunk {
+    size_t stream;
+    size_t begin, end;  // in batches[stream]
+    bool last_of_stream;
+  };
+  std::vector<Chunk> chunks;
+  for (size_t s = 0; s < streams.size(); ++s) {
+    const size_t n = batches[s].records.size();
+    if (n == 0) {
+      chunks.push_back({s, 0, 0, true});
+      continue;
+    }
+    for (size_t begin = 0; begin < n; begin += kChunkRecords) {
+      const size_t end = std::min(n, begin + kChunkRecords);
+      chunks.push_back({s, begin, end, end == n});
+    }
   }
-  privacy::GaussianSumMechanism& total = *total_;
-  const size_t num_chunks = (batch.size() + kChunkRecords - 1) / kChunkRecords;
+  const privacy::BlockLayout& layout = model_->statistic_layout();
+  if (current_ == nullptr) {
+    current_ = std::make_unique<privacy::GaussianSumMechanism>(layout);
+  } else {
+    current_->Reset();
+  }
+  privacy::GaussianSumMechanism& current = *current_;
+  const size_t num_chunks = chunks.size();
+  size_t work_chunks = 0;
+  for (const Chunk& chunk : chunks) work_chunks += chunk.end > chunk.begin ? 1 : 0;
   const size_t num_workers =
-      std::min<size_t>(static_cast<size_t>(config_.threads), std::max<size_t>(num_chunks, 1));
+      std::min<size_t>(static_cast<size_t>(config_.threads), std::max<size_t>(work_chunks, 1));
   const size_t max_pending = 2 * num_workers;
   std::mutex mutex;
   std::condition_variable merged;
   size_t next_chunk = 0;  // guarded by mutex
   size_t next_merge = 0;  // guarded by mutex
-  bool merging = false;   // guarded by mutex: a worker is merging into `total`
+  bool merging = false;   // guarded by mutex: a worker is merging into `current`
   std::vector<std::unique_ptr<privacy::GaussianSumMechanism>> finished(num_chunks);
   std::vector<std::unique_ptr<privacy::GaussianSumMechanism>>& spare = spare_;  // guarded by mutex
   Status merge_status = Status::Ok();                                   // guarded by mutex
@@ -185,43 +294,50 @@ StatusOr<StepResult> StepDriver::Step(std::span<const model::Record> pool) {
     auto scratch = model_->NewScratch();
     model::SparseStatistic statistic;
     for (;;) {
-      size_t chunk;
+      size_t index;
       std::unique_ptr<privacy::GaussianSumMechanism> sum;
       {
         std::unique_lock<std::mutex> lock(mutex);
         // Do not run too far ahead of the merge point: bounds memory.
         merged.wait(lock, [&] { return next_chunk - next_merge < max_pending; });
         if (next_chunk >= num_chunks) return;
-        chunk = next_chunk++;
+        index = next_chunk++;
         if (!spare.empty()) {
           sum = std::move(spare.back());
           spare.pop_back();
         }
       }
       if (!sum) sum = std::make_unique<privacy::GaussianSumMechanism>(layout);
-      const size_t end = std::min(batch.size(), (chunk + 1) * kChunkRecords);
-      for (size_t i = chunk * kChunkRecords; i < end; ++i) {
-        model::RecordRng rng(Mix(step_seed ^ Mix(static_cast<uint64_t>(i))));
+      const Chunk& chunk = chunks[index];
+      const Batch& batch = batches[chunk.stream];
+      for (size_t i = chunk.begin; i < chunk.end; ++i) {
+        model::RecordRng rng(batch.seeds[i]);
         statistic.Clear();
         // A record the model rejects (malformed) or whose statistic is not
         // finite is not summed; that is a PRIVATE fact and is not reported.
-        if (model_->EStep(pool[batch[i]], rng, *scratch, statistic).ok()) {
+        if (model_->EStep(*batch.records[i], rng, *scratch, statistic).ok()) {
           (void)sum->AddSparse(statistic.indices, statistic.values);
         }
       }
       std::unique_lock<std::mutex> lock(mutex);
-      finished[chunk] = std::move(sum);
+      finished[index] = std::move(sum);
       if (merging) continue;  // the merging worker will pick this chunk up
       // This worker merges every chunk that is due, in chunk order, outside
       // the lock so that the others keep running E-steps meanwhile. Only the
-      // worker that set `merging` touches `total`; the flag changes under
-      // the lock, which orders one merger's writes before the next one's.
+      // worker that set `merging` touches `current` and calls the sink; the
+      // flag changes under the lock, which orders one merger's writes before
+      // the next one's.
       merging = true;
       while (next_merge < num_chunks && finished[next_merge]) {
         std::unique_ptr<privacy::GaussianSumMechanism> piece = std::move(finished[next_merge]);
+        const Chunk& due = chunks[next_merge];
         lock.unlock();
-        Status status = total.Merge(std::move(*piece));
+        Status status = current.Merge(std::move(*piece));
         piece->Reset();
+        if (status.ok() && due.last_of_stream) {
+          status = sink(due.stream, current);
+          current.Reset();
+        }
         lock.lock();
         if (!status.ok() && merge_status.ok()) merge_status = status;
         spare.push_back(std::move(piece));
@@ -239,19 +355,43 @@ StatusOr<StepResult> StepDriver::Step(std::span<const model::Record> pool) {
     for (size_t w = 0; w < num_workers; ++w) threads.emplace_back(worker);
     for (auto& thread : threads) thread.join();
   }
-  VIPSD_RETURN_IF_ERROR(merge_status);
-  result.phase_seconds.estep = Lap(clock);
+  if (phases != nullptr) phases->estep += Lap(clock);
+  return merge_status;
+}
+
+StatusOr<StepResult> StepDriver::Finish(const StepTicket& ticket,
+                                        privacy::GaussianSumMechanism& total) {
+  if (ticket.result.outcome != StepResult::Outcome::kRan || ticket.result.step != next_step_) {
+    return FailedPreconditionError("Finish: the ticket is not this driver's admitted step " +
+                                   std::to_string(next_step_));
+  }
+  const bool is_private = config_.noise_multiplier > 0;
+  StepResult result = ticket.result;
+  auto clock = std::chrono::steady_clock::now();
   StatusOr<privacy::GaussianRelease> release =
-      is_private ? total.Release(*noise_, sigma) : total.ReleaseNonPrivate();
+      is_private ? total.Release(*noise_, config_.noise_multiplier) : total.ReleaseNonPrivate();
   if (!release.ok()) return release.status();
   result.phase_seconds.noise = Lap(clock);
 
   // 5. M-step on the released sum.
   result.rho = StepSize(config_.tau0, config_.kappa, next_step_);
-  VIPSD_RETURN_IF_ERROR(model_->MStep(release->noisy_sum, q, result.rho));
+  VIPSD_RETURN_IF_ERROR(model_->MStep(release->noisy_sum, config_.sampling_rate, result.rho));
   result.phase_seconds.mstep = Lap(clock);
+  if (on_release_) on_release_(release->noisy_sum, next_step_);
   ++next_step_;
   return result;
+}
+
+Status StepDriver::Advance(const Eigen::VectorXd& released_sum, int64_t step) {
+  if (step != next_step_) {
+    return FailedPreconditionError("Advance: released sum of step " + std::to_string(step) +
+                                   ", but this replica's next step is " +
+                                   std::to_string(next_step_));
+  }
+  VIPSD_RETURN_IF_ERROR(model_->MStep(released_sum, config_.sampling_rate,
+                                      StepSize(config_.tau0, config_.kappa, next_step_)));
+  ++next_step_;
+  return Status::Ok();
 }
 
 }  // namespace vipsd::svi

@@ -1,7 +1,7 @@
 // The private step driver: one step of private stochastic variational
 // inference (DESIGN.md 2.4, 3, 4; VIPS Algorithm 2).
 //
-// Step(pool), at step t (t = 1, 2, …; persisted by the caller across
+// Step(streams), at step t (t = 1, 2, …; persisted by the caller across
 // restarts):
 //   1. Private mode (σ > 0): ask the accountant whether one more
 //      subsampled-Gaussian step (q, σ) would push ε above the ceiling. If so
@@ -11,23 +11,34 @@
 //      charged NOW,
 //      before any record is touched, so a failure later in the step can
 //      only overcount, never undercount. (The daemon persists the ledger
-//      before it publishes the release.)
-//   2. Poisson sampling: every pooled record is included independently with
-//      probability q, decided by 64-bit words from the NoiseSource (secure
-//      in production). The batch size is random and PRIVATE.
-//   3. E-step per sampled record, in parallel over `threads` workers. Each
-//      record's randomness comes from a per-step seed (drawn from the
-//      NoiseSource) mixed with the record's position in the batch. The batch
-//      is cut into fixed chunks of 64 records; each chunk is clipped and
-//      summed in batch order, and chunk sums are merged in chunk order, so
-//      the result does not depend on the thread count and memory stays at a
-//      few dense accumulators per worker whatever the batch size.
+//      before it publishes the release.) The step then draws its secret
+//      256-bit key from the NoiseSource (svi/step_randomness.h).
+//   2. Poisson sampling: every candidate record is included independently
+//      with probability q, decided by a keystream word at the record's own
+//      (stream, offset) under the step key. The batch size is random and
+//      PRIVATE.
+//   3. E-step per sampled record, in parallel over `threads` workers, with
+//      the record's own keyed seed. Each stream's batch (in offset order) is
+//      cut into fixed chunks of 64 records; each chunk is clipped and summed
+//      in order, chunk sums are merged in order into the stream's partial
+//      sum, and the partial sums are added in stream order (streams sorted
+//      by name). So the result depends neither on the thread count nor on
+//      which process computed which stream's partial (scale-out: the same
+//      step split across processes gives the same bits), and memory stays
+//      at a few dense accumulators per worker whatever the batch size.
 //   4. Clip per block, sum, ONE Gaussian mechanism (GaussianSumMechanism).
 //      A step with an empty batch still adds noise and is still charged.
 //   5. M-step on the noisy sum with ρ_t = (τ0 + t)^(−κ); the model divides
 //      by q, never by the realised batch size.
 // Non-private mode (σ = 0, no accountant) is plain SVI with Poisson
 // minibatches: the exact sum, no noise, no charge.
+//
+// Scale-out (issue 16). The same step in pieces: Begin() (1), SumStreams()
+// (2–4 for some streams, giving each stream's un-noised partial sum to a
+// sink: PRIVATE), Finish() (one noise draw on the combined sum, M-step) on
+// the process that owns the step, and Advance() on replicas that apply the
+// released sum so that their model stays identical. Step() is exactly
+// Begin + SumStreams + Finish in one process.
 //
 // What leaves: StepResult holds only public values (t, ρ_t, ε spent, the
 // outcome), plus the wall-clock time of each phase (StepPhaseSeconds), which
@@ -37,12 +48,14 @@
 // rejected records and clip counts stay inside.
 //
 // Thread-safety: a driver is used from one thread (the step thread); it
-// starts its own workers inside Step().
+// starts its own workers inside SumStreams().
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/base/status.h"
@@ -50,6 +63,8 @@
 #include "core/privacy/gaussian_mechanism.h"
 #include "core/privacy/noise_source.h"
 #include "core/privacy/rdp_accountant.h"
+#include "core/svi/record_pool.h"
+#include "core/svi/step_randomness.h"
 
 namespace vipsd::svi {
 
@@ -96,6 +111,34 @@ struct StepResult {
   StepPhaseSeconds phase_seconds;  // PRIVATE (timing); zero for a refused step
 };
 
+// One stream's candidates for a step: a Kafka partition's window, or the
+// offline run's file. `offsets` are the records' offsets in the stream,
+// strictly increasing; `stream` is its canonical name, the same in every
+// process (the per-record randomness is keyed by it).
+struct StreamCandidates {
+  std::string stream;
+  std::vector<const model::Record*> records;
+  std::vector<int64_t> offsets;
+};
+
+// The pool's records grouped by stream (stream_names[origin.stream]), the
+// streams sorted by name, each stream's records in pool order (which must be
+// increasing offset order). INVALID_ARGUMENT on a stream index without a
+// name or sizes that disagree.
+StatusOr<std::vector<StreamCandidates>> GroupByStream(std::span<const model::Record> pool,
+                                                      std::span<const RecordOrigin> origins,
+                                                      std::span<const std::string> stream_names);
+
+// A step that Begin() admitted and charged.
+struct StepTicket {
+  StepResult result;  // outcome kRefusedCeiling: nothing else to do
+  StepKey key;        // PRIVATE: decides the sample
+};
+
+// Receives stream i's clipped, un-noised partial sum (PRIVATE), in stream
+// order; the driver resets the partial after the call.
+using PartialSink = std::function<Status(size_t stream_index, privacy::GaussianSumMechanism& partial)>;
+
 class StepDriver {
  public:
   // `model` and `noise` must outlive the driver; `accountant` too, and it
@@ -107,7 +150,35 @@ class StepDriver {
                                                       const DriverConfig& config,
                                                       int64_t next_step = 1);
 
+  // One whole step on `streams`, which must be sorted by name, each name
+  // once (GroupByStream's order: the partial sums are added in this order).
+  StatusOr<StepResult> Step(const std::vector<StreamCandidates>& streams);
+  // One stream named "" whose offsets are the records' positions.
   StatusOr<StepResult> Step(std::span<const model::Record> pool);
+
+  // ---- The same step in pieces (scale-out) ----
+  // Step 1: ceiling check and charge (private mode), then the step key.
+  StatusOr<StepTicket> Begin();
+  // Steps 2–4 for `streams` with the current model: `sink` gets each
+  // stream's partial sum in the order of `streams`. Adds the sampling and
+  // E-step times to `phases` if given.
+  Status SumStreams(const StepKey& key, const std::vector<StreamCandidates>& streams,
+                    const PartialSink& sink, StepPhaseSeconds* phases = nullptr);
+  // Steps 4–5 on the owner: one Gaussian mechanism on `total` (the partial
+  // sums merged in stream order), M-step with ρ_t, t advances. `ticket` must
+  // be the one Begin() gave for this step.
+  StatusOr<StepResult> Finish(const StepTicket& ticket, privacy::GaussianSumMechanism& total);
+  // A replica's step 5: the owner's released (noisy) sum of step `step`
+  // (== next_step()) through the same M-step, so that the replica's model
+  // stays identical to the owner's. Public input.
+  Status Advance(const Eigen::VectorXd& released_sum, int64_t step);
+
+  const model::Model& model() const { return *model_; }
+  // Called by Finish with every released (noisy: public) sum and its step,
+  // e.g. to hand it to replicas.
+  void set_release_observer(std::function<void(const Eigen::VectorXd&, int64_t)> observer) {
+    on_release_ = std::move(observer);
+  }
 
   // Applies a new (q, σ, schedule, ceiling); same validation as Create.
   // Turning a non-private driver private (or back) is refused.
@@ -133,6 +204,8 @@ class StepDriver {
   // K·V = 500,000) made the allocator return them to the OS and page-fault
   // them back in: about a quarter of the LDA training time.
   std::unique_ptr<privacy::GaussianSumMechanism> total_;
+  std::unique_ptr<privacy::GaussianSumMechanism> current_;  // the stream being summed
+  std::function<void(const Eigen::VectorXd&, int64_t)> on_release_;
   std::vector<std::unique_ptr<privacy::GaussianSumMechanism>> spare_;
 };
 

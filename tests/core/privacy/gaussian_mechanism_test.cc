@@ -10,6 +10,7 @@
 
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <random>
@@ -600,6 +601,94 @@ TEST(GaussianMechanismTest, SparseAddRejectsMalformedInputAndSumsNothing) {
   auto release = mechanism.ReleaseNonPrivate();
   ASSERT_TRUE(release.ok());
   EXPECT_EQ(release->noisy_sum, Eigen::VectorXd::Zero(5));
+}
+
+
+// ---- Partial-sum transfer (scale-out, issue 16) ----
+
+// A sum over a large sparse layout (pages tracked) and a dense one.
+void FillSparse(GaussianSumMechanism& m, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  for (int r = 0; r < 20; ++r) {
+    std::vector<uint32_t> indices;
+    std::vector<double> values;
+    for (uint32_t i = static_cast<uint32_t>(rng() % 50); i < 4000; i += 1 + rng() % 400) {
+      indices.push_back(i);
+      values.push_back(std::ldexp(static_cast<double>(rng() % 1000) - 500, -7));
+    }
+    ASSERT_TRUE(m.AddSparse(indices, values).ok());
+  }
+}
+
+TEST(GaussianMechanismTest, TransferredPartialSumsMergeToTheSameBits) {
+  const BlockLayout layout = MakeLayout({{"w", BlockKind::kVector, 4000, 3.0}});
+  for (const bool dense : {false, true}) {
+    // Local: a + b merged in one process. Remote: b encoded, decoded, merged.
+    GaussianSumMechanism a1(layout), b1(layout), a2(layout), b2(layout);
+    FillSparse(a1, 1);
+    FillSparse(a2, 1);
+    FillSparse(b1, 2);
+    FillSparse(b2, 2);
+    if (dense) {
+      std::vector<double> record(4000, 0.25);
+      ASSERT_TRUE(b1.Add(record).ok());
+      ASSERT_TRUE(b2.Add(record).ok());
+    }
+    auto bytes = b2.EncodeUnreleased();
+    ASSERT_TRUE(bytes.ok());
+    EXPECT_FALSE(b2.released());  // encoding releases nothing
+    auto decoded = GaussianSumMechanism::DecodeUnreleased(layout, *bytes);
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    EXPECT_EQ((*decoded)->private_counts().accepted, b2.private_counts().accepted);
+    ASSERT_TRUE(a1.Merge(std::move(b1)).ok());
+    ASSERT_TRUE(a2.Merge(std::move(**decoded)).ok());
+    auto x = a1.ReleaseNonPrivate();
+    auto y = a2.ReleaseNonPrivate();
+    ASSERT_TRUE(x.ok() && y.ok());
+    ASSERT_EQ(x->noisy_sum.size(), y->noisy_sum.size());
+    EXPECT_EQ(std::memcmp(x->noisy_sum.data(), y->noisy_sum.data(),
+                          sizeof(double) * static_cast<size_t>(x->noisy_sum.size())),
+              0)
+        << (dense ? "dense" : "sparse");
+    // A zero partial round-trips to a zero partial.
+    GaussianSumMechanism zero(layout);
+    auto zero_bytes = zero.EncodeUnreleased();
+    ASSERT_TRUE(zero_bytes.ok());
+    auto zero_back = GaussianSumMechanism::DecodeUnreleased(layout, *zero_bytes);
+    ASSERT_TRUE(zero_back.ok());
+    auto zero_release = (*zero_back)->ReleaseNonPrivate();
+    ASSERT_TRUE(zero_release.ok());
+    EXPECT_EQ(zero_release->noisy_sum.cwiseAbs().maxCoeff(), 0.0);
+  }
+}
+
+TEST(GaussianMechanismTest, TransferRefusesCorruptForeignAndReleasedPartials) {
+  const BlockLayout layout = MakeLayout({{"w", BlockKind::kVector, 4000, 3.0}});
+  GaussianSumMechanism m(layout);
+  FillSparse(m, 3);
+  auto bytes = m.EncodeUnreleased();
+  ASSERT_TRUE(bytes.ok());
+  // Every single flipped bit in a sample of positions is caught (checksum).
+  for (size_t pos = 0; pos < bytes->size(); pos += 97) {
+    std::string bad = *bytes;
+    bad[pos] = static_cast<char>(bad[pos] ^ 0x10);
+    EXPECT_EQ(GaussianSumMechanism::DecodeUnreleased(layout, bad).status().code(),
+              StatusCode::kDataLoss)
+        << pos;
+  }
+  EXPECT_EQ(GaussianSumMechanism::DecodeUnreleased(layout, bytes->substr(0, 50)).status().code(),
+            StatusCode::kDataLoss);
+  EXPECT_EQ(GaussianSumMechanism::DecodeUnreleased(layout, "").status().code(),
+            StatusCode::kDataLoss);
+  // Same size, another clip bound: another mechanism, refused.
+  const BlockLayout other = MakeLayout({{"w", BlockKind::kVector, 4000, 3.5}});
+  auto foreign = GaussianSumMechanism::DecodeUnreleased(other, *bytes);
+  EXPECT_EQ(foreign.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(foreign.status().message(), HasSubstr("another statistic layout"));
+  // A released sum cannot be exported (it could be released a second time).
+  auto release = m.ReleaseNonPrivate();
+  ASSERT_TRUE(release.ok());
+  EXPECT_EQ(m.EncodeUnreleased().status().code(), StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <string>
+#include <map>
 
 #include "core/models/lda.h"
 #include "core/privacy/rdp_accountant.h"
@@ -153,7 +155,7 @@ TEST(StepDriverTest, EmptyPoolIsStillAChargedNoisyStep) {
   auto driver = StepDriver::Create(model->get(), noise->get(), &accountant, Private());
   ASSERT_TRUE(driver.ok());
   const Eigen::MatrixXd before = (*model)->lambda();
-  auto result = (*driver)->Step({});
+  auto result = (*driver)->Step(std::span<const model::Record>());
   ASSERT_TRUE(result.ok());
   EXPECT_EQ(accountant.steps(), 1);
   // Noise moved λ away from the noiseless update (1 − ρ)λ + ρ(η + 0).
@@ -351,6 +353,180 @@ TEST(StepDriverTest, RefusesUnsafeConfigurations) {
   EXPECT_FALSE((*driver)->Reconfigure(config).ok());
   config.noise_multiplier = 2.0;
   EXPECT_TRUE((*driver)->Reconfigure(config).ok());
+}
+
+
+// ---- Scale-out: one step split across processes (issue 16) ----
+
+// Six streams ("input/0" … "input/5") with gaps in their offsets.
+struct Streams {
+  std::vector<std::vector<model::Record>> records;
+  std::vector<StreamCandidates> candidates;  // sorted by name
+};
+Streams MakeStreams(size_t per_stream) {
+  Streams s;
+  s.records.resize(6);
+  for (size_t p = 0; p < 6; ++p) s.records[p] = Pool(per_stream, 100 + p);
+  for (size_t p = 0; p < 6; ++p) {
+    StreamCandidates c;
+    c.stream = "input/" + std::to_string(p);
+    for (size_t i = 0; i < per_stream; ++i) {
+      c.records.push_back(&s.records[p][i]);
+      c.offsets.push_back(static_cast<int64_t>(1000 * p + 3 * i + i / 5 * 40));
+    }
+    s.candidates.push_back(std::move(c));
+  }
+  return s;
+}
+
+// The coordinator's side of a split step: Begin, the key to the workers,
+// their partials over the wire format, merged in stream order, one noise
+// draw, M-step; the released sum back to every worker replica.
+struct SplitRun {
+  std::unique_ptr<models::LdaModel> model;
+  std::unique_ptr<privacy::NoiseSource> noise;
+  privacy::RdpAccountant accountant;
+  std::unique_ptr<StepDriver> driver;
+  std::vector<std::unique_ptr<models::LdaModel>> worker_models;
+  std::unique_ptr<privacy::NoiseSource> worker_inner;
+  std::unique_ptr<CountingNoise> worker_noise;  // must never be drawn from
+  std::vector<std::unique_ptr<privacy::RdpAccountant>> worker_accountants;  // never charged
+  std::vector<std::unique_ptr<StepDriver>> workers;
+};
+
+TEST(StepDriverTest, AStepSplitAcrossThreeProcessesEqualsTheWholeStepBitForBit) {
+  const Streams streams = MakeStreams(120);
+  DriverConfig config = Private();
+  config.sampling_rate = 0.4;
+  // One process holding every stream.
+  auto one_model = models::LdaModel::Create(Lda(20));
+  auto one_noise = privacy::SecureNoiseSource::CreateReproducible(77);
+  ASSERT_TRUE(one_model.ok() && one_noise.ok());
+  privacy::RdpAccountant one_accountant;
+  auto one = StepDriver::Create(one_model->get(), one_noise->get(), &one_accountant, config);
+  ASSERT_TRUE(one.ok());
+  std::vector<Eigen::VectorXd> one_sums;
+  (*one)->set_release_observer(
+      [&](const Eigen::VectorXd& sum, int64_t) { one_sums.push_back(sum); });
+
+  // A coordinator and three workers, each with its own model replica.
+  SplitRun split;
+  {
+    auto model = models::LdaModel::Create(Lda(20));
+    auto noise = privacy::SecureNoiseSource::CreateReproducible(77);
+    auto inner = privacy::SecureNoiseSource::Create();
+    ASSERT_TRUE(model.ok() && noise.ok() && inner.ok());
+    split.model = std::move(model).value();
+    split.noise = std::move(noise).value();
+    split.worker_inner = std::move(inner).value();
+    split.worker_noise = std::make_unique<CountingNoise>(*split.worker_inner);
+    auto driver = StepDriver::Create(split.model.get(), split.noise.get(), &split.accountant,
+                                     config);
+    ASSERT_TRUE(driver.ok());
+    split.driver = std::move(driver).value();
+    for (int w = 0; w < 3; ++w) {
+      auto worker_model = models::LdaModel::Create(Lda(20));
+      ASSERT_TRUE(worker_model.ok());
+      split.worker_models.push_back(std::move(worker_model).value());
+      DriverConfig worker_config = config;
+      worker_config.threads = 1 + w;  // thread counts differ too
+      split.worker_accountants.push_back(std::make_unique<privacy::RdpAccountant>());
+      auto worker = StepDriver::Create(split.worker_models.back().get(), split.worker_noise.get(),
+                                       split.worker_accountants.back().get(), worker_config);
+      ASSERT_TRUE(worker.ok());
+      split.workers.push_back(std::move(worker).value());
+    }
+  }
+  std::vector<Eigen::VectorXd> split_sums;
+  split.driver->set_release_observer(
+      [&](const Eigen::VectorXd& sum, int64_t) { split_sums.push_back(sum); });
+
+  const privacy::BlockLayout& layout = split.model->statistic_layout();
+  for (int t = 1; t <= 6; ++t) {
+    auto whole = (*one)->Step(streams.candidates);
+    ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+
+    auto ticket = split.driver->Begin();
+    ASSERT_TRUE(ticket.ok());
+    // Partition ownership changes between steps (a rebalance): worker w
+    // owns the streams p with (p + t) % 3 == w.
+    std::map<std::string, std::string> wire;  // stream → encoded partial
+    for (size_t w = 0; w < 3; ++w) {
+      std::vector<StreamCandidates> owned;
+      for (size_t p = 0; p < 6; ++p) {
+        if ((p + static_cast<size_t>(t)) % 3 == w) owned.push_back(streams.candidates[p]);
+      }
+      const Status summed = split.workers[w]->SumStreams(
+          ticket->key, owned, [&](size_t i, privacy::GaussianSumMechanism& partial) -> Status {
+            VIPSD_ASSIGN_OR_RETURN(std::string bytes, partial.EncodeUnreleased());
+            wire[owned[i].stream] = std::move(bytes);
+            return Status::Ok();
+          });
+      ASSERT_TRUE(summed.ok()) << summed.ToString();
+    }
+    ASSERT_EQ(wire.size(), 6u);
+    privacy::GaussianSumMechanism total(layout);
+    for (const auto& [stream, bytes] : wire) {  // std::map: stream-name order
+      auto partial = privacy::GaussianSumMechanism::DecodeUnreleased(layout, bytes);
+      ASSERT_TRUE(partial.ok());
+      ASSERT_TRUE(total.Merge(std::move(**partial)).ok());
+    }
+    auto finished = split.driver->Finish(*ticket, total);
+    ASSERT_TRUE(finished.ok()) << finished.status().ToString();
+    for (auto& worker : split.workers) {
+      ASSERT_TRUE(worker->Advance(split_sums.back(), t).ok());
+    }
+    EXPECT_EQ(finished->epsilon_spent, whole->epsilon_spent);
+    EXPECT_EQ(finished->rho, whole->rho);
+  }
+  ASSERT_EQ(one_sums.size(), 6u);
+  ASSERT_EQ(split_sums.size(), 6u);
+  for (size_t t = 0; t < 6; ++t) {
+    ASSERT_EQ(one_sums[t].size(), split_sums[t].size());
+    EXPECT_TRUE(one_sums[t] == split_sums[t]) << "step " << t + 1 << " differs";
+  }
+  EXPECT_TRUE((*one_model)->lambda() == split.model->lambda());
+  for (const auto& replica : split.worker_models) {
+    EXPECT_TRUE(replica->lambda() == split.model->lambda());
+  }
+  EXPECT_EQ(one_accountant, split.accountant);
+  // Workers draw no randomness of their own: the step key decides.
+  EXPECT_EQ(split.worker_noise->bits, 0u);
+  EXPECT_EQ(split.worker_noise->normals, 0u);
+  for (const auto& accountant : split.worker_accountants) EXPECT_EQ(accountant->steps(), 0);
+}
+
+TEST(StepDriverTest, StepCandidatesMustBeSortedAndGroupedByStream) {
+  auto model = models::LdaModel::Create(Lda(20));
+  auto noise = privacy::SecureNoiseSource::Create();
+  ASSERT_TRUE(model.ok() && noise.ok());
+  privacy::RdpAccountant accountant;
+  auto driver = StepDriver::Create(model->get(), noise->get(), &accountant, Private());
+  ASSERT_TRUE(driver.ok());
+  Streams streams = MakeStreams(10);
+  std::swap(streams.candidates[0], streams.candidates[1]);
+  EXPECT_EQ((*driver)->Step(streams.candidates).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(accountant.steps(), 0);  // refused before the charge
+  std::swap(streams.candidates[0], streams.candidates[1]);
+  streams.candidates[2].offsets[3] = streams.candidates[2].offsets[2];  // a repeated offset
+  EXPECT_EQ((*driver)->Step(streams.candidates).status().code(), StatusCode::kInvalidArgument);
+
+  // GroupByStream: sorted by name whatever the stream indices; pool order kept.
+  const auto pool = Pool(6);
+  const std::vector<RecordOrigin> origins = {{1, 5}, {0, 2}, {1, 9}, {0, 3}, {2, 0}, {1, 12}};
+  const std::vector<std::string> names = {"b", "a", "c"};
+  auto grouped = GroupByStream(pool, origins, names);
+  ASSERT_TRUE(grouped.ok());
+  ASSERT_EQ(grouped->size(), 3u);
+  EXPECT_EQ((*grouped)[0].stream, "a");
+  EXPECT_EQ((*grouped)[0].offsets, (std::vector<int64_t>{5, 9, 12}));
+  EXPECT_EQ((*grouped)[0].records[1], &pool[2]);
+  EXPECT_EQ((*grouped)[1].stream, "b");
+  EXPECT_EQ((*grouped)[1].offsets, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ((*grouped)[2].stream, "c");
+  const std::vector<RecordOrigin> unnamed = {{7, 0}};
+  EXPECT_EQ(GroupByStream(std::span(pool).first(1), unnamed, names).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace
