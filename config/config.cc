@@ -945,6 +945,37 @@ Status ParseIo(Section& top, VipsdConfig& config) {
   config.state_directory = Resolve(file, config.state_directory);
   VIPSD_RETURN_IF_ERROR(state->Integer("checkpoint_every", false, 1, int64_t{1} << 40,
                                        &config.checkpoint_every));
+  if (config.source_type == SourceType::kKafka) {
+    VIPSD_RETURN_IF_ERROR(state->String("ledger_topic", false, {}, &config.ledger_topic));
+    if (!config.ledger_topic.empty() && !IsTopicName(config.ledger_topic)) {
+      (void)state->ErrorAt("ledger_topic", std::string("must be ") + kTopicRule);
+    }
+    VIPSD_RETURN_IF_ERROR(state->String("ledger_key", false, {}, &config.ledger_key));
+    if (config.ledger_key.empty()) {
+      config.ledger_key = config.group_id;
+    } else if (config.ledger_topic.empty()) {
+      (void)state->ErrorAt("ledger_key", "only allowed together with state.ledger_topic");
+    }
+    VIPSD_RETURN_IF_ERROR(state->Number(
+        "standby_takeover_seconds", false, [](double x) { return x >= 0 && x <= 86400; },
+        "a number of seconds in [0, 86400] (0: take the job at start; otherwise stand by until "
+        "the job's ledger topic has been silent this long)",
+        &config.standby_takeover_seconds));
+    if (config.standby_takeover_seconds > 0) {
+      if (config.ledger_topic.empty()) {
+        (void)state->ErrorAt("standby_takeover_seconds",
+                             "only allowed together with state.ledger_topic");
+      } else if (config.standby_takeover_seconds < 3 * config.step_interval_seconds) {
+        state->WarnAt("standby_takeover_seconds",
+                      "below 3 * schedule.interval_seconds: the running daemon commits once per "
+                      "slot, so a standby may take over (and fence it) while it is healthy");
+      }
+    }
+  } else {
+    for (const char* key : {"ledger_topic", "ledger_key", "standby_takeover_seconds"}) {
+      VIPSD_RETURN_IF_ERROR(state->NotHere(key, "only allowed with source.type: kafka"));
+    }
+  }
   VIPSD_RETURN_IF_ERROR(state->Finish());
 
   // metrics, log
@@ -1314,6 +1345,10 @@ StatusOr<std::vector<std::string>> ChangedReloadableKeys(const VipsdConfig& a,
   diff.Fixed("kafka.demo_corpus", a.kafka.demo_corpus, b.kafka.demo_corpus);
   diff.Fixed("kafka.partitions", a.kafka.partitions, b.kafka.partitions);
   diff.Fixed("state.directory", a.state_directory, b.state_directory);
+  diff.Fixed("state.ledger_topic", a.ledger_topic, b.ledger_topic);
+  diff.Fixed("state.ledger_key", a.ledger_key, b.ledger_key);
+  diff.Fixed("state.standby_takeover_seconds", a.standby_takeover_seconds,
+             b.standby_takeover_seconds);
   diff.Fixed("metrics.listen", a.metrics_listen, b.metrics_listen);
   diff.Fixed("metrics.expose_step_timing", a.expose_step_timing, b.expose_step_timing);
   diff.Fixed("schedule.start_time", a.start_time, b.start_time);

@@ -117,6 +117,14 @@ struct VipsdConfig {
   std::string alert_topic;                // kafka: optional budget alerts
   KafkaSettings kafka;
   std::string state_directory;            // ledger, checkpoint
+  // kafka: the ledger of record also on this one-partition topic
+  // (daemon/ledger_replica.h), entries keyed by ledger_key (default: the
+  // consumer group id). "" = the local file only.
+  std::string ledger_topic;
+  std::string ledger_key;
+  // > 0: a hot standby — wait until the job's ledger topic has had no entry
+  // for this long (the running daemon commits every slot), then take over.
+  double standby_takeover_seconds = 0;
   int64_t checkpoint_every = 1;
   std::string metrics_listen = "127.0.0.1:9464";  // "" = no endpoint
   // Export step durations (they reveal how long each step took). Default:

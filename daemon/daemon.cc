@@ -207,7 +207,8 @@ Status CheckFirstStepFits(const config::VipsdConfig& config, const LedgerState& 
 // Restores the checkpoint into `bundle`'s model.
 StatusOr<PreparedState> PrepareState(const config::VipsdConfig& config, ModelBundle& bundle,
                                      std::optional<LedgerState> previous,
-                                     const std::string& ledger_path) {
+                                     const std::string& ledger_path,
+                                     bool checkpoint_usable = true) {
   const AccountingMode mode = config.accounting == config::Accounting::kGlobal
                                   ? AccountingMode::kGlobal
                                   : AccountingMode::kResidency;
@@ -314,6 +315,15 @@ StatusOr<PreparedState> PrepareState(const config::VipsdConfig& config, ModelBun
 
   // Model state: the checkpoint must belong to this ledger.
   VIPSD_ASSIGN_OR_RETURN(auto checkpoint, checkpoints.Load());
+  if (checkpoint.has_value() && !checkpoint_usable) {
+    Log(LogLevel::kWarning, kComponent,
+        "not resuming " + checkpoints.path() + " (model after step " +
+            std::to_string(checkpoint->step) +
+            "): the budget continues from the ledger of record on the ledger topic, which this "
+            "directory's ledger does not match, so the checkpoint may hold a step the record "
+            "does not charge; the model restarts from its prior");
+    checkpoint.reset();
+  }
   int64_t model_step = 0;
   if (checkpoint.has_value()) {
     if (!previous.has_value()) {
@@ -421,7 +431,8 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const config::VipsdConfig& conf
                                                  SourceFactory make_source,
                                                  std::unique_ptr<OutputSink> sink,
                                                  Metrics* metrics, DaemonHooks hooks,
-                                                 DaemonOptions options) {
+                                                 DaemonOptions options,
+                                                 std::unique_ptr<LedgerReplica> replica) {
   if (metrics == nullptr || sink == nullptr || !make_source) {
     return InvalidArgumentError("the daemon needs a source factory, a sink and metrics");
   }
@@ -436,8 +447,15 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const config::VipsdConfig& conf
   // Ledger: the budget of record.
   VIPSD_ASSIGN_OR_RETURN(Ledger ledger, Ledger::Open(config.state_directory));
   VIPSD_ASSIGN_OR_RETURN(auto previous, ledger.Load());
+  if (replica != nullptr) {
+    // The job's ledger of record: this process claims it (fencing any
+    // earlier owner) and continues from the topic's state when the local
+    // file is missing or behind it (daemon/ledger_replica.h).
+    VIPSD_ASSIGN_OR_RETURN(previous, replica->Claim(std::move(previous), ledger.path()));
+  }
   VIPSD_ASSIGN_OR_RETURN(PreparedState prepared,
-                         PrepareState(config, bundle, std::move(previous), ledger.path()));
+                         PrepareState(config, bundle, std::move(previous), ledger.path(),
+                                      replica == nullptr || replica->local_is_record()));
   LedgerState state = std::move(prepared.state);
   const int64_t model_step = prepared.model_step;
 
@@ -457,6 +475,7 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const config::VipsdConfig& conf
                                             metrics, std::move(hooks), std::move(ledger),
                                             std::move(state), std::move(noise)));
   daemon->model_step_ = model_step;
+  daemon->replica_ = std::move(replica);
   if (daemon->state_.schedule == ScheduleKind::kFixed && config.is_private()) {
     VIPSD_ASSIGN_OR_RETURN(daemon->fixed_schedule_,
                            privacy::FixedScheduleAccountant::Create(
@@ -1504,6 +1523,17 @@ Status Daemon::CommitLedger(PendingOutput* out) {
   const auto start = std::chrono::steady_clock::now();
   Status committed = hooks_.ledger_fault ? hooks_.ledger_fault() : Status::Ok();
   if (committed.ok()) committed = ledger_.Commit(state_);
+  if (committed.ok() && replica_ != nullptr) {
+    committed = replica_->Commit(state_);
+    if (!committed.ok() && replica_->fenced()) {
+      // Another process owns the budget now: nothing of this process may
+      // leave any more, and it stops (Run returns this error).
+      sticky_error_ = committed;
+      run_error_ = committed;
+      Log(LogLevel::kError, kComponent, committed.ToString());
+      RequestStop();
+    }
+  }
   out->ledger_commit_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!committed.ok()) {

@@ -111,6 +111,7 @@
 #include "daemon/checkpoint.h"
 #include "daemon/io.h"
 #include "daemon/ledger.h"
+#include "daemon/ledger_replica.h"
 #include "daemon/metrics.h"
 #include "daemon/model_setup.h"
 
@@ -176,7 +177,8 @@ class Daemon {
                                                   SourceFactory make_source,
                                                   std::unique_ptr<OutputSink> sink,
                                                   Metrics* metrics, DaemonHooks hooks = {},
-                                                  DaemonOptions options = {});
+                                                  DaemonOptions options = {},
+                                                  std::unique_ptr<LedgerReplica> replica = nullptr);
   ~Daemon();
 
   // Runs until RequestStop(), the exit ceiling action, max_steps, or (the
@@ -323,6 +325,9 @@ class Daemon {
   int64_t slots_skipped_ = 0;
   int64_t step_limit_ = 0;          // offline run: steps from max_steps / max_epochs; 0 = none
   std::optional<Status> run_error_;  // returned by Run()
+  // state.ledger_topic: the ledger of record beyond this disk (null: the
+  // local file only). Every commit goes to the file, then to the topic.
+  std::unique_ptr<LedgerReplica> replica_;
   int64_t checkpoint_step_ = -1;     // step of the last checkpoint written in this process
   int64_t overruns_unreported_ = 0;  // deadline overruns since the last log line
   double last_overrun_log_ = 0;

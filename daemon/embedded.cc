@@ -24,6 +24,9 @@ StatusOr<std::unique_ptr<EmbeddedKafka>> EmbeddedKafka::Start(const config::Vips
     VIPSD_RETURN_IF_ERROR(kafka->cluster_->CreateTopic(config.release_topic, partitions));
   }
   VIPSD_RETURN_IF_ERROR(kafka->cluster_->CreateTopic(config.dead_letter_topic, 1));
+  if (!config.ledger_topic.empty()) {
+    VIPSD_RETURN_IF_ERROR(kafka->cluster_->CreateTopic(config.ledger_topic, 1));
+  }
   if (!config.alert_topic.empty()) {
     VIPSD_RETURN_IF_ERROR(kafka->cluster_->CreateTopic(config.alert_topic, 1));
   }

@@ -12,6 +12,7 @@
 #include "connectors/kafka/kafka_producer.h"
 #include "connectors/kafka/kafka_source.h"
 #include "connectors/kafka/log_observer.h"
+#include "connectors/kafka/partition_reader.h"
 #include "core/base/log.h"
 
 namespace vipsd::daemon {
@@ -302,6 +303,127 @@ StatusOr<std::unique_ptr<OutputSink>> NewDaemonOutput(const config::VipsdConfig&
     file_sink.emplace(std::move(sink));
   }
   return std::unique_ptr<OutputSink>(new DaemonOutput(config, std::move(producer), std::move(file_sink)));
+}
+
+namespace {
+
+constexpr char kKindHeader[] = "vipsd-ledger-kind";
+constexpr char kEpochHeader[] = "vipsd-ledger-epoch";
+constexpr char kOwnerHeader[] = "vipsd-ledger-owner";
+
+// The ledger log on partition 0 of a one-partition topic: entries keyed by
+// the job, value = the ledger bytes (empty for a claim), the kind, epoch and
+// owner in headers (docs/ledger_format.md "Ledger topic").
+class KafkaLedgerLog final : public LedgerLog {
+ public:
+  KafkaLedgerLog(std::string topic, std::unique_ptr<connectors::KafkaProducer> producer,
+                 std::unique_ptr<connectors::KafkaPartitionReader> reader,
+                 std::chrono::milliseconds timeout)
+      : topic_(std::move(topic)),
+        producer_(std::move(producer)),
+        reader_(std::move(reader)),
+        timeout_(timeout) {}
+  ~KafkaLedgerLog() override { (void)producer_->Close(std::chrono::milliseconds(5000)); }
+
+  std::string Describe() const override { return "ledger topic " + topic_ + " partition 0"; }
+
+  StatusOr<std::pair<int64_t, int64_t>> Bounds() override {
+    VIPSD_ASSIGN_OR_RETURN(const int partitions, reader_->PartitionCount());
+    if (partitions != 1) {
+      return FailedPreconditionError(
+          "state.ledger_topic " + topic_ + " has " + std::to_string(partitions) +
+          " partitions; the ledger of record needs a topic with exactly one (its order decides "
+          "which process owns the budget)");
+    }
+    return reader_->Bounds();
+  }
+
+  StatusOr<std::vector<LedgerLogEntry>> Read(int64_t from, int64_t to) override {
+    VIPSD_ASSIGN_OR_RETURN(auto messages, reader_->Read(from, to));
+    std::vector<LedgerLogEntry> entries;
+    entries.reserve(messages.size());
+    for (auto& m : messages) {
+      LedgerLogEntry entry;
+      entry.offset = m.offset;
+      entry.key = std::move(m.key);
+      std::string kind, epoch;
+      for (auto& [name, value] : m.headers) {
+        if (name == kKindHeader) kind = value;
+        if (name == kEpochHeader) epoch = value;
+        if (name == kOwnerHeader) entry.owner = value;
+      }
+      auto bad = [&](const std::string& what) {
+        return DataLossError(Describe() + " offset " + std::to_string(m.offset) + ": " + what +
+                             " (every message of a ledger topic must be a vipsd ledger entry)");
+      };
+      if (kind == "claim") {
+        entry.kind = LedgerLogEntry::Kind::kClaim;
+      } else if (kind == "state") {
+        entry.kind = LedgerLogEntry::Kind::kState;
+      } else {
+        return bad("header " + std::string(kKindHeader) + " is not claim or state");
+      }
+      if (epoch.empty() || epoch.size() > 15 ||
+          epoch.find_first_not_of("0123456789") != std::string::npos) {
+        return bad("header " + std::string(kEpochHeader) + " is not a decimal counter");
+      }
+      entry.epoch = std::stoull(epoch);
+      if (entry.owner.size() != 32 ||
+          entry.owner.find_first_not_of("0123456789abcdef") != std::string::npos) {
+        return bad("header " + std::string(kOwnerHeader) + " is not 32 lowercase hex");
+      }
+      entry.ledger = std::move(m.value);
+      entries.push_back(std::move(entry));
+    }
+    return entries;
+  }
+
+  StatusOr<int64_t> Append(const LedgerLogEntry& entry) override {
+    connectors::OutMessage message;
+    message.topic = topic_;
+    message.partition = 0;
+    message.key = entry.key;
+    message.value = entry.ledger;
+    message.headers = {
+        {kKindHeader, entry.kind == LedgerLogEntry::Kind::kClaim ? "claim" : "state"},
+        {kEpochHeader, std::to_string(entry.epoch)},
+        {kOwnerHeader, entry.owner}};
+    int64_t offset = -1;
+    VIPSD_RETURN_IF_ERROR(producer_->ProduceAndWait(std::span(&message, 1), timeout_, &offset));
+    if (offset < 0) return UnavailableError(Describe() + ": the broker returned no offset");
+    return offset;
+  }
+
+ private:
+  std::string topic_;
+  std::unique_ptr<connectors::KafkaProducer> producer_;
+  std::unique_ptr<connectors::KafkaPartitionReader> reader_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<LedgerReplica>> NewKafkaLedgerReplica(
+    const config::VipsdConfig& config, const std::string& bootstrap_servers) {
+  const auto timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(std::ceil(config.publish_timeout_seconds * 1000)));
+  VIPSD_ASSIGN_OR_RETURN(auto producer, connectors::KafkaProducer::Create(
+                                            ProducerOptions(config, bootstrap_servers)));
+  connectors::KafkaPartitionReaderOptions reader_options;
+  reader_options.bootstrap_servers = bootstrap_servers;
+  reader_options.topic = config.ledger_topic;
+  reader_options.client_id = config.kafka.client_id;
+  reader_options.properties = config.kafka.properties;
+  for (const auto& [key, value] : config.kafka.consumer_properties) {
+    reader_options.properties[key] = value;
+  }
+  reader_options.timeout = timeout;
+  VIPSD_ASSIGN_OR_RETURN(auto reader,
+                         connectors::KafkaPartitionReader::Create(std::move(reader_options)));
+  return LedgerReplica::Create(
+      std::make_unique<KafkaLedgerLog>(config.ledger_topic, std::move(producer), std::move(reader),
+                                       timeout),
+      config.ledger_key);
 }
 
 }  // namespace vipsd::daemon

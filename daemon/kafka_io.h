@@ -20,6 +20,7 @@
 #include "config/config.h"
 #include "core/base/status.h"
 #include "daemon/io.h"
+#include "daemon/ledger_replica.h"
 #include "daemon/metrics.h"
 
 namespace vipsd::daemon {
@@ -35,5 +36,11 @@ StatusOr<std::unique_ptr<InputSource>> NewKafkaInput(const config::VipsdConfig& 
 
 StatusOr<std::unique_ptr<OutputSink>> NewDaemonOutput(const config::VipsdConfig& config,
                                                       const std::string& bootstrap_servers);
+
+// The ledger of record on state.ledger_topic (daemon/ledger_replica.h),
+// keyed by state.ledger_key; producer and reader take the kafka.*
+// properties. Appends and reads time out after sink.publish_timeout_seconds.
+StatusOr<std::unique_ptr<LedgerReplica>> NewKafkaLedgerReplica(
+    const config::VipsdConfig& config, const std::string& bootstrap_servers);
 
 }  // namespace vipsd::daemon

@@ -12,6 +12,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -189,13 +190,55 @@ int RunDaemon(const config::VipsdConfig& config, const daemon::DaemonOptions& op
       last_release = release;
     };
   }
+  std::unique_ptr<daemon::LedgerReplica> replica;
+  if (!config.ledger_topic.empty()) {
+    auto made = daemon::NewKafkaLedgerReplica(config, bootstrap);
+    if (!made.ok()) {
+      Log(LogLevel::kError, "main", "ledger topic: " + made.status().ToString());
+      return ExitCodeFor(made.status());
+    }
+    replica = std::move(*made);
+    if (config.standby_takeover_seconds > 0) {
+      // Hot standby: nothing is consumed, stepped or released until the
+      // running daemon's ledger entries stop; then this one claims the job
+      // (fencing the other) in Daemon::Create.
+      std::ostringstream seconds;
+      seconds << config.standby_takeover_seconds;
+      Log(LogLevel::kInfo, "main",
+          "standby for job '" + config.ledger_key + "' on ledger topic " + config.ledger_topic +
+              ": taking over after " + seconds.str() + " s without a ledger entry");
+      (void)daemon::Notify("READY=1\nSTATUS=standby");
+      bool stopping = false;
+      const Status silent = replica->AwaitSilence(
+          std::chrono::milliseconds(
+              static_cast<int64_t>(std::ceil(config.standby_takeover_seconds * 1000))),
+          [&] {
+            const timespec now{0, 0};
+            siginfo_t info;
+            for (;;) {
+              const int signal = sigtimedwait(&signals, &info, &now);
+              if (signal < 0) return stopping;
+              if (signal == SIGINT || signal == SIGTERM) {
+                Log(LogLevel::kInfo, "main",
+                    std::string("signal ") + strsignal(signal) + " while standing by: stopping");
+                stopping = true;
+              }  // SIGHUP while standing by: the configuration is read at take-over
+            }
+          });
+      if (silent.code() == StatusCode::kCancelled) return 0;
+      if (!silent.ok()) {
+        Log(LogLevel::kError, "main", silent.ToString());
+        return 1;
+      }
+    }
+  }
   daemon::Metrics* metrics_ptr = metrics->get();
   auto daemon = daemon::Daemon::Create(
       config,
       [&config, bootstrap, metrics_ptr](daemon::ResumeOffsetFn resume) {
         return daemon::NewKafkaInput(config, bootstrap, std::move(resume), metrics_ptr);
       },
-      std::move(*output), metrics_ptr, std::move(hooks), options);
+      std::move(*output), metrics_ptr, std::move(hooks), options, std::move(replica));
   if (!daemon.ok()) {
     Log(LogLevel::kError, "main", daemon.status().ToString());
     return ExitCodeFor(daemon.status());

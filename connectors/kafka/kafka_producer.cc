@@ -38,6 +38,7 @@ struct KafkaProducer::MessageView {
   std::string_view value;
   std::span<const std::pair<std::string, std::string>> headers;
   int64_t timestamp_ms = 0;  // 0: librdkafka stamps the produce time
+  int32_t partition = RdKafka::Topic::PARTITION_UA;
 };
 
 // Delivery bookkeeping of one ProduceAndWait call. Lives in batches_ until
@@ -47,6 +48,7 @@ struct KafkaProducer::Batch {
   size_t delivered = 0;
   std::map<std::string, int64_t> failures;  // error name → count
   bool expired = false;  // its call has returned; reports are late
+  int64_t last_offset = -1;  // highest offset delivered
 };
 
 class KafkaProducer::Callbacks : public kafka_internal::LogEventCb,
@@ -57,7 +59,7 @@ class KafkaProducer::Callbacks : public kafka_internal::LogEventCb,
 
   void dr_cb(RdKafka::Message& message) override {
     producer_->OnDelivery(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(message.msg_opaque())),
-                          static_cast<int>(message.err()));
+                          static_cast<int>(message.err()), message.offset());
   }
 
  protected:
@@ -122,7 +124,7 @@ KafkaProducer::KafkaProducer(KafkaProducerOptions options)
 
 KafkaProducer::~KafkaProducer() { (void)Close(std::chrono::milliseconds(0)); }
 
-void KafkaProducer::OnDelivery(uint64_t batch_id, int err_code) {
+void KafkaProducer::OnDelivery(uint64_t batch_id, int err_code, int64_t offset) {
   const auto err = static_cast<RdKafka::ErrorCode>(err_code);
   std::lock_guard<std::mutex> lock(state_mutex_);
   const auto it = batches_.find(batch_id);
@@ -141,6 +143,7 @@ void KafkaProducer::OnDelivery(uint64_t batch_id, int err_code) {
   }
   if (err == RdKafka::ERR_NO_ERROR) {
     ++batch.delivered;
+    batch.last_offset = std::max(batch.last_offset, offset);
   } else {
     ++batch.failures[ErrorName(err)];
     ++stats_.errors_by_kind[ErrorName(err)];
@@ -173,7 +176,8 @@ Status KafkaProducer::FatalStatus() const {
 }
 
 Status KafkaProducer::ProduceViews(std::span<const MessageView> messages,
-                                   std::chrono::steady_clock::time_point deadline) {
+                                   std::chrono::steady_clock::time_point deadline,
+                                   int64_t* last_offset) {
   // Caller holds lifecycle_mutex_ (shared) and call_mutex_.
   VIPSD_RETURN_IF_ERROR(FatalStatus());
   if (messages.empty()) return Status::Ok();
@@ -203,7 +207,7 @@ Status KafkaProducer::ProduceViews(std::span<const MessageView> messages,
       RdKafka::Headers* headers = RdKafka::Headers::create();
       for (const auto& [name, value] : m.headers) headers->add(name, value.data(), value.size());
       // A non-null pointer with length 0 is an empty (not a null) value.
-      err = producer_->produce(std::string(m.topic), RdKafka::Topic::PARTITION_UA,
+      err = producer_->produce(std::string(m.topic), m.partition,
                                RdKafka::Producer::RK_MSG_COPY, const_cast<char*>(m.value.data()),
                                m.value.size(), m.key.empty() ? nullptr : m.key.data(),
                                m.key.size(), m.timestamp_ms, headers, BatchOpaque(batch_id));
@@ -239,6 +243,7 @@ Status KafkaProducer::ProduceViews(std::span<const MessageView> messages,
     timed_out = batch->pending;
     result.delivered = batch->delivered;
     result.failures = batch->failures;
+    result.last_offset = batch->last_offset;
     stats_.messages_delivered += static_cast<int64_t>(batch->delivered);
     stats_.messages_failed += static_cast<int64_t>(messages.size() - batch->delivered);
     if (timed_out > 0) {
@@ -256,7 +261,10 @@ Status KafkaProducer::ProduceViews(std::span<const MessageView> messages,
     }
     producer_->poll(0);
   }
-  if (result.delivered == messages.size()) return Status::Ok();
+  if (result.delivered == messages.size()) {
+    if (last_offset != nullptr) *last_offset = result.last_offset;
+    return Status::Ok();
+  }
 
   const size_t not_sent = messages.size() - produced - (refused != RdKafka::ERR_NO_ERROR ? 1 : 0);
   std::string detail;
@@ -280,7 +288,7 @@ Status KafkaProducer::ProduceViews(std::span<const MessageView> messages,
 }
 
 Status KafkaProducer::ProduceAndWait(std::span<const OutMessage> messages,
-                                     std::chrono::milliseconds timeout) {
+                                     std::chrono::milliseconds timeout, int64_t* last_offset) {
   const auto deadline =
       std::chrono::steady_clock::now() + std::max(timeout, std::chrono::milliseconds(0));
   std::shared_lock<std::shared_mutex> lifecycle(lifecycle_mutex_);
@@ -290,9 +298,9 @@ Status KafkaProducer::ProduceAndWait(std::span<const OutMessage> messages,
   views.reserve(messages.size());
   for (const OutMessage& m : messages) {
     if (m.topic.empty()) return InvalidArgumentError("kafka producer: message without a topic");
-    views.push_back({m.topic, m.key, m.value, m.headers, m.timestamp_ms});
+    views.push_back({m.topic, m.key, m.value, m.headers, m.timestamp_ms, m.partition});
   }
-  return ProduceViews(views, deadline);
+  return ProduceViews(views, deadline, last_offset);
 }
 
 Status KafkaProducer::PublishRelease(const std::string& topic,

@@ -87,6 +87,8 @@ struct OutMessage {
   std::vector<std::pair<std::string, std::string>> headers;
   // Message timestamp (CreateTime) in unix milliseconds; 0 = the produce time.
   int64_t timestamp_ms = 0;
+  // Partition; -1 (RdKafka::Topic::PARTITION_UA) = the partitioner's choice.
+  int32_t partition = -1;
 };
 
 struct KafkaProducerStats {
@@ -112,7 +114,10 @@ class KafkaProducer {
   ~KafkaProducer();
 
   // See the file comment. An empty span is OK. A negative timeout is 0.
-  Status ProduceAndWait(std::span<const OutMessage> messages, std::chrono::milliseconds timeout);
+  // `last_offset`, if given, receives the highest offset the broker gave a
+  // message of the call (when every message was delivered).
+  Status ProduceAndWait(std::span<const OutMessage> messages, std::chrono::milliseconds timeout,
+                        int64_t* last_offset = nullptr);
 
   // Publishes `release` (files: .npy files, then manifest.json last, as
   // release::EncodeRelease returns them) to `topic`, all within `timeout`.
@@ -137,8 +142,9 @@ class KafkaProducer {
   explicit KafkaProducer(KafkaProducerOptions options);
 
   Status ProduceViews(std::span<const MessageView> messages,
-                      std::chrono::steady_clock::time_point deadline);
-  void OnDelivery(uint64_t batch_id, int err);
+                      std::chrono::steady_clock::time_point deadline,
+                      int64_t* last_offset = nullptr);
+  void OnDelivery(uint64_t batch_id, int err, int64_t offset);
   void OnError(int err, bool fatal, const std::string& text);
   Status FatalStatus() const;
 

@@ -135,6 +135,35 @@ std::string KafkaWith(const std::string& from, const std::string& to) {
   return text.replace(at, from.size(), to);
 }
 
+TEST(ConfigTest, LedgerTopicKeys) {
+  auto plain = ParseConfig(KafkaExample(), "f.yaml");
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_EQ(plain->ledger_topic, "");
+  auto with = ParseConfig(KafkaWith("  # ledger_topic: vipsd-ledger\n", "  ledger_topic: vipsd-ledger\n"),
+                          "f.yaml");
+  ASSERT_TRUE(with.ok()) << with.status().message();
+  EXPECT_EQ(with->ledger_topic, "vipsd-ledger");
+  EXPECT_EQ(with->ledger_key, "vipsd-lda");  // the group id by default
+  auto keyed = ParseConfig(KafkaWith("  # ledger_topic: vipsd-ledger\n  # ledger_key: lda-news",
+                                     "  ledger_topic: vipsd-ledger\n  ledger_key: lda-news"),
+                           "f.yaml");
+  ASSERT_TRUE(keyed.ok()) << keyed.status().message();
+  EXPECT_EQ(keyed->ledger_key, "lda-news");
+  auto bad_name = ParseConfig(KafkaWith("  # ledger_topic: vipsd-ledger", "  ledger_topic: a/b"),
+                              "f.yaml");
+  ASSERT_FALSE(bad_name.ok());
+  EXPECT_THAT(bad_name.status().message(), HasSubstr("state.ledger_topic: must be"));
+  auto key_alone = ParseConfig(KafkaWith("  # ledger_key: lda-news", "  ledger_key: lda-news"),
+                               "f.yaml");
+  ASSERT_FALSE(key_alone.ok());
+  EXPECT_THAT(key_alone.status().message(),
+              HasSubstr("state.ledger_key: only allowed together with state.ledger_topic"));
+  auto on_file = ParseConfig(With("state:\n", "state:\n  ledger_topic: l\n"), "f.yaml");
+  ASSERT_FALSE(on_file.ok());
+  EXPECT_THAT(on_file.status().message(),
+              HasSubstr("state.ledger_topic: only allowed with source.type: kafka"));
+}
+
 TEST(ConfigTest, KafkaExampleParsesWithItsValues) {
   auto config = ParseConfig(KafkaExample(), "/etc/vipsd/vipsd.yaml");
   ASSERT_TRUE(config.ok()) << config.status().message();

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -137,7 +138,7 @@ class DaemonKafkaTest : public ::testing::Test {
 
   std::string WriteConfig(const std::string& privacy, const std::string& extra_schedule = "",
                           int topics = 2, const std::string& extra_sink = "") {
-    std::ofstream yaml(dir_ + "/vipsd.yaml");
+    std::ofstream yaml(dir_ + "/" + config_name_);
     yaml << "model:\n  type: lda\n  lda:\n    topics: " << topics
          << "\n    vocabulary: vocab.txt\n    alpha: 0.5\n    eta: 0.1\n    resample_length: 10\n"
          << "privacy:\n" << privacy
@@ -150,8 +151,9 @@ class DaemonKafkaTest : public ::testing::Test {
          << "  properties:\n    reconnect.backoff.max.ms: \"1000\"\n"
          << "  consumer_properties:\n    session.timeout.ms: \"6000\"\n"
          << "    heartbeat.interval.ms: \"500\"\n"
-         << "state:\n  directory: state\nmetrics:\n  listen: \"\"\n";
-    return dir_ + "/vipsd.yaml";
+         << "state:\n  directory: " << state_directory_ << "\n" << state_extra_
+         << "metrics:\n  listen: \"\"\n";
+    return dir_ + "/" + config_name_;
   }
 
   // Produces lines with kcat (an independent client), keyed by line number.
@@ -198,6 +200,13 @@ class DaemonKafkaTest : public ::testing::Test {
     return state.ok() ? *state : daemon::LedgerState();
   }
 
+  // The ledger in `directory` under the test directory; empty if there is
+  // none (yet).
+  daemon::LedgerState LedgerIn(const std::string& directory) {
+    auto state = daemon::Ledger::Decode(Slurp(dir_ + "/" + directory + "/ledger"), directory);
+    return state.ok() ? *state : daemon::LedgerState();
+  }
+
   // The group's committed offsets, summed over the input partitions (an
   // OffsetFetch without joining the group).
   int64_t CommittedTotal() {
@@ -229,6 +238,10 @@ class DaemonKafkaTest : public ::testing::Test {
   std::string bootstrap_;
   std::string dir_;
   std::string group_;
+  // WriteConfig: the file, the state directory and extra state keys.
+  std::string config_name_ = "vipsd.yaml";
+  std::string state_directory_ = "state";
+  std::string state_extra_;
 };
 
 const char* kPrivate =
@@ -390,6 +403,120 @@ TEST_F(DaemonKafkaTest, AReleaseLargerThanOneMegabyteRoundTripsThroughTheTopic) 
   EXPECT_NE(Slurp(dump).find("vipsd-chunks=4"), std::string::npos);
 }
 
+double LedgerEpsilon(const daemon::LedgerState& state) {
+  return state.accountant
+      .GetEpsilon(1e-5, privacy::RdpConversion::kImproved, privacy::Adaptivity::kAdaptiveFilter)
+      ->epsilon;
+}
+
+TEST_F(DaemonKafkaTest, ALostStateDirectoryContinuesTheBudgetFromTheLedgerTopic) {
+  // state.ledger_topic (issue 16): the budget of record survives the loss of
+  // the machine's disk; a second process that takes the job over fences the
+  // first, which then releases nothing more and exits with an error.
+  ASSERT_TRUE(cluster_->CreateTopic("ledger", 1).ok());
+  WriteVocabulary(6);
+  std::vector<std::string> lines;
+  for (int i = 0; i < 60; ++i) lines.push_back(Document(i));
+  ProduceWithKcat(lines);
+  state_extra_ = "  ledger_topic: ledger\n  ledger_key: job-1\n";
+  const std::string privacy = std::string(kPrivate) + "  schedule: adaptive\n";
+  const std::string config = WriteConfig(privacy);
+  int64_t first_next_step = 0;
+  double first_epsilon = 0;
+  {
+    VipsdProcess vipsd(config, dir_ + "/vipsd1.log");
+    ASSERT_TRUE(WaitFor([&] { return ReleasedSteps().size() >= 3; }, 60s)) << vipsd.Log();
+    vipsd.Kill(SIGTERM);
+    ASSERT_EQ(vipsd.Wait(30s), 0) << vipsd.Log();
+    first_next_step = Ledger().next_step;
+    first_epsilon = LedgerEpsilon(Ledger());
+  }
+  // The disk is gone: a new, empty state directory.
+  std::filesystem::remove_all(dir_ + "/state");
+  VipsdProcess second(config, dir_ + "/vipsd2.log");
+  ASSERT_TRUE(WaitFor([&] { return std::filesystem::exists(dir_ + "/state/ledger") &&
+                                   Ledger().next_step > first_next_step + 1; },
+                      60s))
+      << second.Log();
+  EXPECT_GT(LedgerEpsilon(Ledger()), first_epsilon);  // never restarted from zero
+  EXPECT_NE(second.Log().find("restored from ledger topic ledger partition 0"), std::string::npos)
+      << second.Log();
+  EXPECT_NE(second.Log().find("next_step=" + std::to_string(first_next_step)), std::string::npos)
+      << second.Log();
+
+  // A third process (its own state directory and consumer group, the same
+  // job) takes over: the second is fenced at its next commit and exits 1.
+  state_directory_ = "state3";
+  config_name_ = "vipsd3.yaml";
+  group_ += "-3";
+  const std::string config3 = WriteConfig(privacy);
+  VipsdProcess third(config3, dir_ + "/vipsd3.log");
+  EXPECT_EQ(second.Wait(60s), 1) << second.Log();
+  EXPECT_NE(second.Log().find("fenced"), std::string::npos) << second.Log();
+  const int64_t second_next_step = Ledger().next_step;  // its last local commit
+  ASSERT_TRUE(WaitFor([&] { return LedgerIn("state3").next_step > second_next_step + 1; }, 60s))
+      << third.Log();
+  EXPECT_GE(LedgerEpsilon(LedgerIn("state3")), LedgerEpsilon(Ledger()) - 1e-12);
+  third.Kill(SIGTERM);
+  EXPECT_EQ(third.Wait(30s), 0) << third.Log();
+  // Every step number was released at most once and in order: the fenced
+  // process released nothing after the takeover.
+  const auto steps = ReleasedSteps();
+  for (size_t i = 1; i < steps.size(); ++i) EXPECT_GT(steps[i], steps[i - 1]);
+}
+
+TEST_F(DaemonKafkaTest, AStandbyTakesOverFromAPausedDaemonWhichIsThenFenced) {
+  // state.standby_takeover_seconds (issue 16): one active daemon, one hot
+  // standby on another "machine" (state directory, consumer group). The
+  // active one is paused (SIGSTOP: a stalled coordinator); the standby takes
+  // over after 2 s of ledger silence and continues the budget; the paused one,
+  // resumed, is fenced at its next commit and exits 1.
+  ASSERT_TRUE(cluster_->CreateTopic("ledger", 1).ok());
+  WriteVocabulary(6);
+  std::vector<std::string> lines;
+  for (int i = 0; i < 60; ++i) lines.push_back(Document(i));
+  ProduceWithKcat(lines);
+  const std::string privacy = std::string(kPrivate) + "  schedule: adaptive\n";
+  state_extra_ = "  ledger_topic: ledger\n  ledger_key: job-2\n";
+  const std::string config_a = WriteConfig(privacy);
+  state_directory_ = "state-b";
+  config_name_ = "vipsd-b.yaml";
+  group_ += "-b";
+  state_extra_ += "  standby_takeover_seconds: 2\n";
+  const std::string config_b = WriteConfig(privacy);
+
+  VipsdProcess active(config_a, dir_ + "/vipsd-a.log");
+  ASSERT_TRUE(WaitFor([&] { return ReleasedSteps().size() >= 2; }, 60s)) << active.Log();
+  VipsdProcess standby(config_b, dir_ + "/vipsd-b.log");
+  std::this_thread::sleep_for(4s);
+  // A healthy active daemon commits every slot: the standby stays idle.
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/state-b/ledger")) << standby.Log();
+  EXPECT_NE(standby.Log().find("standby for job 'job-2'"), std::string::npos) << standby.Log();
+
+  active.Kill(SIGSTOP);
+  const int64_t paused_next_step = LedgerIn("state").next_step;
+  ASSERT_TRUE(WaitFor([&] { return LedgerIn("state-b").next_step > paused_next_step + 2; }, 60s))
+      << standby.Log();
+  EXPECT_NE(standby.Log().find("taking over"), std::string::npos) << standby.Log();
+  EXPECT_GE(LedgerEpsilon(LedgerIn("state-b")), LedgerEpsilon(LedgerIn("state")));
+
+  active.Kill(SIGCONT);
+  EXPECT_EQ(active.Wait(60s), 1) << active.Log();
+  EXPECT_NE(active.Log().find("fenced"), std::string::npos) << active.Log();
+  const int64_t before_stop = LedgerIn("state-b").next_step;
+  ASSERT_TRUE(WaitFor([&] { return LedgerIn("state-b").next_step > before_stop + 1; }, 30s));
+  standby.Kill(SIGTERM);
+  EXPECT_EQ(standby.Wait(30s), 0) << standby.Log();
+
+  // Every released step was charged by the ledger of record, and no step
+  // number was released twice (by the two processes).
+  const daemon::LedgerState record = LedgerIn("state-b");
+  std::vector<int64_t> steps = ReleasedSteps();
+  ASSERT_FALSE(steps.empty());
+  std::sort(steps.begin(), steps.end());
+  EXPECT_EQ(std::adjacent_find(steps.begin(), steps.end()), steps.end()) << "a step released twice";
+  EXPECT_LT(steps.back(), record.next_step);
+}
+
 }  // namespace
 }  // namespace vipsd
-

@@ -1,0 +1,75 @@
+// KafkaPartitionReader: reads an offset range of one partition (no consumer
+// group membership, no commits): for logs the daemon reads as a whole, such
+// as the ledger topic (daemon/ledger_replica.h).
+//
+// Read(from, to) assigns the partition at `from` and consumes until it has
+// returned every message below `to` (or the timeout passes: UNAVAILABLE
+// naming the topic, the offsets reached and wanted). Offsets with no message
+// (transaction markers, compaction) are skipped. Bounds() is the partition's
+// low and high watermark from the broker.
+//
+// Privacy: this class returns message content to its caller and logs only
+// topic, partition, offsets and librdkafka error codes.
+// Thread-safety: one thread at a time.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/base/status.h"
+
+namespace RdKafka {
+class KafkaConsumer;
+}  // namespace RdKafka
+
+namespace vipsd::connectors {
+
+struct KafkaPartitionReaderOptions {
+  std::string bootstrap_servers;  // required
+  std::string topic;              // required
+  int32_t partition = 0;
+  std::string client_id = "vipsd";
+  // Extra librdkafka consumer properties (security settings). Managed here:
+  // bootstrap.servers, client.id, group.id, enable.auto.commit,
+  // enable.partition.eof.
+  std::map<std::string, std::string> properties;
+  std::chrono::milliseconds timeout{30000};  // per Read / Bounds call
+};
+
+struct ReadMessage {
+  int64_t offset = 0;
+  std::string key;
+  std::string value;
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+class KafkaPartitionReader {
+ public:
+  static StatusOr<std::unique_ptr<KafkaPartitionReader>> Create(KafkaPartitionReaderOptions options);
+  ~KafkaPartitionReader();
+  KafkaPartitionReader(const KafkaPartitionReader&) = delete;
+  KafkaPartitionReader& operator=(const KafkaPartitionReader&) = delete;
+
+  // Low and high watermark.
+  StatusOr<std::pair<int64_t, int64_t>> Bounds();
+  // Every message with offset in [from, to).
+  StatusOr<std::vector<ReadMessage>> Read(int64_t from, int64_t to);
+  // Partitions of the topic (metadata).
+  StatusOr<int> PartitionCount();
+
+  const KafkaPartitionReaderOptions& options() const { return options_; }
+
+ private:
+  class Callbacks;
+  explicit KafkaPartitionReader(KafkaPartitionReaderOptions options);
+  KafkaPartitionReaderOptions options_;
+  std::unique_ptr<Callbacks> callbacks_;  // outlives the handle
+  std::unique_ptr<RdKafka::KafkaConsumer> consumer_;
+};
+
+}  // namespace vipsd::connectors

@@ -1,0 +1,227 @@
+#include "daemon/ledger_replica.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+namespace vipsd::daemon {
+namespace {
+
+using ::testing::HasSubstr;
+
+LedgerState Steps(int64_t steps, const std::string& run = "0123456789abcdef0123456789abcdef") {
+  LedgerState state;
+  state.run_id = run;
+  state.model_type = "lda";
+  state.model_fingerprint = std::string(64, 'a');
+  state.next_step = steps + 1;
+  state.noise.private_steps = steps;
+  EXPECT_TRUE(state.accountant.Compose(0.01, 1.1, steps).ok());
+  return state;
+}
+
+// An in-memory ordered log shared by several replicas (the processes).
+// `before_append` runs once before the next append: it interleaves another
+// process's actions at the worst moment.
+struct MemoryLog {
+  std::vector<LedgerLogEntry> entries;
+  int64_t first = 0;
+  std::function<void()> before_append;
+};
+
+class MemoryLedgerLog final : public LedgerLog {
+ public:
+  explicit MemoryLedgerLog(MemoryLog* log) : log_(log) {}
+  std::string Describe() const override { return "memory log"; }
+  StatusOr<std::pair<int64_t, int64_t>> Bounds() override {
+    return std::make_pair(log_->first, static_cast<int64_t>(log_->entries.size()));
+  }
+  StatusOr<std::vector<LedgerLogEntry>> Read(int64_t from, int64_t to) override {
+    std::vector<LedgerLogEntry> out;
+    for (int64_t o = std::max(from, log_->first);
+         o < to && o < static_cast<int64_t>(log_->entries.size()); ++o) {
+      out.push_back(log_->entries[static_cast<size_t>(o)]);
+    }
+    return out;
+  }
+  StatusOr<int64_t> Append(const LedgerLogEntry& entry) override {
+    if (log_->before_append) {
+      auto hook = std::move(log_->before_append);
+      log_->before_append = nullptr;
+      hook();
+    }
+    LedgerLogEntry stored = entry;
+    stored.offset = static_cast<int64_t>(log_->entries.size());
+    log_->entries.push_back(stored);
+    return stored.offset;
+  }
+
+ private:
+  MemoryLog* log_;
+};
+
+std::unique_ptr<LedgerReplica> Process(MemoryLog& log, const std::string& key = "job") {
+  auto replica = LedgerReplica::Create(std::make_unique<MemoryLedgerLog>(&log), key);
+  EXPECT_TRUE(replica.ok());
+  return std::move(replica).value();
+}
+
+TEST(LedgerReplicaTest, ALostDiskRestoresTheBudgetOfRecordNeverZero) {
+  MemoryLog log;
+  auto a = Process(log);
+  auto fresh = a->Claim(std::nullopt, "/a/ledger");
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_FALSE(fresh->has_value());  // a new job
+  EXPECT_TRUE(a->local_is_record());
+  ASSERT_TRUE(a->Commit(Steps(1)).ok());
+  ASSERT_TRUE(a->Commit(Steps(2)).ok());
+  a.reset();  // the machine is gone
+
+  auto b = Process(log);
+  auto restored = b->Claim(std::nullopt, "/b/ledger");
+  ASSERT_TRUE(restored.ok()) << restored.status().ToString();
+  ASSERT_TRUE(restored->has_value());
+  EXPECT_EQ((*restored)->next_step, 3);
+  EXPECT_EQ((*restored)->accountant, Steps(2).accountant);
+  EXPECT_FALSE(b->local_is_record());  // no checkpoint may be resumed
+  EXPECT_THAT(b->restored_from(), HasSubstr("offset 2"));
+}
+
+TEST(LedgerReplicaTest, TheLocalFileIsOnlyACacheOfTheRecord) {
+  MemoryLog log;
+  auto a = Process(log);
+  ASSERT_TRUE(a->Claim(std::nullopt, "f").ok());
+  ASSERT_TRUE(a->Commit(Steps(1)).ok());
+  ASSERT_TRUE(a->Commit(Steps(2)).ok());
+  a.reset();
+  // Same bytes as the record: continue, checkpoint usable.
+  auto same = Process(log);
+  auto got = same->Claim(Steps(2), "f");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ((*got)->next_step, 3);
+  EXPECT_TRUE(same->local_is_record());
+  ASSERT_TRUE(same->Commit(Steps(3)).ok());
+  same.reset();
+  // A stale file (a restored backup): the record wins.
+  auto stale = Process(log);
+  got = stale->Claim(Steps(1), "f");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ((*got)->next_step, 4);
+  EXPECT_FALSE(stale->local_is_record());
+  stale.reset();
+  // A file AHEAD of the record (a step whose entry never became durable):
+  // never used — its step was not released — and its checkpoint neither.
+  auto ahead = Process(log);
+  got = ahead->Claim(Steps(7), "f");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ((*got)->next_step, 4);
+  EXPECT_FALSE(ahead->local_is_record());
+  ahead.reset();
+  // Another run's file next to this job's record: refused, both named.
+  auto other = Process(log);
+  auto refused = other->Claim(Steps(3, "ffffffffffffffffffffffffffffffff"), "/state/ledger");
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("/state/ledger"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("memory log offset"));
+}
+
+TEST(LedgerReplicaTest, ANewOwnerFencesTheOldOneWhichThenCommitsNothing) {
+  MemoryLog log;
+  auto old_owner = Process(log);
+  ASSERT_TRUE(old_owner->Claim(std::nullopt, "f").ok());
+  ASSERT_TRUE(old_owner->Commit(Steps(1)).ok());
+  auto new_owner = Process(log);
+  auto got = new_owner->Claim(Steps(1), "g");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ((*got)->next_step, 2);
+  // The paused old owner wakes up: its entry lands after the claim, so it
+  // is invalid and the commit fails — nothing of that step may leave.
+  const Status late = old_owner->Commit(Steps(2));
+  EXPECT_EQ(late.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(late.message(), HasSubstr("fenced"));
+  EXPECT_TRUE(old_owner->fenced());
+  EXPECT_EQ(old_owner->Commit(Steps(3)).code(), StatusCode::kFailedPrecondition);  // sticky
+  ASSERT_TRUE(new_owner->Commit(Steps(2)).ok());
+  ASSERT_TRUE(new_owner->Commit(Steps(3)).ok());
+  // A third process restores the new owner's state, not the fenced entries.
+  new_owner.reset();
+  auto third = Process(log);
+  got = third->Claim(std::nullopt, "h");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ((*got)->next_step, 4);
+  EXPECT_EQ(third->restored_from(), "memory log offset " +
+                                        std::to_string(log.entries.size() - 2) + " (key 'job')");
+}
+
+TEST(LedgerReplicaTest, AClaimAdoptsEveryEntryThatWasConfirmedBeforeIt) {
+  // The old owner commits (and confirms, so it may release) between the new
+  // owner's read of the log and its claim: the new owner must continue from
+  // that entry, or the released step's charge would be lost.
+  MemoryLog log;
+  auto old_owner = Process(log);
+  ASSERT_TRUE(old_owner->Claim(std::nullopt, "f").ok());
+  ASSERT_TRUE(old_owner->Commit(Steps(1)).ok());
+  auto new_owner = Process(log);
+  bool interleaved = false;
+  log.before_append = [&] { interleaved = old_owner->Commit(Steps(2)).ok(); };
+  auto got = new_owner->Claim(Steps(1), "g");
+  ASSERT_TRUE(interleaved);  // confirmed: its release may have left
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ((*got)->next_step, 3);
+  EXPECT_EQ((*got)->accountant, Steps(2).accountant);
+}
+
+TEST(LedgerReplicaTest, OfTwoSimultaneousClaimsExactlyOneOwnsTheJob) {
+  for (int trial = 0; trial < 8; ++trial) {
+    MemoryLog log;
+    auto a = Process(log);
+    auto b = Process(log);
+    // Both read an empty log; a's claim lands first, then b's, same counter.
+    Status a_claim = Status::Ok();
+    log.before_append = [&] {
+      log.before_append = nullptr;
+      a_claim = a->Claim(std::nullopt, "a").status();
+    };
+    const Status b_claim = b->Claim(std::nullopt, "b").status();
+    ASSERT_TRUE(a_claim.ok());
+    const bool b_wins = b->owner() > a->owner();
+    EXPECT_EQ(b_claim.ok(), b_wins);
+    const Status a_commit = a->Commit(Steps(1));
+    const Status b_commit = b_claim.ok() ? b->Commit(Steps(1)) : b_claim;
+    EXPECT_NE(a_commit.ok(), b_commit.ok()) << "exactly one owner";
+    EXPECT_EQ(b_commit.ok(), b_wins);
+  }
+}
+
+TEST(LedgerReplicaTest, OtherJobsOnTheTopicAndALostBeginning) {
+  MemoryLog log;
+  auto other_job = Process(log, "another-job");
+  ASSERT_TRUE(other_job->Claim(std::nullopt, "x").ok());
+  ASSERT_TRUE(other_job->Commit(Steps(5)).ok());
+  auto mine = Process(log, "job");
+  auto got = mine->Claim(std::nullopt, "f");
+  ASSERT_TRUE(got.ok());
+  EXPECT_FALSE(got->has_value());  // another job's budget is not ours
+  ASSERT_TRUE(mine->Commit(Steps(1)).ok());
+  EXPECT_TRUE(other_job->Commit(Steps(6)).ok());  // and it does not fence the other job
+
+  log.first = 1;  // retention deleted the beginning
+  auto late = Process(log, "job");
+  auto refused = late->Claim(std::nullopt, "f");
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("retention"));
+  EXPECT_EQ(mine->Commit(Steps(2)).code(), StatusCode::kOk);
+}
+
+TEST(LedgerReplicaTest, CommitBeforeClaimIsRefused) {
+  MemoryLog log;
+  auto a = Process(log);
+  EXPECT_EQ(a->Commit(Steps(1)).code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(log.entries.empty());
+}
+
+}  // namespace
+}  // namespace vipsd::daemon
