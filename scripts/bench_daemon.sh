@@ -20,6 +20,9 @@
 #   INTERVAL=0.5      schedule.interval_seconds (the public step clock)
 #   Q=0.02 SIGMA=1.0  privacy.sampling_rate and noise_multiplier
 #   THREADS=2         schedule.threads (E-step workers)
+#   LEDGER_TOPIC=0    1: also keep the ledger of record on a Kafka topic
+#                     (state.ledger_topic): ledger commits then include the
+#                     append and read-back (issue 16's per-step overhead)
 #   VIPSD=build/daemon/vipsd   the binary (built with scripts/build.sh unless set)
 #   PERF_OUT=FILE     also `perf record -g` the daemon for PERF_SECONDS (4) once
 #                     a quarter of the corpus was consumed
@@ -68,7 +71,7 @@ kafka:
   embedded: true
   partitions: $partitions
   consumer_properties: {session.timeout.ms: "6000", heartbeat.interval.ms: "500"}
-state: {directory: state}
+state: {directory: state$([[ ${LEDGER_TOPIC:-0} == 1 ]] && echo ", ledger_topic: ledger")}
 metrics: {listen: "127.0.0.1:$port", expose_step_timing: true}
 log: {level: warning}
 YAML

@@ -33,6 +33,12 @@ StatusOr<std::unique_ptr<KafkaPartitionReader>> KafkaPartitionReader::Create(
   std::unique_ptr<KafkaPartitionReader> reader(new KafkaPartitionReader(std::move(options)));
   const KafkaPartitionReaderOptions& o = reader->options_;
   std::unique_ptr<RdKafka::Conf> conf(RdKafka::Conf::create(RdKafka::Conf::CONF_GLOBAL));
+  std::string errstr;
+  // A low-volume log read right after each append: do not let an empty
+  // fetch wait the default 500 ms (properties may still override this).
+  if (conf->set("fetch.wait.max.ms", "10", errstr) != RdKafka::Conf::CONF_OK) {
+    return InternalError(std::string(kWhat) + ": " + errstr);
+  }
   // The group id is required by the client; the reader never joins it
   // (assign only) and never commits.
   const kafka_internal::ManagedProperty managed[] = {
@@ -43,7 +49,6 @@ StatusOr<std::unique_ptr<KafkaPartitionReader>> KafkaPartitionReader::Create(
       {"enable.partition.eof", "true"},
   };
   VIPSD_RETURN_IF_ERROR(kafka_internal::ApplyProperties(*conf, kWhat, managed, o.properties));
-  std::string errstr;
   if (conf->set("event_cb", static_cast<RdKafka::EventCb*>(reader->callbacks_.get()), errstr) !=
       RdKafka::Conf::CONF_OK) {
     return InternalError(std::string(kWhat) + ": cannot install callbacks: " + errstr);
@@ -98,13 +103,20 @@ StatusOr<std::pair<int64_t, int64_t>> KafkaPartitionReader::Bounds() {
 StatusOr<std::vector<ReadMessage>> KafkaPartitionReader::Read(int64_t from, int64_t to) {
   std::vector<ReadMessage> out;
   if (to <= from) return out;
-  std::unique_ptr<RdKafka::TopicPartition> start(
-      RdKafka::TopicPartition::create(options_.topic, options_.partition, from));
-  std::vector<RdKafka::TopicPartition*> assignment = {start.get()};
-  RdKafka::ErrorCode err = consumer_->assign(assignment);
-  if (err != RdKafka::ERR_NO_ERROR) {
-    return UnavailableError(std::string(kWhat) + ": assign " + options_.topic + ": " +
-                            ErrorDescription(err));
+  // The partition stays assigned between calls, so that the client keeps
+  // fetching and a read of what was just appended finds it queued; a read
+  // from anywhere but where the last one ended re-assigns at `from`.
+  if (position_ != from) {
+    std::unique_ptr<RdKafka::TopicPartition> start(
+        RdKafka::TopicPartition::create(options_.topic, options_.partition, from));
+    std::vector<RdKafka::TopicPartition*> assignment = {start.get()};
+    const RdKafka::ErrorCode err = consumer_->assign(assignment);
+    if (err != RdKafka::ERR_NO_ERROR) {
+      position_ = -1;
+      return UnavailableError(std::string(kWhat) + ": assign " + options_.topic + ": " +
+                              ErrorDescription(err));
+    }
+    position_ = from;
   }
   const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
   int64_t next = from;  // every offset below it was seen (or holds no message)
@@ -131,7 +143,11 @@ StatusOr<std::vector<ReadMessage>> KafkaPartitionReader::Read(int64_t from, int6
     }
     if (message->offset() < next) continue;
     next = message->offset() + 1;
-    if (message->offset() >= to) break;
+    if (message->offset() >= to) {
+      // Past the range: the next read must start here, not after it.
+      position_ = -1;
+      break;
+    }
     ReadMessage m;
     m.offset = message->offset();
     if (message->key() != nullptr) m.key = *message->key();
@@ -145,8 +161,11 @@ StatusOr<std::vector<ReadMessage>> KafkaPartitionReader::Read(int64_t from, int6
     }
     out.push_back(std::move(m));
   }
-  (void)consumer_->unassign();
-  if (!result.ok()) return result;
+  if (!result.ok()) {
+    position_ = -1;  // unknown: re-assign next time
+    return result;
+  }
+  if (position_ != -1) position_ = next;
   return out;
 }
 

@@ -2,8 +2,9 @@
 // group membership, no commits): for logs the daemon reads as a whole, such
 // as the ledger topic (daemon/ledger_replica.h).
 //
-// Read(from, to) assigns the partition at `from` and consumes until it has
-// returned every message below `to` (or the timeout passes: UNAVAILABLE
+// Read(from, to) consumes from `from` (the partition stays assigned between
+// calls; a read that does not continue the previous one re-assigns at
+// `from`) until it has returned every message below `to` (or the timeout passes: UNAVAILABLE
 // naming the topic, the offsets reached and wanted). Offsets with no message
 // (transaction markers, compaction) are skipped. Bounds() is the partition's
 // low and high watermark from the broker.
@@ -70,6 +71,7 @@ class KafkaPartitionReader {
   KafkaPartitionReaderOptions options_;
   std::unique_ptr<Callbacks> callbacks_;  // outlives the handle
   std::unique_ptr<RdKafka::KafkaConsumer> consumer_;
+  int64_t position_ = -1;  // where the assigned partition's consumption stands; -1: unassigned
 };
 
 }  // namespace vipsd::connectors

@@ -70,7 +70,7 @@ $py -c "import json,sys; r=json.load(open(sys.argv[1])); assert 0 <= r['final'][
 "$build/bench/accounting_table" > "$work/accounting.md"
 grep -q "^|" "$work/accounting.md" || fail "accounting_table printed no table"
 
-for bench in noise_bench record_pool_bench; do
+for bench in noise_bench record_pool_bench partial_sum_bench; do
   "$build/bench/$bench" --benchmark_min_time=0.001 --benchmark_format=json \
     > "$work/$bench.json" 2>/dev/null || fail "$bench"
   $py -c "import json,sys; assert json.load(open(sys.argv[1]))['benchmarks'], 'no results'" \

@@ -1,0 +1,86 @@
+// What moving one un-noised partial sum between processes costs (issue 16,
+// docs/privacy_accounting.md §6c): GaussianSumMechanism::EncodeUnreleased on
+// the worker, DecodeUnreleased + Merge on the step's owner, for an LDA
+// topic-word statistic of K × V = 50 × 10,000 (500,000 coordinates) whose
+// partial touches 1 %, 10 % or 100 % of its coordinates (a partition's
+// sampled documents at small, medium and Wikipedia-scale batches). The
+// baseline is merging the same partial in-process (what one process does):
+// compare the ns of the two in the same run. Counters: wire_bytes per
+// partial.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/privacy/gaussian_mechanism.h"
+
+namespace {
+
+using vipsd::privacy::BlockKind;
+using vipsd::privacy::BlockLayout;
+using vipsd::privacy::GaussianSumMechanism;
+
+constexpr size_t kTopics = 50, kVocabulary = 10000;
+
+BlockLayout Layout() {
+  auto layout = BlockLayout::Create({{"lambda", BlockKind::kVector, kTopics * kVocabulary, 1.0}});
+  return std::move(layout).value();
+}
+
+// A partial whose non-zero coordinates are a `percent` share of the
+// statistic, in runs of K (a document touches K × its distinct words).
+void Fill(GaussianSumMechanism& sum, int percent) {
+  std::mt19937_64 rng(7);
+  const size_t words = kVocabulary * static_cast<size_t>(percent) / 100;
+  std::vector<uint32_t> chosen(kVocabulary);
+  for (uint32_t w = 0; w < kVocabulary; ++w) chosen[w] = w;
+  std::shuffle(chosen.begin(), chosen.end(), rng);
+  chosen.resize(words);
+  std::sort(chosen.begin(), chosen.end());
+  std::vector<uint32_t> indices;
+  std::vector<double> values;
+  for (const uint32_t w : chosen) {
+    for (uint32_t k = 0; k < kTopics; ++k) {
+      indices.push_back(w * kTopics + k);
+      values.push_back(1e-4 * static_cast<double>(rng() % 1000));
+    }
+  }
+  (void)sum.AddSparse(indices, values);
+}
+
+void BM_MergeInProcess(benchmark::State& state) {
+  const BlockLayout layout = Layout();
+  GaussianSumMechanism total(layout), partial(layout);
+  Fill(total, 100);
+  for (auto _ : state) {
+    state.PauseTiming();
+    partial.Reset();
+    Fill(partial, static_cast<int>(state.range(0)));
+    state.ResumeTiming();
+    (void)total.Merge(std::move(partial));
+  }
+}
+BENCHMARK(BM_MergeInProcess)->Arg(1)->Arg(10)->Arg(100)->Unit(benchmark::kMillisecond);
+
+void BM_EncodeDecodeMerge(benchmark::State& state) {
+  const BlockLayout layout = Layout();
+  GaussianSumMechanism total(layout), partial(layout);
+  Fill(total, 100);
+  Fill(partial, static_cast<int>(state.range(0)));
+  size_t bytes = 0;
+  for (auto _ : state) {
+    auto encoded = partial.EncodeUnreleased();
+    auto decoded = GaussianSumMechanism::DecodeUnreleased(layout, *encoded);
+    (void)total.Merge(std::move(**decoded));
+    bytes = encoded->size();
+  }
+  state.counters["wire_bytes"] = static_cast<double>(bytes);
+}
+BENCHMARK(BM_EncodeDecodeMerge)->Arg(1)->Arg(10)->Arg(100)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
