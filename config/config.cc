@@ -965,10 +965,12 @@ Status ParseIo(Section& top, VipsdConfig& config) {
       if (config.ledger_topic.empty()) {
         (void)state->ErrorAt("standby_takeover_seconds",
                              "only allowed together with state.ledger_topic");
-      } else if (config.standby_takeover_seconds < 3 * config.step_interval_seconds) {
+      } else if (config.standby_takeover_seconds < 3 * config.step_interval_seconds + 5) {
         state->WarnAt("standby_takeover_seconds",
-                      "below 3 * schedule.interval_seconds: the running daemon commits once per "
-                      "slot, so a standby may take over (and fence it) while it is healthy");
+                      "below 3 * schedule.interval_seconds + 5 s: the running daemon commits once "
+                      "per slot, and not at all while it starts (the consumer-group join takes "
+                      "3 s and more), so a standby may take over (and fence it) while it is "
+                      "healthy");
       }
     }
   } else {

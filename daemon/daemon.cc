@@ -476,6 +476,9 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const config::VipsdConfig& conf
                                             std::move(state), std::move(noise)));
   daemon->model_step_ = model_step;
   daemon->replica_ = std::move(replica);
+  if (daemon->replica_ != nullptr) {
+    metrics->ledger_owner_epoch().Set(static_cast<double>(daemon->replica_->epoch()));
+  }
   if (daemon->state_.schedule == ScheduleKind::kFixed && config.is_private()) {
     VIPSD_ASSIGN_OR_RETURN(daemon->fixed_schedule_,
                            privacy::FixedScheduleAccountant::Create(
@@ -1578,6 +1581,31 @@ Status Daemon::PublishModel(int64_t step, double rho, double publish_time) {
   publish_time = unconfirmed_release_->publish_time;
   size_t bytes = 0;
   for (const auto& file : encoded.files) bytes += file.bytes.size();
+  if (replica_ != nullptr) {
+    // Right before the release leaves: still the owner? A process paused
+    // since its commit may have been replaced meanwhile (the standby took
+    // over); then nothing more leaves. This narrows, but cannot close, the
+    // window in which a paused owner publishes late (README "Several
+    // instances").
+    const Status owner = replica_->ConfirmOwner();
+    if (!owner.ok() && replica_->fenced()) {
+      sticky_error_ = owner;
+      run_error_ = owner;
+      Log(LogLevel::kError, kComponent, owner.ToString());
+      RequestStop();
+      return owner;
+    }
+    if (!owner.ok()) {
+      // The ledger topic cannot be read now: retried like a failed publish.
+      metrics_->releases_failed_total().Increment();
+      ++release_attempts_failed_;
+      release_owed_ = true;
+      metrics_->release_pending().Set(1);
+      release_retry_at_ = Now() + release_retry_backoff_;
+      release_retry_backoff_ = std::min(release_retry_backoff_ * 2, 60.0);
+      return owner;
+    }
+  }
   const auto start = std::chrono::steady_clock::now();
   const Status published = sink_->PublishRelease(out, encoded, publish_time);
   if (!published.ok()) {

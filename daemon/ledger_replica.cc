@@ -86,10 +86,11 @@ StatusOr<std::optional<LedgerState>> LedgerReplica::Claim(std::optional<LedgerSt
   VIPSD_RETURN_IF_ERROR(ReadTo(offset + 1));
   if (!own_valid_) {
     fenced_ = true;
+    lost_claim_race_ = true;
     const std::string winner = EpochText(max_epoch_, max_owner_);
-    return FailedPreconditionError("ledger replica: another vipsd claimed job '" + key_ +
-                                   "' on " + log_->Describe() + " at the same time (epoch " +
-                                   winner + "); this one does not start");
+    return UnavailableError("ledger replica: another vipsd claimed job '" + key_ + "' on " +
+                            log_->Describe() + " at the same time (epoch " + winner +
+                            "); this one does not start (a standby stands by again)");
   }
 
   std::optional<LedgerState> remote;
@@ -111,6 +112,18 @@ StatusOr<std::optional<LedgerState>> LedgerReplica::Claim(std::optional<LedgerSt
     Log(LogLevel::kWarning, kComponent,
         "no ledger in the state directory (" + file + "): the budget of record is restored from " +
             remote_where + ", next_step=" + std::to_string(remote->next_step));
+    return remote;
+  }
+  if (local->run_id != remote->run_id && local->next_step == 1 &&
+      local->accountant.steps() == 0 && local->noise == NoiseHistory{}) {
+    // A run this directory started but never stepped (e.g. it lost the
+    // claim race for a new job and was fenced at its first commit): nothing
+    // was charged or released under it, so the record simply replaces it.
+    restored_from_ = remote_where;
+    Log(LogLevel::kWarning, kComponent,
+        "the ledger " + file + " is of run " + local->run_id +
+            ", which never took a step; continuing from the ledger of record on " +
+            remote_where + " (run " + remote->run_id + ")");
     return remote;
   }
   if (local->run_id != remote->run_id) {
@@ -174,6 +187,20 @@ Status LedgerReplica::AwaitSilence(std::chrono::milliseconds silence,
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
+}
+
+Status LedgerReplica::ConfirmOwner() {
+  if (epoch_ == 0) return FailedPreconditionError("ledger replica: ConfirmOwner before Claim");
+  if (!fenced_) {
+    VIPSD_ASSIGN_OR_RETURN(auto bounds, log_->Bounds());
+    VIPSD_RETURN_IF_ERROR(ReadTo(bounds.second));
+    if (fenced_by_.has_value()) fenced_ = true;
+  }
+  if (fenced_) {
+    if (fenced_by_.has_value()) return Fenced(*fenced_by_);
+    return FailedPreconditionError("ledger replica: fenced; this process releases nothing more");
+  }
+  return Status::Ok();
 }
 
 Status LedgerReplica::Commit(const LedgerState& state) {

@@ -30,7 +30,10 @@
 //   * each commit appends a STATE entry under the process's epoch and reads
 //     the log up to it; if a higher claim came before it, the process is
 //     FENCED: the commit fails, nothing of that step leaves, and the daemon
-//     stops with an error (sticky: a fenced replica never commits again).
+//     stops with an error (sticky: a fenced replica never commits again);
+//   * right before a release leaves, ConfirmOwner reads the log to its end
+//     again (a process paused between its commit and its release's
+//     deadline finds the claim that replaced it and releases nothing).
 // Why no budget is lost: a release leaves only after its state entry was
 // confirmed valid, i.e. before any later claim in the log; a new owner reads
 // the log up to its own claim, so it sees — and continues from — every
@@ -104,9 +107,10 @@ class LedgerReplica {
   // continue from: the topic's state of record if there is one (the local
   // file is only a cache: a file that differs from it is stale, or holds
   // steps that were never confirmed and never released), else `local`, or
-  // nullopt for a new job. Refuses a local ledger of another run, a log
-  // whose beginning is gone, and a lost claim race (FAILED_PRECONDITION
-  // naming the topic and key).
+  // nullopt for a new job. Refuses a local ledger of another run and a log
+  // whose beginning is gone (FAILED_PRECONDITION naming the topic and key),
+  // and a lost claim race (UNAVAILABLE: another process owns the job now;
+  // a standby may stand by again).
   //
   // local_is_record() then says whether the local file IS the state of
   // record (byte for byte) or there is none yet: only then may the local
@@ -133,6 +137,17 @@ class LedgerReplica {
   // time (the daemon retries). Claim must have succeeded.
   Status Commit(const LedgerState& state);
 
+  // Reads the log to its end: FAILED_PRECONDITION "fenced" (sticky) if
+  // another process claimed the job above this one's epoch. The daemon calls
+  // it right before a release leaves (a claim after the release's commit
+  // was confirmed means a standby took over while this process was paused).
+  Status ConfirmOwner();
+
+  // True when Claim lost a simultaneous claim (or the owner could not be
+  // established because another process claimed at the same time): the
+  // caller may stand by again with a new replica.
+  bool lost_claim_race() const { return lost_claim_race_; }
+
   bool local_is_record() const { return local_is_record_; }
   bool fenced() const { return fenced_; }
   uint64_t epoch() const { return epoch_; }
@@ -155,6 +170,7 @@ class LedgerReplica {
   bool fenced_ = false;
   std::string restored_from_;
   bool local_is_record_ = false;
+  bool lost_claim_race_ = false;
   // Fold state over the log read so far (this key only).
   int64_t read_to_ = 0;
   int64_t job_entries_ = 0;  // entries of this key read so far

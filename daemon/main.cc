@@ -190,55 +190,77 @@ int RunDaemon(const config::VipsdConfig& config, const daemon::DaemonOptions& op
       last_release = release;
     };
   }
-  std::unique_ptr<daemon::LedgerReplica> replica;
-  if (!config.ledger_topic.empty()) {
-    auto made = daemon::NewKafkaLedgerReplica(config, bootstrap);
-    if (!made.ok()) {
-      Log(LogLevel::kError, "main", "ledger topic: " + made.status().ToString());
-      return ExitCodeFor(made.status());
+  // With state.ledger_topic the job's budget of record is claimed on the
+  // topic in Daemon::Create. A hot standby (state.standby_takeover_seconds)
+  // first waits until the running daemon's ledger entries stop, and stands
+  // by again if another standby claimed the job at the same moment (or the
+  // topic was unavailable for the claim).
+  const bool standby = !config.ledger_topic.empty() && config.standby_takeover_seconds > 0;
+  bool stopping = false;
+  const auto stop_requested = [&] {
+    const timespec now{0, 0};
+    siginfo_t info;
+    for (;;) {
+      const int signal = sigtimedwait(&signals, &info, &now);
+      if (signal < 0) return stopping;
+      if (signal == SIGINT || signal == SIGTERM) {
+        Log(LogLevel::kInfo, "main",
+            std::string("signal ") + strsignal(signal) + " while standing by: stopping");
+        stopping = true;
+      }  // SIGHUP while standing by: the configuration is read at take-over
     }
-    replica = std::move(*made);
-    if (config.standby_takeover_seconds > 0) {
-      // Hot standby: nothing is consumed, stepped or released until the
-      // running daemon's ledger entries stop; then this one claims the job
-      // (fencing the other) in Daemon::Create.
+  };
+  daemon::Metrics* metrics_ptr = metrics->get();
+  StatusOr<std::unique_ptr<daemon::Daemon>> daemon = UnavailableError("not started");
+  for (;;) {
+    std::unique_ptr<daemon::LedgerReplica> replica;
+    if (!config.ledger_topic.empty()) {
+      auto made = daemon::NewKafkaLedgerReplica(config, bootstrap);
+      if (!made.ok()) {
+        Log(LogLevel::kError, "main", "ledger topic: " + made.status().ToString());
+        return ExitCodeFor(made.status());
+      }
+      replica = std::move(*made);
+    }
+    if (standby) {
       std::ostringstream seconds;
       seconds << config.standby_takeover_seconds;
       Log(LogLevel::kInfo, "main",
           "standby for job '" + config.ledger_key + "' on ledger topic " + config.ledger_topic +
               ": taking over after " + seconds.str() + " s without a ledger entry");
       (void)daemon::Notify("READY=1\nSTATUS=standby");
-      bool stopping = false;
+      (*metrics)->standby().Set(1);
       const Status silent = replica->AwaitSilence(
           std::chrono::milliseconds(
               static_cast<int64_t>(std::ceil(config.standby_takeover_seconds * 1000))),
-          [&] {
-            const timespec now{0, 0};
-            siginfo_t info;
-            for (;;) {
-              const int signal = sigtimedwait(&signals, &info, &now);
-              if (signal < 0) return stopping;
-              if (signal == SIGINT || signal == SIGTERM) {
-                Log(LogLevel::kInfo, "main",
-                    std::string("signal ") + strsignal(signal) + " while standing by: stopping");
-                stopping = true;
-              }  // SIGHUP while standing by: the configuration is read at take-over
-            }
-          });
+          stop_requested);
       if (silent.code() == StatusCode::kCancelled) return 0;
       if (!silent.ok()) {
         Log(LogLevel::kError, "main", silent.ToString());
         return 1;
       }
+      (*metrics)->standby().Set(0);
     }
+    if (!output.ok()) output = daemon::NewDaemonOutput(config, bootstrap);
+    if (!output.ok()) {
+      Log(LogLevel::kError, "main", "output: " + output.status().ToString());
+      return ExitCodeFor(output.status());
+    }
+    daemon = daemon::Daemon::Create(
+        config,
+        [&config, bootstrap, metrics_ptr](daemon::ResumeOffsetFn resume) {
+          return daemon::NewKafkaInput(config, bootstrap, std::move(resume), metrics_ptr);
+        },
+        std::move(*output), metrics_ptr, hooks, options, std::move(replica));
+    output = UnavailableError("handed to the daemon");
+    if (!daemon.ok() && standby && daemon.status().code() == StatusCode::kUnavailable) {
+      Log(LogLevel::kWarning, "main",
+          "not taking over: " + daemon.status().ToString() + "; standing by again");
+      (*metrics)->standby().Set(1);
+      continue;
+    }
+    break;
   }
-  daemon::Metrics* metrics_ptr = metrics->get();
-  auto daemon = daemon::Daemon::Create(
-      config,
-      [&config, bootstrap, metrics_ptr](daemon::ResumeOffsetFn resume) {
-        return daemon::NewKafkaInput(config, bootstrap, std::move(resume), metrics_ptr);
-      },
-      std::move(*output), metrics_ptr, std::move(hooks), options, std::move(replica));
   if (!daemon.ok()) {
     Log(LogLevel::kError, "main", daemon.status().ToString());
     return ExitCodeFor(daemon.status());

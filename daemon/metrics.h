@@ -242,8 +242,15 @@ inline constexpr std::array<double, 14> kCheckpointWriteDurationBuckets = {
         "1 while the ledger cannot be committed (stepping and releases paused, retried with "   \
         "backoff), else 0.")                                                                     \
   HISTOGRAM(ledger_commit_duration_seconds, "seconds",                                           \
-            "Duration of one ledger commit (write, fsync, rename, directory fsync).",            \
+            "Duration of one ledger commit (write, fsync, rename, directory fsync; with "        \
+            "state.ledger_topic also the append and read-back on the topic).",                   \
             kLedgerCommitDurationBuckets)                                                        \
+  GAUGE(standby, "",                                                                             \
+        "1 while this process is a hot standby for its job (state.standby_takeover_seconds: "   \
+        "nothing consumed, stepped or released), else 0.")                                       \
+  GAUGE(ledger_owner_epoch, "",                                                                  \
+        "Epoch counter under which this process owns its job on state.ledger_topic (0: no "     \
+        "ledger topic, or not the owner yet).")                                                  \
   COUNTER(checkpoint_writes_total, "checkpoints", "Model checkpoints written durably.")           \
   COUNTER(checkpoint_failures_total, "checkpoints", "Model checkpoint writes that failed.")      \
   HISTOGRAM(checkpoint_write_duration_seconds, "seconds",                                        \

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -19,7 +20,9 @@ LedgerState Steps(int64_t steps, const std::string& run = "0123456789abcdef01234
   state.model_fingerprint = std::string(64, 'a');
   state.next_step = steps + 1;
   state.noise.private_steps = steps;
-  EXPECT_TRUE(state.accountant.Compose(0.01, 1.1, steps).ok());
+  if (steps > 0) {
+    EXPECT_TRUE(state.accountant.Compose(0.01, 1.1, steps).ok());
+  }
   return state;
 }
 
@@ -120,12 +123,47 @@ TEST(LedgerReplicaTest, TheLocalFileIsOnlyACacheOfTheRecord) {
   EXPECT_EQ((*got)->next_step, 4);
   EXPECT_FALSE(ahead->local_is_record());
   ahead.reset();
+  // Another run's file that never took a step (it lost a claim race for a
+  // new job): replaced by the record.
+  auto unstepped = Process(log);
+  got = unstepped->Claim(Steps(0, "eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee"), "f");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ((*got)->next_step, 4);
+  EXPECT_FALSE(unstepped->local_is_record());
+  unstepped.reset();
   // Another run's file next to this job's record: refused, both named.
   auto other = Process(log);
   auto refused = other->Claim(Steps(3, "ffffffffffffffffffffffffffffffff"), "/state/ledger");
   EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_THAT(refused.status().message(), HasSubstr("/state/ledger"));
   EXPECT_THAT(refused.status().message(), HasSubstr("memory log offset"));
+}
+
+TEST(LedgerReplicaTest, AStandbyWaitsForSilenceThenClaims) {
+  MemoryLog log;
+  auto owner = Process(log);
+  ASSERT_TRUE(owner->Claim(std::nullopt, "f").ok());
+  ASSERT_TRUE(owner->Commit(Steps(1)).ok());
+  auto standby = Process(log);
+  // While the owner keeps committing, the standby does not return.
+  const auto start = std::chrono::steady_clock::now();
+  int commits = 0;
+  const Status silent = standby->AwaitSilence(std::chrono::milliseconds(600), [&] {
+    if (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(1500)) {
+      EXPECT_TRUE(owner->Commit(Steps(2 + commits++)).ok());  // the owner is alive
+    }
+    return false;
+  });
+  ASSERT_TRUE(silent.ok());
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(2000));
+  auto got = standby->Claim(std::nullopt, "g");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ((*got)->next_step, 2 + commits);  // every commit of the owner counted
+  EXPECT_EQ(owner->Commit(Steps(9)).code(), StatusCode::kFailedPrecondition);
+  // A stop request ends the wait at once.
+  auto other = Process(log);
+  EXPECT_EQ(other->AwaitSilence(std::chrono::seconds(60), [] { return true; }).code(),
+            StatusCode::kCancelled);
 }
 
 TEST(LedgerReplicaTest, ANewOwnerFencesTheOldOneWhichThenCommitsNothing) {
@@ -144,6 +182,8 @@ TEST(LedgerReplicaTest, ANewOwnerFencesTheOldOneWhichThenCommitsNothing) {
   EXPECT_THAT(late.message(), HasSubstr("fenced"));
   EXPECT_TRUE(old_owner->fenced());
   EXPECT_EQ(old_owner->Commit(Steps(3)).code(), StatusCode::kFailedPrecondition);  // sticky
+  EXPECT_EQ(old_owner->ConfirmOwner().code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(new_owner->ConfirmOwner().ok());
   ASSERT_TRUE(new_owner->Commit(Steps(2)).ok());
   ASSERT_TRUE(new_owner->Commit(Steps(3)).ok());
   // A third process restores the new owner's state, not the fenced entries.
@@ -189,6 +229,10 @@ TEST(LedgerReplicaTest, OfTwoSimultaneousClaimsExactlyOneOwnsTheJob) {
     ASSERT_TRUE(a_claim.ok());
     const bool b_wins = b->owner() > a->owner();
     EXPECT_EQ(b_claim.ok(), b_wins);
+    EXPECT_EQ(b->lost_claim_race(), !b_wins);
+    if (!b_wins) {
+      EXPECT_EQ(b_claim.code(), StatusCode::kUnavailable);  // a standby retries
+    }
     const Status a_commit = a->Commit(Steps(1));
     const Status b_commit = b_claim.ok() ? b->Commit(Steps(1)) : b_claim;
     EXPECT_NE(a_commit.ok(), b_commit.ok()) << "exactly one owner";
@@ -220,6 +264,7 @@ TEST(LedgerReplicaTest, CommitBeforeClaimIsRefused) {
   MemoryLog log;
   auto a = Process(log);
   EXPECT_EQ(a->Commit(Steps(1)).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(a->ConfirmOwner().code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(log.entries.empty());
 }
 
