@@ -208,7 +208,7 @@ Status CheckFirstStepFits(const config::VipsdConfig& config, const LedgerState& 
 StatusOr<PreparedState> PrepareState(const config::VipsdConfig& config, ModelBundle& bundle,
                                      std::optional<LedgerState> previous,
                                      const std::string& ledger_path,
-                                     bool checkpoint_usable = true) {
+                                     bool checkpoint_usable = true, bool dry_run = false) {
   const AccountingMode mode = config.accounting == config::Accounting::kGlobal
                                   ? AccountingMode::kGlobal
                                   : AccountingMode::kResidency;
@@ -313,6 +313,12 @@ StatusOr<PreparedState> PrepareState(const config::VipsdConfig& config, ModelBun
     }
   }
 
+  if (dry_run) {
+    // Only whether this state may be continued under this configuration
+    // (the model checkpoint is decided with the state actually continued).
+    VIPSD_RETURN_IF_ERROR(CheckFirstStepFits(config, state));
+    return PreparedState{std::move(state), 0};
+  }
   // Model state: the checkpoint must belong to this ledger.
   VIPSD_ASSIGN_OR_RETURN(auto checkpoint, checkpoints.Load());
   if (checkpoint.has_value() && !checkpoint_usable) {
@@ -448,9 +454,17 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const config::VipsdConfig& conf
   VIPSD_ASSIGN_OR_RETURN(Ledger ledger, Ledger::Open(config.state_directory));
   VIPSD_ASSIGN_OR_RETURN(auto previous, ledger.Load());
   if (replica != nullptr) {
-    // The job's ledger of record: this process claims it (fencing any
-    // earlier owner) and continues from the topic's state when the local
-    // file is missing or behind it (daemon/ledger_replica.h).
+    // The job's ledger of record: first what this process would continue
+    // from, checked against its configuration without claiming anything (a
+    // misconfigured process must refuse before it fences a healthy owner);
+    // then the claim (fencing any earlier owner), continuing from the
+    // topic's state of record (daemon/ledger_replica.h).
+    VIPSD_ASSIGN_OR_RETURN(auto peeked, replica->Peek(previous, ledger.path()));
+    const std::string peeked_from =
+        replica->restored_from().empty() ? ledger.path() : replica->restored_from();
+    VIPSD_RETURN_IF_ERROR(PrepareState(config, bundle, std::move(peeked), peeked_from,
+                                       /*checkpoint_usable=*/false, /*dry_run=*/true)
+                              .status());
     VIPSD_ASSIGN_OR_RETURN(previous, replica->Claim(std::move(previous), ledger.path()));
   }
   VIPSD_ASSIGN_OR_RETURN(PreparedState prepared,
@@ -1728,9 +1742,11 @@ void Daemon::Reload() {
   config_ = std::move(*next);
   SetMinLogLevel(config_.log_level);
   SetLogFormat(config_.log_format);
+  // The gauges of the new configuration first: whoever sees the success
+  // counter move (a scrape, a test) sees them too.
+  UpdateBudgetMetrics();
   metrics_->RecordReload(ReloadResult::kSuccess, now);
   Log(LogLevel::kInfo, kComponent, "reload applied: " + changes);
-  UpdateBudgetMetrics();
 }
 
 bool Daemon::IsFinished() const {

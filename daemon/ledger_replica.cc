@@ -64,15 +64,7 @@ Status LedgerReplica::Fenced(const LedgerLogEntry& by) const {
 StatusOr<std::optional<LedgerState>> LedgerReplica::Claim(std::optional<LedgerState> local,
                                                           const std::string& file) {
   if (epoch_ != 0) return FailedPreconditionError("ledger replica: already claimed");
-  VIPSD_ASSIGN_OR_RETURN(auto bounds, log_->Bounds());
-  if (bounds.first > 0) {
-    return FailedPreconditionError(
-        log_->Describe() + " has lost its beginning (first offset " + std::to_string(bounds.first) +
-        " > 0): entries that fenced earlier owners may be gone, so the budget of record cannot "
-        "be established; the ledger topic needs unlimited retention (retention.ms=-1, "
-        "retention.bytes=-1, cleanup.policy=delete)");
-  }
-  VIPSD_RETURN_IF_ERROR(ReadTo(bounds.second));
+  VIPSD_RETURN_IF_ERROR(ReadToEndFromStart());
 
   LedgerLogEntry claim;
   claim.key = key_;
@@ -93,6 +85,17 @@ StatusOr<std::optional<LedgerState>> LedgerReplica::Claim(std::optional<LedgerSt
                             "); this one does not start (a standby stands by again)");
   }
 
+  return Choose(std::move(local), file, /*announce=*/true);
+}
+
+StatusOr<std::optional<LedgerState>> LedgerReplica::Choose(std::optional<LedgerState> local,
+                                                           const std::string& file,
+                                                           bool announce) {
+  restored_from_.clear();
+  local_is_record_ = false;
+  const auto warn = [&](const std::string& message) {
+    if (announce) Log(LogLevel::kWarning, kComponent, message);
+  };
   std::optional<LedgerState> remote;
   std::string remote_where;
   if (last_valid_state_.has_value()) {
@@ -109,7 +112,7 @@ StatusOr<std::optional<LedgerState>> LedgerReplica::Claim(std::optional<LedgerSt
   }
   if (!local.has_value()) {
     restored_from_ = remote_where;
-    Log(LogLevel::kWarning, kComponent,
+    warn(
         "no ledger in the state directory (" + file + "): the budget of record is restored from " +
             remote_where + ", next_step=" + std::to_string(remote->next_step));
     return remote;
@@ -120,7 +123,7 @@ StatusOr<std::optional<LedgerState>> LedgerReplica::Claim(std::optional<LedgerSt
     // claim race for a new job and was fenced at its first commit): nothing
     // was charged or released under it, so the record simply replaces it.
     restored_from_ = remote_where;
-    Log(LogLevel::kWarning, kComponent,
+    warn(
         "the ledger " + file + " is of run " + local->run_id +
             ", which never took a step; continuing from the ledger of record on " +
             remote_where + " (run " + remote->run_id + ")");
@@ -136,7 +139,7 @@ StatusOr<std::optional<LedgerState>> LedgerReplica::Claim(std::optional<LedgerSt
   local_is_record_ = Ledger::Encode(*local) == last_valid_state_->ledger;
   if (!local_is_record_) {
     restored_from_ = remote_where;
-    Log(LogLevel::kWarning, kComponent,
+    warn(
         "the ledger " + file + " (next_step=" + std::to_string(local->next_step) +
             ") differs from the ledger of record on " + remote_where +
             " (next_step=" + std::to_string(remote->next_step) +
@@ -144,6 +147,25 @@ StatusOr<std::optional<LedgerState>> LedgerReplica::Claim(std::optional<LedgerSt
             "directory that were never confirmed and never released)");
   }
   return remote;
+}
+
+StatusOr<std::optional<LedgerState>> LedgerReplica::Peek(std::optional<LedgerState> local,
+                                                         const std::string& file) {
+  if (epoch_ != 0) return FailedPreconditionError("ledger replica: already claimed");
+  VIPSD_RETURN_IF_ERROR(ReadToEndFromStart());
+  return Choose(std::move(local), file, /*announce=*/false);
+}
+
+Status LedgerReplica::ReadToEndFromStart() {
+  VIPSD_ASSIGN_OR_RETURN(auto bounds, log_->Bounds());
+  if (bounds.first > 0) {
+    return FailedPreconditionError(
+        log_->Describe() + " has lost its beginning (first offset " + std::to_string(bounds.first) +
+        " > 0): entries that fenced earlier owners may be gone, so the budget of record cannot "
+        "be established; the ledger topic needs unlimited retention (retention.ms=-1, "
+        "retention.bytes=-1, cleanup.policy=delete)");
+  }
+  return ReadTo(bounds.second);
 }
 
 Status LedgerReplica::AwaitSilence(std::chrono::milliseconds silence,

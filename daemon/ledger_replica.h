@@ -121,6 +121,13 @@ class LedgerReplica {
   StatusOr<std::optional<LedgerState>> Claim(std::optional<LedgerState> local,
                                              const std::string& file);
 
+  // What Claim would continue from if nothing is appended meanwhile — the
+  // same choice and the same refusals — without claiming anything: the
+  // daemon checks it against its configuration first, so that a
+  // misconfigured process refuses before it fences a healthy owner.
+  StatusOr<std::optional<LedgerState>> Peek(std::optional<LedgerState> local,
+                                            const std::string& file);
+
   // Hot standby (state.standby_takeover_seconds): returns OK once no entry
   // of the job has appeared on the log for `silence` — counted from when
   // this call started watching or from the last entry it saw, whichever is
@@ -161,6 +168,11 @@ class LedgerReplica {
       : log_(std::move(log)), key_(std::move(key)), owner_(std::move(owner)) {}
   // Folds the log's entries in [read_to_, to) into the running state.
   Status ReadTo(int64_t to);
+  // Refuses a log whose beginning is gone, then reads it to its end.
+  Status ReadToEndFromStart();
+  // The choice between the local file and the state of record (see Claim).
+  StatusOr<std::optional<LedgerState>> Choose(std::optional<LedgerState> local,
+                                              const std::string& file, bool announce);
   Status Fenced(const LedgerLogEntry& by) const;
 
   std::unique_ptr<LedgerLog> log_;

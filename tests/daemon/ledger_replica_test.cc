@@ -131,12 +131,36 @@ TEST(LedgerReplicaTest, TheLocalFileIsOnlyACacheOfTheRecord) {
   EXPECT_EQ((*got)->next_step, 4);
   EXPECT_FALSE(unstepped->local_is_record());
   unstepped.reset();
-  // Another run's file next to this job's record: refused, both named.
+  // Another run's file next to this job's record: refused, both named —
+  // already by Peek, which appends nothing (no claim, so no owner fenced).
   auto other = Process(log);
+  const size_t entries = log.entries.size();
+  auto peeked = other->Peek(Steps(3, "ffffffffffffffffffffffffffffffff"), "/state/ledger");
+  EXPECT_EQ(peeked.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(peeked.status().message(), HasSubstr("/state/ledger"));
+  EXPECT_EQ(log.entries.size(), entries);
   auto refused = other->Claim(Steps(3, "ffffffffffffffffffffffffffffffff"), "/state/ledger");
   EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_THAT(refused.status().message(), HasSubstr("/state/ledger"));
   EXPECT_THAT(refused.status().message(), HasSubstr("memory log offset"));
+}
+
+TEST(LedgerReplicaTest, PeekChoosesWhatClaimWouldWithoutClaiming) {
+  MemoryLog log;
+  auto owner = Process(log);
+  ASSERT_TRUE(owner->Claim(std::nullopt, "f").ok());
+  ASSERT_TRUE(owner->Commit(Steps(4)).ok());
+  auto next = Process(log);
+  const size_t entries = log.entries.size();
+  auto peeked = next->Peek(std::nullopt, "g");
+  ASSERT_TRUE(peeked.ok());
+  ASSERT_TRUE(peeked->has_value());
+  EXPECT_EQ((*peeked)->next_step, 5);
+  EXPECT_EQ(log.entries.size(), entries);   // nothing appended
+  EXPECT_TRUE(owner->Commit(Steps(5)).ok());  // the owner is not fenced
+  auto claimed = next->Claim(std::nullopt, "g");
+  ASSERT_TRUE(claimed.ok());
+  EXPECT_EQ((*claimed)->next_step, 6);  // what was committed since the peek
 }
 
 TEST(LedgerReplicaTest, AStandbyWaitsForSilenceThenClaims) {
@@ -147,15 +171,19 @@ TEST(LedgerReplicaTest, AStandbyWaitsForSilenceThenClaims) {
   auto standby = Process(log);
   // While the owner keeps committing, the standby does not return.
   const auto start = std::chrono::steady_clock::now();
+  auto last_commit = start;
   int commits = 0;
   const Status silent = standby->AwaitSilence(std::chrono::milliseconds(600), [&] {
     if (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(1500)) {
       EXPECT_TRUE(owner->Commit(Steps(2 + commits++)).ok());  // the owner is alive
+      last_commit = std::chrono::steady_clock::now();
     }
     return false;
   });
   ASSERT_TRUE(silent.ok());
-  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(2000));
+  EXPECT_GE(commits, 5);
+  // It returned only after 600 ms without an entry.
+  EXPECT_GE(std::chrono::steady_clock::now() - last_commit, std::chrono::milliseconds(600));
   auto got = standby->Claim(std::nullopt, "g");
   ASSERT_TRUE(got.ok());
   EXPECT_EQ((*got)->next_step, 2 + commits);  // every commit of the owner counted

@@ -444,6 +444,23 @@ TEST_F(DaemonKafkaTest, ALostStateDirectoryContinuesTheBudgetFromTheLedgerTopic)
   EXPECT_NE(second.Log().find("next_step=" + std::to_string(first_next_step)), std::string::npos)
       << second.Log();
 
+  // A misconfigured process for the same job (another model: 3 topics)
+  // refuses to start — before it claims, so the running owner is not fenced.
+  state_directory_ = "state-bad";
+  config_name_ = "vipsd-bad.yaml";
+  const std::string saved_group = group_;
+  group_ += "-bad";
+  const std::string config_bad = WriteConfig(privacy, "", /*topics=*/3);
+  group_ = saved_group;
+  {
+    VipsdProcess bad(config_bad, dir_ + "/vipsd-bad.log");
+    EXPECT_EQ(bad.Wait(60s), 1) << bad.Log();
+    EXPECT_NE(bad.Log().find("different model"), std::string::npos) << bad.Log();
+  }
+  const int64_t before_bad = Ledger().next_step;
+  ASSERT_TRUE(WaitFor([&] { return Ledger().next_step > before_bad + 1; }, 30s)) << second.Log();
+  EXPECT_EQ(second.Log().find("fenced"), std::string::npos) << second.Log();
+
   // A third process (its own state directory and consumer group, the same
   // job) takes over: the second is fenced at its next commit and exits 1.
   state_directory_ = "state3";
@@ -516,6 +533,35 @@ TEST_F(DaemonKafkaTest, AStandbyTakesOverFromAPausedDaemonWhichIsThenFenced) {
   std::sort(steps.begin(), steps.end());
   EXPECT_EQ(std::adjacent_find(steps.begin(), steps.end()), steps.end()) << "a step released twice";
   EXPECT_LT(steps.back(), record.next_step);
+}
+
+TEST_F(DaemonKafkaTest, ALedgerTopicThatCannotDecideOwnershipIsRefused) {
+  // More than one partition (no total order), or a message that is not a
+  // ledger entry (start-up does not skip what it cannot read): the daemon
+  // refuses to start, naming the topic (and the offset).
+  ASSERT_TRUE(cluster_->CreateTopic("ledger2", 2).ok());
+  ASSERT_TRUE(cluster_->CreateTopic("ledger1", 1).ok());
+  WriteVocabulary(6);
+  state_extra_ = "  ledger_topic: ledger2\n";
+  {
+    VipsdProcess vipsd(WriteConfig(kPrivate), dir_ + "/vipsd-2p.log");
+    EXPECT_EQ(vipsd.Wait(60s), 1) << vipsd.Log();
+    EXPECT_NE(vipsd.Log().find("ledger2 has 2 partitions"), std::string::npos) << vipsd.Log();
+  }
+  ASSERT_TRUE(connectors::WriteFileDurably(dir_ + "/junk.txt", "job\tnot a ledger\n", false, 0600)
+                  .ok());
+  int code = 0;
+  const std::string out = Shell("kcat -P -b " + bootstrap_ + " -t ledger1 -K '\t' -l " + dir_ +
+                                    "/junk.txt 2>&1",
+                                &code);
+  ASSERT_EQ(code, 0) << out;
+  state_extra_ = "  ledger_topic: ledger1\n";
+  state_directory_ = "state-junk";
+  VipsdProcess vipsd(WriteConfig(kPrivate), dir_ + "/vipsd-junk.log");
+  EXPECT_EQ(vipsd.Wait(60s), 1) << vipsd.Log();
+  EXPECT_NE(vipsd.Log().find("ledger topic ledger1 partition 0 offset 0"), std::string::npos)
+      << vipsd.Log();
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/state-junk/ledger"));
 }
 
 }  // namespace
