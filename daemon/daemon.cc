@@ -1319,6 +1319,15 @@ bool Daemon::CommitOrRetryLedger(PendingOutput* out) {
   return true;
 }
 
+void Daemon::OnFenced(const Status& error) {
+  // Another process owns the budget now: nothing of this process may leave
+  // any more, and it stops (Run returns this error).
+  sticky_error_ = error;
+  run_error_ = error;
+  Log(LogLevel::kError, kComponent, error.ToString());
+  RequestStop();
+}
+
 void Daemon::OnLedgerFailure(const Status& error) {
   // No step and no release until a commit succeeds; the ledger on disk stays
   // an upper bound of what was released. Retried with backoff (1 s to 60 s);
@@ -1542,14 +1551,7 @@ Status Daemon::CommitLedger(PendingOutput* out) {
   if (committed.ok()) committed = ledger_.Commit(state_);
   if (committed.ok() && replica_ != nullptr) {
     committed = replica_->Commit(state_);
-    if (!committed.ok() && replica_->fenced()) {
-      // Another process owns the budget now: nothing of this process may
-      // leave any more, and it stops (Run returns this error).
-      sticky_error_ = committed;
-      run_error_ = committed;
-      Log(LogLevel::kError, kComponent, committed.ToString());
-      RequestStop();
-    }
+    if (!committed.ok() && replica_->fenced()) OnFenced(committed);
   }
   out->ledger_commit_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -1595,36 +1597,23 @@ Status Daemon::PublishModel(int64_t step, double rho, double publish_time) {
   publish_time = unconfirmed_release_->publish_time;
   size_t bytes = 0;
   for (const auto& file : encoded.files) bytes += file.bytes.size();
-  if (replica_ != nullptr) {
-    // Right before the release leaves: still the owner? A process paused
-    // since its commit may have been replaced meanwhile (the standby took
-    // over); then nothing more leaves. This narrows, but cannot close, the
-    // window in which a paused owner publishes late (README "Several
-    // instances").
-    const Status owner = replica_->ConfirmOwner();
-    if (!owner.ok() && replica_->fenced()) {
-      sticky_error_ = owner;
-      run_error_ = owner;
-      Log(LogLevel::kError, kComponent, owner.ToString());
-      RequestStop();
-      return owner;
-    }
-    if (!owner.ok()) {
-      // The ledger topic cannot be read now: retried like a failed publish.
-      metrics_->releases_failed_total().Increment();
-      ++release_attempts_failed_;
-      release_owed_ = true;
-      metrics_->release_pending().Set(1);
-      release_retry_at_ = Now() + release_retry_backoff_;
-      release_retry_backoff_ = std::min(release_retry_backoff_ * 2, 60.0);
-      return owner;
-    }
+  // Right before the release leaves: still the owner? A process paused
+  // since its commit may have been replaced meanwhile (the standby took
+  // over); then nothing more leaves. This narrows, but cannot close, the
+  // window in which a paused owner publishes late (README "Several
+  // instances"). A ledger topic that cannot be read now is retried like a
+  // failed publish.
+  const Status owner = replica_ != nullptr ? replica_->ConfirmOwner() : Status::Ok();
+  if (!owner.ok() && replica_->fenced()) {
+    OnFenced(owner);
+    return owner;
   }
   const auto start = std::chrono::steady_clock::now();
-  const Status published = sink_->PublishRelease(out, encoded, publish_time);
+  const Status published =
+      owner.ok() ? sink_->PublishRelease(out, encoded, publish_time) : owner;
   if (!published.ok()) {
     metrics_->releases_failed_total().Increment();
-    metrics_->kafka_errors_total(KafkaErrorKind::kProduce).Increment();
+    if (owner.ok()) metrics_->kafka_errors_total(KafkaErrorKind::kProduce).Increment();
     ++release_attempts_failed_;
     release_owed_ = true;
     metrics_->release_pending().Set(1);

@@ -244,6 +244,8 @@ class Daemon {
   Status CommitLedger(PendingOutput* out);
   bool CommitOrRetryLedger(PendingOutput* out);
   void OnLedgerFailure(const Status& error);
+  // The ledger replica found another owner of the job (sticky; stops).
+  void OnFenced(const Status& error);
   Status PublishModel(int64_t step, double rho, double publish_time);
   void UpdateBudgetMetrics();
   // <state directory>/status.json: what `vipsd status` adds to the ledger

@@ -328,12 +328,15 @@ class KafkaLedgerLog final : public LedgerLog {
   std::string Describe() const override { return "ledger topic " + topic_ + " partition 0"; }
 
   StatusOr<std::pair<int64_t, int64_t>> Bounds() override {
-    VIPSD_ASSIGN_OR_RETURN(const int partitions, reader_->PartitionCount());
-    if (partitions != 1) {
-      return FailedPreconditionError(
-          "state.ledger_topic " + topic_ + " has " + std::to_string(partitions) +
-          " partitions; the ledger of record needs a topic with exactly one (its order decides "
-          "which process owns the budget)");
+    if (!one_partition_checked_) {  // once: Bounds runs before every release
+      VIPSD_ASSIGN_OR_RETURN(const int partitions, reader_->PartitionCount());
+      if (partitions != 1) {
+        return FailedPreconditionError(
+            "state.ledger_topic " + topic_ + " has " + std::to_string(partitions) +
+            " partitions; the ledger of record needs a topic with exactly one (its order "
+            "decides which process owns the budget)");
+      }
+      one_partition_checked_ = true;
     }
     return reader_->Bounds();
   }
@@ -399,6 +402,7 @@ class KafkaLedgerLog final : public LedgerLog {
   std::unique_ptr<connectors::KafkaProducer> producer_;
   std::unique_ptr<connectors::KafkaPartitionReader> reader_;
   std::chrono::milliseconds timeout_;
+  bool one_partition_checked_ = false;
 };
 
 }  // namespace

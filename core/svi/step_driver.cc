@@ -240,7 +240,7 @@ Status StepDriver::SumStreams(const StepKey& key, const std::vector<StreamCandid
         }
       }
       VIPSD_RETURN_IF_ERROR(KeyedWords(stream_key, kEStepSeedNonce, sampled_offsets, seed_words));
-      batch.seeds = seed_words;
+      batch.seeds.swap(seed_words);
     }
   }
   if (phases != nullptr) phases->sample += Lap(clock);
