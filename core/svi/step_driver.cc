@@ -150,13 +150,22 @@ StatusOr<StepResult> StepDriver::Step(const std::vector<StreamCandidates>& strea
   } else {
     total_->Reset();
   }
-  VIPSD_RETURN_IF_ERROR(SumStreams(
+  const Status summed = SumStreams(
       ticket.key, streams,
       [this](size_t, privacy::GaussianSumMechanism& partial) {
         return total_->Merge(std::move(partial));
       },
-      &phases));
-  VIPSD_ASSIGN_OR_RETURN(StepResult result, Finish(ticket, *total_));
+      &phases);
+  if (!summed.ok()) {
+    Abandon(ticket);
+    return summed;
+  }
+  StatusOr<StepResult> finished = Finish(ticket, *total_);
+  if (!finished.ok()) {
+    Abandon(ticket);
+    return finished.status();
+  }
+  StepResult result = std::move(*finished);
   result.phase_seconds.charge = phases.charge;
   result.phase_seconds.sample = phases.sample;
   result.phase_seconds.estep = phases.estep;
@@ -380,6 +389,12 @@ StatusOr<StepResult> StepDriver::Finish(const StepTicket& ticket,
   if (on_release_) on_release_(release->noisy_sum, next_step_);
   ++next_step_;
   return result;
+}
+
+void StepDriver::Abandon(const StepTicket& ticket) {
+  if (ticket.result.outcome == StepResult::Outcome::kRan && ticket.result.step == next_step_) {
+    ++next_step_;
+  }
 }
 
 Status StepDriver::Advance(const Eigen::VectorXd& released_sum, int64_t step) {

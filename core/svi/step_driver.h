@@ -168,6 +168,13 @@ class StepDriver {
   // sums merged in stream order), M-step with ρ_t, t advances. `ticket` must
   // be the one Begin() gave for this step.
   StatusOr<StepResult> Finish(const StepTicket& ticket, privacy::GaussianSumMechanism& total);
+  // A step that Begin() admitted and charged but that will not Finish (a
+  // failure in between; scale-out: the coordinator stops, is fenced, or a
+  // process cannot hold a window): its number t is consumed — charged,
+  // never released, never reused — so the step counter stays above the
+  // accountant's step count (the ledger's invariant). No-op when `ticket`
+  // is not the current step.
+  void Abandon(const StepTicket& ticket);
   // A replica's step 5: the owner's released (noisy) sum of step `step`
   // (== next_step()) through the same M-step, so that the replica's model
   // stays identical to the owner's. Public input.

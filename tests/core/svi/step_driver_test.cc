@@ -90,6 +90,37 @@ TEST(StepDriverTest, ChargesTheAccountantExactlyOncePerStep) {
   EXPECT_EQ(accountant.GetEpsilon(1e-5)->epsilon, expected.GetEpsilon(1e-5)->epsilon);
 }
 
+TEST(StepDriverTest, AnAbandonedStepStaysChargedAndItsNumberIsNeverReused) {
+  // Scale-out: a coordinator that charged a step but cannot finish it (it
+  // stops, is fenced, a window does not fit) consumes the step's number, so
+  // the ledger's step counter never falls below the accountant's step count
+  // (which the ledger's loader refuses) and the number is never released.
+  auto model = models::LdaModel::Create(Lda(20));
+  auto noise = privacy::SecureNoiseSource::Create();
+  ASSERT_TRUE(model.ok() && noise.ok());
+  privacy::RdpAccountant accountant;
+  auto driver = StepDriver::Create(model->get(), noise->get(), &accountant, Private());
+  ASSERT_TRUE(driver.ok());
+  auto ticket = (*driver)->Begin();
+  ASSERT_TRUE(ticket.ok());
+  EXPECT_EQ(accountant.steps(), 1);
+  EXPECT_EQ((*driver)->next_step(), 1);  // charged, not finished
+  (*driver)->Abandon(*ticket);
+  EXPECT_EQ((*driver)->next_step(), 2);
+  EXPECT_EQ(accountant.steps(), 1);
+  (*driver)->Abandon(*ticket);  // not the current step any more: no-op
+  EXPECT_EQ((*driver)->next_step(), 2);
+  const auto pool = Pool(50);
+  auto result = (*driver)->Step(pool);
+  ASSERT_TRUE(result.ok());
+  EXPECT_EQ(result->step, 2);
+  EXPECT_EQ(accountant.steps(), 2);
+  EXPECT_LE(accountant.steps(), (*driver)->next_step() - 1);
+  // The abandoned ticket cannot be finished later.
+  privacy::GaussianSumMechanism total((*model)->statistic_layout());
+  EXPECT_FALSE((*driver)->Finish(*ticket, total).ok());
+}
+
 TEST(StepDriverTest, RefusesTheStepThatWouldCrossTheCeilingAndTouchesNothing) {
   auto model = models::LdaModel::Create(Lda(20));
   auto inner = privacy::SecureNoiseSource::Create();
