@@ -973,8 +973,25 @@ Status ParseIo(Section& top, VipsdConfig& config) {
                       "healthy");
       }
     }
+    VIPSD_RETURN_IF_ERROR(state->String("work_topic", false, {}, &config.work_topic));
+    if (!config.work_topic.empty()) {
+      if (!IsTopicName(config.work_topic)) {
+        (void)state->ErrorAt("work_topic", std::string("must be ") + kTopicRule);
+      } else if (config.ledger_topic.empty()) {
+        (void)state->ErrorAt("work_topic",
+                             "only allowed together with state.ledger_topic (the process that "
+                             "owns the job's ledger coordinates; with "
+                             "state.standby_takeover_seconds > 0 the others work for it)");
+      } else if (config.work_topic == config.ledger_topic ||
+                 std::find(config.source_topics.begin(), config.source_topics.end(),
+                           config.work_topic) != config.source_topics.end()) {
+        (void)state->ErrorAt("work_topic",
+                             "must differ from state.ledger_topic and from the input topics");
+      }
+    }
   } else {
-    for (const char* key : {"ledger_topic", "ledger_key", "standby_takeover_seconds"}) {
+    for (const char* key :
+         {"ledger_topic", "ledger_key", "standby_takeover_seconds", "work_topic"}) {
       VIPSD_RETURN_IF_ERROR(state->NotHere(key, "only allowed with source.type: kafka"));
     }
   }
@@ -1351,6 +1368,7 @@ StatusOr<std::vector<std::string>> ChangedReloadableKeys(const VipsdConfig& a,
   diff.Fixed("state.ledger_key", a.ledger_key, b.ledger_key);
   diff.Fixed("state.standby_takeover_seconds", a.standby_takeover_seconds,
              b.standby_takeover_seconds);
+  diff.Fixed("state.work_topic", a.work_topic, b.work_topic);
   diff.Fixed("metrics.listen", a.metrics_listen, b.metrics_listen);
   diff.Fixed("metrics.expose_step_timing", a.expose_step_timing, b.expose_step_timing);
   diff.Fixed("schedule.start_time", a.start_time, b.start_time);

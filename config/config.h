@@ -125,6 +125,11 @@ struct VipsdConfig {
   // > 0: a hot standby — wait until the job's ledger topic has had no entry
   // for this long (the running daemon commits every slot), then take over.
   double standby_takeover_seconds = 0;
+  // kafka, with ledger_topic: the process that owns the job coordinates
+  // and the standbys (standby_takeover_seconds > 0) work for it — plans and
+  // partial sums on this one-partition topic (daemon/work_exchange.h).
+  // "" = no shared work.
+  std::string work_topic;
   int64_t checkpoint_every = 1;
   std::string metrics_listen = "127.0.0.1:9464";  // "" = no endpoint
   // Export step durations (they reveal how long each step took). Default:

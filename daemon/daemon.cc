@@ -17,6 +17,7 @@
 #include "connectors/file/file_util.h"
 #include "core/release/release.h"
 #include "daemon/budget.h"
+#include "daemon/checkpoint.h"
 
 namespace vipsd::daemon {
 namespace {
@@ -378,6 +379,17 @@ StatusOr<PreparedState> PrepareState(const config::VipsdConfig& config, ModelBun
   return PreparedState{std::move(state), model_step};
 }
 
+// A config key alone must never turn the privacy off.
+Status CheckFixedSeedFlag(const config::VipsdConfig& config, const DaemonOptions& options) {
+  if (config.noise_mode == config::NoiseMode::kFixedSeed && !options.allow_fixed_seed_noise) {
+    return InvalidArgumentError(
+        Where(config, "privacy.noise") +
+        "fixed_seed noise is reproducible and NOT private; it also needs the command-line flag "
+        "--insecure-fixed-seed-noise (tests and experiments only)");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::string StreamName(const std::string& topic, int32_t partition) {
@@ -395,12 +407,7 @@ svi::DriverConfig Daemon::DriverConfigFor(const config::VipsdConfig& config) con
 }
 
 Status CheckStartUp(const config::VipsdConfig& config, const DaemonOptions& options) {
-  if (config.noise_mode == config::NoiseMode::kFixedSeed && !options.allow_fixed_seed_noise) {
-    return InvalidArgumentError(
-        Where(config, "privacy.noise") +
-        "fixed_seed noise is reproducible and NOT private; it also needs the command-line flag "
-        "--insecure-fixed-seed-noise (tests and experiments only)");
-  }
+  VIPSD_RETURN_IF_ERROR(CheckFixedSeedFlag(config, options));
   VIPSD_ASSIGN_OR_RETURN(ModelBundle bundle, BuildModel(config));
   const Status address = ValidateMetricsListenAddress(config.metrics_listen);
   if (!address.ok()) {
@@ -438,16 +445,15 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const config::VipsdConfig& conf
                                                  std::unique_ptr<OutputSink> sink,
                                                  Metrics* metrics, DaemonHooks hooks,
                                                  DaemonOptions options,
-                                                 std::unique_ptr<LedgerReplica> replica) {
+                                                 std::unique_ptr<LedgerReplica> replica,
+                                                 std::unique_ptr<WorkExchange> exchange) {
   if (metrics == nullptr || sink == nullptr || !make_source) {
     return InvalidArgumentError("the daemon needs a source factory, a sink and metrics");
   }
-  if (config.noise_mode == config::NoiseMode::kFixedSeed && !options.allow_fixed_seed_noise) {
-    return InvalidArgumentError(
-        Where(config, "privacy.noise") +
-        "fixed_seed noise is reproducible and NOT private; it also needs the command-line flag "
-        "--insecure-fixed-seed-noise (tests and experiments only)");
+  if (exchange != nullptr && (replica == nullptr || config.source_type != config::SourceType::kKafka)) {
+    return InvalidArgumentError("shared work needs the ledger topic and a Kafka source");
   }
+  VIPSD_RETURN_IF_ERROR(CheckFixedSeedFlag(config, options));
   VIPSD_ASSIGN_OR_RETURN(ModelBundle bundle, BuildModel(config));
 
   // Ledger: the budget of record.
@@ -471,7 +477,38 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const config::VipsdConfig& conf
                          PrepareState(config, bundle, std::move(previous), ledger.path(),
                                       replica == nullptr || replica->local_is_record()));
   LedgerState state = std::move(prepared.state);
-  const int64_t model_step = prepared.model_step;
+  int64_t model_step = prepared.model_step;
+  if (replica != nullptr && !options.takeover_model.empty()) {
+    // A working standby took over: the model of the last plan it followed
+    // is the record's lineage when its run id is the record's and its step
+    // is one the record charges.
+    auto plan_model = CheckpointStore::Decode(options.takeover_model, "the last plan's model");
+    Status usable = plan_model.status();
+    if (usable.ok() && (plan_model->run_id != state.run_id ||
+                        plan_model->model_type != bundle.model->type() ||
+                        plan_model->model_fingerprint != bundle.model_fingerprint ||
+                        plan_model->step > state.next_step - 1)) {
+      usable = FailedPreconditionError("of another run or model, or of a step (" +
+                                       std::to_string(plan_model->step) +
+                                       ") the record does not charge");
+    }
+    if (usable.ok() && plan_model->step > model_step) {
+      usable = bundle.model->RestoreCheckpoint(plan_model->arrays);
+      if (usable.ok()) {
+        model_step = plan_model->step;
+        Log(LogLevel::kInfo, kComponent,
+            "continuing from the model of step " + std::to_string(model_step) +
+                " (the last plan this process worked on); the budget continues from step " +
+                std::to_string(state.next_step));
+      }
+    }
+    if (!usable.ok()) {
+      Log(LogLevel::kWarning, kComponent,
+          "not continuing from the last plan's model (" + std::string(usable.message()) +
+              "); the model is " +
+              (model_step > 0 ? "the checkpoint's" : std::string("its prior")));
+    }
+  }
 
   // Noise.
   std::unique_ptr<privacy::NoiseSource> noise;
@@ -490,6 +527,11 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const config::VipsdConfig& conf
                                             std::move(state), std::move(noise)));
   daemon->model_step_ = model_step;
   daemon->replica_ = std::move(replica);
+  if (exchange != nullptr) {
+    daemon->role_ = Role::kCoordinator;
+    daemon->exchange_ = std::move(exchange);
+  }
+  daemon->instance_ = options.instance_id;
   if (daemon->replica_ != nullptr) {
     metrics->ledger_owner_epoch().Set(static_cast<double>(daemon->replica_->epoch()));
   }
@@ -529,6 +571,39 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const config::VipsdConfig& conf
                            if (it == self->resume_offsets_.end()) return std::nullopt;
                            return it->second;
                          }));
+  return daemon;
+}
+
+StatusOr<std::unique_ptr<Daemon>> Daemon::CreateWorker(const config::VipsdConfig& config,
+                                                       SourceFactory make_source,
+                                                       std::unique_ptr<OutputSink> sink,
+                                                       Metrics* metrics,
+                                                       std::unique_ptr<WorkExchange> exchange,
+                                                       DaemonOptions options) {
+  if (metrics == nullptr || sink == nullptr || !make_source || exchange == nullptr ||
+      config.source_type != config::SourceType::kKafka) {
+    return InvalidArgumentError(
+        "a worker needs a source factory, a sink, metrics, a work exchange and a Kafka source");
+  }
+  VIPSD_RETURN_IF_ERROR(CheckFixedSeedFlag(config, options));
+  VIPSD_ASSIGN_OR_RETURN(ModelBundle bundle, BuildModel(config));
+  // The state directory stays locked while this process works (so that no
+  // second process uses it), but a worker writes nothing there: the budget
+  // is the coordinator's.
+  VIPSD_ASSIGN_OR_RETURN(Ledger ledger, Ledger::Open(config.state_directory));
+  LedgerState state;
+  state.model_type = bundle.model->type();
+  state.model_fingerprint = bundle.model_fingerprint;
+  // A worker draws no randomness: sampling and E-step seeds come from the
+  // plan's key, the noise from the coordinator. The driver needs a source.
+  VIPSD_ASSIGN_OR_RETURN(auto noise, privacy::SecureNoiseSource::Create());
+  std::unique_ptr<Daemon> daemon(new Daemon(config, options, std::move(bundle), std::move(sink),
+                                            metrics, DaemonHooks{}, std::move(ledger),
+                                            std::move(state), std::move(noise)));
+  daemon->role_ = Role::kWorker;
+  daemon->exchange_ = std::move(exchange);
+  daemon->make_source_ = std::move(make_source);
+  daemon->instance_ = options.instance_id;
   return daemon;
 }
 
@@ -689,6 +764,13 @@ void Daemon::IngestLoop() {
       continue;
     }
     backoff = std::chrono::milliseconds(100);
+    if (polled->assignment.has_value()) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (assigned_ != polled->assignment) {
+        assigned_ = std::move(polled->assignment);
+        wake_.notify_all();
+      }
+    }
     if (polled->records.empty() && polled->reached_end.empty()) continue;
     const Status status = IngestBatch(*polled);
     if (!status.ok()) {
@@ -719,6 +801,9 @@ Status Daemon::IngestBatch(PollBatch& batch) {
       int64_t& next = seen.try_emplace(id, next_unread_[id]).first->second;
       duplicate[i] = records[i].offset < next;
       next = std::max(next, records[i].offset + 1);
+      // A worker's records are the coordinator's to account for: its plans
+      // name where every partition resumes.
+      if (role_ == Role::kWorker) covered_streams_.insert(stream);
       if (covered_streams_.count(stream) == 0) uncovered.insert(stream);
     }
   }
@@ -987,17 +1072,10 @@ bool Daemon::WaitForCuts(int64_t slot, std::map<std::string, StreamBounds>* boun
 
 bool Daemon::WaitForWindow(const std::map<std::string, StreamBounds>& bounds, bool* overflow) {
   *overflow = false;
+  std::map<std::string, int64_t> cuts;
+  for (const auto& [stream, b] : bounds) cuts[stream] = b.end;
+  SetTargets(cuts);
   std::unique_lock<std::mutex> lock(mutex_);
-  // The ingest thread counts staged records below the new targets.
-  for (uint32_t id = 0; id < stream_names_.size(); ++id) target_[id] = kNoTarget;
-  for (const auto& [stream, b] : bounds) target_[StreamId(stream)] = b.end;
-  staged_in_window_ = 0;
-  for (uint32_t id = 0; id < stream_names_.size(); ++id) {
-    for (const Staged& staged : staging_[id]) {
-      if (staged.offset < target_[id]) ++staged_in_window_;
-    }
-  }
-  wake_.notify_all();
   bool logged = false;
   const auto wait_start = std::chrono::steady_clock::now();
   for (;;) {
@@ -1037,6 +1115,20 @@ bool Daemon::WaitForWindow(const std::map<std::string, StreamBounds>& bounds, bo
     }
     wake_.wait_for(lock, std::chrono::milliseconds(200));
   }
+}
+
+void Daemon::SetTargets(const std::map<std::string, int64_t>& cuts) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // The ingest thread counts staged records below the new targets.
+  for (uint32_t id = 0; id < stream_names_.size(); ++id) target_[id] = kNoTarget;
+  for (const auto& [stream, cut] : cuts) target_[StreamId(stream)] = cut;
+  staged_in_window_ = 0;
+  for (uint32_t id = 0; id < stream_names_.size(); ++id) {
+    for (const Staged& staged : staging_[id]) {
+      if (staged.offset < target_[id]) ++staged_in_window_;
+    }
+  }
+  wake_.notify_all();
 }
 
 void Daemon::AdmitWindow(const std::map<std::string, StreamBounds>& bounds) {
@@ -1159,22 +1251,39 @@ bool Daemon::RunStep(int64_t slot, PendingOutput* out) {
     names = stream_names_;
   }
   if (hooks_.before_step) hooks_.before_step(driver_->next_step(), slot, pool_, names);
-  // Each stream's candidates in offset order; the per-record randomness is
-  // keyed by the stream's name and the record's offset
-  // (svi/step_randomness.h), so the step is the same whichever process
-  // holds which partition.
-  auto streams = svi::GroupByStream(pool_.records(), pool_.origins(), names);
-  if (!streams.ok()) {
-    sticky_error_ = streams.status();
-    out->log_lines.emplace_back(LogLevel::kError,
-                                "window invariant broken; no further step: " +
-                                    streams.status().ToString());
-    return false;
+  StatusOr<svi::StepResult> result = UnavailableError("no step");
+  if (role_ == Role::kCoordinator) {
+    result = SharedStep(slot, out);
+    if (!result.ok() && result.status().code() == StatusCode::kOutOfRange) {
+      // A process could not hold a partition's window: the slot is skipped
+      // as one process would skip it (the step was charged: an overcount).
+      ++slots_skipped_;
+      metrics_->slots_skipped_total(SkipReason::kWindowOverflow).Increment();
+      out->log_lines.emplace_back(LogLevel::kWarning,
+                                  "slot " + std::to_string(slot) + " skipped: " +
+                                      std::string(result.status().message()));
+      return false;
+    }
+    if (!result.ok() && result.status().code() == StatusCode::kCancelled) return false;
+  } else {
+    // Each stream's candidates in offset order; the per-record randomness
+    // is keyed by the stream's name and the record's offset
+    // (svi/step_randomness.h), so the step is the same whichever process
+    // holds which partition.
+    auto streams = svi::GroupByStream(pool_.records(), pool_.origins(), names);
+    if (!streams.ok()) {
+      sticky_error_ = streams.status();
+      out->log_lines.emplace_back(LogLevel::kError,
+                                  "window invariant broken; no further step: " +
+                                      streams.status().ToString());
+      return false;
+    }
+    result = driver_->Step(*streams);
   }
-  auto result = driver_->Step(*streams);
   if (!result.ok()) {
     // Nothing about this step leaves the process; a charge already made is
-    // in memory and goes to the ledger with the next commit (overcount only).
+    // in memory and goes to the ledger with the next commit, with the step's
+    // number consumed (svi::StepDriver::Abandon): an overcount only.
     out->log_lines.emplace_back(LogLevel::kError, "step failed: " + result.status().ToString());
     return false;
   }
@@ -1232,7 +1341,15 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
     }
   }
   bool overflow = false;
-  if (!WaitForWindow(bounds, &overflow)) return;  // stopping
+  if (role_ == Role::kCoordinator) {
+    // Shared work: the partitions are spread over the processes; the step
+    // itself waits for every partition's partial sum (SharedStep).
+    std::map<std::string, int64_t> cuts;
+    for (const auto& [stream, b] : bounds) cuts[stream] = b.end;
+    SetTargets(cuts);
+  } else if (!WaitForWindow(bounds, &overflow)) {
+    return;  // stopping
+  }
   if (paced_) {
     std::map<std::string, int64_t> cuts;
     for (const auto& [stream, b] : bounds) cuts[stream] = b.end;
@@ -1250,7 +1367,7 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
     (void)state_.windows.SkipTo(slot);
   }
   overflow_ = overflow;
-  if (!overflow) AdmitWindow(bounds);
+  if (!overflow && role_ != Role::kCoordinator) AdmitWindow(bounds);
 
   bool stepped = false;
   if (ledger_failing_) {
@@ -1413,7 +1530,8 @@ void Daemon::EmitAtDeadline(PendingOutput& out) {
   if (out.checkpoint_failed) metrics_->checkpoint_failures_total().Increment();
   metrics_->slot().Set(static_cast<double>(out.slot));
   metrics_->last_slot_timestamp_seconds().Set(paced_ ? state_.windows.SlotTime(out.slot) : Now());
-  metrics_->pool_records().Set(static_cast<double>(pool_.size()));
+  metrics_->pool_records().Set(static_cast<double>(
+      out.window_offsets >= 0 ? out.window_offsets : static_cast<int64_t>(pool_.size())));
   const double publish_time = out.deadline > 0 ? out.deadline : Now();
   if (out.stepped) {
     metrics_->steps_total().Increment();
@@ -1432,7 +1550,25 @@ void Daemon::EmitAtDeadline(PendingOutput& out) {
     if (config_.is_private()) {
       line += " epsilon=" + Fixed(EpsilonSpent()) + "/" + JsonNumber(config_.driver.epsilon_ceiling);
     }
-    line += " window=" + std::to_string(pool_.size());
+    line += " window=" + std::to_string(out.window_offsets >= 0 ? out.window_offsets
+                                                              : static_cast<int64_t>(pool_.size()));
+    if (role_ == Role::kCoordinator) {
+      line += " partials=" + std::to_string(out.partials_local) + "+" +
+              std::to_string(out.partials_remote);
+    }
+  }
+  if (out.partials_local > 0) {
+    metrics_->work_partials_merged_total("local")
+        .Increment(static_cast<double>(out.partials_local));
+  }
+  if (out.partials_remote > 0) {
+    metrics_->work_partials_merged_total("remote")
+        .Increment(static_cast<double>(out.partials_remote));
+  }
+  if (out.partials_local + out.partials_remote > 0) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    status_.partials_merged_local += out.partials_local;
+    status_.partials_merged_remote += out.partials_remote;
   }
   const bool retry_due = release_owed_ && Now() >= release_retry_at_;
   if (!sticky_error_ && !ledger_failing_ && model_step_ > 0 && (out.publish || retry_due)) {
@@ -1747,6 +1883,7 @@ bool Daemon::IsFinished() const {
 }
 
 Status Daemon::Run() {
+  if (role_ == Role::kWorker) return RunWorker();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     capacity_ = paced_ ? config_.pool_capacity : 0;
@@ -1847,6 +1984,496 @@ Status Daemon::Run() {
       "stopped: next_step=" + std::to_string(driver_->next_step()) + " steps_this_run=" +
           std::to_string(steps_run_) +
           (config_.is_private() ? " epsilon_spent=" + Fixed(EpsilonSpent()) : ""));
+  return result;
+}
+
+
+// ---------------------------------------------------------------------------
+// Shared work (daemon/work_exchange.h)
+
+namespace {
+
+constexpr auto kReminderInterval = std::chrono::seconds(1);
+constexpr auto kWorkPoll = std::chrono::milliseconds(50);
+
+int64_t SteadyNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+const WorkStream* FindStream(const WorkPlan& plan, const std::string& name) {
+  const auto it = std::lower_bound(plan.streams.begin(), plan.streams.end(), name,
+                                   [](const WorkStream& s, const std::string& n) { return s.name < n; });
+  return it != plan.streams.end() && it->name == name ? &*it : nullptr;
+}
+
+}  // namespace
+
+bool Daemon::LocallyComplete(const WorkStream& stream) {
+  // Reading starts at a window's start (the resume offsets are windows'
+  // lows, which never decrease), and re-delivered offsets are dropped, so
+  // everything in [low, next_unread) has been read here.
+  return next_unread_[StreamId(stream.name)] >= stream.high;
+}
+
+bool Daemon::LocallyAssigned(const std::string& stream) {
+  // Only the partition's current holder sums it: a process that read a
+  // partition before a rebalance moved it away could (its records are still
+  // staged), but would then do the new holder's work twice.
+  return !assigned_.has_value() || assigned_->count(stream) > 0;
+}
+
+bool Daemon::LocallyOverflowing(const WorkStream& stream) {
+  if (capacity_ <= 0 || pool_size_ + staged_in_window_ < capacity_) return false;
+  return LocallyAssigned(stream.name) && !LocallyComplete(stream);
+}
+
+StatusOr<std::string> Daemon::LocalPartial(const svi::StepKey& key, const WorkStream& stream) {
+  std::vector<svi::StreamCandidates> one(1);
+  one[0].stream = stream.name;
+  {
+    // Pointers into the staging deque stay valid while the ingest thread
+    // appends (std::deque::push_back keeps references); only this thread
+    // removes staged records.
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const Staged& staged : staging_[StreamId(stream.name)]) {
+      if (staged.offset >= stream.high) break;
+      if (staged.offset < stream.low) continue;
+      one[0].records.push_back(&staged.record);
+      one[0].offsets.push_back(staged.offset);
+    }
+  }
+  std::string encoded;
+  VIPSD_RETURN_IF_ERROR(driver_->SumStreams(
+      key, one, [&encoded](size_t, privacy::GaussianSumMechanism& partial) -> Status {
+        VIPSD_ASSIGN_OR_RETURN(encoded, partial.EncodeUnreleased());
+        return Status::Ok();
+      }));
+  return encoded;
+}
+
+std::optional<std::vector<std::pair<int64_t, std::string>>> Daemon::PollWork(
+    std::chrono::milliseconds wait, int* failures) {
+  auto messages = exchange_->Poll(wait);
+  if (messages.ok()) return std::move(*messages);
+  if ((*failures)++ % 20 == 0) {
+    Log(LogLevel::kWarning, kComponent,
+        "cannot read the " + exchange_->Describe() + " (retrying): " +
+            messages.status().ToString());
+  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  wake_.wait_for(lock, std::chrono::milliseconds(300), [&] { return stop_; });
+  return std::nullopt;
+}
+
+StatusOr<int64_t> Daemon::AppendWork(const std::string& bytes) {
+  auto backoff = std::chrono::milliseconds(200);
+  int failures = 0;
+  for (;;) {
+    auto appended = exchange_->Append(bytes);
+    if (appended.ok()) return appended;
+    if (failures++ == 0 || failures % 10 == 0) {
+      Log(LogLevel::kWarning, kComponent,
+          "cannot append to the " + exchange_->Describe() + " (retrying): " +
+              appended.status().ToString());
+    }
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (wake_.wait_for(lock, backoff, [&] { return stop_; })) return CancelledError("stopping");
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+  }
+}
+
+StatusOr<svi::StepResult> Daemon::SharedStep(int64_t slot, PendingOutput* out) {
+  // Exactly svi::StepDriver::Step, with the partial sums of the partitions
+  // computed wherever the consumer group put them.
+  VIPSD_ASSIGN_OR_RETURN(svi::StepTicket ticket, driver_->Begin());
+  if (ticket.result.outcome == svi::StepResult::Outcome::kRefusedCeiling) return ticket.result;
+  // From here the step is charged: if it does not finish, its number is
+  // consumed (svi::StepDriver::Abandon) and the ledger's step counter stays
+  // above the accountant's step count.
+  StatusOr<svi::StepResult> result = SharedStepCharged(ticket, slot, out);
+  if (!result.ok()) driver_->Abandon(ticket);
+  return result;
+}
+
+StatusOr<svi::StepResult> Daemon::SharedStepCharged(const svi::StepTicket& ticket, int64_t slot,
+                                                    PendingOutput* out) {
+  WorkPlan plan;
+  plan.job = config_.ledger_key;
+  plan.epoch = replica_->epoch();
+  plan.owner = replica_->owner();
+  plan.step = ticket.result.step;
+  plan.slot = slot;
+  plan.sampling_rate = config_.driver.sampling_rate;
+  plan.is_private = config_.is_private();
+  plan.key = ticket.key;
+  std::vector<std::string> names = state_.windows.Streams();
+  std::sort(names.begin(), names.end());
+  int64_t window_offsets = 0;
+  for (const std::string& name : names) {
+    const svi::OffsetRange window = state_.windows.Window(name, slot);
+    plan.streams.push_back({name, window.low, window.high});
+    window_offsets += window.high - window.low;
+    // An empty window adds nothing: its partial sum is zero.
+    if (window.high > window.low) plan.wanted.push_back(name);
+  }
+  out->window_offsets = window_offsets;
+  Checkpoint model;
+  model.run_id = state_.run_id;
+  model.step = model_step_;
+  model.model_type = bundle_.model->type();
+  model.model_fingerprint = bundle_.model_fingerprint;
+  model.arrays = bundle_.model->CheckpointArrays();
+  VIPSD_ASSIGN_OR_RETURN(plan.model, CheckpointStore::Encode(model));
+  VIPSD_ASSIGN_OR_RETURN(const int64_t plan_offset, AppendWork(EncodeWorkPlan(plan)));
+  plan.model.clear();
+  plan.plan_offset = plan_offset;
+  // Partials come after the plan; the exchange reads on from where the
+  // previous step stopped (earlier messages are filtered by step), which
+  // keeps its reader's assignment (a seek would re-assign it).
+
+  std::map<std::string, std::string> sums;  // PRIVATE: stream → encoded partial
+  auto last_reminder = std::chrono::steady_clock::now();
+  const auto wait_start = last_reminder;
+  bool logged = false;
+  int poll_failures = 0;
+  while (sums.size() < plan.wanted.size()) {
+    std::vector<const WorkStream*> ready;
+    std::string overflowing;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stop_) return CancelledError("stopping");
+      for (const std::string& name : plan.wanted) {
+        if (sums.count(name) > 0) continue;
+        const WorkStream* stream = FindStream(plan, name);
+        if (!LocallyAssigned(name)) continue;
+        if (LocallyComplete(*stream)) {
+          ready.push_back(stream);
+        } else if (LocallyOverflowing(*stream)) {
+          overflowing = name;
+        }
+      }
+    }
+    if (!overflowing.empty()) {
+      return OutOfRangeError("the window of " + overflowing +
+                             " does not fit this process's pool.capacity = " +
+                             std::to_string(config_.pool_capacity) +
+                             " (no release; the step was charged)");
+    }
+    for (const WorkStream* stream : ready) {
+      VIPSD_ASSIGN_OR_RETURN(sums[stream->name], LocalPartial(plan.key, *stream));
+      ++out->partials_local;
+    }
+    if (sums.size() == plan.wanted.size()) break;
+    auto messages = PollWork(kWorkPoll, &poll_failures);
+    if (!messages.has_value()) continue;
+    for (auto& [offset, bytes] : *messages) {
+      auto kind = WorkMessageKindOf(bytes);
+      if (!kind.ok() || *kind != WorkMessageKind::kPartial) continue;  // plans (ours)
+      auto partial = DecodeWorkPartial(bytes);
+      if (!partial.ok()) {
+        Log(LogLevel::kWarning, kComponent,
+            exchange_->Describe() + " offset " + std::to_string(offset) + ": " +
+                partial.status().ToString() + "; ignored");
+        continue;
+      }
+      if (partial->epoch != plan.epoch || partial->owner != plan.owner ||
+          partial->step != plan.step || partial->slot != plan.slot ||
+          sums.count(partial->stream) > 0 ||
+          !std::binary_search(plan.wanted.begin(), plan.wanted.end(), partial->stream)) {
+        continue;  // another step's, a duplicate, or not wanted
+      }
+      if (partial->overflow) {
+        return OutOfRangeError("the window of " + partial->stream +
+                               " does not fit the pool.capacity of the process holding it (" +
+                               partial->instance + "; no release; the step was charged)");
+      }
+      sums[partial->stream] = std::move(partial->sum);
+      ++out->partials_remote;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (sums.size() < plan.wanted.size() && now - last_reminder >= kReminderInterval) {
+      // A coordinator that waits must notice a takeover: the new owner
+      // waits in turn for the partitions this one holds, and this one
+      // commits (and would learn it is fenced) only after its step.
+      const Status owner = replica_->ConfirmOwner();
+      if (!owner.ok() && replica_->fenced()) {
+        OnFenced(owner);
+        return CancelledError("fenced");
+      }
+      // Whoever holds a missing partition now (a rebalance, a new process)
+      // finds the step.
+      WorkPlan reminder = plan;
+      reminder.wanted.clear();
+      for (const std::string& name : plan.wanted) {
+        if (sums.count(name) == 0) reminder.wanted.push_back(name);
+      }
+      auto appended = exchange_->Append(EncodeWorkPlan(reminder));
+      if (!appended.ok()) {
+        Log(LogLevel::kWarning, kComponent,
+            "cannot append a plan reminder to the " + exchange_->Describe() + ": " +
+                appended.status().ToString());
+      }
+      last_reminder = now;
+      if (!logged && now - wait_start > std::chrono::seconds(5)) {
+        logged = true;
+        std::string missing;
+        for (const std::string& name : reminder.wanted) missing += (missing.empty() ? "" : ", ") + name;
+        Log(LogLevel::kInfo, kComponent,
+            "step " + std::to_string(plan.step) + " waits for the partial sums of " + missing +
+                " (partitions being moved, or read by a slow process)");
+      }
+    }
+  }
+  const privacy::BlockLayout& layout = bundle_.model->statistic_layout();
+  if (shared_total_ == nullptr) {
+    shared_total_ = std::make_unique<privacy::GaussianSumMechanism>(layout);
+  } else {
+    shared_total_->Reset();
+  }
+  // Partition-name order: the summation order of one process.
+  for (const std::string& name : plan.wanted) {
+    VIPSD_ASSIGN_OR_RETURN(auto partial,
+                           privacy::GaussianSumMechanism::DecodeUnreleased(layout, sums.at(name)));
+    VIPSD_RETURN_IF_ERROR(shared_total_->Merge(std::move(*partial)));
+  }
+  return driver_->Finish(ticket, *shared_total_);
+}
+
+Status Daemon::AdoptPlan(WorkPlan plan) {
+  if (plan_.has_value()) {
+    const int64_t published = pending_published_;
+    pending_published_ = 0;
+    if (published > 0) {
+      // Counted now, at the next plan's (public) time.
+      metrics_->work_partials_published_total().Increment(static_cast<double>(published));
+      std::lock_guard<std::mutex> lock(mutex_);
+      status_.partials_published += published;
+      ++status_.plans_followed;
+    }
+  }
+  const std::pair<uint64_t, int64_t> plan_id{plan.epoch, plan.step};
+  if (plan_model_of_ != plan_id) {
+    auto model = CheckpointStore::Decode(plan.model, exchange_->Describe() + " plan");
+    Status restored = model.status();
+    if (restored.ok() && (model->model_type != bundle_.model->type() ||
+                          model->model_fingerprint != bundle_.model_fingerprint)) {
+      restored = InvalidArgumentError(
+          "the coordinator's model (" + model->model_type + ", fingerprint " +
+          model->model_fingerprint.substr(0, 12) + "…) is not this process's (" +
+          bundle_.model->type() + ", " + bundle_.model_fingerprint.substr(0, 12) +
+          "…): the processes of a job need one model configuration");
+    }
+    if (restored.ok() && plan.is_private != config_.is_private()) {
+      restored = InvalidArgumentError(
+          "the coordinator's run is " + std::string(plan.is_private ? "" : "NOT ") +
+          "private and this process's configuration is " +
+          (config_.is_private() ? "" : "NOT ") + "private");
+    }
+    if (restored.ok()) restored = bundle_.model->RestoreCheckpoint(model->arrays);
+    if (restored.ok()) latest_plan_model_ = plan.model;
+    if (restored.ok()) {
+      svi::DriverConfig driver_config = DriverConfigFor(config_);
+      // The plan's q is what the accountant charged: a reload on one
+      // process must not change another's sample.
+      driver_config.sampling_rate = plan.sampling_rate;
+      auto driver = svi::StepDriver::Create(bundle_.model.get(), noise_.get(), &state_.accountant,
+                                            driver_config, plan.step);
+      restored = driver.status();
+      if (driver.ok()) driver_ = std::move(*driver);
+    }
+    if (!restored.ok()) {
+      plan_model_of_ = {0, -1};
+      plan_.reset();
+      if (restored.code() == StatusCode::kInvalidArgument) {
+        // This process's configuration is not the job's: it must not hold
+        // partitions it cannot sum (the steps would wait for ever).
+        return InvalidArgumentError("cannot follow the coordinator's plans: " +
+                                    std::string(restored.message()));
+      }
+      Log(LogLevel::kError, kComponent,
+          "cannot follow the plan of step " + std::to_string(plan.step) + ": " +
+              restored.ToString());
+      return Status::Ok();
+    }
+    plan_model_of_ = plan_id;
+  }
+  std::map<std::string, int64_t> cuts;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const WorkStream& stream : plan.streams) {
+      // A partition this process gets later resumes at its window's start;
+      // records below it are never a candidate again.
+      resume_offsets_[stream.name] = stream.low;
+      cuts[stream.name] = stream.high;
+      std::deque<Staged>& staged = staging_[StreamId(stream.name)];
+      while (!staged.empty() && staged.front().offset < stream.low) staged.pop_front();
+    }
+  }
+  SetTargets(cuts);
+  const bool same_step = plan_.has_value() && plan_->epoch == plan.epoch && plan_->step == plan.step;
+  if (!same_step) plan_sent_.clear();
+  plan.model.clear();
+  plan_ = std::move(plan);
+  return Status::Ok();
+}
+
+void Daemon::WorkOnPlan() {
+  std::vector<const WorkStream*> ready, overflowing;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const std::string& name : plan_->wanted) {
+      if (plan_sent_.count(name) > 0) continue;
+      const WorkStream* stream = FindStream(*plan_, name);
+      if (stream == nullptr || !LocallyAssigned(name)) continue;
+      if (LocallyComplete(*stream)) {
+        ready.push_back(stream);
+      } else if (LocallyOverflowing(*stream)) {
+        overflowing.push_back(stream);
+      }
+    }
+  }
+  auto partial_of = [&](const WorkStream& stream) {
+    WorkPartial partial;
+    partial.job = plan_->job;
+    partial.epoch = plan_->epoch;
+    partial.owner = plan_->owner;
+    partial.step = plan_->step;
+    partial.slot = plan_->slot;
+    partial.stream = stream.name;
+    partial.instance = instance_;
+    return partial;
+  };
+  for (const WorkStream* stream : ready) {
+    WorkPartial partial = partial_of(*stream);
+    auto sum = LocalPartial(plan_->key, *stream);
+    if (!sum.ok()) {
+      Log(LogLevel::kError, kComponent,
+          "partial sum of " + stream->name + " for step " + std::to_string(plan_->step) +
+              " failed: " + sum.status().ToString());
+      plan_sent_.insert(stream->name);  // not retried for this plan
+      continue;
+    }
+    partial.sum = std::move(*sum);
+    if (!AppendWork(EncodeWorkPartial(partial)).ok()) return;  // stopping
+    plan_sent_.insert(stream->name);
+    ++pending_published_;
+  }
+  for (const WorkStream* stream : overflowing) {
+    WorkPartial partial = partial_of(*stream);
+    partial.overflow = true;
+    if (!AppendWork(EncodeWorkPartial(partial)).ok()) return;
+    plan_sent_.insert(stream->name);
+  }
+}
+
+Status Daemon::RunWorker() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    capacity_ = config_.pool_capacity;
+  }
+  metrics_->worker().Set(1);
+  Log(LogLevel::kInfo, kComponent,
+      "working for job '" + config_.ledger_key + "' on " + exchange_->Describe() +
+          (instance_.empty() ? "" : " as " + instance_) +
+          ": it joins the consumer group at the coordinator's first plan and sums the "
+          "partitions the group gives it");
+  int failures = 0;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stop_) break;
+    }
+    if (plan_.has_value()) WorkOnPlan();
+    auto messages = PollWork(std::chrono::milliseconds(100), &failures);
+    if (!messages.has_value()) continue;
+    // The newest plan of the highest epoch; a reminder of the plan in hand
+    // updates what is still wanted.
+    std::optional<WorkPlan> next;
+    for (auto& [offset, bytes] : *messages) {
+      auto kind = WorkMessageKindOf(bytes);
+      if (!kind.ok() || *kind != WorkMessageKind::kPlan) continue;
+      auto plan = DecodeWorkPlan(bytes);
+      if (!plan.ok()) {
+        Log(LogLevel::kWarning, kComponent,
+            exchange_->Describe() + " offset " + std::to_string(offset) + ": " +
+                plan.status().ToString() + "; ignored");
+        continue;
+      }
+      if (plan->epoch < highest_epoch_) continue;  // a replaced coordinator's
+      highest_epoch_ = plan->epoch;
+      last_plan_seen_ns_.store(SteadyNowNs());
+      const WorkPlan* current = next.has_value() ? &*next : (plan_.has_value() ? &*plan_ : nullptr);
+      if (current != nullptr && current->epoch == plan->epoch &&
+          (plan->step < current->step ||
+           (plan->step == current->step && plan->slot < current->slot))) {
+        continue;  // older than the plan in hand
+      }
+      next = std::move(*plan);
+    }
+    if (!next.has_value()) continue;
+    if (next->model.empty()) {
+      // A reminder: the model is in the full plan.
+      const bool have_model = plan_model_of_ == std::make_pair(next->epoch, next->step);
+      if (!have_model) {
+        auto full = exchange_->ReadAt(next->plan_offset);
+        auto decoded = full.ok() ? DecodeWorkPlan(*full) : StatusOr<WorkPlan>(full.status());
+        if (!decoded.ok() || decoded->epoch != next->epoch || decoded->step != next->step) {
+          Log(LogLevel::kWarning, kComponent,
+              "the plan of step " + std::to_string(next->step) + " at " + exchange_->Describe() +
+                  " offset " + std::to_string(next->plan_offset) + " cannot be read (" +
+                  (decoded.ok() ? std::string("another step") : decoded.status().ToString()) +
+                  "); waiting for the next plan");
+          continue;
+        }
+        decoded->wanted = std::move(next->wanted);
+        next = std::move(*decoded);
+      }
+    }
+    const Status adopted = AdoptPlan(std::move(*next));
+    if (!adopted.ok()) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!ingest_error_) ingest_error_ = adopted;  // Run()'s result
+      break;
+    }
+    if (source_ == nullptr && plan_.has_value()) {
+      // The group is joined once a plan names every partition's window
+      // start: a partition resumes there (one no plan names yet: at its
+      // first retained record). Reading from below a window's start is
+      // always complete; what lies below is dropped at the next plan.
+      Daemon* self = this;
+      auto source = make_source_([self](const std::string& topic, int32_t partition)
+                                     -> std::optional<int64_t> {
+        std::lock_guard<std::mutex> lock(self->mutex_);
+        const auto it = self->resume_offsets_.find(StreamName(topic, partition));
+        return it == self->resume_offsets_.end() ? int64_t{0} : it->second;
+      });
+      if (!source.ok()) {
+        metrics_->worker().Set(0);
+        return source.status();
+      }
+      source_ = std::move(*source);
+      ingest_thread_ = std::thread([this] { IngestLoop(); });
+    }
+  }
+  RequestStop();
+  if (ingest_thread_.joinable()) ingest_thread_.join();
+  Status result = Status::Ok();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (ingest_error_) result = *ingest_error_;
+  }
+  if (source_ != nullptr) {
+    const Status committed = source_->Commit();
+    if (!committed.ok()) Log(LogLevel::kWarning, kComponent, "final offset commit: " + committed.ToString());
+    const Status closed = source_->Close();
+    if (!closed.ok()) Log(LogLevel::kWarning, kComponent, "closing the source: " + closed.ToString());
+  }
+  const Status flushed = sink_->Close();
+  if (!flushed.ok()) Log(LogLevel::kWarning, kComponent, "closing the sink: " + flushed.ToString());
+  metrics_->worker().Set(0);
+  Log(LogLevel::kInfo, kComponent, "worker stopped");
   return result;
 }
 

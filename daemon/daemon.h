@@ -114,6 +114,7 @@
 #include "daemon/ledger_replica.h"
 #include "daemon/metrics.h"
 #include "daemon/model_setup.h"
+#include "daemon/work_exchange.h"
 
 namespace vipsd::daemon {
 
@@ -127,6 +128,16 @@ struct DaemonOptions {
   // with privacy.noise: fixed_seed, before reproducible (NOT private) noise
   // is used. A config key alone must never turn the privacy off.
   bool allow_fixed_seed_noise = false;
+  // --instance-id: names this process in its partial sums and log lines
+  // (shared work); default host:pid.
+  std::string instance_id;
+  // A working standby that takes over (state.work_topic): the model of the
+  // last plan it worked on (CheckpointStore bytes; public: post-processing
+  // of charged, noised sums). Create continues from it instead of the
+  // prior when the state directory holds no newer model of the record's
+  // lineage and it belongs to the ledger of record (run id, model, a step
+  // the record charges).
+  std::string takeover_model;
 };
 
 // Test-only observation points; empty in production.
@@ -155,6 +166,13 @@ struct DaemonStatus {
   int64_t last_published_step = 0;
   int64_t records_pooled = 0;   // in this process (stream volume)
   int64_t records_rejected = 0; // in this process (stream volume)
+  // Shared work (state.work_topic), in this process: partial sums this
+  // process computed and appended (worker) or merged (coordinator: its own
+  // and other processes'), counted at the plan's public time.
+  int64_t partials_published = 0;
+  int64_t partials_merged_local = 0;
+  int64_t partials_merged_remote = 0;
+  int64_t plans_followed = 0;   // worker: steps it computed partials for
 };
 
 // What `vipsd --check-config` runs: every check a start performs that does
@@ -178,8 +196,30 @@ class Daemon {
                                                   std::unique_ptr<OutputSink> sink,
                                                   Metrics* metrics, DaemonHooks hooks = {},
                                                   DaemonOptions options = {},
-                                                  std::unique_ptr<LedgerReplica> replica = nullptr);
+                                                  std::unique_ptr<LedgerReplica> replica = nullptr,
+                                                  std::unique_ptr<WorkExchange> exchange = nullptr);
+  // Shared work (daemon/work_exchange.h): a process that does not own the
+  // job. It follows the coordinator's plans: reads the partitions the
+  // consumer group gives it, computes their partial sums for each step and
+  // appends them to the work topic. It charges nothing, writes no ledger and
+  // releases nothing. It joins the consumer group when the first plan
+  // arrives; every partition resumes at the latest plan's window start.
+  // Run() returns OK on RequestStop().
+  static StatusOr<std::unique_ptr<Daemon>> CreateWorker(const config::VipsdConfig& config,
+                                                        SourceFactory make_source,
+                                                        std::unique_ptr<OutputSink> sink,
+                                                        Metrics* metrics,
+                                                        std::unique_ptr<WorkExchange> exchange,
+                                                        DaemonOptions options = {});
   ~Daemon();
+
+  // Worker: steady-clock time (ns since its epoch) of the last plan or
+  // reminder of the coordinator it saw; 0 before any. A standby that works
+  // takes over only after the ledger AND the plans were silent.
+  int64_t last_plan_seen_ns() const { return last_plan_seen_ns_.load(); }
+  // Worker, after Run() returned: the model of the last plan it followed
+  // (DaemonOptions::takeover_model); empty if none.
+  const std::string& latest_plan_model() const { return latest_plan_model_; }
 
   // Runs until RequestStop(), the exit ceiling action, max_steps, or (the
   // offline run) max_epochs. Returns OK on a clean stop; an error if the
@@ -216,9 +256,16 @@ class Daemon {
     double checkpoint_write_seconds = 0;
     bool checkpoint_failed = false;
     double step_seconds = 0;
+    // Shared work: partial sums merged, by who computed them; the window's
+    // offsets across all partitions (the pool is spread over processes).
+    int64_t partials_local = 0;
+    int64_t partials_remote = 0;
+    int64_t window_offsets = -1;  // -1: solo (the pool's size)
     std::vector<std::string> alerts;  // JSON
     std::vector<std::pair<LogLevel, std::string>> log_lines;
   };
+
+  enum class Role { kSolo, kCoordinator, kWorker };
 
   // Threads.
   void IngestLoop();
@@ -237,6 +284,36 @@ class Daemon {
   void SaveCheckpoint(PendingOutput* out);
   void AdvanceWindow();
   bool RunStep(int64_t slot, PendingOutput* out);
+  // Shared work. Coordinator: Begin, plan, partials (own and others'),
+  // Finish. OUT_OF_RANGE: a process could not hold a partition's window;
+  // CANCELLED: stopping.
+  StatusOr<svi::StepResult> SharedStep(int64_t slot, PendingOutput* out);
+  StatusOr<svi::StepResult> SharedStepCharged(const svi::StepTicket& ticket, int64_t slot,
+                                              PendingOutput* out);
+  // The ingest thread pauses each stream at the slot's cut.
+  void SetTargets(const std::map<std::string, int64_t>& cuts);
+  // Every record of [low, high) of `stream` has been read here.
+  bool LocallyComplete(const WorkStream& stream);  // mutex_ held
+  // The source has `stream` assigned now (or reads every stream).
+  bool LocallyAssigned(const std::string& stream);  // mutex_ held
+  // A stream this process reads cannot be completed: the records held fill
+  // pool.capacity.
+  bool LocallyOverflowing(const WorkStream& stream);  // mutex_ held
+  // The clipped partial sum of `stream`'s window from the staged records,
+  // encoded for the work topic (PRIVATE).
+  StatusOr<std::string> LocalPartial(const svi::StepKey& key, const WorkStream& stream);
+  StatusOr<int64_t> AppendWork(const std::string& bytes);
+  // The work topic's new messages; nullopt after a failed read (logged
+  // every 20th time, then a short back-off).
+  std::optional<std::vector<std::pair<int64_t, std::string>>> PollWork(
+      std::chrono::milliseconds wait, int* failures);
+  Status RunWorker();
+  // Worker: makes `plan` the one it works on (model, q, windows, resume
+  // offsets). INVALID_ARGUMENT when this process's configuration is not the
+  // coordinator's (another model, privacy on one side only): the worker
+  // stops; other failures are logged and the plan is skipped.
+  Status AdoptPlan(WorkPlan plan);
+  void WorkOnPlan();
   bool BudgetAdmitsStep(double* epsilon_after, double* window_epsilon);
   void EmitAtDeadline(PendingOutput& out);
   void OnCeiling(double epsilon_refused, PendingOutput* out);
@@ -269,6 +346,7 @@ class Daemon {
   // Fixed for the life of the object.
   const DaemonOptions options_;
   const bool paced_;
+  Role role_ = Role::kSolo;
 
   // Step thread only.
   config::VipsdConfig config_;
@@ -334,6 +412,21 @@ class Daemon {
   int64_t overruns_unreported_ = 0;  // deadline overruns since the last log line
   double last_overrun_log_ = 0;
 
+  // Shared work (state.work_topic): null in a solo process.
+  std::unique_ptr<WorkExchange> exchange_;
+  SourceFactory make_source_;  // worker: the source is made at the first plan
+  std::string instance_;
+  std::unique_ptr<privacy::GaussianSumMechanism> shared_total_;  // coordinator
+  // Worker (step thread): the plan followed, where its model came from, and
+  // the partials already appended for it.
+  std::optional<WorkPlan> plan_;
+  std::pair<uint64_t, int64_t> plan_model_of_{0, -1};  // (epoch, step) of the model held
+  std::set<std::string> plan_sent_;
+  std::string latest_plan_model_;
+  uint64_t highest_epoch_ = 0;
+  int64_t pending_published_ = 0;  // counted at the next plan (public time)
+  std::atomic<int64_t> last_plan_seen_ns_{0};
+
   std::unique_ptr<InputSource> source_;
   std::thread ingest_thread_;
   std::thread clock_thread_;
@@ -367,6 +460,8 @@ class Daemon {
   double clock_interval_ = 0;                             // guarded by mutex_
   int64_t records_pooled_ = 0;                            // guarded by mutex_
   int64_t records_rejected_ = 0;                          // guarded by mutex_
+  // The streams the source has assigned (nullopt: all of them).
+  std::optional<std::set<std::string>> assigned_;         // guarded by mutex_
   DaemonStatus status_;                                   // guarded by mutex_
 };
 

@@ -64,6 +64,9 @@ struct PollBatch {
   // complete even when the last offsets hold no record (transaction markers,
   // compaction).
   std::map<std::string, int64_t> reached_end;
+  // The streams assigned to this reader after the poll (a consumer group
+  // member's share); nullopt: every stream (a file).
+  std::optional<std::set<std::string>> assignment;
 };
 
 // The start (first retained offset) and end (next offset to be written) of

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <exception>
 #include <set>
+#include <thread>
 #include <map>
 #include <optional>
 
@@ -14,6 +15,7 @@
 #include "connectors/kafka/log_observer.h"
 #include "connectors/kafka/partition_reader.h"
 #include "core/base/log.h"
+#include "daemon/work_exchange.h"
 
 namespace vipsd::daemon {
 namespace {
@@ -66,6 +68,10 @@ class KafkaInput final : public InputSource {
     }
     for (const auto& [ref, end] : source_->TakeReachedEnds()) {
       batch.reached_end[StreamName(ref.topic, ref.partition)] = end;
+    }
+    batch.assignment.emplace();
+    for (const auto& ref : source_->assignment()) {
+      batch.assignment->insert(StreamName(ref.topic, ref.partition));
     }
     return batch;
   }
@@ -209,6 +215,22 @@ connectors::KafkaProducerOptions ProducerOptions(const config::VipsdConfig& conf
       std::chrono::milliseconds(static_cast<int64_t>(config.publish_timeout_seconds * 1000));
   options.properties = config.kafka.properties;
   for (const auto& [key, value] : config.kafka.producer_properties) options.properties[key] = value;
+  return options;
+}
+
+// A reader of a whole one-partition topic (ledger, work) with the kafka.*
+// and consumer properties.
+connectors::KafkaPartitionReaderOptions ReaderOptions(const config::VipsdConfig& config,
+                                                      const std::string& bootstrap_servers,
+                                                      const std::string& topic,
+                                                      std::chrono::milliseconds timeout) {
+  connectors::KafkaPartitionReaderOptions options;
+  options.bootstrap_servers = bootstrap_servers;
+  options.topic = topic;
+  options.client_id = config.kafka.client_id;
+  options.properties = config.kafka.properties;
+  for (const auto& [key, value] : config.kafka.consumer_properties) options.properties[key] = value;
+  options.timeout = timeout;
   return options;
 }
 
@@ -420,21 +442,120 @@ StatusOr<std::unique_ptr<LedgerReplica>> NewKafkaLedgerReplica(
   }
   VIPSD_ASSIGN_OR_RETURN(auto producer,
                          connectors::KafkaProducer::Create(std::move(producer_options)));
-  connectors::KafkaPartitionReaderOptions reader_options;
-  reader_options.bootstrap_servers = bootstrap_servers;
-  reader_options.topic = config.ledger_topic;
-  reader_options.client_id = config.kafka.client_id;
-  reader_options.properties = config.kafka.properties;
-  for (const auto& [key, value] : config.kafka.consumer_properties) {
-    reader_options.properties[key] = value;
-  }
-  reader_options.timeout = timeout;
   VIPSD_ASSIGN_OR_RETURN(auto reader,
-                         connectors::KafkaPartitionReader::Create(std::move(reader_options)));
+                         connectors::KafkaPartitionReader::Create(ReaderOptions(
+                             config, bootstrap_servers, config.ledger_topic, timeout)));
   return LedgerReplica::Create(
       std::make_unique<KafkaLedgerLog>(config.ledger_topic, std::move(producer), std::move(reader),
                                        timeout),
       config.ledger_key);
+}
+
+namespace {
+
+// partition 0 of state.work_topic (daemon/work_exchange.h).
+class KafkaWorkExchange final : public WorkExchange {
+ public:
+  KafkaWorkExchange(std::string topic, std::string job,
+                    std::unique_ptr<connectors::KafkaProducer> producer,
+                    std::unique_ptr<connectors::KafkaPartitionReader> reader,
+                    std::chrono::milliseconds timeout, int64_t position)
+      : topic_(std::move(topic)),
+        job_(std::move(job)),
+        producer_(std::move(producer)),
+        reader_(std::move(reader)),
+        timeout_(timeout),
+        position_(position) {}
+  ~KafkaWorkExchange() override { (void)producer_->Close(std::chrono::milliseconds(5000)); }
+
+  std::string Describe() const override { return "work topic " + topic_ + " partition 0"; }
+
+  StatusOr<int64_t> Append(const std::string& bytes) override {
+    connectors::OutMessage message;
+    message.topic = topic_;
+    message.partition = 0;
+    message.key = job_;
+    message.value = bytes;
+    int64_t offset = -1;
+    VIPSD_RETURN_IF_ERROR(producer_->ProduceAndWait(std::span(&message, 1), timeout_, &offset));
+    if (offset < 0) return UnavailableError(Describe() + ": the broker returned no offset");
+    return offset;
+  }
+
+  StatusOr<std::vector<std::pair<int64_t, std::string>>> Poll(
+      std::chrono::milliseconds wait) override {
+    const auto until = std::chrono::steady_clock::now() + wait;
+    std::vector<std::pair<int64_t, std::string>> out;
+    for (;;) {
+      VIPSD_ASSIGN_OR_RETURN(const auto bounds, reader_->Bounds());
+      position_ = std::max(position_, bounds.first);
+      if (bounds.second > position_) {
+        VIPSD_ASSIGN_OR_RETURN(auto messages, reader_->Read(position_, bounds.second));
+        for (auto& m : messages) {
+          if (m.key == job_) out.emplace_back(m.offset, std::move(m.value));
+        }
+        position_ = bounds.second;
+      }
+      if (!out.empty() || std::chrono::steady_clock::now() >= until) return out;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  void Seek(int64_t offset) override { position_ = offset; }
+
+  StatusOr<std::string> ReadAt(int64_t offset) override {
+    VIPSD_ASSIGN_OR_RETURN(const auto bounds, reader_->Bounds());
+    if (offset < bounds.first || offset >= bounds.second) {
+      return NotFoundError(Describe() + " no longer holds offset " + std::to_string(offset));
+    }
+    VIPSD_ASSIGN_OR_RETURN(auto messages, reader_->Read(offset, offset + 1));
+    for (auto& m : messages) {
+      if (m.offset == offset) return std::move(m.value);
+    }
+    return NotFoundError(Describe() + " holds no message at offset " + std::to_string(offset));
+  }
+
+ private:
+  std::string topic_;
+  std::string job_;
+  std::unique_ptr<connectors::KafkaProducer> producer_;
+  std::unique_ptr<connectors::KafkaPartitionReader> reader_;
+  std::chrono::milliseconds timeout_;
+  int64_t position_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<WorkExchange>> NewKafkaWorkExchange(
+    const config::VipsdConfig& config, const std::string& bootstrap_servers) {
+  const auto timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(std::ceil(config.publish_timeout_seconds * 1000)));
+  connectors::KafkaProducerOptions producer_options = ProducerOptions(config, bootstrap_servers);
+  // A plan carries the model and a partial sum can be dense (4 MB at
+  // K·V = 500,000): larger than librdkafka's 1 MB default. The topic needs
+  // max.message.bytes to match on a real broker (README "Several instances").
+  if (producer_options.properties.count("message.max.bytes") == 0) {
+    producer_options.properties["message.max.bytes"] = std::to_string(kWorkMessageMaxBytes);
+  }
+  VIPSD_ASSIGN_OR_RETURN(auto producer,
+                         connectors::KafkaProducer::Create(std::move(producer_options)));
+  connectors::KafkaPartitionReaderOptions reader_options =
+      ReaderOptions(config, bootstrap_servers, config.work_topic, timeout);
+  if (reader_options.properties.count("fetch.max.bytes") == 0) {
+    reader_options.properties["fetch.max.bytes"] = std::to_string(kWorkMessageMaxBytes);
+  }
+  VIPSD_ASSIGN_OR_RETURN(auto reader,
+                         connectors::KafkaPartitionReader::Create(std::move(reader_options)));
+  VIPSD_ASSIGN_OR_RETURN(const int partitions, reader->PartitionCount());
+  if (partitions != 1) {
+    return FailedPreconditionError("state.work_topic " + config.work_topic + " has " +
+                                   std::to_string(partitions) +
+                                   " partitions; the work topic needs exactly one");
+  }
+  VIPSD_ASSIGN_OR_RETURN(const auto bounds, reader->Bounds());
+  return std::unique_ptr<WorkExchange>(new KafkaWorkExchange(
+      config.work_topic, config.ledger_key, std::move(producer), std::move(reader), timeout,
+      bounds.second));
 }
 
 }  // namespace vipsd::daemon

@@ -22,6 +22,7 @@
 #include "daemon/io.h"
 #include "daemon/ledger_replica.h"
 #include "daemon/metrics.h"
+#include "daemon/work_exchange.h"
 
 namespace vipsd::daemon {
 
@@ -41,6 +42,16 @@ StatusOr<std::unique_ptr<OutputSink>> NewDaemonOutput(const config::VipsdConfig&
 // keyed by state.ledger_key; producer and reader take the kafka.*
 // properties. Appends and reads time out after sink.publish_timeout_seconds.
 StatusOr<std::unique_ptr<LedgerReplica>> NewKafkaLedgerReplica(
+    const config::VipsdConfig& config, const std::string& bootstrap_servers);
+
+// The largest work-topic message (a plan with its model, a dense partial
+// sum) the producer sends and the reader fetches: 64 MiB.
+inline constexpr int64_t kWorkMessageMaxBytes = int64_t{64} << 20;
+
+// Partition 0 of state.work_topic (daemon/work_exchange.h), messages keyed
+// by state.ledger_key; reading starts at the topic's end. The topic must
+// have exactly one partition (FAILED_PRECONDITION otherwise).
+StatusOr<std::unique_ptr<WorkExchange>> NewKafkaWorkExchange(
     const config::VipsdConfig& config, const std::string& bootstrap_servers);
 
 }  // namespace vipsd::daemon

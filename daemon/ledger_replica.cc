@@ -169,7 +169,8 @@ Status LedgerReplica::ReadToEndFromStart() {
 }
 
 Status LedgerReplica::AwaitSilence(std::chrono::milliseconds silence,
-                                   const std::function<bool()>& stop) {
+                                   const std::function<bool()>& stop,
+                                   const std::function<int64_t()>& activity) {
   if (epoch_ != 0) return FailedPreconditionError("ledger replica: already claimed");
   using Clock = std::chrono::steady_clock;
   Clock::time_point last_seen = Clock::now();  // an entry of the job, or the start
@@ -189,6 +190,11 @@ Status LedgerReplica::AwaitSilence(std::chrono::milliseconds silence,
         last_seen = Clock::now();
         seen += static_cast<size_t>(job_entries_ - entries_before);
       }
+    }
+    if (activity) {
+      const Clock::time_point other{std::chrono::duration_cast<Clock::duration>(
+          std::chrono::nanoseconds(activity()))};
+      if (other > last_seen) last_seen = other;
     }
     if (read.ok()) {
       last_read = Clock::now();

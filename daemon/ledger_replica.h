@@ -136,7 +136,12 @@ class LedgerReplica {
   // slot). CANCELLED as soon as `stop()` returns true; UNAVAILABLE if the log
   // cannot be read for `silence` either (a standby does not take over
   // blindly). Call before Claim.
-  Status AwaitSilence(std::chrono::milliseconds silence, const std::function<bool()>& stop);
+  // `activity`, if given, is the steady-clock time (ns since its epoch; 0:
+  // none) of the owner's last other sign of life — a working standby's last
+  // plan from the coordinator (daemon/work_exchange.h), so that a
+  // coordinator waiting for partial sums is not taken over.
+  Status AwaitSilence(std::chrono::milliseconds silence, const std::function<bool()>& stop,
+                      const std::function<int64_t()>& activity = {});
 
   // Appends `state` under this process's epoch and confirms the process
   // still owns the job. FAILED_PRECONDITION "fenced" (sticky) if another

@@ -10,8 +10,10 @@
 // Runs in the foreground (systemd Type=notify; never self-daemonises).
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -83,6 +85,10 @@ constexpr const char* kUsage =
     "  --insecure-fixed-seed-noise    allow privacy.noise: fixed_seed (reproducible noise,\n"
     "                                 NOT private; tests and experiments only). Without\n"
     "                                 this flag such a configuration is refused.\n"
+    "  --instance-id NAME             names this process in its log lines and in the\n"
+    "                                 partial sums it computes (state.work_topic: one\n"
+    "                                 configuration for all processes of a job);\n"
+    "                                 default host:pid\n"
     "\n"
     "Every key: config/vipsd.reference.yaml (--print-reference-config); commented\n"
     "examples: config/examples/*.yaml.\n"
@@ -196,6 +202,7 @@ int RunDaemon(const config::VipsdConfig& config, const daemon::DaemonOptions& op
   // by again if another standby claimed the job at the same moment (or the
   // topic was unavailable for the claim).
   const bool standby = !config.ledger_topic.empty() && config.standby_takeover_seconds > 0;
+  const bool shared = !config.ledger_topic.empty() && !config.work_topic.empty();
   bool stopping = false;
   const auto stop_requested = [&] {
     const timespec now{0, 0};
@@ -212,6 +219,7 @@ int RunDaemon(const config::VipsdConfig& config, const daemon::DaemonOptions& op
   };
   daemon::Metrics* metrics_ptr = metrics->get();
   StatusOr<std::unique_ptr<daemon::Daemon>> daemon = UnavailableError("not started");
+  daemon::DaemonOptions claim_options = options;
   for (;;) {
     std::unique_ptr<daemon::LedgerReplica> replica;
     if (!config.ledger_topic.empty()) {
@@ -227,13 +235,65 @@ int RunDaemon(const config::VipsdConfig& config, const daemon::DaemonOptions& op
       seconds << config.standby_takeover_seconds;
       Log(LogLevel::kInfo, "main",
           "standby for job '" + config.ledger_key + "' on ledger topic " + config.ledger_topic +
-              ": taking over after " + seconds.str() + " s without a ledger entry");
+              ": taking over after " + seconds.str() + " s without a ledger entry" +
+              (shared ? " or a plan; working for the owner meanwhile" : ""));
       (void)daemon::Notify("READY=1\nSTATUS=standby");
       (*metrics)->standby().Set(1);
+      // state.work_topic: the standby works for the owner while it waits
+      // (daemon/work_exchange.h) and stops working before it claims.
+      std::unique_ptr<daemon::Daemon> worker;
+      std::thread worker_thread;
+      std::atomic<bool> worker_done{false};
+      Status worker_result = Status::Ok();
+      if (shared) {
+        (*metrics)->standby().Set(0);  // working, not idle
+        auto exchange = daemon::NewKafkaWorkExchange(config, bootstrap);
+        if (!exchange.ok()) {
+          Log(LogLevel::kError, "main", "work topic: " + exchange.status().ToString());
+          return ExitCodeFor(exchange.status());
+        }
+        auto worker_output = daemon::NewDaemonOutput(config, bootstrap);
+        if (!worker_output.ok()) {
+          Log(LogLevel::kError, "main", "output: " + worker_output.status().ToString());
+          return ExitCodeFor(worker_output.status());
+        }
+        auto created = daemon::Daemon::CreateWorker(
+            config,
+            [&config, bootstrap, metrics_ptr](daemon::ResumeOffsetFn resume) {
+              return daemon::NewKafkaInput(config, bootstrap, std::move(resume), metrics_ptr);
+            },
+            std::move(*worker_output), metrics_ptr, std::move(*exchange), options);
+        if (!created.ok()) {
+          Log(LogLevel::kError, "main", created.status().ToString());
+          return ExitCodeFor(created.status());
+        }
+        worker = std::move(*created);
+        worker_thread = std::thread([&] {
+          worker_result = worker->Run();
+          worker_done = true;
+        });
+      }
+      daemon::Daemon* working = worker.get();
       const Status silent = replica->AwaitSilence(
           std::chrono::milliseconds(
               static_cast<int64_t>(std::ceil(config.standby_takeover_seconds * 1000))),
-          stop_requested);
+          [&] { return stop_requested() || worker_done.load(); },
+          [working]() -> int64_t { return working == nullptr ? 0 : working->last_plan_seen_ns(); });
+      if (worker != nullptr) {
+        // Leaves the consumer group and unlocks the state directory before a
+        // claim: the owner's partitions move through an ordinary rebalance.
+        worker->RequestStop();
+        worker_thread.join();
+        // The model the job had reached: the new owner continues from it.
+        if (!worker->latest_plan_model().empty()) {
+          claim_options.takeover_model = worker->latest_plan_model();
+        }
+        worker.reset();
+        if (!worker_result.ok()) {
+          Log(LogLevel::kError, "main", "worker: " + worker_result.ToString());
+          return ExitCodeFor(worker_result);  // 2: a configuration error (no restart)
+        }
+      }
       if (silent.code() == StatusCode::kCancelled) return 0;
       if (!silent.ok()) {
         Log(LogLevel::kError, "main", silent.ToString());
@@ -246,12 +306,22 @@ int RunDaemon(const config::VipsdConfig& config, const daemon::DaemonOptions& op
       Log(LogLevel::kError, "main", "output: " + output.status().ToString());
       return ExitCodeFor(output.status());
     }
+    std::unique_ptr<daemon::WorkExchange> exchange;
+    if (shared) {
+      auto made = daemon::NewKafkaWorkExchange(config, bootstrap);
+      if (!made.ok()) {
+        Log(LogLevel::kError, "main", "work topic: " + made.status().ToString());
+        return ExitCodeFor(made.status());
+      }
+      exchange = std::move(*made);
+    }
     daemon = daemon::Daemon::Create(
         config,
         [&config, bootstrap, metrics_ptr](daemon::ResumeOffsetFn resume) {
           return daemon::NewKafkaInput(config, bootstrap, std::move(resume), metrics_ptr);
         },
-        std::move(*output), metrics_ptr, hooks, options, std::move(replica));
+        std::move(*output), metrics_ptr, hooks, claim_options, std::move(replica),
+        std::move(exchange));
     output = UnavailableError("handed to the daemon");
     if (!daemon.ok() && standby && daemon.status().code() == StatusCode::kUnavailable) {
       Log(LogLevel::kWarning, "main",
@@ -375,6 +445,8 @@ int main(int argc, char** argv) {
       check_only = true;
     } else if (arg == "--insecure-fixed-seed-noise") {
       options.allow_fixed_seed_noise = true;
+    } else if (arg == "--instance-id" && i + 1 < argc) {
+      options.instance_id = argv[++i];
     } else if (arg == "--config" && i + 1 < argc) {
       config_path = argv[++i];
     } else if (arg.rfind("--config=", 0) == 0) {
@@ -387,6 +459,11 @@ int main(int argc, char** argv) {
   if (config_path.empty()) {
     std::cerr << "vipsd: missing --config FILE; see --help\n";
     return 2;
+  }
+  if (options.instance_id.empty()) {
+    char host[256] = {};
+    if (gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "host");
+    options.instance_id = std::string(host) + ":" + std::to_string(getpid());
   }
   auto config = config::LoadConfigFile(config_path);
   if (!config.ok()) {

@@ -251,6 +251,17 @@ inline constexpr std::array<double, 14> kCheckpointWriteDurationBuckets = {
   GAUGE(ledger_owner_epoch, "",                                                                  \
         "Epoch counter under which this process owns its job on state.ledger_topic (0: no "     \
         "ledger topic, or not the owner yet).")                                                  \
+  /* Shared work (state.work_topic); counted at plan times, never when a partial is done */     \
+  GAUGE(worker, "",                                                                              \
+        "1 while this process works for its job's coordinator (state.work_topic): it sums the "  \
+        "partitions the consumer group gives it and charges or releases nothing, else 0.")       \
+  COUNTER(work_partials_published_total, "partials",                                             \
+          "Partial sums this worker appended to the work topic (counted when the next plan "    \
+          "arrives).")                                                                           \
+  COUNTER_PER(work_partials_merged_total, "partials",                                            \
+              "Partial sums the coordinator merged into its steps, by who computed them "        \
+              "(local: this process, remote: another); counted at the step's deadline.",         \
+              "kind")                                                                            \
   COUNTER(checkpoint_writes_total, "checkpoints", "Model checkpoints written durably.")           \
   COUNTER(checkpoint_failures_total, "checkpoints", "Model checkpoint writes that failed.")      \
   HISTOGRAM(checkpoint_write_duration_seconds, "seconds",                                        \

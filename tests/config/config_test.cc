@@ -158,6 +158,27 @@ TEST(ConfigTest, LedgerTopicKeys) {
   ASSERT_FALSE(key_alone.ok());
   EXPECT_THAT(key_alone.status().message(),
               HasSubstr("state.ledger_key: only allowed together with state.ledger_topic"));
+  // state.work_topic: with the ledger topic only; its own topic; line named.
+  auto work = ParseConfig(KafkaWith("  # ledger_topic: vipsd-ledger\n",
+                                    "  ledger_topic: vipsd-ledger\n  work_topic: vipsd-work\n"),
+                          "f.yaml");
+  ASSERT_TRUE(work.ok()) << work.status().message();
+  EXPECT_EQ(work->work_topic, "vipsd-work");
+  auto work_alone = ParseConfig(KafkaWith("  # ledger_topic: vipsd-ledger\n",
+                                          "  work_topic: vipsd-work\n"),
+                                "f.yaml");
+  ASSERT_FALSE(work_alone.ok());
+  EXPECT_THAT(work_alone.status().message(),
+              HasSubstr("state.work_topic: only allowed together with state.ledger_topic"));
+  EXPECT_THAT(work_alone.status().message(), HasSubstr("f.yaml:"));
+  auto work_is_ledger = ParseConfig(
+      KafkaWith("  # ledger_topic: vipsd-ledger\n",
+                "  ledger_topic: vipsd-ledger\n  work_topic: vipsd-ledger\n"),
+      "f.yaml");
+  ASSERT_FALSE(work_is_ledger.ok());
+  EXPECT_THAT(work_is_ledger.status().message(),
+              HasSubstr("state.work_topic: must differ from state.ledger_topic and from the "
+                        "input topics"));
   auto on_file = ParseConfig(With("state:\n", "state:\n  ledger_topic: l\n"), "f.yaml");
   ASSERT_FALSE(on_file.ok());
   EXPECT_THAT(on_file.status().message(),

@@ -23,12 +23,19 @@ docs/ledger_format.md "Ledger topic"):
     release's (published late by a paused owner: the documented gap) are
     counted and allowed only after a pause.
 
-Usage: failover_harness.py --vipsd BIN --mock-kafka BIN [--events N]
+With --shared (state.work_topic) the standbys work for the owner: all
+processes are one consumer group over a 6-partition input, a process's
+partitions move through ordinary rebalances when it dies, restarts or
+joins, and a fourth process joins mid-run (a worker added). Also checked:
+partial sums computed by other processes were merged into steps.
+
+Usage: failover_harness.py --vipsd BIN --mock-kafka BIN [--events N] [--shared]
 Environment: VIPSD_HARNESS_SEED fixes the random schedule;
 VIPSD_FAILOVER_EVENTS is the default of --events (8).
 """
 import argparse
 import os
+import re
 import shutil
 import signal
 import sys
@@ -100,28 +107,39 @@ def main():
     parser.add_argument("--mock-kafka", required=True)
     parser.add_argument("--events", type=int,
                         default=int(os.environ.get("VIPSD_FAILOVER_EVENTS", "8")))
+    parser.add_argument("--shared", action="store_true",
+                        help="state.work_topic: the standbys work for the owner")
     args = parser.parse_args()
     rng = harness.seeded_random()
     work = os.path.join(os.environ.get("TMPDIR", "/tmp"), "vipsd-failover-%d" % os.getpid())
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    kafka = harness.MockKafka(args.mock_kafka, 1, [("docs", 2), ("releases", 1), ("dead", 1),
-                                                   ("alerts", 1), ("ledger", 1)])
+    kafka = harness.MockKafka(args.mock_kafka, 1, [("docs", 6 if args.shared else 2),
+                                                   ("releases", 1), ("dead", 1), ("alerts", 1),
+                                                   ("ledger", 1), ("work", 1)])
     members = []
+
+    def new_member(i):
+        directory = os.path.join(work, "p%d" % i)
+        # Shared work: one consumer group for the job; otherwise each
+        # process its own (a standby consumes nothing).
+        group = "vipsd-failover-%d" % os.getpid() if args.shared else \
+            "vipsd-failover-%d-%d" % (os.getpid(), i)
+        config = harness.write_setup(directory, kafka.bootstrap, group)
+        with open(config) as f:
+            text = f.read()
+        text = text.replace(
+            "state:\n  directory: state\n",
+            "state:\n  directory: state\n  ledger_topic: ledger\n  ledger_key: job\n"
+            "  standby_takeover_seconds: %s\n%s" %
+            (TAKEOVER_SECONDS, "  work_topic: work\n" if args.shared else ""))
+        with open(config, "w") as f:
+            f.write(text)
+        return Member(i, args.vipsd, config, work)
+
     try:
         for i in range(PROCESSES):
-            directory = os.path.join(work, "p%d" % i)
-            config = harness.write_setup(directory, kafka.bootstrap,
-                                         "vipsd-failover-%d-%d" % (os.getpid(), i))
-            with open(config) as f:
-                text = f.read()
-            text = text.replace(
-                "state:\n  directory: state\n",
-                "state:\n  directory: state\n  ledger_topic: ledger\n  ledger_key: job\n"
-                "  standby_takeover_seconds: %s\n" % TAKEOVER_SECONDS)
-            with open(config, "w") as f:
-                f.write(text)
-            members.append(Member(i, args.vipsd, config, work))
+            members.append(new_member(i))
         next_record = 0
         check(harness.produce(kafka.bootstrap, "docs", harness.record_batch(0, 60)), "kcat produce")
         next_record = 60
@@ -189,6 +207,12 @@ def main():
         wait_for_progress(1)
         check_invariants(False)
         for event in range(1, args.events + 1):
+            if args.shared and event == args.events // 2 + 1 and len(members) == PROCESSES:
+                # A worker added mid-run: it joins the group and takes
+                # partitions over through a rebalance.
+                members.append(new_member(PROCESSES))
+                members[-1].start()
+                counts["added"] = 1
             if rng.random() < 0.5:
                 batch = harness.record_batch(next_record, rng.randint(5, 20))
                 check(harness.produce(kafka.bootstrap, "docs", batch), "kcat produce")
@@ -261,6 +285,26 @@ def main():
                   "p%d did not stop cleanly on SIGTERM (status %r):\n%s" %
                   (member.index, code, member.proc.log_tail()))
         _, entries = record_of(kafka.bootstrap)
+        if args.shared:
+            # The coordinators' step lines: partials=LOCAL+REMOTE.
+            local = remote = continued = 0
+            for name in os.listdir(work):
+                if name.endswith(".log"):
+                    with open(os.path.join(work, name), "rb") as f:
+                        text = f.read()
+                    for match in re.finditer(rb"partials=([0-9]+)\+([0-9]+)", text):
+                        local += int(match.group(1))
+                        remote += int(match.group(2))
+                    continued += text.count(b"continuing from the model of step")
+            check(remote > 0, "no step merged a partial sum computed by another process")
+            # A worker that takes over continues from the model of the last
+            # plan it followed, not from the prior.
+            check(counts["takeovers"] == 0 or continued > 0,
+                  "no takeover continued from the model of the last plan")
+            log("shared work: %d partial sums merged from the coordinator itself, %d from "
+                "workers; %d starts continued from the last plan's model (%d takeovers); a worker "
+                "added mid-run: %s" % (local, remote, continued, counts["takeovers"],
+                                       bool(counts.get("added"))))
         log("PASS: %d events (%d owner kills, %d pauses with a fenced exit, %d standby kills), "
             "%d takeovers, record next_step=%d epsilon=%.4f from %d ledger-topic entries, "
             "%d late release(s) after pauses, one content per release id" %

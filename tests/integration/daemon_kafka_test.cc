@@ -67,14 +67,20 @@ bool WaitFor(const std::function<bool()>& condition, std::chrono::seconds deadli
 // One vipsd process with stderr (logs) and stdout captured to files.
 class VipsdProcess {
  public:
-  VipsdProcess(const std::string& config, const std::string& log) : log_(log) {
+  VipsdProcess(const std::string& config, const std::string& log,
+               std::vector<std::string> args = {})
+      : log_(log) {
+    args.insert(args.begin(), {"vipsd", "--config", config});
     pid_ = fork();
     if (pid_ == 0) {
       FILE* out = std::freopen(log.c_str(), "a", stderr);
       (void)out;
       FILE* out2 = std::freopen((log + ".stdout").c_str(), "a", stdout);
       (void)out2;
-      execl(VIPSD_BINARY, "vipsd", "--config", config.c_str(), static_cast<char*>(nullptr));
+      std::vector<char*> argv;
+      for (auto& arg : args) argv.push_back(arg.data());
+      argv.push_back(nullptr);
+      execv(VIPSD_BINARY, argv.data());
       _exit(127);
     }
   }
@@ -144,8 +150,10 @@ class DaemonKafkaTest : public ::testing::Test {
          << "privacy:\n" << privacy
          << "schedule:\n  tau0: 1\n  kappa: 0.7\n  threads: 2\n  interval_seconds: 0.2\n"
          << extra_schedule
-         << "source:\n  type: kafka\n  topics: [docs]\n  group_id: " << group_ << "\n"
-         << "sink:\n  type: kafka\n  topic: releases\n  publish_every: 1\n" << extra_sink
+         << "source:\n  type: kafka\n  topics: [" << input_topic_ << "]\n  group_id: " << group_
+         << "\n"
+         << "sink:\n  type: kafka\n  topic: " << release_topic_ << "\n  publish_every: 1\n"
+         << extra_sink
          << "dead_letter:\n  topic: dead\nalerts:\n  topic: alerts\n"
          << "kafka:\n  bootstrap_servers: \"" << bootstrap_ << "\"\n"
          << "  properties:\n    reconnect.backoff.max.ms: \"1000\"\n"
@@ -162,7 +170,7 @@ class DaemonKafkaTest : public ::testing::Test {
     for (size_t i = 0; i < lines.size(); ++i) input += "k" + std::to_string(i) + "\t" + lines[i] + "\n";
     ASSERT_TRUE(connectors::WriteFileDurably(dir_ + "/input.txt", input, false, 0600).ok());
     int code = 0;
-    const std::string out = Shell("kcat -P -b " + bootstrap_ + " -t docs -K '\t' -l " + dir_ +
+    const std::string out = Shell("kcat -P -b " + bootstrap_ + " -t " + input_topic_ + " -K '\t' -l " + dir_ +
                                       "/input.txt 2>&1",
                                   &code);
     ASSERT_EQ(code, 0) << out;
@@ -242,6 +250,8 @@ class DaemonKafkaTest : public ::testing::Test {
   std::string config_name_ = "vipsd.yaml";
   std::string state_directory_ = "state";
   std::string state_extra_;
+  std::string input_topic_ = "docs";
+  std::string release_topic_ = "releases";
 };
 
 const char* kPrivate =
@@ -562,6 +572,121 @@ TEST_F(DaemonKafkaTest, ALedgerTopicThatCannotDecideOwnershipIsRefused) {
   EXPECT_NE(vipsd.Log().find("ledger topic ledger1 partition 0 offset 0"), std::string::npos)
       << vipsd.Log();
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/state-junk/ledger"));
+}
+
+
+// The files of release step-N in a mirror directory (its arrays' bytes).
+std::string ReleaseArrays(const std::string& directory, int64_t step) {
+  std::string bytes;
+  const std::string release = directory + "/step-" + std::to_string(step);
+  if (!std::filesystem::is_directory(release)) return "";
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(release)) {
+    if (entry.path().extension() == ".npy") files.push_back(entry.path().string());
+  }
+  std::sort(files.begin(), files.end());
+  for (const auto& file : files) bytes += file.substr(release.size()) + "\n" + Slurp(file);
+  return bytes;
+}
+
+std::string ManifestEpsilon(const std::string& directory, int64_t step) {
+  const std::string manifest =
+      Slurp(directory + "/step-" + std::to_string(step) + "/manifest.json");
+  std::smatch match;
+  const std::regex epsilon_re("\"epsilon_spent\": ([0-9.eE+-]+)");
+  return std::regex_search(manifest, match, epsilon_re) ? match[1].str() : "";
+}
+
+TEST_F(DaemonKafkaTest, ThreeProcessesSharingTheWorkReleaseBitForBitWhatOneProcessReleases) {
+  // state.work_topic (issue 16). The same stream (6 partitions, all records
+  // there before the start, window: all) and the same fixed-seed noise: one
+  // process alone, then a coordinator with two workers that take partitions
+  // from it through the consumer group mid-run. Every step's released
+  // arrays and its epsilon are the same bytes; the workers' partial sums
+  // were merged into steps.
+  constexpr int kSteps = 10;
+  ASSERT_TRUE(cluster_->CreateTopic("docs6", 6).ok());
+  for (const char* topic : {"releases-shared", "ledger", "work"}) {
+    ASSERT_TRUE(cluster_->CreateTopic(topic, 1).ok());
+  }
+  input_topic_ = "docs6";
+  WriteVocabulary(6);
+  std::vector<std::string> lines;
+  for (int i = 0; i < 240; ++i) lines.push_back(Document(i));
+  ProduceWithKcat(lines);
+  const std::string privacy = std::string(kPrivate) + "  noise: fixed_seed\n  noise_seed: 7\n";
+  const std::string schedule = "  window_steps: all\n  max_steps: " + std::to_string(kSteps) + "\n";
+  const std::vector<std::string> flag = {"--insecure-fixed-seed-noise"};
+  {
+    state_directory_ = "state-solo";
+    const std::string config = WriteConfig(privacy, schedule, 2, "  mirror_directory: mirror-solo\n");
+    VipsdProcess solo(config, dir_ + "/vipsd-solo.log", flag);
+    ASSERT_EQ(solo.Wait(120s), 0) << solo.Log();
+  }
+  release_topic_ = "releases-shared";
+  group_ += "-shared";
+  const std::string shared_state = "  ledger_topic: ledger\n  work_topic: work\n";
+  std::vector<std::unique_ptr<VipsdProcess>> workers;
+  for (const char* name : {"w1", "w2"}) {
+    state_directory_ = std::string("state-") + name;
+    config_name_ = std::string("vipsd-") + name + ".yaml";
+    state_extra_ = shared_state + "  standby_takeover_seconds: 120\n";
+    workers.push_back(std::make_unique<VipsdProcess>(
+        WriteConfig(privacy, schedule), dir_ + "/vipsd-" + name + ".log",
+        std::vector<std::string>{"--insecure-fixed-seed-noise", "--instance-id", name}));
+  }
+  // A process configured for another model (3 topics instead of 2) must
+  // not hold partitions it cannot sum: it refuses the first plan and exits
+  // with 2 (a configuration error: systemd does not restart it).
+  state_directory_ = "state-bad";
+  config_name_ = "vipsd-bad.yaml";
+  state_extra_ = shared_state + "  standby_takeover_seconds: 120\n";
+  VipsdProcess misconfigured(WriteConfig(privacy, schedule, 3), dir_ + "/vipsd-bad.log", flag);
+  state_directory_ = "state-coordinator";
+  config_name_ = "vipsd-coordinator.yaml";
+  state_extra_ = shared_state;
+  // Slots 1 s apart, so that the workers' group joins (3 s each on the
+  // mock) land mid-run.
+  const std::string config = WriteConfig(
+      privacy, schedule + "  release_delay_seconds: 0.5\n", 2,
+      "  mirror_directory: mirror-shared\n");
+  std::string text = Slurp(config);
+  text.replace(text.find("interval_seconds: 0.2"), 21, "interval_seconds: 1.0");
+  ASSERT_TRUE(connectors::WriteFileDurably(config, text, false, 0600).ok());
+  VipsdProcess coordinator(config, dir_ + "/vipsd-coordinator.log", flag);
+  ASSERT_EQ(coordinator.Wait(180s), 0) << coordinator.Log();
+  for (auto& worker : workers) {
+    worker->Kill(SIGTERM);
+    EXPECT_EQ(worker->Wait(60s), 0) << worker->Log();
+  }
+  for (auto& worker : workers) {
+    EXPECT_NE(worker->Log().find("working for job"), std::string::npos) << worker->Log();
+  }
+  EXPECT_EQ(misconfigured.Wait(30s), 2) << misconfigured.Log();
+  EXPECT_NE(misconfigured.Log().find("cannot follow the coordinator's plans"), std::string::npos)
+      << misconfigured.Log();
+  EXPECT_EQ(misconfigured.Log().find("partitions assigned"), std::string::npos)
+      << misconfigured.Log();
+
+  for (int64_t step = 1; step <= kSteps; ++step) {
+    const std::string solo = ReleaseArrays(dir_ + "/mirror-solo", step);
+    ASSERT_FALSE(solo.empty()) << "no solo release of step " << step;
+    EXPECT_EQ(ReleaseArrays(dir_ + "/mirror-shared", step), solo) << "step " << step;
+    EXPECT_EQ(ManifestEpsilon(dir_ + "/mirror-shared", step),
+              ManifestEpsilon(dir_ + "/mirror-solo", step))
+        << "step " << step;
+  }
+  // Some step merged partial sums that other processes computed.
+  const std::string log = coordinator.Log();
+  const std::regex partials_re("partials=([0-9]+)\\+([0-9]+)");
+  int64_t remote = 0;
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), partials_re);
+       it != std::sregex_iterator(); ++it) {
+    remote += std::stoll((*it)[2]);
+  }
+  EXPECT_GT(remote, 0) << log;
+  EXPECT_EQ(LedgerIn("state-coordinator").next_step, kSteps + 1);
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/state-w1/ledger"));
 }
 
 }  // namespace

@@ -1,0 +1,214 @@
+#include "daemon/work_exchange.h"
+
+#include <sodium.h>
+
+#include <cmath>
+#include <cstring>
+
+namespace vipsd::daemon {
+namespace {
+
+constexpr char kPlanMagic[4] = {'V', 'W', 'P', '1'};
+constexpr char kPartialMagic[4] = {'V', 'W', 'R', '1'};
+constexpr size_t kDigestBytes = 32;
+// Strings and lists beyond these are refused before anything is allocated.
+constexpr uint64_t kMaxString = uint64_t{1} << 32;
+constexpr uint64_t kMaxStreams = uint64_t{1} << 20;
+
+class Writer {
+ public:
+  explicit Writer(const char (&magic)[4]) { out_.append(magic, 4); }
+  void U64(uint64_t v) {
+    for (int b = 0; b < 8; ++b) out_.push_back(static_cast<char>(v >> (8 * b)));
+  }
+  void I64(int64_t v) { U64(static_cast<uint64_t>(v)); }
+  void F64(double d) {
+    uint64_t v;
+    std::memcpy(&v, &d, sizeof v);
+    U64(v);
+  }
+  void Str(std::string_view s) {
+    U64(s.size());
+    out_.append(s);
+  }
+  std::string Finish() {
+    unsigned char digest[kDigestBytes];
+    crypto_generichash(digest, kDigestBytes, reinterpret_cast<const unsigned char*>(out_.data()),
+                       out_.size(), nullptr, 0);
+    out_.append(reinterpret_cast<const char*>(digest), kDigestBytes);
+    return std::move(out_);
+  }
+
+ private:
+  std::string out_;
+};
+
+class Reader {
+ public:
+  // Checks the magic and the checksum; the fields are read in between.
+  Reader(std::string_view bytes, const char (&magic)[4], const char* what) : what_(what) {
+    if (bytes.size() < 4 + kDigestBytes || std::memcmp(bytes.data(), magic, 4) != 0) {
+      ok_ = false;
+      return;
+    }
+    unsigned char digest[kDigestBytes];
+    const size_t body = bytes.size() - kDigestBytes;
+    crypto_generichash(digest, kDigestBytes, reinterpret_cast<const unsigned char*>(bytes.data()),
+                       body, nullptr, 0);
+    if (std::memcmp(digest, bytes.data() + body, kDigestBytes) != 0) {
+      ok_ = false;
+      return;
+    }
+    bytes_ = bytes.substr(4, body - 4);
+  }
+  bool U64(uint64_t* v) {
+    if (!ok_ || bytes_.size() - pos_ < 8) return ok_ = false;
+    *v = 0;
+    for (int b = 0; b < 8; ++b) {
+      *v |= static_cast<uint64_t>(static_cast<unsigned char>(bytes_[pos_ + b])) << (8 * b);
+    }
+    pos_ += 8;
+    return true;
+  }
+  bool I64(int64_t* v) {
+    uint64_t u = 0;
+    if (!U64(&u)) return false;
+    *v = static_cast<int64_t>(u);
+    return true;
+  }
+  bool F64(double* d) {
+    uint64_t u = 0;
+    if (!U64(&u)) return false;
+    std::memcpy(d, &u, sizeof u);
+    return true;
+  }
+  bool Str(std::string* s) {
+    uint64_t n = 0;
+    if (!U64(&n)) return false;
+    if (n > kMaxString || bytes_.size() - pos_ < n) return ok_ = false;
+    s->assign(bytes_.substr(pos_, n));
+    pos_ += n;
+    return true;
+  }
+  Status Done() const {
+    if (!ok_ || pos_ != bytes_.size()) {
+      return DataLossError(std::string("work topic: a malformed ") + what_ +
+                           " (bad magic, checksum, or field)");
+    }
+    return Status::Ok();
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  std::string_view bytes_;
+  size_t pos_ = 0;
+  bool ok_ = true;
+  const char* what_;
+};
+
+void PutHeader(Writer& w, const std::string& job, uint64_t epoch, const std::string& owner,
+               int64_t step, int64_t slot) {
+  w.Str(job);
+  w.U64(epoch);
+  w.Str(owner);
+  w.I64(step);
+  w.I64(slot);
+}
+
+bool GetHeader(Reader& r, std::string* job, uint64_t* epoch, std::string* owner, int64_t* step,
+               int64_t* slot) {
+  return r.Str(job) && r.U64(epoch) && r.Str(owner) && r.I64(step) && r.I64(slot);
+}
+
+}  // namespace
+
+std::string EncodeWorkPlan(const WorkPlan& plan) {
+  Writer w(kPlanMagic);
+  PutHeader(w, plan.job, plan.epoch, plan.owner, plan.step, plan.slot);
+  w.F64(plan.sampling_rate);
+  w.U64(plan.is_private ? 1 : 0);
+  w.Str(std::string_view(reinterpret_cast<const char*>(plan.key.bytes.data()), plan.key.bytes.size()));
+  w.U64(plan.streams.size());
+  for (const WorkStream& s : plan.streams) {
+    w.Str(s.name);
+    w.I64(s.low);
+    w.I64(s.high);
+  }
+  w.U64(plan.wanted.size());
+  for (const std::string& s : plan.wanted) w.Str(s);
+  w.Str(plan.model);
+  w.I64(plan.plan_offset);
+  return w.Finish();
+}
+
+std::string EncodeWorkPartial(const WorkPartial& partial) {
+  Writer w(kPartialMagic);
+  PutHeader(w, partial.job, partial.epoch, partial.owner, partial.step, partial.slot);
+  w.Str(partial.stream);
+  w.U64(partial.overflow ? 1 : 0);
+  w.Str(partial.sum);
+  w.Str(partial.instance);
+  return w.Finish();
+}
+
+StatusOr<WorkMessageKind> WorkMessageKindOf(std::string_view bytes) {
+  if (bytes.size() >= 4 && std::memcmp(bytes.data(), kPlanMagic, 4) == 0) {
+    return WorkMessageKind::kPlan;
+  }
+  if (bytes.size() >= 4 && std::memcmp(bytes.data(), kPartialMagic, 4) == 0) {
+    return WorkMessageKind::kPartial;
+  }
+  return DataLossError("work topic: a message that is neither a plan nor a partial sum");
+}
+
+StatusOr<WorkPlan> DecodeWorkPlan(std::string_view bytes) {
+  Reader r(bytes, kPlanMagic, "plan");
+  WorkPlan plan;
+  uint64_t is_private = 0, count = 0;
+  std::string key;
+  if (GetHeader(r, &plan.job, &plan.epoch, &plan.owner, &plan.step, &plan.slot) &&
+      r.F64(&plan.sampling_rate) && r.U64(&is_private) && r.Str(&key) && r.U64(&count)) {
+    if (count > kMaxStreams) return DataLossError("work topic: a plan with too many partitions");
+    plan.streams.resize(count);
+    for (WorkStream& s : plan.streams) {
+      if (!(r.Str(&s.name) && r.I64(&s.low) && r.I64(&s.high))) break;
+    }
+    if (r.U64(&count) && count <= kMaxStreams) {
+      plan.wanted.resize(count);
+      for (std::string& s : plan.wanted) {
+        if (!r.Str(&s)) break;
+      }
+      (void)(r.Str(&plan.model) && r.I64(&plan.plan_offset));
+    }
+  }
+  VIPSD_RETURN_IF_ERROR(r.Done());
+  bool valid = key.size() == plan.key.bytes.size() && is_private <= 1 && plan.step >= 1 &&
+               plan.slot >= 0 && std::isfinite(plan.sampling_rate) && plan.sampling_rate > 0 &&
+               plan.sampling_rate <= 1;
+  for (size_t i = 0; valid && i < plan.streams.size(); ++i) {
+    const WorkStream& s = plan.streams[i];
+    valid = s.low >= 0 && s.low <= s.high && (i == 0 || plan.streams[i - 1].name < s.name);
+  }
+  if (!valid) return DataLossError("work topic: a plan with out-of-range fields");
+  std::memcpy(plan.key.bytes.data(), key.data(), key.size());
+  plan.is_private = is_private == 1;
+  return plan;
+}
+
+StatusOr<WorkPartial> DecodeWorkPartial(std::string_view bytes) {
+  Reader r(bytes, kPartialMagic, "partial sum");
+  WorkPartial partial;
+  uint64_t overflow = 0;
+  (void)(GetHeader(r, &partial.job, &partial.epoch, &partial.owner, &partial.step,
+                   &partial.slot) &&
+         r.Str(&partial.stream) && r.U64(&overflow) && r.Str(&partial.sum) &&
+         r.Str(&partial.instance));
+  VIPSD_RETURN_IF_ERROR(r.Done());
+  if (overflow > 1 || partial.step < 1) {
+    return DataLossError("work topic: a partial sum with out-of-range fields");
+  }
+  partial.overflow = overflow == 1;
+  return partial;
+}
+
+}  // namespace vipsd::daemon

@@ -1,0 +1,123 @@
+// Shared work (issue 16, state.work_topic): several vipsd processes compute
+// one step. The process that owns the job's ledger (the COORDINATOR,
+// daemon/ledger_replica.h) observes slot k's cuts, charges the step and
+// draws its key exactly as one process would (svi::StepDriver::Begin), then
+// appends a PLAN to the work topic: the step, the slot, the key, q, the
+// window [low, high) of every input partition, and the model the step
+// starts from. Every process (WORKERS and the coordinator itself) computes
+// the clipped, un-noised partial sum of each partition it holds whose
+// window it has read completely and appends it as a PARTIAL. The
+// coordinator merges one partial per partition in partition-name order,
+// adds the one Gaussian noise draw, runs the M-step, commits the ledger and
+// releases: svi::StepDriver::Finish, as for one process.
+//
+// Why the step is the same whoever computes it: a record's Poisson bit and
+// E-step seed depend only on the key and the record's own (partition,
+// offset) (svi/step_randomness.h); the window depends only on the cuts the
+// coordinator observed (core/svi/slot_windows.h); the model is the plan's;
+// the partial sums are added in partition-name order. So a partition's
+// partial has the same bits on every process, a partial computed twice (a
+// rebalance moved the partition meanwhile) is a duplicate, and the step's
+// sum is bit for bit the sum one process would form. Which process holds a
+// partition, and how fast it is, decides only WHEN the partial arrives,
+// never what it contains; the coordinator waits for every partition.
+//
+// Plans are repeated (REMINDERS: no model, the offset of the full plan, and
+// the partitions still missing) every second while partials are missing,
+// so a process that joins or takes a partition over mid-step finds the
+// step. Every message names the job (state.ledger_key) and the
+// coordinator's epoch: a process follows the plans of the highest epoch it
+// has seen, and the coordinator merges only partials of its own epoch and
+// step.
+//
+// Privacy: a plan's key decides which records are sampled and a partial is
+// an un-noised sum of records: both are PRIVATE, like the input records.
+// The work topic needs the input topic's access control and must stay
+// inside the cluster's trust boundary (README "Threat model"); nothing of
+// it goes to a log, metric or error message. The plan's model is
+// post-processing of released noisy sums (public).
+//
+// Format: "VWP1" (plan) or "VWR1" (partial), then fields (little-endian
+// integers, length-prefixed strings), then BLAKE2b-256 of everything
+// before; Decode refuses anything else with DATA_LOSS.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/svi/step_randomness.h"
+
+namespace vipsd::daemon {
+
+struct WorkStream {
+  std::string name;  // "topic:partition"
+  int64_t low = 0;   // window(s, slot) = [low, high)
+  int64_t high = 0;
+};
+
+struct WorkPlan {
+  std::string job;    // state.ledger_key
+  uint64_t epoch = 0; // the coordinator's ledger epoch
+  std::string owner;  // its owner id (32 lowercase hex)
+  int64_t step = 0;
+  int64_t slot = 0;
+  double sampling_rate = 0;  // q of this step (what the accountant charged)
+  bool is_private = true;    // σ > 0
+  svi::StepKey key;          // PRIVATE
+  // Every input partition with its window, sorted by name: where a process
+  // that takes a partition over resumes reading (low), and what it sums.
+  std::vector<WorkStream> streams;
+  // The partitions whose partial the coordinator still waits for.
+  std::vector<std::string> wanted;
+  // The model the step starts from: CheckpointStore::Encode bytes. Empty in
+  // a reminder, which names the full plan's offset on the work topic.
+  std::string model;
+  int64_t plan_offset = -1;
+};
+
+struct WorkPartial {
+  std::string job;
+  uint64_t epoch = 0;
+  std::string owner;
+  int64_t step = 0;
+  int64_t slot = 0;
+  std::string stream;
+  // The process could not hold the partition's window (pool.capacity): the
+  // coordinator skips the slot, as one process would.
+  bool overflow = false;
+  std::string sum;       // GaussianSumMechanism::EncodeUnreleased (PRIVATE)
+  std::string instance;  // who computed it (--instance-id)
+};
+
+std::string EncodeWorkPlan(const WorkPlan& plan);
+std::string EncodeWorkPartial(const WorkPartial& partial);
+// What one work-topic message holds.
+enum class WorkMessageKind { kPlan, kPartial };
+StatusOr<WorkMessageKind> WorkMessageKindOf(std::string_view bytes);
+StatusOr<WorkPlan> DecodeWorkPlan(std::string_view bytes);
+StatusOr<WorkPartial> DecodeWorkPartial(std::string_view bytes);
+
+// The transport: one totally ordered log (partition 0 of state.work_topic).
+class WorkExchange {
+ public:
+  virtual ~WorkExchange() = default;
+  virtual std::string Describe() const = 0;
+  // Appends durably (acks=all); returns the message's offset.
+  virtual StatusOr<int64_t> Append(const std::string& bytes) = 0;
+  // The messages appended after everything returned so far (the first call:
+  // after the log's end when the exchange was created), waiting up to
+  // `wait` when there are none. Pairs of (offset, bytes).
+  virtual StatusOr<std::vector<std::pair<int64_t, std::string>>> Poll(
+      std::chrono::milliseconds wait) = 0;
+  // The next Poll returns messages from `offset` on.
+  virtual void Seek(int64_t offset) = 0;
+  // The message at `offset` (NOT_FOUND if the log no longer holds it).
+  virtual StatusOr<std::string> ReadAt(int64_t offset) = 0;
+};
+
+}  // namespace vipsd::daemon

@@ -1,0 +1,104 @@
+// The work topic's messages (daemon/work_exchange.h): plans and partial sums
+// round-trip exactly; anything altered, truncated or out of range is refused.
+#include "daemon/work_exchange.h"
+
+#include <gtest/gtest.h>
+
+namespace vipsd::daemon {
+namespace {
+
+WorkPlan SamplePlan() {
+  WorkPlan plan;
+  plan.job = "job-1";
+  plan.epoch = 3;
+  plan.owner = std::string(32, 'a');
+  plan.step = 17;
+  plan.slot = 40;
+  plan.sampling_rate = 0.125;
+  plan.is_private = true;
+  for (size_t i = 0; i < plan.key.bytes.size(); ++i) plan.key.bytes[i] = static_cast<uint8_t>(i * 7);
+  plan.streams = {{"docs:0", 10, 20}, {"docs:1", 5, 5}, {"docs:10", 0, 99}};
+  plan.wanted = {"docs:0", "docs:10"};
+  plan.model = std::string("model\0bytes", 11);
+  plan.plan_offset = -1;
+  return plan;
+}
+
+TEST(WorkExchangeTest, APlanRoundTripsExactly) {
+  const WorkPlan plan = SamplePlan();
+  const std::string bytes = EncodeWorkPlan(plan);
+  ASSERT_EQ(*WorkMessageKindOf(bytes), WorkMessageKind::kPlan);
+  auto decoded = DecodeWorkPlan(bytes);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->job, plan.job);
+  EXPECT_EQ(decoded->epoch, plan.epoch);
+  EXPECT_EQ(decoded->owner, plan.owner);
+  EXPECT_EQ(decoded->step, plan.step);
+  EXPECT_EQ(decoded->slot, plan.slot);
+  EXPECT_EQ(decoded->sampling_rate, plan.sampling_rate);
+  EXPECT_TRUE(decoded->is_private);
+  EXPECT_EQ(decoded->key, plan.key);
+  ASSERT_EQ(decoded->streams.size(), 3u);
+  EXPECT_EQ(decoded->streams[2].name, "docs:10");
+  EXPECT_EQ(decoded->streams[2].high, 99);
+  EXPECT_EQ(decoded->wanted, plan.wanted);
+  EXPECT_EQ(decoded->model, plan.model);
+  EXPECT_EQ(decoded->plan_offset, -1);
+}
+
+TEST(WorkExchangeTest, APartialRoundTripsExactly) {
+  WorkPartial partial;
+  partial.job = "job-1";
+  partial.epoch = 3;
+  partial.owner = std::string(32, 'b');
+  partial.step = 17;
+  partial.slot = 40;
+  partial.stream = "docs:0";
+  partial.sum = std::string("\x01\x00\xff sum", 7);
+  partial.instance = "w1";
+  const std::string bytes = EncodeWorkPartial(partial);
+  ASSERT_EQ(*WorkMessageKindOf(bytes), WorkMessageKind::kPartial);
+  auto decoded = DecodeWorkPartial(bytes);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->stream, "docs:0");
+  EXPECT_EQ(decoded->sum, partial.sum);
+  EXPECT_EQ(decoded->instance, "w1");
+  EXPECT_FALSE(decoded->overflow);
+  EXPECT_EQ(decoded->step, 17);
+  // A plan is not a partial and the other way round.
+  EXPECT_FALSE(DecodeWorkPlan(bytes).ok());
+  EXPECT_FALSE(DecodeWorkPartial(EncodeWorkPlan(SamplePlan())).ok());
+}
+
+TEST(WorkExchangeTest, EveryFlippedBitAndEveryTruncationIsRefused) {
+  const std::string bytes = EncodeWorkPlan(SamplePlan());
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    for (int bit = 0; bit < 8; bit += 3) {
+      std::string bad = bytes;
+      bad[i] = static_cast<char>(bad[i] ^ (1 << bit));
+      EXPECT_FALSE(DecodeWorkPlan(bad).ok()) << "byte " << i << " bit " << bit;
+    }
+  }
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    EXPECT_FALSE(DecodeWorkPlan(bytes.substr(0, n)).ok()) << n;
+  }
+  EXPECT_FALSE(WorkMessageKindOf("junk").ok());
+}
+
+TEST(WorkExchangeTest, OutOfRangeFieldsAreRefusedEvenWithAValidChecksum) {
+  WorkPlan plan = SamplePlan();
+  plan.sampling_rate = 1.5;
+  EXPECT_FALSE(DecodeWorkPlan(EncodeWorkPlan(plan)).ok());
+  plan = SamplePlan();
+  plan.streams = {{"docs:1", 0, 1}, {"docs:0", 0, 1}};  // not sorted
+  EXPECT_FALSE(DecodeWorkPlan(EncodeWorkPlan(plan)).ok());
+  plan = SamplePlan();
+  plan.streams[0].low = 30;  // low > high
+  EXPECT_FALSE(DecodeWorkPlan(EncodeWorkPlan(plan)).ok());
+  plan = SamplePlan();
+  plan.step = 0;
+  EXPECT_FALSE(DecodeWorkPlan(EncodeWorkPlan(plan)).ok());
+}
+
+}  // namespace
+}  // namespace vipsd::daemon
