@@ -1,0 +1,257 @@
+#!/usr/bin/env python3
+"""Shared work (issue 16, state.work_topic): steps/s and records/s of one LDA
+job run by 1, 2 and 3 vipsd processes against the same stream, with each
+process's CPU time, against a solo daemon (no work topic) in the same
+session.
+
+Every run gets a fresh vipsd-mock-kafka (another process) with a 6-partition
+input topic holding the first --docs records of the corpus (lz4-compressed:
+the mock keeps ~5 MiB per partition). The daemons step as fast as they can
+(schedule.interval_seconds far below a step's time: every slot is late), with
+window_steps: all, so every step samples q of all --docs records. Workers
+start first (they wait for the coordinator's first plan), the coordinator
+last; it stops at --steps, then the workers get SIGTERM. Measured:
+
+  steps/s        from the coordinator's step lines over the second half of
+                 the run (after the consumer-group joins, the first
+                 rebalances and the initial read)
+  partials       partial sums the coordinator merged in that half, computed
+                 by itself / by workers
+  records/s      candidates scanned per second (steps/s x docs) and records
+                 E-stepped per second (x q)
+  CPU            user+system seconds of each process over its whole run
+                 (os.wait4), and per step
+
+Prints one JSON object per configuration and a summary table. Wrap it in
+`flock /tmp/vipsd-cpu.lock` on a shared machine.
+
+Usage: shared_work_bench.py --vipsd BIN --mock-kafka BIN [--corpus JSONL]
+       [--vocab FILE] [--docs N] [--vocab-size V] [--topics K] [--steps N]
+       [--q Q] [--configs solo:2,1:2,2:1,3:1]
+A configuration is PROCESSES:THREADS ("solo" = one process without
+state.work_topic).
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                "harness"))
+import harness  # noqa: E402
+
+
+def write_config(directory, bootstrap, group, vocab, args, threads, shared, coordinator):
+    os.makedirs(directory, exist_ok=True)
+    state = "state:\n  directory: state\n"
+    if shared:
+        state += "  ledger_topic: ledger\n  ledger_key: job\n  work_topic: work\n"
+        if not coordinator:
+            state += "  standby_takeover_seconds: 600\n"
+    config = os.path.join(directory, "vipsd.yaml")
+    with open(config, "w") as f:
+        f.write("""model:
+  type: lda
+  lda:
+    topics: %d
+    vocabulary: %s
+    alpha: 0.1
+    eta: 0.01
+privacy:
+  noise_multiplier: 1.0
+  sampling_rate: %s
+  delta: 1.0e-5
+  epsilon_ceiling: 100000
+schedule:
+  threads: %d
+  interval_seconds: 0.05
+  release_delay_seconds: 0
+  window_steps: all
+  max_steps: %d
+pool:
+  capacity: %d
+source:
+  type: kafka
+  topics: [docs]
+  group_id: %s
+sink:
+  type: kafka
+  topic: releases
+  publish_every: 1000000
+dead_letter:
+  topic: dead
+kafka:
+  bootstrap_servers: "%s"
+  consumer_properties:
+    session.timeout.ms: "6000"
+    heartbeat.interval.ms: "500"
+%smetrics:
+  listen: ""
+log:
+  level: info
+""" % (args.topics, vocab, args.q, threads, args.steps, args.docs * 2, group, bootstrap,
+           state))
+    return config
+
+
+class Process:
+    def __init__(self, binary, config, log_path):
+        self.log_path = log_path
+        self.log = open(log_path, "ab")
+        self.proc = subprocess.Popen([binary, "--config", config], stdout=self.log,
+                                     stderr=self.log)
+
+    def finish(self, sig=None, timeout=600):
+        """Waits for the process (after `sig`); returns (exit status, CPU s)."""
+        if sig is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pid, status, usage = os.wait4(self.proc.pid, os.WNOHANG)
+            if pid == self.proc.pid:
+                self.proc.returncode = os.waitstatus_to_exitcode(status)
+                self.log.close()
+                return self.proc.returncode, usage.ru_utime + usage.ru_stime
+            time.sleep(0.05)
+        self.proc.kill()
+        raise RuntimeError("%s did not exit" % self.log_path)
+
+
+def step_times(log_path):
+    times = {}
+    with open(log_path) as f:
+        for line in f:
+            m = re.search(r'ts=(\S+) .*msg="step=(\d+) ', line)
+            if m:
+                t = time.mktime(time.strptime(m.group(1)[:19], "%Y-%m-%dT%H:%M:%S"))
+                times[int(m.group(2))] = t + float("0" + m.group(1)[19:-1])
+    return times
+
+
+def run(args, corpus_path, vocab, processes, threads, shared, work):
+    kafka = harness.MockKafka(args.mock_kafka, 1, [("docs", 6), ("releases", 1), ("dead", 1),
+                                                   ("ledger", 1), ("work", 1)])
+    try:
+        # Keyed records: the key hash spreads them evenly over the partitions
+        # (unkeyed, librdkafka's sticky partitioner fills one partition per
+        # batch, and the slowest partition decides a shared step's time).
+        result = subprocess.run(["kcat", "-P", "-b", kafka.bootstrap, "-t", "docs", "-z", "lz4",
+                                 "-K", "\t", "-l", corpus_path], capture_output=True,
+                                timeout=600)
+        if result.returncode != 0:
+            raise RuntimeError("kcat: %s" % result.stderr[-300:])
+        group = "bench-%d-%d" % (os.getpid(), int(time.time() * 1000))
+        members = []
+        for i in range(processes):
+            coordinator = i == processes - 1
+            directory = os.path.join(work, "p%d" % i)
+            config = write_config(directory, kafka.bootstrap, group, vocab, args, threads, shared,
+                                  coordinator)
+            members.append(Process(args.vipsd, config, os.path.join(work, "p%d.log" % i)))
+            if not coordinator:
+                time.sleep(0.5)
+        start = time.monotonic()
+        code, coordinator_cpu = members[-1].finish()
+        wall = time.monotonic() - start
+        if code != 0:
+            raise RuntimeError("the coordinator exited with %r:\n%s" %
+                               (code, open(members[-1].log_path).read()[-3000:]))
+        cpus = []
+        for member in members[:-1]:
+            _, cpu = member.finish(signal.SIGTERM, 60)
+            cpus.append(cpu)
+        cpus.append(coordinator_cpu)
+        times = step_times(members[-1].log_path)
+        # The second half of the run: after the group joins, the first
+        # rebalances and the initial read.
+        first, last = max(3, args.steps // 2), args.steps
+        local = remote = 0
+        with open(members[-1].log_path) as f:
+            for line in f:
+                m = re.search(r'msg="step=(\d+) .*partials=(\d+)\+(\d+)', line)
+                if m and int(m.group(1)) > first:
+                    local += int(m.group(2))
+                    remote += int(m.group(3))
+        if first not in times or last not in times:
+            # Step lines are info level; the bench runs at warning: use the
+            # ledger's commit count instead.
+            raise RuntimeError("no step lines in %s" % members[-1].log_path)
+        steps_per_second = (last - first) / (times[last] - times[first])
+        return {
+            "config": "solo" if not shared else "%d process(es)" % processes,
+            "processes": processes, "threads_each": threads, "shared": shared,
+            "steps_per_second": round(steps_per_second, 3),
+            "candidates_per_second": round(steps_per_second * args.docs),
+            "records_estepped_per_second": round(steps_per_second * args.docs * args.q),
+            "cpu_seconds": [round(c, 2) for c in cpus],
+            "cpu_seconds_total": round(sum(cpus), 2),
+            "wall_seconds": round(wall, 1),
+            "partials_local_remote": [local, remote],
+        }
+    finally:
+        kafka.close()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--vipsd", required=True)
+    parser.add_argument("--mock-kafka", required=True)
+    parser.add_argument("--corpus", default="out/wikipedia/train.jsonl")
+    parser.add_argument("--vocab", default="out/wikipedia/vocab.txt")
+    parser.add_argument("--docs", type=int, default=20000)
+    parser.add_argument("--vocab-size", type=int, default=2000)
+    parser.add_argument("--topics", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=15)
+    parser.add_argument("--q", type=float, default=0.1)
+    parser.add_argument("--configs", default="solo:2,1:2,2:1,3:1")
+    args = parser.parse_args()
+    args.vipsd = os.path.abspath(args.vipsd)
+    args.mock_kafka = os.path.abspath(args.mock_kafka)
+    work = tempfile.mkdtemp(prefix="vipsd-shared-bench-")
+    try:
+        corpus_path = os.path.join(work, "corpus.jsonl")
+        with open(args.corpus) as src, open(corpus_path, "w") as dst:
+            for i, line in enumerate(src):
+                if i >= args.docs:
+                    break
+                dst.write("k%d\t%s" % (i, line))
+        vocab = os.path.join(work, "vocab.txt")
+        with open(args.vocab) as src, open(vocab, "w") as dst:
+            for i, line in enumerate(src):
+                if i >= args.vocab_size:
+                    break
+                dst.write(line)
+        rows = []
+        for item in args.configs.split(","):
+            name, threads = item.split(":")
+            shared = name != "solo"
+            processes = 1 if not shared else int(name)
+            run_dir = os.path.join(work, item.replace(":", "-"))
+            os.makedirs(run_dir)
+            row = run(args, corpus_path, vocab, processes, int(threads), shared, run_dir)
+            row.update(docs=args.docs, topics=args.topics, vocab_size=args.vocab_size, q=args.q)
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+        base = rows[0]["steps_per_second"]
+        print("\n| configuration | threads each | steps/s | x first | records E-stepped/s | "
+              "partials local + remote | CPU s per process (coordinator last) |")
+        print("|---|---|---|---|---|---|---|")
+        for row in rows:
+            print("| %s | %d | %.3f | %.2f | %d | %d + %d | %s |" % (
+                row["config"], row["threads_each"], row["steps_per_second"],
+                row["steps_per_second"] / base, row["records_estepped_per_second"],
+                row["partials_local_remote"][0], row["partials_local_remote"][1],
+                " / ".join("%.1f" % c for c in row["cpu_seconds"])))
+        return 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
