@@ -136,7 +136,7 @@ def step_times(log_path):
 
 def run(args, corpus_path, vocab, processes, threads, shared, work):
     kafka = harness.MockKafka(args.mock_kafka, 1, [("docs", 6), ("releases", 1), ("dead", 1),
-                                                   ("ledger", 1), ("work", 1)])
+                                                   ("ledger", 1), ("work", 2)])
     try:
         # Keyed records: the key hash spreads them evenly over the partitions
         # (unkeyed, librdkafka's sticky partitioner fills one partition per

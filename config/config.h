@@ -127,7 +127,7 @@ struct VipsdConfig {
   double standby_takeover_seconds = 0;
   // kafka, with ledger_topic: the process that owns the job coordinates
   // and the standbys (standby_takeover_seconds > 0) work for it — plans and
-  // partial sums on this one-partition topic (daemon/work_exchange.h).
+  // partial sums on this two-partition topic (daemon/work_exchange.h).
   // "" = no shared work.
   std::string work_topic;
   int64_t checkpoint_every = 1;

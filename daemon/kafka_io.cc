@@ -453,7 +453,8 @@ StatusOr<std::unique_ptr<LedgerReplica>> NewKafkaLedgerReplica(
 
 namespace {
 
-// partition 0 of state.work_topic (daemon/work_exchange.h).
+// state.work_topic (daemon/work_exchange.h): plans on partition 0, partial
+// sums on partition 1; a process reads the partition its role needs.
 class KafkaWorkExchange final : public WorkExchange {
  public:
   KafkaWorkExchange(std::string topic, std::string job,
@@ -468,17 +469,22 @@ class KafkaWorkExchange final : public WorkExchange {
         position_(position) {}
   ~KafkaWorkExchange() override { (void)producer_->Close(std::chrono::milliseconds(5000)); }
 
-  std::string Describe() const override { return "work topic " + topic_ + " partition 0"; }
+  std::string Describe() const override {
+    return "work topic " + topic_ + " partition " + std::to_string(reader_->options().partition);
+  }
 
   StatusOr<int64_t> Append(const std::string& bytes) override {
+    VIPSD_ASSIGN_OR_RETURN(const WorkMessageKind kind, WorkMessageKindOf(bytes));
     connectors::OutMessage message;
     message.topic = topic_;
-    message.partition = 0;
+    message.partition = kind == WorkMessageKind::kPlan ? kWorkPlanPartition : kWorkPartialPartition;
     message.key = job_;
     message.value = bytes;
     int64_t offset = -1;
     VIPSD_RETURN_IF_ERROR(producer_->ProduceAndWait(std::span(&message, 1), timeout_, &offset));
-    if (offset < 0) return UnavailableError(Describe() + ": the broker returned no offset");
+    if (offset < 0) {
+      return UnavailableError("work topic " + topic_ + ": the broker returned no offset");
+    }
     return offset;
   }
 
@@ -501,7 +507,6 @@ class KafkaWorkExchange final : public WorkExchange {
     }
   }
 
-  void Seek(int64_t offset) override { position_ = offset; }
 
   StatusOr<std::string> ReadAt(int64_t offset) override {
     VIPSD_ASSIGN_OR_RETURN(const auto bounds, reader_->Bounds());
@@ -527,7 +532,7 @@ class KafkaWorkExchange final : public WorkExchange {
 }  // namespace
 
 StatusOr<std::unique_ptr<WorkExchange>> NewKafkaWorkExchange(
-    const config::VipsdConfig& config, const std::string& bootstrap_servers) {
+    const config::VipsdConfig& config, const std::string& bootstrap_servers, WorkRole role) {
   const auto timeout = std::chrono::milliseconds(
       static_cast<int64_t>(std::ceil(config.publish_timeout_seconds * 1000)));
   connectors::KafkaProducerOptions producer_options = ProducerOptions(config, bootstrap_servers);
@@ -541,16 +546,22 @@ StatusOr<std::unique_ptr<WorkExchange>> NewKafkaWorkExchange(
                          connectors::KafkaProducer::Create(std::move(producer_options)));
   connectors::KafkaPartitionReaderOptions reader_options =
       ReaderOptions(config, bootstrap_servers, config.work_topic, timeout);
+  // A worker reads the plans, the coordinator the partial sums: no process
+  // reads what it does not need (a worker would otherwise read every
+  // partition's partial of every step).
+  reader_options.partition =
+      role == WorkRole::kCoordinator ? kWorkPartialPartition : kWorkPlanPartition;
   if (reader_options.properties.count("fetch.max.bytes") == 0) {
     reader_options.properties["fetch.max.bytes"] = std::to_string(kWorkMessageMaxBytes);
   }
   VIPSD_ASSIGN_OR_RETURN(auto reader,
                          connectors::KafkaPartitionReader::Create(std::move(reader_options)));
   VIPSD_ASSIGN_OR_RETURN(const int partitions, reader->PartitionCount());
-  if (partitions != 1) {
+  if (partitions != 2) {
     return FailedPreconditionError("state.work_topic " + config.work_topic + " has " +
                                    std::to_string(partitions) +
-                                   " partitions; the work topic needs exactly one");
+                                   " partition(s); the work topic needs exactly two (0: plans, "
+                                   "1: partial sums)");
   }
   VIPSD_ASSIGN_OR_RETURN(const auto bounds, reader->Bounds());
   return std::unique_ptr<WorkExchange>(new KafkaWorkExchange(

@@ -48,10 +48,15 @@ StatusOr<std::unique_ptr<LedgerReplica>> NewKafkaLedgerReplica(
 // sum) the producer sends and the reader fetches: 64 MiB.
 inline constexpr int64_t kWorkMessageMaxBytes = int64_t{64} << 20;
 
-// Partition 0 of state.work_topic (daemon/work_exchange.h), messages keyed
-// by state.ledger_key; reading starts at the topic's end. The topic must
-// have exactly one partition (FAILED_PRECONDITION otherwise).
+// state.work_topic (daemon/work_exchange.h), messages keyed by
+// state.ledger_key: plans on partition 0, partial sums on partition 1. The
+// coordinator reads partition 1, a worker partition 0, from its end at
+// creation. The topic must have exactly two partitions (FAILED_PRECONDITION
+// otherwise).
+inline constexpr int32_t kWorkPlanPartition = 0;
+inline constexpr int32_t kWorkPartialPartition = 1;
+enum class WorkRole { kCoordinator, kWorker };
 StatusOr<std::unique_ptr<WorkExchange>> NewKafkaWorkExchange(
-    const config::VipsdConfig& config, const std::string& bootstrap_servers);
+    const config::VipsdConfig& config, const std::string& bootstrap_servers, WorkRole role);
 
 }  // namespace vipsd::daemon

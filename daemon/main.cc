@@ -247,7 +247,7 @@ int RunDaemon(const config::VipsdConfig& config, const daemon::DaemonOptions& op
       Status worker_result = Status::Ok();
       if (shared) {
         (*metrics)->standby().Set(0);  // working, not idle
-        auto exchange = daemon::NewKafkaWorkExchange(config, bootstrap);
+        auto exchange = daemon::NewKafkaWorkExchange(config, bootstrap, daemon::WorkRole::kWorker);
         if (!exchange.ok()) {
           Log(LogLevel::kError, "main", "work topic: " + exchange.status().ToString());
           return ExitCodeFor(exchange.status());
@@ -308,7 +308,8 @@ int RunDaemon(const config::VipsdConfig& config, const daemon::DaemonOptions& op
     }
     std::unique_ptr<daemon::WorkExchange> exchange;
     if (shared) {
-      auto made = daemon::NewKafkaWorkExchange(config, bootstrap);
+      auto made =
+          daemon::NewKafkaWorkExchange(config, bootstrap, daemon::WorkRole::kCoordinator);
       if (!made.ok()) {
         Log(LogLevel::kError, "main", "work topic: " + made.status().ToString());
         return ExitCodeFor(made.status());

@@ -22,6 +22,8 @@
 // partition, and how fast it is, decides only WHEN the partial arrives,
 // never what it contains; the coordinator waits for every partition.
 //
+// Plans go to partition 0 of the work topic and partials to partition 1, so
+// that a worker reads the plans only and the coordinator the partials only.
 // Plans are repeated (REMINDERS: no model, the offset of the full plan, and
 // the partitions still missing) every second while partials are missing,
 // so a process that joins or takes a partition over mid-step finds the
@@ -102,21 +104,24 @@ StatusOr<WorkMessageKind> WorkMessageKindOf(std::string_view bytes);
 StatusOr<WorkPlan> DecodeWorkPlan(std::string_view bytes);
 StatusOr<WorkPartial> DecodeWorkPartial(std::string_view bytes);
 
-// The transport: one totally ordered log (partition 0 of state.work_topic).
+// The transport: two totally ordered logs, one for plans and one for
+// partial sums (partitions 0 and 1 of state.work_topic). A process reads
+// the one its role needs: a worker the plans, the coordinator the partials.
 class WorkExchange {
  public:
   virtual ~WorkExchange() = default;
   virtual std::string Describe() const = 0;
-  // Appends durably (acks=all); returns the message's offset.
+  // Appends durably (acks=all) to the log of its kind (a plan or a partial);
+  // returns the message's offset there.
   virtual StatusOr<int64_t> Append(const std::string& bytes) = 0;
-  // The messages appended after everything returned so far (the first call:
-  // after the log's end when the exchange was created), waiting up to
-  // `wait` when there are none. Pairs of (offset, bytes).
+  // The messages of the log this process reads appended after everything
+  // returned so far (the first call: after the log's end when the exchange
+  // was created), waiting up to `wait` when there are none. Pairs of
+  // (offset, bytes).
   virtual StatusOr<std::vector<std::pair<int64_t, std::string>>> Poll(
       std::chrono::milliseconds wait) = 0;
-  // The next Poll returns messages from `offset` on.
-  virtual void Seek(int64_t offset) = 0;
-  // The message at `offset` (NOT_FOUND if the log no longer holds it).
+  // The message at `offset` of the log this process reads (a worker: the
+  // plans); NOT_FOUND if the log no longer holds it.
   virtual StatusOr<std::string> ReadAt(int64_t offset) = 0;
 };
 

@@ -116,7 +116,7 @@ def main():
     os.makedirs(work)
     kafka = harness.MockKafka(args.mock_kafka, 1, [("docs", 6 if args.shared else 2),
                                                    ("releases", 1), ("dead", 1), ("alerts", 1),
-                                                   ("ledger", 1), ("work", 1)])
+                                                   ("ledger", 1), ("work", 2)])
     members = []
 
     def new_member(i):

@@ -572,6 +572,16 @@ TEST_F(DaemonKafkaTest, ALedgerTopicThatCannotDecideOwnershipIsRefused) {
   EXPECT_NE(vipsd.Log().find("ledger topic ledger1 partition 0 offset 0"), std::string::npos)
       << vipsd.Log();
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/state-junk/ledger"));
+  // A work topic needs its two partitions (plans, partial sums).
+  ASSERT_TRUE(cluster_->CreateTopic("ledger3", 1).ok());
+  ASSERT_TRUE(cluster_->CreateTopic("work1", 1).ok());
+  state_extra_ = "  ledger_topic: ledger3\n  work_topic: work1\n";
+  state_directory_ = "state-work1";
+  VipsdProcess one(WriteConfig(kPrivate), dir_ + "/vipsd-work1.log");
+  EXPECT_EQ(one.Wait(60s), 1) << one.Log();
+  EXPECT_NE(one.Log().find("work1 has 1 partition(s); the work topic needs exactly two"),
+            std::string::npos)
+      << one.Log();
 }
 
 
@@ -606,9 +616,10 @@ TEST_F(DaemonKafkaTest, ThreeProcessesSharingTheWorkReleaseBitForBitWhatOneProce
   // were merged into steps.
   constexpr int kSteps = 10;
   ASSERT_TRUE(cluster_->CreateTopic("docs6", 6).ok());
-  for (const char* topic : {"releases-shared", "ledger", "work"}) {
+  for (const char* topic : {"releases-shared", "ledger"}) {
     ASSERT_TRUE(cluster_->CreateTopic(topic, 1).ok());
   }
+  ASSERT_TRUE(cluster_->CreateTopic("work", 2).ok());  // plans, partial sums
   input_topic_ = "docs6";
   WriteVocabulary(6);
   std::vector<std::string> lines;
