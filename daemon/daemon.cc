@@ -2349,11 +2349,17 @@ void Daemon::WorkOnPlan() {
     WorkPartial partial = partial_of(*stream);
     auto sum = LocalPartial(plan_->key, *stream);
     if (!sum.ok()) {
-      Log(LogLevel::kError, kComponent,
-          "partial sum of " + stream->name + " for step " + std::to_string(plan_->step) +
-              " failed: " + sum.status().ToString());
-      plan_sent_.insert(stream->name);  // not retried for this plan
-      continue;
+      // The coordinator waits for this partition: leave the group (the
+      // process stops with this error) so that another process sums it.
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!ingest_error_) {
+        ingest_error_ = InternalError("partial sum of " + stream->name + " for step " +
+                                      std::to_string(plan_->step) +
+                                      " failed: " + sum.status().ToString());
+      }
+      stop_ = true;
+      wake_.notify_all();
+      return;
     }
     partial.sum = std::move(*sum);
     if (!AppendWork(EncodeWorkPartial(partial)).ok()) return;  // stopping
