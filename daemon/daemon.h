@@ -51,6 +51,16 @@
 //   * the CLOCK thread (paced runs) sleeps until each slot's time, reads the
 //     partitions' end offsets and hands them to the step thread. It does no
 //     private work, so nothing private can delay an observation.
+// Shared work (state.work_topic, daemon/work_exchange.h). A COORDINATOR
+// (Create with a work exchange) does not wait for every partition at step
+// 4: SharedStep charges, appends the plan, sums the partitions the consumer
+// group gave it that it has read up to their cuts, merges the others'
+// partials as they arrive (repeating the plan every second, checking that
+// it still owns the job), and finishes the step once every partition with
+// a non-empty window has exactly one partial. A WORKER (CreateWorker) runs
+// only the ingest thread and, on its step thread, the plans: it adopts each
+// plan's model, q and windows, and appends the partials of the partitions
+// it holds; no clock, ledger, checkpoint or release.
 // RequestStop() and RequestReload() may be called from any thread (main's
 // signal thread). On stop the step in progress finishes (ledger and
 // checkpoint included); its release is withheld unless its deadline has
