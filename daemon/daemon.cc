@@ -1882,6 +1882,17 @@ bool Daemon::IsFinished() const {
   return false;
 }
 
+void Daemon::CloseIo() {
+  if (source_ != nullptr) {  // a worker that never saw a plan has none
+    const Status committed = source_->Commit();
+    if (!committed.ok()) Log(LogLevel::kWarning, kComponent, "final offset commit: " + committed.ToString());
+    const Status closed = source_->Close();
+    if (!closed.ok()) Log(LogLevel::kWarning, kComponent, "closing the source: " + closed.ToString());
+  }
+  const Status flushed = sink_->Close();
+  if (!flushed.ok()) Log(LogLevel::kWarning, kComponent, "closing the sink: " + flushed.ToString());
+}
+
 Status Daemon::Run() {
   if (role_ == Role::kWorker) return RunWorker();
   {
@@ -1973,12 +1984,7 @@ Status Daemon::Run() {
         " s; last error: " + std::string(ledger_error_.message()) +
         "); steps after the last durable commit were never released");
   }
-  const Status committed = source_->Commit();
-  if (!committed.ok()) Log(LogLevel::kWarning, kComponent, "final offset commit: " + committed.ToString());
-  const Status closed = source_->Close();
-  if (!closed.ok()) Log(LogLevel::kWarning, kComponent, "closing the source: " + closed.ToString());
-  const Status flushed = sink_->Close();
-  if (!flushed.ok()) Log(LogLevel::kWarning, kComponent, "closing the sink: " + flushed.ToString());
+  CloseIo();
   UpdateBudgetMetrics();
   Log(LogLevel::kInfo, kComponent,
       "stopped: next_step=" + std::to_string(driver_->next_step()) + " steps_this_run=" +
@@ -2135,7 +2141,6 @@ StatusOr<svi::StepResult> Daemon::SharedStepCharged(const svi::StepTicket& ticke
 
   std::map<std::string, std::string> sums;  // PRIVATE: stream → encoded partial
   auto last_reminder = std::chrono::steady_clock::now();
-  const auto wait_start = last_reminder;
   bool logged = false;
   int poll_failures = 0;
   while (sums.size() < plan.wanted.size()) {
@@ -2216,13 +2221,17 @@ StatusOr<svi::StepResult> Daemon::SharedStepCharged(const svi::StepTicket& ticke
                 appended.status().ToString());
       }
       last_reminder = now;
-      if (!logged && now - wait_start > std::chrono::seconds(5)) {
+      if (!logged && out->deadline > 0 && Now() > out->deadline) {
+        // Only once the step overran its deadline (which the overrun line
+        // reveals anyway), and said at the step's output time: how long the
+        // partials take follows the workers' batches.
         logged = true;
         std::string missing;
         for (const std::string& name : reminder.wanted) missing += (missing.empty() ? "" : ", ") + name;
-        Log(LogLevel::kInfo, kComponent,
-            "step " + std::to_string(plan.step) + " waits for the partial sums of " + missing +
-                " (partitions being moved, or read by a slow process)");
+        out->log_lines.emplace_back(
+            LogLevel::kInfo, "step " + std::to_string(plan.step) +
+                                 " overran its deadline waiting for the partial sums of " +
+                                 missing + " (partitions being moved, or read by a slow process)");
       }
     }
   }
@@ -2272,8 +2281,8 @@ Status Daemon::AdoptPlan(WorkPlan plan) {
           (config_.is_private() ? "" : "NOT ") + "private");
     }
     if (restored.ok()) restored = bundle_.model->RestoreCheckpoint(model->arrays);
-    if (restored.ok()) latest_plan_model_ = plan.model;
     if (restored.ok()) {
+      latest_plan_model_ = plan.model;
       svi::DriverConfig driver_config = DriverConfigFor(config_);
       // The plan's q is what the accountant charged: a reload on one
       // process must not change another's sample.
@@ -2470,14 +2479,7 @@ Status Daemon::RunWorker() {
     std::lock_guard<std::mutex> lock(mutex_);
     if (ingest_error_) result = *ingest_error_;
   }
-  if (source_ != nullptr) {
-    const Status committed = source_->Commit();
-    if (!committed.ok()) Log(LogLevel::kWarning, kComponent, "final offset commit: " + committed.ToString());
-    const Status closed = source_->Close();
-    if (!closed.ok()) Log(LogLevel::kWarning, kComponent, "closing the source: " + closed.ToString());
-  }
-  const Status flushed = sink_->Close();
-  if (!flushed.ok()) Log(LogLevel::kWarning, kComponent, "closing the sink: " + flushed.ToString());
+  CloseIo();
   metrics_->worker().Set(0);
   Log(LogLevel::kInfo, kComponent, "worker stopped");
   return result;

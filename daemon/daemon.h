@@ -318,6 +318,9 @@ class Daemon {
   std::optional<std::vector<std::pair<int64_t, std::string>>> PollWork(
       std::chrono::milliseconds wait, int* failures);
   Status RunWorker();
+  // At the end of Run: commits the source's offsets, closes it and flushes
+  // the sink (errors logged).
+  void CloseIo();
   // Worker: makes `plan` the one it works on (model, q, windows, resume
   // offsets). INVALID_ARGUMENT when this process's configuration is not the
   // coordinator's (another model, privacy on one side only): the worker
