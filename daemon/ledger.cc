@@ -363,6 +363,9 @@ StatusOr<LedgerState> Ledger::Decode(const std::string& bytes, const std::string
     auto residency = privacy::ResidencyAccountant::Deserialize(residency_text);
     if (!residency.ok()) return reader.Bad(std::string(residency.status().message()));
     state.residency = std::move(*residency);
+    if (state.residency->steps() > state.next_step - 1) {
+      return reader.Bad("the residency accountant holds more steps than the ledger's step counter");
+    }
     if (weighted) {
       if (state.residency->orders() != state.accountant.orders()) {
         return reader.Bad("the residency accountant's orders differ from the filter weights'");

@@ -26,9 +26,13 @@ bool ParseHex(const std::string& token, double* out) {
   return end == token.c_str() + token.size() && std::isfinite(*out);
 }
 
+// Step counters stay at most 2^53 (exact as doubles; far from int64
+// overflow), the bound every ledger counter obeys (daemon/ledger.h).
+constexpr int64_t kMaxSteps = int64_t{1} << 53;
+
 Status ValidateResidency(int64_t max_residency_steps) {
-  if (max_residency_steps < 1) {
-    return InvalidArgumentError("max_residency_steps (M) must be >= 1");
+  if (max_residency_steps < 1 || max_residency_steps > kMaxSteps) {
+    return InvalidArgumentError("max_residency_steps (M) must be in [1, 2^53]");
   }
   return Status::Ok();
 }
@@ -185,10 +189,13 @@ StatusOr<ResidencyAccountant> ResidencyAccountant::Deserialize(std::string_view 
     return bad("bad header");
   }
   int64_t max_residency = 0, steps = 0;
-  if (!(in >> word >> max_residency) || word != "max_residency_steps" || max_residency < 1) {
-    return bad("bad max_residency_steps line");
+  if (!(in >> word >> max_residency) || word != "max_residency_steps" || max_residency < 1 ||
+      max_residency > kMaxSteps) {
+    return bad("bad max_residency_steps line (must be in [1, 2^53])");
   }
-  if (!(in >> word >> steps) || word != "steps" || steps < 0) return bad("bad steps line");
+  if (!(in >> word >> steps) || word != "steps" || steps < 0 || steps > kMaxSteps) {
+    return bad("bad steps line (must be in [0, 2^53])");
+  }
   double worst = 0;
   if (!(in >> word >> token) || word != "worst_epsilon" || !ParseHex(token, &worst) ||
       worst < 0) {
@@ -218,8 +225,14 @@ StatusOr<ResidencyAccountant> ResidencyAccountant::Deserialize(std::string_view 
     if (!(in >> q_text >> sigma_text >> segment.count) ||
         !ParseHex(q_text, &segment.sampling_rate) ||
         !ParseHex(sigma_text, &segment.noise_multiplier) || !(segment.sampling_rate > 0) ||
-        segment.sampling_rate > 1 || !(segment.noise_multiplier > 0) || segment.count < 1) {
+        segment.sampling_rate > 1 || !(segment.noise_multiplier > 0) || segment.count < 1 ||
+        segment.count > max_residency) {
       return bad("bad segment " + std::to_string(i));
+    }
+    // Each count is at most M <= 2^53 and there are at most M segments, but
+    // their sum is compared before it is formed so that it cannot overflow.
+    if (segment.count > max_residency - 1 - in_window) {
+      return bad("the window holds more steps than M - 1");
     }
     in_window += segment.count;
     accountant.window_.push_back(segment);

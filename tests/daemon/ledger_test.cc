@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "core/privacy/filter_weights.h"
 #include "core/release/release.h"
@@ -262,6 +263,77 @@ TEST(LedgerTest, CountersNearOverflowAreRefusedBehindAValidChecksum) {
     ASSERT_FALSE(decoded.ok()) << to;
     EXPECT_EQ(decoded.status().code(), StatusCode::kDataLoss) << to;
     EXPECT_NE(decoded.status().message().find("/s/ledger"), std::string::npos);
+  }
+}
+
+// `body` with its residency-accountant section's text edited by `edit`
+// (the section's length header follows the edit).
+std::string EditResidencySection(const std::string& body,
+                                 const std::function<std::string(std::string)>& edit) {
+  const std::string header = "section residency-accountant ";
+  const size_t at = body.find(header);
+  EXPECT_NE(at, std::string::npos);
+  const size_t length_at = at + header.size();
+  const size_t text_at = body.find('\n', length_at) + 1;
+  const size_t length = std::stoul(body.substr(length_at, text_at - 1 - length_at));
+  const std::string text = edit(body.substr(text_at, length));
+  return body.substr(0, at) + header + std::to_string(text.size()) + "\n" + text +
+         body.substr(text_at + length);
+}
+
+TEST(LedgerTest, ResidencyCountersNearOverflowAreRefusedBehindAValidChecksum) {
+  // The residency section's counters obey the same bound: a step counter
+  // near INT64_MAX would overflow at the next step, and segment counts are
+  // summed (each bounded before the sum is formed).
+  LedgerState state = Global(7);
+  state.mode = AccountingMode::kResidency;
+  auto residency = privacy::ResidencyAccountant::Create(5);
+  ASSERT_TRUE(residency.ok());
+  for (int i = 0; i < 7; ++i) ASSERT_TRUE(residency->RecordStep(0.05, 2.0, 0.125).ok());
+  state.residency = std::move(*residency);
+  const std::string body = Body(Ledger::Encode(state));
+  ASSERT_TRUE(Ledger::Decode(Resign(EditResidencySection(body, [](std::string t) { return t; })),
+                             "/s/ledger")
+                  .ok());
+  std::string rates;  // "q σ " of the one segment, whose count is M - 1 = 4
+  EditResidencySection(body, [&](std::string text) {
+    const size_t at = text.find("segments 1\n") + std::string("segments 1\n").size();
+    const std::string segment = text.substr(at, text.find('\n', at) - at);
+    rates = segment.substr(0, segment.rfind(' ') + 1);
+    EXPECT_EQ(segment, rates + "4");
+    return text;
+  });
+  ASSERT_FALSE(rates.empty());
+  auto replace = [](std::string from, std::string to) {
+    return [from, to](std::string text) {
+      const size_t at = text.find(from);
+      EXPECT_NE(at, std::string::npos) << from;
+      if (at != std::string::npos) text.replace(at, from.size(), to);
+      return text;
+    };
+  };
+  const std::vector<std::function<std::string(std::string)>> edits = {
+      replace("\nsteps 7\n", "\nsteps 9223372036854775807\n"),
+      replace("\nsteps 7\n", "\nsteps 9\n"),  // more steps than the ledger's counter
+      replace("max_residency_steps 5\n", "max_residency_steps 9223372036854775807\n"),
+      replace(rates + "4\n", rates + "9223372036854775807\n"),
+      // M = 2^53 is legal, but two segments of 2^53 - 2 steps each are not:
+      // their sum exceeds M - 1 (and would overflow in int64 arithmetic of
+      // a few more such segments); it is refused before it is formed.
+      [&](std::string text) {
+        text = replace("max_residency_steps 5\n", "max_residency_steps 9007199254740992\n")(text);
+        return replace("segments 1\n" + rates + "4\n",
+                       "segments 2\n" + rates + "9007199254740990\n" + rates +
+                           "9007199254740990\n")(text);
+      },
+  };
+  for (size_t i = 0; i < edits.size(); ++i) {
+    auto decoded = Ledger::Decode(Resign(EditResidencySection(body, edits[i])), "/s/ledger");
+    ASSERT_FALSE(decoded.ok()) << "edit " << i;
+    EXPECT_EQ(decoded.status().code(), StatusCode::kDataLoss) << "edit " << i;
+    EXPECT_NE(decoded.status().message().find("/s/ledger"), std::string::npos);
+    EXPECT_NE(decoded.status().message().find("residency accountant"), std::string::npos)
+        << "edit " << i << ": " << decoded.status().message();
   }
 }
 
