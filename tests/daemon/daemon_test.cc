@@ -31,6 +31,7 @@
 #include "core/privacy/filter_weights.h"
 #include "core/privacy/planner.h"
 #include "daemon/ledger.h"
+#include "tests/testing/ledger_text.h"
 
 namespace vipsd::daemon {
 namespace {
@@ -318,6 +319,25 @@ Status RunUntil(Daemon& daemon, const std::function<bool(const DaemonStatus&)>& 
   daemon.RequestStop();
   runner.join();
   return result;
+}
+
+// Runs a daemon of `config_path` until it has run `steps` steps, then stops it.
+void RunSteps(Harness& h, const std::string& config_path, int64_t steps,
+              DaemonOptions options = {}) {
+  auto daemon = h.Make(config_path, {}, options);
+  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+  ASSERT_TRUE(
+      RunUntil(**daemon, [steps](const DaemonStatus& s) { return s.steps_run >= steps; }).ok());
+}
+
+// A refused start: its code, the file its message names with what it says of
+// it (`names`), and the reason (`reason`).
+void ExpectRefused(const StatusOr<std::unique_ptr<Daemon>>& daemon, StatusCode code,
+                   const std::string& names, const std::string& reason, const std::string& what) {
+  ASSERT_FALSE(daemon.ok()) << what;
+  EXPECT_EQ(daemon.status().code(), code) << what << ": " << daemon.status().ToString();
+  EXPECT_THAT(std::string(daemon.status().message()), HasSubstr(names)) << what;
+  EXPECT_THAT(std::string(daemon.status().message()), HasSubstr(reason)) << what;
 }
 
 TEST(DaemonTest, StepsOnThePublicClockDeadLettersMalformedRecordsAndCommitsBeforeReleasing) {
@@ -932,16 +952,11 @@ TEST(DaemonTest, MissingLedgerNextToACheckpointIsRefused) {
   Harness h("missing_ledger");
   for (int i = 0; i < 10; ++i) h.topic->Append(0, Document(i));
   const std::string config = WriteConfig(h.dir, {});
-  {
-    auto daemon = h.Make(config);
-    ASSERT_TRUE(daemon.ok());
-    ASSERT_TRUE(RunUntil(**daemon, [](const DaemonStatus& s) { return s.steps_run >= 1; }).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(RunSteps(h, config, 1));
   std::filesystem::remove(h.dir + "/state/ledger");
-  auto daemon = h.Make(config);
-  ASSERT_FALSE(daemon.ok());
-  EXPECT_EQ(daemon.status().code(), StatusCode::kDataLoss);
-  EXPECT_NE(daemon.status().message().find("refusing to start from zero"), std::string::npos);
+  ExpectRefused(h.Make(config), StatusCode::kDataLoss,
+                "the state directory " + h.dir + "/state holds ", "refusing to start from zero",
+                "missing ledger");
 }
 
 TEST(DaemonTest, APrivateRunRefusesAStateDirectoryThatRanNonPrivateOrFixedSeedSteps) {
@@ -980,17 +995,97 @@ TEST(DaemonTest, APrivateRunRefusesAStateDirectoryThatRanNonPrivateOrFixedSeedSt
 TEST(DaemonTest, ALedgerOfAnotherModelOrRunIsRefused) {
   Harness h("other_model");
   for (int i = 0; i < 10; ++i) h.topic->Append(0, Document(i));
-  {
-    auto daemon = h.Make(WriteConfig(h.dir, {}));
-    ASSERT_TRUE(daemon.ok());
-    ASSERT_TRUE(RunUntil(**daemon, [](const DaemonStatus& s) { return s.steps_run >= 1; }).ok());
-  }
+  const std::string config = WriteConfig(h.dir, {});
+  ASSERT_NO_FATAL_FAILURE(RunSteps(h, config, 1));
+  const std::string state = h.dir + "/state";
+  const std::string saved = *connectors::ReadWholeFile(state + "/ledger");
+  // The ledger of another run (checksum-valid) next to this run's checkpoint.
+  const std::string other_run(32, 'e');
+  vipsd::testing::ResignLedgerFile(state + "/ledger", [&](std::string body) {
+    return vipsd::testing::ReplaceLedgerLine(std::move(body), "run ", "run " + other_run);
+  });
+  ExpectRefused(h.Make(config), StatusCode::kFailedPrecondition,
+                state + "/checkpoint belongs to run ", state + "/ledger is run " + other_run,
+                "another run");
+  std::ofstream(state + "/ledger", std::ios::trunc) << saved;
+  ASSERT_TRUE(h.Make(config).ok());  // the refusal was the other run's
+  // The ledger of another model.
   Options blr;
   blr.model = "blr";
-  auto other = h.Make(WriteConfig(h.dir, blr));
-  ASSERT_FALSE(other.ok());
-  EXPECT_NE(other.status().message().find("belongs to a different model"), std::string::npos)
-      << other.status().message();
+  ExpectRefused(h.Make(WriteConfig(h.dir, blr)), StatusCode::kFailedPrecondition,
+                state + "/ledger belongs to a different model", "use a new one", "another model");
+}
+
+// The one start-up check through the daemon's own entry point (a Kafka
+// source): a ledger that cannot be continued, or a checkpoint that the
+// ledger does not cover, is refused naming the file — never a restart from
+// zero (offline_run_test.cc has the same cases through the offline run).
+TEST(DaemonTest, TheStartUpCheckRefusesStateThatDoesNotBelongTogether) {
+  struct Case {
+    std::string name;
+    std::string accounting;
+    // Damages the state directory's ledger (`ledger`), given the ledger as
+    // it was after the first run.
+    std::function<void(const std::string& ledger, const std::string& after_first_run)> damage;
+    StatusCode code;
+    std::string names;   // appended to the state directory: the file and what is said of it
+    std::string reason;  // further text of the message
+  };
+  auto resign = [](std::function<std::string(std::string)> edit) {
+    return [edit](const std::string& ledger, const std::string&) {
+      vipsd::testing::ResignLedgerFile(ledger, edit);
+    };
+  };
+  auto line = [](std::string prefix, std::string replacement) {
+    return [prefix, replacement](std::string text) {
+      return vipsd::testing::ReplaceLedgerLine(std::move(text), prefix, replacement);
+    };
+  };
+  const std::vector<Case> cases = {
+      // The checkpoint of a later step next to an older copy of the ledger.
+      {"checkpoint_ahead", "global",
+       [](const std::string& ledger, const std::string& after_first_run) {
+         std::ofstream(ledger, std::ios::trunc) << after_first_run;
+       },
+       StatusCode::kDataLoss, "/checkpoint holds the model after step ", "/ledger records only "},
+      // A step counter near INT64_MAX behind a valid checksum.
+      {"next_step_overflow", "global", resign(line("next_step ", "next_step 9223372036854775806")),
+       StatusCode::kDataLoss, "/ledger: bad next_step line (must be in [1, 2^53])",
+       "refusing to start from zero"},
+      // A version-1 ledger carries no checksum: refused, not migrated.
+      {"version_1", "global",
+       [](const std::string& ledger, const std::string&) {
+         const std::string body = vipsd::testing::LedgerBody(*connectors::ReadWholeFile(ledger));
+         std::ofstream(ledger, std::ios::trunc) << "vipsd-ledger 1\n" << body.substr(15);
+       },
+       StatusCode::kDataLoss, "/ledger: version-1 ledger", "no checksum"},
+      // Residency mode: the residency section's step counter near INT64_MAX.
+      {"residency_steps_overflow", "residency", resign([line](std::string body) {
+         return vipsd::testing::EditLedgerSection(body, "residency-accountant",
+                                                  line("steps ", "steps 9223372036854775807"));
+       }),
+       StatusCode::kDataLoss, "/ledger: residency accountant state: bad steps line",
+       "refusing to start from zero"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Harness h("belong_" + c.name);
+    for (int i = 0; i < 10; ++i) h.topic->Append(0, Document(i));
+    Options options;
+    options.accounting = c.accounting;
+    if (c.accounting == "residency") options.window = "3";
+    const std::string config = WriteConfig(h.dir, options);
+    const std::string state = h.dir + "/state";
+    ASSERT_NO_FATAL_FAILURE(RunSteps(h, config, 1));
+    const std::string after_first_run = *connectors::ReadWholeFile(state + "/ledger");
+    ASSERT_NO_FATAL_FAILURE(RunSteps(h, config, 2));  // the checkpoint is 2 steps ahead of it
+    const std::string saved = *connectors::ReadWholeFile(state + "/ledger");
+    c.damage(state + "/ledger", after_first_run);
+    ExpectRefused(h.Make(config), c.code, state + c.names, c.reason, c.name);
+    std::ofstream(state + "/ledger", std::ios::trunc) << saved;
+    auto restored = h.Make(config);  // the refusal was the damage's
+    EXPECT_TRUE(restored.ok()) << restored.status().ToString();
+  }
 }
 
 TEST(DaemonTest, AFailingLedgerPausesStepsAndReleasesAndTheDaemonRecoversByItself) {

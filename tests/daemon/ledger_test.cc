@@ -8,6 +8,7 @@
 
 #include "core/privacy/filter_weights.h"
 #include "core/release/release.h"
+#include "tests/testing/ledger_text.h"
 
 namespace vipsd::daemon {
 namespace {
@@ -37,13 +38,9 @@ LedgerState Global(int64_t steps) {
 
 // Re-signs `body` (everything before the checksum line) so that parsing is
 // reached behind the checksum.
-std::string Resign(std::string body) {
-  return body + "blake2b " + release::Blake2bHex(body) + "\n";
-}
+std::string Resign(const std::string& body) { return vipsd::testing::ResignLedgerBody(body); }
 
-std::string Body(const std::string& bytes) {
-  return bytes.substr(0, bytes.rfind("blake2b "));
-}
+std::string Body(const std::string& bytes) { return vipsd::testing::LedgerBody(bytes); }
 
 TEST(LedgerTest, AbsentLedgerMeansAFreshRun) {
   auto ledger = Ledger::Open(FreshDirectory("absent"));
@@ -270,15 +267,7 @@ TEST(LedgerTest, CountersNearOverflowAreRefusedBehindAValidChecksum) {
 // (the section's length header follows the edit).
 std::string EditResidencySection(const std::string& body,
                                  const std::function<std::string(std::string)>& edit) {
-  const std::string header = "section residency-accountant ";
-  const size_t at = body.find(header);
-  EXPECT_NE(at, std::string::npos);
-  const size_t length_at = at + header.size();
-  const size_t text_at = body.find('\n', length_at) + 1;
-  const size_t length = std::stoul(body.substr(length_at, text_at - 1 - length_at));
-  const std::string text = edit(body.substr(text_at, length));
-  return body.substr(0, at) + header + std::to_string(text.size()) + "\n" + text +
-         body.substr(text_at + length);
+  return vipsd::testing::EditLedgerSection(body, "residency-accountant", edit);
 }
 
 TEST(LedgerTest, ResidencyCountersNearOverflowAreRefusedBehindAValidChecksum) {

@@ -17,6 +17,7 @@
 #include "core/release/release.h"
 #include "daemon/checkpoint.h"
 #include "daemon/ledger.h"
+#include "tests/testing/ledger_text.h"
 
 namespace vipsd::daemon {
 namespace {
@@ -169,55 +170,82 @@ TEST(OfflineRunTest, StopsAtTheCeilingAndARestartNeverResetsTheBudget) {
   EXPECT_EQ((*state)->accountant.steps(), first->steps_run);
 }
 
-// Rewrites the ledger with `edit` applied to its text and a valid checksum.
-void ResignLedger(const std::string& path, const std::function<void(std::string&)>& edit) {
-  std::string text = Slurp(path);
-  std::string body = text.substr(0, text.rfind("blake2b "));
-  edit(body);
-  std::ofstream(path, std::ios::trunc) << body << "blake2b " << release::Blake2bHex(body) << "\n";
-}
-
+// The one start-up check through the offline entry point: a ledger and a
+// checkpoint that do not belong together are refused, naming the file and
+// the reason, never a restart from zero (daemon_test.cc has the same cases
+// through the daemon's Kafka entry point).
 TEST(OfflineRunTest, TheStartUpCheckRefusesStateThatDoesNotBelongTogether) {
   const std::string dir = MakeRunDirectory("belong", 50.0, 1);
   auto config = config::LoadConfigFile(dir + "/vipsd.yaml");
   ASSERT_TRUE(config.ok());
   ASSERT_TRUE(RunOffline(*config).ok());
-  const std::string ledger_path = dir + "/state/ledger";
+  const std::string state = dir + "/state";
+  const std::string ledger_path = state + "/ledger";
   const std::string after_step_1 = Slurp(ledger_path);
   config->max_steps = 2;
   ASSERT_TRUE(RunOffline(*config).ok());  // checkpoint of step 3
   const std::string saved = Slurp(ledger_path);
-  auto expect_refused = [&](const std::string& what, const std::string& needle) {
-    auto run = RunOffline(*config);
-    ASSERT_FALSE(run.ok()) << what;
-    EXPECT_NE(run.status().message().find(needle), std::string::npos)
-        << what << ": " << run.status().message();
-    std::ofstream(ledger_path, std::ios::trunc) << saved;
+  auto write_ledger = [&](const std::string& bytes) {
+    std::ofstream(ledger_path, std::ios::trunc) << bytes;
   };
-  // A deleted ledger next to the checkpoint is never a fresh budget.
-  std::filesystem::remove(ledger_path);
-  expect_refused("missing ledger", "no ledger");
-  // The ledger of another run next to this checkpoint.
-  ResignLedger(ledger_path, [](std::string& body) {
-    const size_t at = body.find("run ") + 4;
-    body.replace(at, 32, std::string(32, 'e'));
-  });
-  expect_refused("other run", "belongs to run");
-  // A checkpoint of step 3 next to an older copy of the ledger (step 1).
-  std::ofstream(ledger_path, std::ios::trunc) << after_step_1;
-  expect_refused("checkpoint ahead of the ledger", "records only 1 steps");
-  // A step counter near overflow, behind a valid checksum.
-  ResignLedger(ledger_path, [](std::string& body) {
-    body.replace(body.find("next_step 4"), 11, "next_step 9223372036854775806");
-  });
-  expect_refused("overflow", "next_step");
+  auto resign_line = [&](const std::string& prefix, const std::string& line) {
+    return [=] {
+      vipsd::testing::ResignLedgerFile(ledger_path, [&](std::string body) {
+        return vipsd::testing::ReplaceLedgerLine(std::move(body), prefix, line);
+      });
+    };
+  };
+  struct Case {
+    std::string what;
+    std::function<void()> damage;  // applied to the state after step 3
+    StatusCode code;
+    std::string names;   // the file the message names, and the start of what it says of it
+    std::string reason;  // further text of the message
+  };
+  const std::vector<Case> cases = {
+      // A deleted ledger next to the checkpoint is never a fresh budget.
+      {"missing ledger", [&] { std::filesystem::remove(ledger_path); }, StatusCode::kDataLoss,
+       "the state directory " + state + " holds ", "but no ledger"},
+      // The ledger of another run next to this checkpoint.
+      {"other run", resign_line("run ", "run " + std::string(32, 'e')),
+       StatusCode::kFailedPrecondition, state + "/checkpoint belongs to run ",
+       ledger_path + " is run " + std::string(32, 'e')},
+      // A checkpoint of step 3 next to an older copy of the ledger (step 1).
+      {"checkpoint ahead of the ledger", [&] { write_ledger(after_step_1); },
+       StatusCode::kDataLoss, state + "/checkpoint holds the model after step 3",
+       ledger_path + " records only 1 steps"},
+      // A step counter near overflow, behind a valid checksum.
+      {"next_step near overflow", resign_line("next_step ", "next_step 9223372036854775806"),
+       StatusCode::kDataLoss, ledger_path + ": bad next_step line", "refusing to start from zero"},
+      // A version-1 ledger carries no checksum: refused, not migrated.
+      {"version-1 ledger",
+       [&] { write_ledger("vipsd-ledger 1\n" + vipsd::testing::LedgerBody(saved).substr(15)); },
+       StatusCode::kDataLoss, ledger_path + ": version-1 ledger", "no checksum"},
+  };
+  for (const Case& c : cases) {
+    c.damage();
+    auto run = RunOffline(*config);
+    ASSERT_FALSE(run.ok()) << c.what;
+    EXPECT_EQ(run.status().code(), c.code) << c.what << ": " << run.status().ToString();
+    EXPECT_NE(run.status().message().find(c.names), std::string::npos)
+        << c.what << ": " << run.status().message();
+    EXPECT_NE(run.status().message().find(c.reason), std::string::npos)
+        << c.what << ": " << run.status().message();
+    write_ledger(saved);
+  }
+  // The restored state continues (so each refusal above was the damage's).
+  config->max_steps = 1;
+  ASSERT_TRUE(RunOffline(*config).ok());
   // The ledger of another model.
   config->lda.alpha = 0.5;  // not part of the fingerprint: still the same model
   ASSERT_TRUE(RunOffline(*config).ok());
   config->lda.num_topics = 3;
   auto other_model = RunOffline(*config);
   ASSERT_FALSE(other_model.ok());
-  EXPECT_NE(other_model.status().message().find("different model"), std::string::npos);
+  EXPECT_EQ(other_model.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(other_model.status().message().find(ledger_path + " belongs to a different model"),
+            std::string::npos)
+      << other_model.status().message();
 }
 
 TEST(OfflineRunTest, APrivateRunRefusesAStateDirectoryThatRanNonPrivateSteps) {
