@@ -1248,17 +1248,20 @@ class ReloadDiff {
   template <typename T>
   void Fixed(const std::string& key, const T& old_value, const T& new_value) {
     if (!status_.ok() || old_value == new_value) return;
-    const int line = next_.line_of(key);
     // librdkafka properties may hold credentials: never in a message.
     const bool secret = key.find("properties") != std::string::npos;
-    status_ = InvalidArgumentError(
-        next_.file + ":" + std::to_string(line) + ": " + key + ": cannot change on reload (" +
-        (secret ? std::string("the values are not shown: they may hold credentials")
-                : "running: " + Show(old_value) + ", file: " + Show(new_value)) +
-        "); the old configuration keeps running. Changing it needs a restart" +
-        (key.rfind("model", 0) == 0 || key == "privacy.accounting" || key == "privacy.schedule"
-             ? " with a new state directory"
-             : ""));
+    Refuse(key, "",
+           secret ? std::string("the values are not shown: they may hold credentials")
+                  : "running: " + Show(old_value) + ", file: " + Show(new_value));
+  }
+
+  // privacy.noise_multiplier between 0 (non-private) and > 0 (private): the
+  // value itself is live, the privacy mode is not.
+  void PrivacyMode(double old_sigma, double new_sigma) {
+    if (!status_.ok() || (old_sigma > 0) == (new_sigma > 0)) return;
+    Refuse("privacy.noise_multiplier",
+           " between private (> 0) and non-private (0)",
+           "running: " + Show(old_sigma) + ", file: " + Show(new_sigma));
   }
 
   template <typename T>
@@ -1275,6 +1278,35 @@ class ReloadDiff {
   std::vector<std::string> described() const { return described_; }
 
  private:
+  // The line of `key` in the new file or, for a key it leaves out (its
+  // default applies), of the nearest section that is present.
+  int LineOf(std::string key) const {
+    for (;;) {
+      if (const int line = next_.line_of(key); line > 0) return line;
+      const size_t dot = key.rfind('.');
+      if (dot == std::string::npos) return 0;
+      key.resize(dot);
+    }
+  }
+
+  void Refuse(const std::string& key, const std::string& what, const std::string& values) {
+    // A state directory keeps its model, accounting, schedule and privacy
+    // mode for good (daemon/ledger.h): a restart with a different one on the
+    // same directory is refused, or — private to non-private — makes the
+    // directory non-private for good.
+    const bool state_bound = key.rfind("model", 0) == 0 || key == "privacy.accounting" ||
+                             key == "privacy.schedule" || key == "privacy.noise" ||
+                             key == "privacy.noise_multiplier";
+    const bool privacy_mode = key == "privacy.noise" || key == "privacy.noise_multiplier";
+    status_ = InvalidArgumentError(
+        next_.file + ":" + std::to_string(LineOf(key)) + ": " + key + ": cannot change on reload" +
+        what + " (" + values + "); the old configuration keeps running. Changing it needs a " +
+        "restart" + (state_bound ? " with a new state directory" : "") +
+        (privacy_mode ? " (one privacy mode per state directory: a private run refuses a "
+                        "directory that ran a non-private or fixed-seed step)"
+                      : ""));
+  }
+
   const VipsdConfig& next_;
   Status status_ = Status::Ok();
   std::vector<std::string> changed_;
@@ -1330,14 +1362,16 @@ StatusOr<std::vector<std::string>> ChangedReloadableKeys(const VipsdConfig& a,
     diff.Fixed(std::string("model.sbn.clip_fractions.") + key, x, y);
   }
   diff.Fixed("privacy.delta", a.driver.delta, b.driver.delta);
-  diff.Fixed("privacy.noise", static_cast<int>(a.noise_mode), static_cast<int>(b.noise_mode));
+  auto noise_name = [](NoiseMode mode) {
+    return std::string(mode == NoiseMode::kSecure ? "secure" : "fixed_seed");
+  };
+  diff.Fixed("privacy.noise", noise_name(a.noise_mode), noise_name(b.noise_mode));
   diff.Fixed("privacy.noise_seed", a.noise_seed, b.noise_seed);
   diff.Fixed("privacy.schedule", a.schedule.has_value() ? static_cast<int>(*a.schedule) : -1,
              b.schedule.has_value() ? static_cast<int>(*b.schedule) : -1);
   diff.Fixed("privacy.accounting", static_cast<int>(a.accounting),
              static_cast<int>(b.accounting));
-  diff.Fixed("privacy.noise_multiplier (private <-> non-private)", a.is_private(),
-             b.is_private());
+  diff.PrivacyMode(a.driver.noise_multiplier, b.driver.noise_multiplier);
   diff.Fixed("source.type", static_cast<int>(a.source_type), static_cast<int>(b.source_type));
   diff.Fixed("source.path", a.source_path, b.source_path);
   diff.Fixed("source.topics", a.source_topics, b.source_topics);

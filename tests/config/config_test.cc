@@ -346,10 +346,81 @@ TEST(ConfigTest, ReloadAppliesLiveKeysAndNamesTheFirstFixedOne) {
                         "file: 60); the old configuration keeps running"));
   EXPECT_THAT(refused.status().message(), HasSubstr("new state directory"));
 
+  // σ = 0 with the Kafka example's residency accounting is itself invalid
+  // (the reload of a privacy-mode switch: ReloadRefusesASwitchOfPrivacyMode,
+  // on the global-accounting example).
   auto private_off =
       ParseConfig(KafkaWith("  noise_multiplier: 1.1", "  noise_multiplier: 0"), "k.yaml");
-  // σ = 0 with residency accounting is itself invalid; a global variant:
   EXPECT_FALSE(private_off.ok());
+}
+
+// The 1-based line of the first line of `text` that contains `needle`.
+int LineOf(const std::string& text, const std::string& needle) {
+  const size_t at = text.find(needle);
+  EXPECT_NE(at, std::string::npos) << needle;
+  return 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
+}
+
+// One privacy mode per state directory (issue 11): a reload never switches
+// between private and non-private steps, nor between secure and fixed-seed
+// noise; the refusal names the key's line in the new file and says that the
+// switch needs a new state directory (a restart on the same one is refused).
+TEST(ConfigTest, ReloadRefusesASwitchOfPrivacyMode) {
+  struct Switch {
+    std::string running, next;  // the example with one replacement each ("" = as shipped)
+    std::string key_line;       // the line of the new file the message must name
+    std::string expected;       // after "rl.yaml:<line>: "
+  };
+  const std::vector<Switch> cases = {
+      {"", "  noise_multiplier: 0 ", "noise_multiplier: 0",
+       "privacy.noise_multiplier: cannot change on reload between private (> 0) and non-private "
+       "(0) (running: 1, file: 0)"},
+      {"  noise_multiplier: 0 ", "", "noise_multiplier: 1.0",
+       "privacy.noise_multiplier: cannot change on reload between private (> 0) and non-private "
+       "(0) (running: 0, file: 1)"},
+      {"", "  noise: fixed_seed ", "noise: fixed_seed",
+       "privacy.noise: cannot change on reload (running: secure, file: fixed_seed)"},
+      {"  noise: fixed_seed ", "", "noise: secure",
+       "privacy.noise: cannot change on reload (running: fixed_seed, file: secure)"},
+      // Left out of the new file (its default, secure, applies): the line
+      // of its section.
+      {"  noise: fixed_seed ", "  # noise: left out ", "privacy:",
+       "privacy.noise: cannot change on reload (running: fixed_seed, file: secure)"},
+  };
+  for (const Switch& c : cases) {
+    SCOPED_TRACE(c.expected);
+    // max_steps > 0: a non-private run needs a limit.
+    auto variant = [](const std::string& replacement) {
+      std::string text = With("  max_steps: 0 ", "  max_steps: 5 ");
+      if (replacement.empty()) return text;
+      const std::string key = replacement.find("noise_multiplier") != std::string::npos
+                                  ? "  noise_multiplier: 1.0 "
+                                  : "  noise: secure ";
+      return text.replace(text.find(key), key.size(), replacement);
+    };
+    auto running = ParseConfig(variant(c.running), "rl.yaml");
+    ASSERT_TRUE(running.ok()) << running.status().message();
+    const std::string next_text = variant(c.next);
+    auto next = ParseConfig(next_text, "rl.yaml");
+    ASSERT_TRUE(next.ok()) << next.status().message();
+    auto refused = ChangedReloadableKeys(*running, *next);
+    ASSERT_FALSE(refused.ok());
+    const std::string line = std::to_string(LineOf(next_text, c.key_line));
+    ASSERT_NE(line, "0");
+    EXPECT_THAT(refused.status().message(), HasSubstr("rl.yaml:" + line + ": " + c.expected))
+        << refused.status().message();
+    EXPECT_THAT(refused.status().message(),
+                HasSubstr("the old configuration keeps running. Changing it needs a restart "
+                          "with a new state directory"));
+  }
+  // Within one mode σ is live.
+  auto more_noise = ParseConfig(With("  noise_multiplier: 1.0 ", "  noise_multiplier: 2 "), "rl.yaml");
+  ASSERT_TRUE(more_noise.ok()) << more_noise.status().message();
+  auto running = ParseConfig(Example(), "rl.yaml");
+  ASSERT_TRUE(running.ok());
+  auto changed = ChangedReloadableKeys(*running, *more_noise);
+  ASSERT_TRUE(changed.ok()) << changed.status().message();
+  EXPECT_EQ(*changed, std::vector<std::string>{"privacy.noise_multiplier"});
 }
 
 TEST(ConfigTest, BlrExampleParsesAndModelSectionsMustMatchTheType) {
@@ -373,13 +444,6 @@ TEST(ConfigTest, BlrExampleParsesAndModelSectionsMustMatchTheType) {
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(),
               HasSubstr("model.blr.norm_rule: must be one of rescale, reject, got 'clip'"));
-}
-
-// The 1-based line of the first line of `text` that contains `needle`.
-int LineOf(const std::string& text, const std::string& needle) {
-  const size_t at = text.find(needle);
-  EXPECT_NE(at, std::string::npos) << needle;
-  return 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
 }
 
 // Issue 11: every rule that would let one record change which other records
