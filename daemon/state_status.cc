@@ -129,6 +129,17 @@ StatusOr<StateStatusOutput> StateStatus(const StateStatusOptions& options) {
   report.Integer("private_steps", state.noise.private_steps);
   report.Integer("non_private_steps", state.noise.non_private_steps);
   report.Integer("fixed_seed_steps", state.noise.fixed_seed_steps);
+  // The first step of each kind that is not private (null / "none": none
+  // ran): where the directory's model stopped being private.
+  auto first_step = [&](const std::string& name, int64_t step) {
+    if (step > 0) {
+      report.Integer(name, step);
+    } else {
+      report.Raw(name, "null", "none");
+    }
+  };
+  first_step("first_non_private_step", state.noise.first_non_private_step);
+  first_step("first_fixed_seed_step", state.noise.first_fixed_seed_step);
   const bool contaminated = state.noise.non_private_steps > 0 || state.noise.fixed_seed_steps > 0;
   // Every step so far ran with secure noise (a fresh directory counts).
   report.Bool("private", !contaminated);

@@ -13,7 +13,9 @@
 // `daemon_running` means a process with status.json's pid exists (a reused
 // pid can mislead; the lock on DIR/lock is the authority, and status does
 // not touch it). `private` means no step of the directory ever ran without
-// secure noise.
+// secure noise; `first_non_private_step` and `first_fixed_seed_step` name
+// the first step that ran with σ = 0 and with fixed-seed noise (null in
+// JSON, "none" in text, when no such step ran).
 //
 // Exit status of the command: 0 when the ledger (and the checkpoint, if
 // any) verifies, 1 when either does not, 2 for usage errors or a directory

@@ -2,9 +2,10 @@
 # `vipsd status` against a state directory the daemon wrote (the LDA offline
 # example, 3 steps): it verifies, and its epsilon is the release manifest's
 # and the planner's (one number everywhere), with delta from status.json or
-# --delta; damaged ledgers and checkpoints exit 1 naming the problem; no
-# ledger or a bad --delta exit 2. Usage: status_command_test.sh VIPSD
-# VIPSD_PRIVACY SOURCE_DIR.
+# --delta; a contaminated directory names its first non-private and
+# fixed-seed steps; damaged ledgers and checkpoints exit 1 naming the
+# problem; no ledger or a bad --delta exit 2. Usage: status_command_test.sh
+# VIPSD VIPSD_PRIVACY SOURCE_DIR.
 set -euo pipefail
 vipsd=$1
 planner=$2
@@ -51,6 +52,33 @@ cp -r "$work/state" "$work/nostatus" && rm "$work/nostatus/status.json"
 grep -q "epsilon_spent: *unknown (no delta" "$work/s3.txt" || { cat "$work/s3.txt"; fail "no delta"; }
 grep -q "^mode: *global" "$work/s3.txt" || { cat "$work/s3.txt"; fail "text form"; }
 
+# A directory whose steps all ran private names no first non-private step.
+python3 -c "import json,sys; a=json.load(open(sys.argv[1])); assert a['private'] is True and a['first_non_private_step'] is None and a['first_fixed_seed_step'] is None, a" \
+  "$work/status.json" || fail "a private directory names a first non-private step"
+grep -q "^first_non_private_step: *none$" "$work/s3.txt" || { cat "$work/s3.txt"; fail "text: first_non_private_step none"; }
+
+# A directory contaminated after 3 private steps: steps 4-5 with
+# noise_multiplier 0, step 6 with fixed-seed noise; status names the first
+# step of each kind.
+cp -r "$work/state" "$work/mixed"
+sed -e "s|^  directory: state|  directory: mixed|" -e "s|^  directory: releases|  directory: mixed_releases|" \
+  -e "s|^  max_steps: [0-9]*|  max_steps: 2|" -e "s|^  noise_multiplier: [0-9.]*|  noise_multiplier: 0|" \
+  "$work/lda_offline.yaml" >"$work/open.yaml"
+grep -q "^  noise_multiplier: 0" "$work/open.yaml" || fail "open.yaml: no noise_multiplier line"
+(cd "$work" && "$vipsd" --config open.yaml >"$work/run.out" 2>&1) ||
+  { cat "$work/run.out"; fail "the non-private steps do not run"; }
+sed -e "s|^  directory: state|  directory: mixed|" -e "s|^  directory: releases|  directory: mixed_releases|" \
+  -e "s|^  max_steps: [0-9]*|  max_steps: 1|" -e "s|^  noise: secure|  noise: fixed_seed|" \
+  "$work/lda_offline.yaml" >"$work/seeded.yaml"
+(cd "$work" && "$vipsd" --config seeded.yaml --insecure-fixed-seed-noise >"$work/run.out" 2>&1) ||
+  { cat "$work/run.out"; fail "the fixed-seed step does not run"; }
+"$vipsd" status --state "$work/mixed" --json >"$work/mixed.json" || { cat "$work/mixed.json"; fail "mixed: does not verify"; }
+python3 -c "import json,sys; a=json.load(open(sys.argv[1])); assert (a['private_steps'], a['non_private_steps'], a['first_non_private_step'], a['fixed_seed_steps'], a['first_fixed_seed_step'], a['private']) == (3, 2, 4, 1, 6, False), a" \
+  "$work/mixed.json" || fail "mixed: the first non-private / fixed-seed steps are not 4 / 6"
+"$vipsd" status --state "$work/mixed" >"$work/mixed.txt"
+grep -q "^first_non_private_step: *4$" "$work/mixed.txt" || { cat "$work/mixed.txt"; fail "text: first_non_private_step"; }
+grep -q "^first_fixed_seed_step: *6$" "$work/mixed.txt" || { cat "$work/mixed.txt"; fail "text: first_fixed_seed_step"; }
+
 # A flipped byte in the ledger: exit 1, ledger_verifies false, the reason.
 cp -r "$work/state" "$work/flipped"
 python3 - "$work/flipped/ledger" <<'PY'
@@ -74,4 +102,5 @@ set +e
 "$vipsd" status >/dev/null 2>&1; [[ $? == 2 ]] || fail "no --state"
 set -e
 echo "vipsd status: verifies the daemon's directory, epsilon $status_eps equals the manifest's and"
-echo "the planner's; flipped ledgers and torn checkpoints exit 1; no ledger / bad delta exit 2"
+echo "the planner's; names the first non-private and fixed-seed steps; flipped ledgers and torn"
+echo "checkpoints exit 1; no ledger / bad delta exit 2"
