@@ -59,13 +59,16 @@ for model in lda blr sbn wikipedia; do
   grep -q "steps_this_run=1" "$work/run.out" || { cat "$work/run.out"; fail "$model: not one step"; }
   rm -rf "$work/releases" "$work/state" "$work/dead_letter.jsonl"
 done
-# --check-config refuses what a start refuses, naming file:line: key.
-expect_refused() {  # name, config, expected text
-  if "$vipsd" --config "$2" --check-config >"$work/check.out" 2>&1; then
-    cat "$work/check.out"; fail "$1: --check-config accepted it"
-  fi
-  grep -qF -- "$3" "$work/check.out" || { cat "$work/check.out"; fail "$1: no '$3'"; }
+# --check-config refuses what a start refuses (exit 2), naming file:line: key.
+expect_check() {  # name, expected exit code, expected text, vipsd arguments...
+  local name=$1 code=$2 text=$3
+  shift 3
+  local got=0
+  "$vipsd" "$@" --check-config >"$work/check.out" 2>&1 || got=$?
+  [[ $got == "$code" ]] || { cat "$work/check.out"; fail "$name: exit $got, not $code"; }
+  grep -qF -- "$text" "$work/check.out" || { cat "$work/check.out"; fail "$name: no '$text'"; }
 }
+expect_refused() { expect_check "$1" 2 "$3" --config "$2"; }  # name, config, expected text
 kafka="$work/lda_kafka.yaml"
 sed 's|compression.type: zstd|compression.type: brotli|' "$kafka" >"$work/bad.yaml"
 expect_refused "invalid librdkafka value" "$work/bad.yaml" \
@@ -88,5 +91,42 @@ config="$work/lda_offline.yaml"
 sed 's|^    topics: [0-9]*|    topics: 7|' "$config" >"$work/bad.yaml"
 expect_refused "a ledger of another model" "$work/bad.yaml" "ledger"
 "$vipsd" --config "$config" --check-config >/dev/null 2>&1 || fail "the directory's own config is refused"
+# Another state directory for a copy of the LDA example: `state_at DIR`.
+state_at() { sed "s|^  directory: state |  directory: $1 |" "$config"; }
+# A checkpoint without its ledger: the spent budget is unknown.
+cp -r "$work/state" "$work/no_ledger"
+rm "$work/no_ledger/ledger"
+state_at no_ledger >"$work/bad.yaml"
+grep -q "^  directory: no_ledger " "$work/bad.yaml" || fail "lda_offline.yaml has no state.directory line"
+expect_refused "a checkpoint without a ledger" "$work/bad.yaml" \
+  "the state directory $work/no_ledger holds "
+grep -qF "but no ledger: the spent budget is unknown; refusing to start from zero" "$work/check.out" ||
+  { cat "$work/check.out"; fail "a checkpoint without a ledger: no reason"; }
+# A state directory contaminated by two non-private steps (the LDA example
+# with noise_multiplier 0, after its private step 1) is refused to the
+# private configuration.
+cp -r "$work/state" "$work/contaminated"
+state_at contaminated | sed -e "s|^  noise_multiplier: [0-9.]*|  noise_multiplier: 0|" \
+  -e "s|^  max_steps: [0-9]*|  max_steps: 2|" -e "s|^  directory: releases|  directory: open_releases|" \
+  >"$work/open.yaml"
+grep -q "^  noise_multiplier: 0" "$work/open.yaml" || fail "lda_offline.yaml has no noise_multiplier line"
+(cd "$work" && "$vipsd" --config "$work/open.yaml" >"$work/run.out" 2>&1) ||
+  { cat "$work/run.out"; fail "the non-private steps do not run"; }
+state_at contaminated >"$work/bad.yaml"
+expect_refused "a directory that ran non-private steps" "$work/bad.yaml" \
+  "$work/contaminated/ledger: this state directory ran 2 non-private steps (noise_multiplier 0; the first was step 2)"
+grep -qF "a private run needs a new state directory" "$work/check.out" ||
+  { cat "$work/check.out"; fail "contaminated: no remedy"; }
+# privacy.noise: fixed_seed needs --insecure-fixed-seed-noise as well (a
+# new state directory).
+state_at seeded | sed "s|^  noise: secure |  noise: fixed_seed |" >"$work/seeded.yaml"
+grep -q "^  noise: fixed_seed " "$work/seeded.yaml" || fail "lda_offline.yaml has no privacy.noise line"
+seeded_line=$(grep -n "^  noise: fixed_seed " "$work/seeded.yaml" | cut -d: -f1)
+expect_refused "fixed_seed without the flag" "$work/seeded.yaml" \
+  "$work/seeded.yaml:$seeded_line: privacy.noise: fixed_seed noise is reproducible and NOT private; it also needs the command-line flag --insecure-fixed-seed-noise"
+expect_check "fixed_seed with the flag" 0 "is valid" --config "$work/seeded.yaml" \
+  --insecure-fixed-seed-noise
 echo "every example passes --check-config and the planner; every offline example runs a step;"
-echo "--check-config refuses bad librdkafka properties, state directories, ceilings and ledgers"
+echo "--check-config refuses bad librdkafka properties, state directories, ceilings, ledgers of"
+echo "another model, a checkpoint without its ledger, a directory that ran non-private steps and"
+echo "fixed_seed noise without --insecure-fixed-seed-noise"
