@@ -896,8 +896,8 @@ Status ParseIo(Section& top, VipsdConfig& config) {
           "eviction",
           "removed: evicting an old record when a new one arrives makes one record's presence "
           "remove another from the pool (add/remove becomes substitution); records leave the "
-          "pool only when their window ends, and a window larger than pool.capacity skips "
-          "its step with an alert"));
+          "pool only when their window ends, and a window larger than pool.capacity stops "
+          "stepping with an alert"));
       VIPSD_RETURN_IF_ERROR(pool->NotHere(
           "rebuild_lookback",
           "removed: capping a restart's re-read by a record count would drop records from "

@@ -96,7 +96,8 @@ struct VipsdConfig {
   double max_epochs = 0;                  // file source; 0 = no limit; one epoch = 1/q steps
 
   // pool (kafka source): the most window records held in memory; a window
-  // with more records skips its step (an alert, never a dropped record).
+  // with more records stops stepping until a reload raises this (an alert,
+  // never a dropped record).
   int64_t pool_capacity = 100000;
 
   // I/O

@@ -328,8 +328,19 @@ StatusOr<PreparedState> PrepareState(const config::VipsdConfig& config, ModelBun
             std::to_string(checkpoint->step) +
             "): the budget continues from the ledger of record on the ledger topic, which this "
             "directory's ledger does not match, so the checkpoint may hold a step the record "
-            "does not charge; the model restarts from its prior");
+            "does not charge; the model restarts from its prior (the file is kept as " +
+            checkpoints.path() + ".discarded)");
     checkpoint.reset();
+    // Out of the way before this directory's ledger becomes the record's:
+    // left in place, the next start would find it beside a ledger it does
+    // not belong to and refuse to start.
+    const std::filesystem::path path(checkpoints.path());
+    std::error_code error;
+    std::filesystem::rename(path, path.string() + ".discarded", error);
+    if (error) {
+      return UnavailableError("cannot move " + path.string() + " aside: " + error.message());
+    }
+    VIPSD_RETURN_IF_ERROR(connectors::SyncDirectory(path.parent_path().string()));
   }
   int64_t model_step = 0;
   if (checkpoint.has_value()) {
@@ -737,9 +748,12 @@ void Daemon::IngestLoop() {
         if (!done && paused.count(name) > 0) resume.insert(name);
       }
       if (pause.empty() && resume.empty() && capacity_ > 0 &&
-          pool_size_ + staged_in_window_ >= capacity_) {
-        // Back-pressure: the window's records fill pool.capacity; leave the
-        // rest in Kafka. The step thread decides whether the slot overflows.
+          pool_size_ + staged_in_window_ > capacity_) {
+        // Back-pressure: the window's records fill pool.capacity and one
+        // more was read (so an overflow is a fact, never a guess about
+        // unread offsets that may be dead letters or transaction markers);
+        // leave the rest in Kafka. The step thread decides whether the slot
+        // overflows.
         wake_.wait_for(lock, std::chrono::milliseconds(100));
         continue;
       }
@@ -1087,15 +1101,14 @@ bool Daemon::WaitForWindow(const std::map<std::string, StreamBounds>& bounds, bo
       const int64_t low = paced_ ? state_.windows.ResumeOffset(stream) : 0;
       if (b.end > low && next_unread_[id] < b.end) behind.push_back(stream);
     }
-    // Overflow iff the window holds more records than pool.capacity: either
-    // all of it was read and it is too large, or the ingest thread stopped
-    // at the capacity with records of the window still unread.
+    // Overflow iff the window holds more records than pool.capacity: the
+    // ingest thread reads at most capacity + 1 of them.
     const int64_t held = pool_size_ + staged_in_window_;
     if (behind.empty()) {
       *overflow = capacity_ > 0 && held > capacity_;
       return true;
     }
-    if (capacity_ > 0 && held >= capacity_) {
+    if (capacity_ > 0 && held > capacity_) {
       *overflow = true;
       return true;
     }
@@ -1255,13 +1268,11 @@ bool Daemon::RunStep(int64_t slot, PendingOutput* out) {
   if (role_ == Role::kCoordinator) {
     result = SharedStep(slot, out);
     if (!result.ok() && result.status().code() == StatusCode::kOutOfRange) {
-      // A process could not hold a partition's window: the slot is skipped
-      // as one process would skip it (the step was charged: an overcount).
+      // A process could not hold a partition's window: stepping stops as
+      // one process would stop (this step was charged: an overcount).
       ++slots_skipped_;
       metrics_->slots_skipped_total(SkipReason::kWindowOverflow).Increment();
-      out->log_lines.emplace_back(LogLevel::kWarning,
-                                  "slot " + std::to_string(slot) + " skipped: " +
-                                      std::string(result.status().message()));
+      StopSteppingOnOverflow(slot, std::string(result.status().message()), out);
       return false;
     }
     if (!result.ok() && result.status().code() == StatusCode::kCancelled) return false;
@@ -1366,7 +1377,12 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
   } else {
     (void)state_.windows.SkipTo(slot);
   }
-  overflow_ = overflow;
+  if (overflow && !overflow_) {
+    StopSteppingOnOverflow(slot,
+                           "its window holds more than pool.capacity = " +
+                               std::to_string(config_.pool_capacity) + " records",
+                           &out);
+  }
   if (!overflow && role_ != Role::kCoordinator) AdmitWindow(bounds);
 
   bool stepped = false;
@@ -1381,17 +1397,10 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
                                    ": not stepping after an earlier failure (" +
                                    sticky_error_->ToString() +
                                    "); restart vipsd after fixing the cause");
-  } else if (overflow) {
+  } else if (overflow_) {
+    // Stepping stopped at the first overflow (StopSteppingOnOverflow).
     ++slots_skipped_;
     metrics_->slots_skipped_total(SkipReason::kWindowOverflow).Increment();
-    out.log_lines.emplace_back(
-        LogLevel::kWarning,
-        "slot " + std::to_string(slot) + " skipped: its window holds more than pool.capacity = " +
-            std::to_string(config_.pool_capacity) +
-            " records (no step, no charge, no release); raise pool.capacity or shorten "
-            "schedule.window_steps");
-    out.alerts.push_back("{\"event\": \"window_overflow\", \"slot\": " + std::to_string(slot) +
-                         ", \"pool_capacity\": " + std::to_string(config_.pool_capacity) + "}");
   } else {
     const bool was_halted = halted_;
     stepped = RunStep(slot, &out);
@@ -1399,14 +1408,38 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
       out.log_lines.emplace_back(LogLevel::kInfo, "the budget admits the next step again; resuming");
     }
   }
+  // Nothing about this slot happens before its public deadline, not even
+  // the ledger commit: the ledger file's times and its ledger-topic entry
+  // would otherwise tell when the step finished, hence its batch size.
+  const bool on_time = WaitForDeadline(out);
   // Durable BEFORE anything about this slot leaves the process.
   const bool committed = CommitOrRetryLedger(&out);
   if (!committed) out.publish = false;
-  if (stepped && committed && out.step % config_.checkpoint_every == 0) {
-    SaveCheckpoint(&out);
+  if (on_time) {
+    Emit(out);
+  } else {
+    WithholdOnStop(out);
   }
-  EmitAtDeadline(out);
+  // After the release: the checkpoint's write time depends on the model's
+  // size and the disk only, but it need not delay the release.
+  if (stepped && committed && out.step % config_.checkpoint_every == 0) SaveCheckpointNow();
   AdvanceWindow();
+}
+
+void Daemon::StopSteppingOnOverflow(int64_t slot, const std::string& why, PendingOutput* out) {
+  overflow_ = true;
+  overflow_capacity_ = config_.pool_capacity;
+  out->log_lines.emplace_back(
+      LogLevel::kError,
+      "slot " + std::to_string(slot) + ": " + why +
+          "; stepping STOPS (no step, no charge, no release from this slot on; nothing is "
+          "dropped: the records stay in Kafka) until a reload raises pool.capacity or vipsd "
+          "restarts. Which slot stopped the steps is a function of record counts that the "
+          "epsilon guarantee does not cover (SECURITY.md); raise pool.capacity or shorten "
+          "schedule.window_steps");
+  out->alerts.push_back("{\"event\": \"window_overflow\", \"slot\": " + std::to_string(slot) +
+                        ", \"pool_capacity\": " + std::to_string(config_.pool_capacity) +
+                        ", \"stepping\": \"stopped\"}");
 }
 
 bool Daemon::CommitOrRetryLedger(PendingOutput* out) {
@@ -1485,23 +1518,34 @@ void Daemon::SaveCheckpoint(PendingOutput* out) {
   }
 }
 
-void Daemon::EmitAtDeadline(PendingOutput& out) {
-  if (out.deadline > 0) {
-    const bool overran = Now() > out.deadline;
-    if (!SleepUntil(out.deadline)) {
-      // Stopping before the deadline: publishing now would reveal when the
-      // step finished. The ledger is committed; the next release includes
-      // the step.
-      if (out.publish) {
-        Log(LogLevel::kInfo, kComponent,
-            "stopping before the release deadline of step " + std::to_string(out.step) +
-                "; its release is withheld (the next release includes it)");
-        release_owed_ = false;
-      }
-      for (const auto& [level, line] : out.log_lines) Log(level, kComponent, line);
-      return;
-    }
-    if (overran) {
+void Daemon::SaveCheckpointNow() {
+  PendingOutput out;
+  SaveCheckpoint(&out);
+  if (out.checkpoint_written) {
+    metrics_->checkpoint_writes_total().Increment();
+    metrics_->checkpoint_write_duration_seconds().Observe(out.checkpoint_write_seconds);
+  }
+  if (out.checkpoint_failed) metrics_->checkpoint_failures_total().Increment();
+  for (const auto& [level, line] : out.log_lines) Log(level, kComponent, line);
+}
+
+void Daemon::WithholdOnStop(PendingOutput& out) {
+  // Stopping before the deadline: publishing now would reveal when the step
+  // finished. The ledger is committed; the next release includes the step.
+  if (out.publish) {
+    Log(LogLevel::kInfo, kComponent,
+        "stopping before the release deadline of step " + std::to_string(out.step) +
+            "; its release is withheld (the next release includes it)");
+    release_owed_ = false;
+  }
+  for (const auto& [level, line] : out.log_lines) Log(level, kComponent, line);
+}
+
+bool Daemon::WaitForDeadline(const PendingOutput& out) {
+  if (out.deadline <= 0) return true;
+  const bool overran = Now() > out.deadline;
+  if (!SleepUntil(out.deadline)) return false;
+  if (overran) {
       metrics_->release_deadline_overruns_total().Increment();
       ++overruns_unreported_;
       if (Now() - last_overrun_log_ >= 10) {
@@ -1512,27 +1556,28 @@ void Daemon::EmitAtDeadline(PendingOutput& out) {
                 "start-up the consumer group join delays the first slots); their outputs left "
                 "at once, and this line and vipsd_release_deadline_overruns_total reveal the "
                 "overruns. If it persists, raise schedule.release_delay_seconds");
-        last_overrun_log_ = Now();
-        overruns_unreported_ = 0;
-      }
+      last_overrun_log_ = Now();
+      overruns_unreported_ = 0;
     }
   }
-  // From here on everything is at a public time.
+  return true;
+}
+
+void Daemon::Emit(PendingOutput& out) {
+  // Called at the slot's deadline (WaitForDeadline): everything is at a
+  // public time.
   for (const auto& [level, line] : out.log_lines) Log(level, kComponent, line);
   if (out.ledger_committed) {
     metrics_->ledger_commits_total().Increment();
     metrics_->ledger_commit_duration_seconds().Observe(out.ledger_commit_seconds);
   }
-  if (out.checkpoint_written) {
-    metrics_->checkpoint_writes_total().Increment();
-    metrics_->checkpoint_write_duration_seconds().Observe(out.checkpoint_write_seconds);
-  }
-  if (out.checkpoint_failed) metrics_->checkpoint_failures_total().Increment();
   metrics_->slot().Set(static_cast<double>(out.slot));
   metrics_->last_slot_timestamp_seconds().Set(paced_ ? state_.windows.SlotTime(out.slot) : Now());
   metrics_->pool_records().Set(static_cast<double>(
       out.window_offsets >= 0 ? out.window_offsets : static_cast<int64_t>(pool_.size())));
-  const double publish_time = out.deadline > 0 ? out.deadline : Now();
+  // An unpaced (offline) run has no public clock: its releases carry the
+  // time the run started, never the moment a step finished.
+  const double publish_time = out.deadline > 0 ? out.deadline : run_started_at_;
   if (out.stepped) {
     metrics_->steps_total().Increment();
     metrics_->step().Set(static_cast<double>(out.step));
@@ -1862,6 +1907,11 @@ void Daemon::Reload() {
   }
   state_.windows = std::move(windows);
   pool_.set_max_candidate_steps(paced_ ? next->window_steps : 0);
+  if (overflow_ && (next->pool_capacity > overflow_capacity_)) {
+    described.push_back("stepping resumes at the next slot (pool.capacity raised from " +
+                        std::to_string(overflow_capacity_) + " after a window overflow)");
+    overflow_ = false;
+  }
   std::string changes;
   for (const auto& change : described) changes += (changes.empty() ? "" : "; ") + change;
   config_ = std::move(*next);
@@ -1895,6 +1945,7 @@ void Daemon::CloseIo() {
 
 Status Daemon::Run() {
   if (role_ == Role::kWorker) return RunWorker();
+  run_started_at_ = std::floor(Now());
   {
     std::lock_guard<std::mutex> lock(mutex_);
     capacity_ = paced_ ? config_.pool_capacity : 0;
@@ -1943,13 +1994,7 @@ Status Daemon::Run() {
   }
   if (!sticky_error_ && !ledger_failing_ && model_step_ > checkpoint_step_ && steps_run_ > 0) {
     // The model of the last step (checkpoint_every > 1): kept for a restart.
-    PendingOutput out;
-    SaveCheckpoint(&out);
-    if (out.checkpoint_written) {
-      metrics_->checkpoint_writes_total().Increment();
-      metrics_->checkpoint_write_duration_seconds().Observe(out.checkpoint_write_seconds);
-    }
-    for (const auto& [level, line] : out.log_lines) Log(level, kComponent, line);
+    SaveCheckpointNow();
   }
   const bool completed = IsFinished();
   if (completed && !sticky_error_ && !ledger_failing_ && steps_run_ > 0 &&
@@ -1957,7 +2002,7 @@ Status Daemon::Run() {
       (!halted_ || !paced_)) {
     // The run ended by itself (max_steps, max_epochs, an offline ceiling):
     // its last model is the final release, at the end of the run.
-    const Status published = PublishModel(model_step_, last_rho_, Now());
+    const Status published = PublishModel(model_step_, last_rho_, paced_ ? Now() : run_started_at_);
     if (!published.ok()) Log(LogLevel::kError, kComponent, "final release failed: " + published.ToString());
     WriteStatusFile();
   }
@@ -2031,7 +2076,7 @@ bool Daemon::LocallyAssigned(const std::string& stream) {
 }
 
 bool Daemon::LocallyOverflowing(const WorkStream& stream) {
-  if (capacity_ <= 0 || pool_size_ + staged_in_window_ < capacity_) return false;
+  if (capacity_ <= 0 || pool_size_ + staged_in_window_ <= capacity_) return false;
   return LocallyAssigned(stream.name) && !LocallyComplete(stream);
 }
 

@@ -22,8 +22,8 @@
 //     each slot k it
 //       1. takes slot k's cuts and waits until every partition was read up
 //          to its cut (or finds that the window holds more records than
-//          pool.capacity: the slot is skipped with an alert — no candidate
-//          is ever dropped);
+//          pool.capacity: stepping stops, with an alert, until a reload
+//          raises pool.capacity — no candidate is ever dropped);
 //       2. makes the pool exactly the window: records below cut(k) enter,
 //          records below cut(k − M) leave;
 //       3. checks the budget on public parameters only (global: the driver
@@ -47,7 +47,7 @@
 //     the dead-letter topic (retrying until delivered: nothing is lost),
 //     stages good ones, and only then marks their offsets done. It pauses a
 //     partition once it has read past the cut the step thread waits for,
-//     and stops polling while the window's records fill pool.capacity.
+//     and stops polling once it holds pool.capacity + 1 of the window's records.
 //   * the CLOCK thread (paced runs) sleeps until each slot's time, reads the
 //     partitions' end offsets and hands them to the step thread. It does no
 //     private work, so nothing private can delay an observation.
@@ -171,7 +171,7 @@ struct DaemonStatus {
   int64_t slots_skipped = 0;    // in this process: overflow, ceiling, missed
   double epsilon_spent = 0;     // active accounting mode
   bool halted = false;
-  bool window_overflow = false; // the last slot's window did not fit pool.capacity
+  bool window_overflow = false; // stepping stopped: a window did not fit pool.capacity
   int64_t pool_records = 0;
   int64_t last_published_step = 0;
   int64_t records_pooled = 0;   // in this process (stream volume)
@@ -328,7 +328,18 @@ class Daemon {
   Status AdoptPlan(WorkPlan plan);
   void WorkOnPlan();
   bool BudgetAdmitsStep(double* epsilon_after, double* window_epsilon);
-  void EmitAtDeadline(PendingOutput& out);
+  // A slot's outputs: wait for its public deadline (false: stopping first;
+  // counts and logs an overrun), then emit them — or, when stopping before
+  // the deadline, withhold the release and keep only the log lines.
+  bool WaitForDeadline(const PendingOutput& out);
+  void Emit(PendingOutput& out);
+  void WithholdOnStop(PendingOutput& out);
+  // A checkpoint now, with its metrics and log lines (after a slot's outputs).
+  void SaveCheckpointNow();
+  // The first window over pool.capacity stops stepping until a reload raises
+  // pool.capacity (or a restart): skipping only the slots that overflow would
+  // let the record counts switch releases on and off slot after slot.
+  void StopSteppingOnOverflow(int64_t slot, const std::string& why, PendingOutput* out);
   void OnCeiling(double epsilon_refused, PendingOutput* out);
   void Reload();
   Status CommitLedger(PendingOutput* out);
@@ -402,7 +413,9 @@ class Daemon {
   double release_retry_backoff_ = 1;
   int64_t release_attempts_failed_ = 0;
   bool halted_ = false;
-  bool overflow_ = false;
+  bool overflow_ = false;             // stepping stopped by a window over capacity
+  int64_t overflow_capacity_ = 0;     // the pool.capacity it overflowed
+  double run_started_at_ = 0;         // whole seconds: an unpaced run's release time
   std::optional<Status> sticky_error_;
   // A failed ledger commit (disk full, I/O error): no step and no release
   // until a retry (backoff 1 s to 60 s, one per slot at most) succeeds; then

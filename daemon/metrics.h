@@ -212,9 +212,9 @@ inline constexpr std::array<double, 14> kCheckpointWriteDurationBuckets = {
   GAUGE(pool_records, "records",                                                                 \
         "Records in the last slot's window (the pool the step sampled from).")                   \
   GAUGE(pool_capacity, "records",                                                                \
-        "Configured pool capacity: a window with more records skips its step.")                  \
+        "Configured pool capacity: a window with more records stops stepping.")                  \
   GAUGE(window_overflow, "",                                                                     \
-        "1 while the last slot's window held more records than pool.capacity, else 0.")          \
+        "1 while stepping is stopped by a window over pool.capacity, else 0.")                   \
   COUNTER(pool_evicted_total, "records",                                                         \
           "Records that left the pool because the window moved past them.")                      \
   GAUGE(consumer_lag_records, "records",                                                         \

@@ -16,7 +16,8 @@
 // step at all (nothing was run).
 //
 // Timing: an offline run has no public clock; its files' modification times
-// reveal how long each step took. Publish only the release contents.
+// reveal how long each step took. Its releases carry the time the run
+// started, not when a step finished: publish only the release contents.
 #pragma once
 
 #include <cstdint>

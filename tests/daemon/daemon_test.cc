@@ -486,6 +486,14 @@ TEST(DaemonTest, ReleasesLeaveAtTheirPublicDeadlineNotWhenTheStepFinished) {
     std::lock_guard<std::mutex> lock(slots_mutex);
     slot_of_step[step] = slot;
   };
+  // When the ledger is committed: at the deadline too (its file times and a
+  // ledger-topic entry would otherwise tell when the step finished).
+  std::vector<double> commit_times;
+  hooks.ledger_fault = [&]() {
+    std::lock_guard<std::mutex> lock(slots_mutex);
+    commit_times.push_back(WallNow());
+    return Status::Ok();
+  };
   auto daemon = h.Make(WriteConfig(h.dir, options), hooks);
   ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
   ASSERT_TRUE(RunUntil(**daemon, [](const DaemonStatus& s) { return s.steps_run >= 4; }).ok());
@@ -499,6 +507,9 @@ TEST(DaemonTest, ReleasesLeaveAtTheirPublicDeadlineNotWhenTheStepFinished) {
         options.start_time + static_cast<double>(slot_of_step.at(step)) * 0.05 + 0.2;
     EXPECT_NEAR(published.publish_time, deadline, 1e-6) << published.release.release_id;
     EXPECT_GE(published.wall_time, deadline) << published.release.release_id;
+    EXPECT_TRUE(std::any_of(commit_times.begin(), commit_times.end(), [&](double t) {
+      return t >= deadline && t <= published.wall_time;
+    })) << published.release.release_id << ": its ledger commit was not at its deadline";
   }
 }
 
@@ -515,34 +526,98 @@ TEST(DaemonTest, StepTimingMetricsOnlyWhenTheOperatorEnablesThem) {
   EXPECT_GT(h.metrics->last_step_timestamp_seconds().Value(), 0);
 }
 
-TEST(DaemonTest, AWindowLargerThanThePoolCapacitySkipsItsStepWithAnAlertAndDropsNothing) {
+TEST(DaemonTest, AWindowLargerThanThePoolCapacityStopsSteppingUntilCapacityIsRaisedAndDropsNothing) {
   Harness h("overflow");
   const double start = std::floor(WallNow()) + 1;
-  // 30 records before slot 1; then 2 per slot interval.
+  constexpr double kInterval = 0.05;
+  // 30 records before slot 1; then 2 per slot interval (each window of 2
+  // slots holds 4), for 20 s.
   for (int i = 0; i < 30; ++i) h.topic->Append(0, Document(i), start - 0.5);
-  for (int i = 0; i < 40; ++i) h.topic->Append(0, Document(100 + i), start + 0.05 * (0.5 + i / 2));
+  std::vector<double> appended_at;
+  for (int i = 0; i < 800; ++i) {
+    appended_at.push_back(start + kInterval * (0.25 + i / 2));
+    h.topic->Append(0, Document(100 + i), appended_at.back());
+  }
   Options options;
-  options.interval = 0.05;
+  options.interval = kInterval;
   options.window = "2";  // the 30 old records leave after slot 2
   options.capacity = 10;
   options.start_time = start;
-  std::vector<int64_t> stepped_sizes;
+  const std::string path = WriteConfig(h.dir, options);
+  std::vector<std::pair<int64_t, int64_t>> stepped;  // (slot, pool size)
+  std::mutex stepped_mutex;
   DaemonHooks hooks;
-  hooks.before_step = [&](int64_t, int64_t, const svi::RecordPool& pool,
-                          const std::vector<std::string>&) { stepped_sizes.push_back(pool.size()); };
-  auto daemon = h.Make(WriteConfig(h.dir, options), hooks);
+  hooks.before_step = [&](int64_t, int64_t slot, const svi::RecordPool& pool,
+                          const std::vector<std::string>&) {
+    std::lock_guard<std::mutex> lock(stepped_mutex);
+    stepped.emplace_back(slot, static_cast<int64_t>(pool.size()));
+  };
+  auto daemon = h.Make(path, hooks);
   ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
-  ASSERT_TRUE(RunUntil(**daemon, [](const DaemonStatus& s) { return s.steps_run >= 3; }).ok());
-  // Slots 1 and 2 hold the 30 old records (> 10): skipped, nothing charged.
-  EXPECT_EQ(h.metrics->slots_skipped_total(SkipReason::kWindowOverflow).Value(), 2);
-  ASSERT_FALSE(stepped_sizes.empty());
-  for (int64_t size : stepped_sizes) EXPECT_LE(size, 10);
+  Status result = Status::Ok();
+  std::thread runner([&] { result = (*daemon)->Run(); });
+  struct Joiner {  // a failed ASSERT must not leave the runner thread joinable
+    Daemon& daemon;
+    std::thread& thread;
+    ~Joiner() {
+      daemon.RequestStop();
+      if (thread.joinable()) thread.join();
+    }
+  } joiner{**daemon, runner};
+  auto wait = [&](const std::function<bool()>& done) {
+    const auto until = std::chrono::steady_clock::now() + 15s;
+    while (!done() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(5ms);
+    return done();
+  };
+  // The first slot observed (and the next) hold the 30 old records (> 10):
+  // stepping stops there and stays stopped when later windows (4 records)
+  // would fit — skipping only the overflowing slots would let record counts
+  // switch releases on and off slot by slot.
+  int64_t overflow_slot = 0;
+  ASSERT_TRUE(wait([&] {
+    return h.metrics->slots_skipped_total(SkipReason::kWindowOverflow).Value() >= 8;
+  }));
+  EXPECT_EQ((*daemon)->status().steps_run, 0);
+  EXPECT_TRUE((*daemon)->status().window_overflow);
+  EXPECT_EQ(h.metrics->window_overflow().Value(), 1);
+  {
+    std::lock_guard<std::mutex> lock(h.sink->mutex);
+    EXPECT_TRUE(h.sink->releases.empty());
+    ASSERT_EQ(h.sink->alerts.size(), 1u);  // one alert: when stepping stopped
+    EXPECT_NE(h.sink->alerts.front().find("\"event\": \"window_overflow\""), std::string::npos);
+    EXPECT_NE(h.sink->alerts.front().find("\"stepping\": \"stopped\""), std::string::npos);
+    // The first slot this run observed (slot 1 unless the start was late).
+    const size_t at = h.sink->alerts.front().find("\"slot\": ");
+    ASSERT_NE(at, std::string::npos);
+    overflow_slot = std::stoll(h.sink->alerts.front().substr(at + 8));
+  }
+  // Raising pool.capacity on reload resumes stepping; a reload that does not
+  // raise it would not.
+  const std::string text = *connectors::ReadWholeFile(path);
+  std::ofstream(path, std::ios::trunc)
+      << std::string(text).replace(text.find("capacity: 10"), 12, "capacity: 12");
+  (*daemon)->RequestReload();
+  ASSERT_TRUE(wait([&] { return h.metrics->config_reloads_total(ReloadResult::kSuccess).Value() >= 1; }));
+  ASSERT_TRUE(wait([&] { return (*daemon)->status().steps_run >= 3; }));
+  (*daemon)->RequestStop();
+  runner.join();
+  EXPECT_TRUE(result.ok()) << result.ToString();
+  EXPECT_FALSE((*daemon)->status().window_overflow);
+  // Nothing was dropped: each step's pool is its whole window (the records
+  // appended in its two slot intervals).
+  std::lock_guard<std::mutex> lock(stepped_mutex);
+  ASSERT_GE(stepped.size(), 3u);
+  for (const auto& [slot, size] : stepped) {
+    const double high = start + kInterval * static_cast<double>(slot);
+    const double low = high - 2 * kInterval;
+    const auto in_window = std::count_if(appended_at.begin(), appended_at.end(),
+                                         [&](double t) { return t > low && t <= high; });
+    EXPECT_EQ(size, in_window) << "slot " << slot;
+    EXPECT_GE(slot, overflow_slot + 8);  // 8 slots skipped from the overflow on
+  }
   auto ledger = h.LoadLedger();
   ASSERT_TRUE(ledger.ok());
   EXPECT_EQ(ledger->accountant.steps(), (*daemon)->status().steps_run);
-  std::lock_guard<std::mutex> lock(h.sink->mutex);
-  ASSERT_GE(h.sink->alerts.size(), 2u);
-  EXPECT_NE(h.sink->alerts.front().find("\"event\": \"window_overflow\""), std::string::npos);
 }
 
 TEST(DaemonTest, ADeadLetterIsRetriedUntilDeliveredAndOnlyThenAcknowledged) {

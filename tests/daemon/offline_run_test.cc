@@ -6,11 +6,13 @@
 
 #include <sys/wait.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include <cstring>
 
@@ -144,6 +146,29 @@ TEST(OfflineRunTest, RunsStepsWritesLedgerAndDecodableReleases) {
   while (fread(buffer, 1, sizeof(buffer), pipe) > 0) {
   }
   EXPECT_NE(pclose(pipe), 0);
+}
+
+TEST(OfflineRunTest, ReleasesCarryTheRunsStartTimeNeverWhenAStepFinished) {
+  // An offline run has no public clock: a release stamped when its step
+  // finished would tell how long the steps before it took.
+  const std::string dir = MakeRunDirectory("created_at", 50.0, 8);
+  auto config = config::LoadConfigFile(dir + "/vipsd.yaml");
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  DaemonHooks hooks;
+  hooks.before_step = [](int64_t step, int64_t, const svi::RecordPool&,
+                         const std::vector<std::string>&) {
+    if (step == 5) std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  };
+  ASSERT_TRUE(RunOffline(*config, {}, hooks).ok());
+  auto created_at = [&](int step) {
+    const std::string manifest =
+        Slurp(dir + "/releases/step-" + std::to_string(step) + "/manifest.json");
+    const size_t at = manifest.find("\"created_at_utc\": \"");
+    EXPECT_NE(at, std::string::npos) << manifest;
+    return at == std::string::npos ? std::string() : manifest.substr(at + 19, 20);
+  };
+  ASSERT_FALSE(created_at(4).empty());
+  EXPECT_EQ(created_at(4), created_at(8));  // a second apart in wall time
 }
 
 TEST(OfflineRunTest, StopsAtTheCeilingAndARestartNeverResetsTheBudget) {

@@ -490,6 +490,35 @@ TEST_F(DaemonKafkaTest, ALostStateDirectoryContinuesTheBudgetFromTheLedgerTopic)
   // process released nothing after the takeover.
   const auto steps = ReleasedSteps();
   for (size_t i = 1; i < steps.size(); ++i) EXPECT_GT(steps[i], steps[i - 1]);
+
+  // The fenced second directory takes the job again: its ledger is behind
+  // the record, so its checkpoint (which may hold a step the record does not
+  // charge) is not resumed and is moved aside — left in place it would make
+  // the start after a crash refuse the directory (a checkpoint beside a
+  // ledger it does not belong to).
+  ASSERT_TRUE(std::filesystem::exists(dir_ + "/state/checkpoint"));
+  state_directory_ = "state";
+  config_name_ = "vipsd4.yaml";
+  group_ += "-4";
+  const std::string config4 = WriteConfig(privacy);
+  {
+    VipsdProcess fourth(config4, dir_ + "/vipsd4.log");
+    ASSERT_TRUE(WaitFor([&] { return std::filesystem::exists(dir_ + "/state/checkpoint.discarded"); },
+                        60s))
+        << fourth.Log();
+    ASSERT_TRUE(WaitFor([&] { return fourth.Log().find("step=") != std::string::npos; }, 60s))
+        << fourth.Log();
+    EXPECT_NE(fourth.Log().find("the model restarts from its prior"), std::string::npos)
+        << fourth.Log();
+    fourth.Kill(SIGKILL);
+    fourth.Wait(30s);
+  }
+  const int64_t fourth_next_step = Ledger().next_step;
+  VipsdProcess fifth(config4, dir_ + "/vipsd5.log");
+  ASSERT_TRUE(WaitFor([&] { return Ledger().next_step > fourth_next_step + 1; }, 60s))
+      << fifth.Log();
+  fifth.Kill(SIGTERM);
+  EXPECT_EQ(fifth.Wait(30s), 0) << fifth.Log();
 }
 
 TEST_F(DaemonKafkaTest, AStandbyTakesOverFromAPausedDaemonWhichIsThenFenced) {
