@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <set>
 
 #include "core/base/format.h"
 #include "core/base/log.h"
@@ -58,6 +59,9 @@ std::string Where(const config::VipsdConfig& config, const std::string& key) {
   return config.file + ":" + std::to_string(config.line_of(key)) + ": " + key + ": ";
 }
 
+Status CheckPrivacyModeOfDirectory(const config::VipsdConfig& config, const LedgerState& state,
+                                   const std::string& ledger_path);
+
 // The start-up check of the ledger against the configuration (see daemon.h).
 Status CheckLedgerBelongs(const config::VipsdConfig& config, const ModelBundle& bundle,
                           const LedgerState& state, const std::string& ledger_path,
@@ -82,9 +86,29 @@ Status CheckLedgerBelongs(const config::VipsdConfig& config, const ModelBundle& 
         std::string(AccountingModeName(state.mode)) +
         " mode; the accounting mode cannot change for a state directory (use a new one)");
   }
-  // One privacy mode per state directory: a private run never continues a
-  // model that took an un-noised or reproducibly-noised step.
-  if (config.is_private() && config.noise_mode == config::NoiseMode::kSecure) {
+  return CheckPrivacyModeOfDirectory(config, state, ledger_path);
+}
+
+// One privacy mode per state directory: a private run never continues a
+// model that took an un-noised or reproducibly-noised step, and a
+// non-private or fixed-seed run never continues a private directory (its
+// later releases would mix un-noised steps into a model of private ones).
+// Checked before every other ledger check, so that the reason given is this
+// one.
+Status CheckPrivacyModeOfDirectory(const config::VipsdConfig& config, const LedgerState& state,
+                                   const std::string& ledger_path) {
+  const bool secure = config.is_private() && config.noise_mode == config::NoiseMode::kSecure;
+  if (!secure && state.noise.private_steps > 0) {
+    return FailedPreconditionError(
+        Where(config, config.is_private() ? "privacy.noise" : "privacy.noise_multiplier") +
+        ledger_path + ": this state directory ran " + std::to_string(state.noise.private_steps) +
+        " private steps; a " +
+        (config.is_private() ? std::string("fixed-seed (NOT private)")
+                             : std::string("non-private (noise_multiplier 0)")) +
+        " run would continue their model with steps that are not private; use a new state "
+        "directory");
+  }
+  if (secure) {
     if (state.noise.non_private_steps > 0) {
       return FailedPreconditionError(
           ledger_path + ": this state directory ran " +
@@ -217,6 +241,9 @@ StatusOr<PreparedState> PrepareState(const config::VipsdConfig& config, ModelBun
       config.source_type == config::SourceType::kKafka ? SourceKind::kKafka : SourceKind::kFile;
   CheckpointStore checkpoints(config.state_directory);
   LedgerState state;
+  if (previous.has_value()) {
+    VIPSD_RETURN_IF_ERROR(CheckPrivacyModeOfDirectory(config, *previous, ledger_path));
+  }
   VIPSD_ASSIGN_OR_RETURN(const ScheduleKind schedule,
                          ResolveSchedule(config, previous.has_value() ? &*previous : nullptr,
                                          ledger_path));
@@ -229,14 +256,18 @@ StatusOr<PreparedState> PrepareState(const config::VipsdConfig& config, ModelBun
     // here (a missing ledger next to a checkpoint is lost state, not a new
     // budget).
     std::error_code error;
+    std::set<std::string> found;  // sorted: the message does not depend on directory order
     for (const auto& entry : std::filesystem::directory_iterator(config.state_directory, error)) {
       const std::string name = entry.path().filename().string();
-      if (!IsHarmlessStateFile(name)) {
-        return DataLossError("the state directory " + config.state_directory + " holds " +
-                             name +
-                             " but no ledger: the spent budget is unknown; refusing to start "
-                             "from zero (restore the ledger or use an empty directory)");
-      }
+      if (!IsHarmlessStateFile(name)) found.insert(name);
+    }
+    if (!found.empty()) {
+      std::string names;
+      for (const auto& name : found) names += (names.empty() ? "" : ", ") + name;
+      return DataLossError(ledger_path + " does not exist, but the state directory " +
+                           config.state_directory + " holds " + names +
+                           " of an earlier run: the spent budget is unknown; refusing to start "
+                           "from zero (restore the ledger or use an empty directory)");
     }
     VIPSD_ASSIGN_OR_RETURN(state.run_id, NewRunId());
     state.model_type = bundle.model->type();

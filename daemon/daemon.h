@@ -72,7 +72,8 @@
 // or source kind; a checkpoint without a ledger, of another run or model, or
 // of a step the ledger does not cover; versions 1 and 2 of the ledger;
 // counters beyond 2^53; a private run (σ > 0, secure noise) on a state
-// directory that ever ran a non-private or fixed-seed step; fixed-seed
+// directory that ever ran a non-private or fixed-seed step, and a
+// non-private or fixed-seed run on one that ran private steps; fixed-seed
 // noise without DaemonOptions::allow_fixed_seed_noise (the command-line
 // flag); a residency M whose ε exceeds the ceiling; an accounting mode other
 // than the ledger's.

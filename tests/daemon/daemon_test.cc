@@ -1030,7 +1030,9 @@ TEST(DaemonTest, MissingLedgerNextToACheckpointIsRefused) {
   ASSERT_NO_FATAL_FAILURE(RunSteps(h, config, 1));
   std::filesystem::remove(h.dir + "/state/ledger");
   ExpectRefused(h.Make(config), StatusCode::kDataLoss,
-                "the state directory " + h.dir + "/state holds ", "refusing to start from zero",
+                h.dir + "/state/ledger does not exist, but the state directory " + h.dir +
+                    "/state holds checkpoint",
+                "refusing to start from zero",
                 "missing ledger");
 }
 
@@ -1055,6 +1057,30 @@ TEST(DaemonTest, APrivateRunRefusesAStateDirectoryThatRanNonPrivateOrFixedSeedSt
         << daemon.status().message();
     EXPECT_NE(daemon.status().message().find("a private run needs a new state directory"),
               std::string::npos);
+  }
+  // And the other way round: a private directory is not continued by a
+  // non-private or fixed-seed run (one privacy mode per state directory).
+  for (const std::string mode : {"non_private", "fixed_seed"}) {
+    Harness h("private_then_" + mode);
+    for (int i = 0; i < 10; ++i) h.topic->Append(0, Document(i));
+    ASSERT_NO_FATAL_FAILURE(RunSteps(h, WriteConfig(h.dir, {}), 2));
+    Options second;
+    second.schedule = "adaptive";  // the refusal must be the privacy mode's, not the schedule's
+    if (mode == "non_private") second.sigma = 0;
+    if (mode == "fixed_seed") second.noise = "fixed_seed";
+    DaemonOptions flag;
+    flag.allow_fixed_seed_noise = true;
+    auto daemon = h.Make(WriteConfig(h.dir, second), {}, flag);
+    ASSERT_FALSE(daemon.ok()) << mode;
+    EXPECT_EQ(daemon.status().code(), StatusCode::kFailedPrecondition);
+    const std::string message(daemon.status().message());
+    EXPECT_NE(message.find(h.dir + "/state/ledger: this state directory ran "), std::string::npos)
+        << message;
+    EXPECT_NE(message.find(" private steps; a "), std::string::npos) << message;
+    EXPECT_NE(message.find(mode == "non_private" ? "privacy.noise_multiplier"
+                                                 : "privacy.noise: "),
+              std::string::npos)
+        << message;
   }
   // Fixed-seed noise needs the flag in addition to the key.
   Harness h("fixed_seed_flag");

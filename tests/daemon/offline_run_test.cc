@@ -230,7 +230,8 @@ TEST(OfflineRunTest, TheStartUpCheckRefusesStateThatDoesNotBelongTogether) {
   const std::vector<Case> cases = {
       // A deleted ledger next to the checkpoint is never a fresh budget.
       {"missing ledger", [&] { std::filesystem::remove(ledger_path); }, StatusCode::kDataLoss,
-       "the state directory " + state + " holds ", "but no ledger"},
+       ledger_path + " does not exist, but the state directory " + state + " holds checkpoint",
+       "the spent budget is unknown"},
       // The ledger of another run next to this checkpoint.
       {"other run", resign_line("run ", "run " + std::string(32, 'e')),
        StatusCode::kFailedPrecondition, state + "/checkpoint belongs to run ",
@@ -303,6 +304,25 @@ TEST(OfflineRunTest, APrivateRunRefusesAStateDirectoryThatRanNonPrivateSteps) {
   auto secure_after = RunOffline(*seeded);
   ASSERT_FALSE(secure_after.ok());
   EXPECT_NE(secure_after.status().message().find("fixed-seed noise"), std::string::npos);
+
+  // And the other way round: a private directory is continued by neither a
+  // non-private nor a fixed-seed run.
+  const std::string dir3 = MakeRunDirectory("private_first", 50.0, 2);
+  auto secure = config::LoadConfigFile(dir3 + "/vipsd.yaml");
+  ASSERT_TRUE(secure.ok());
+  ASSERT_TRUE(RunOffline(*secure).ok());
+  config::VipsdConfig unnoised = *secure;
+  unnoised.driver.noise_multiplier = 0;
+  config::VipsdConfig fixed = *secure;
+  fixed.noise_mode = config::NoiseMode::kFixedSeed;
+  for (const auto* later : {&unnoised, &fixed}) {
+    auto refused = RunOffline(*later, flag);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find(dir3 + "/state/ledger: this state directory ran 2 "
+                                                     "private steps"),
+              std::string::npos)
+        << refused.status().message();
+  }
 }
 
 TEST(OfflineRunTest, ARestartResumesTheModelFromItsCheckpoint) {

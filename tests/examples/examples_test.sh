@@ -99,22 +99,29 @@ rm "$work/no_ledger/ledger"
 state_at no_ledger >"$work/bad.yaml"
 grep -q "^  directory: no_ledger " "$work/bad.yaml" || fail "lda_offline.yaml has no state.directory line"
 expect_refused "a checkpoint without a ledger" "$work/bad.yaml" \
-  "the state directory $work/no_ledger holds "
-grep -qF "but no ledger: the spent budget is unknown; refusing to start from zero" "$work/check.out" ||
+  "$work/no_ledger/ledger does not exist, but the state directory $work/no_ledger holds checkpoint"
+grep -qF "the spent budget is unknown; refusing to start from zero" "$work/check.out" ||
   { cat "$work/check.out"; fail "a checkpoint without a ledger: no reason"; }
-# A state directory contaminated by two non-private steps (the LDA example
-# with noise_multiplier 0, after its private step 1) is refused to the
+# One privacy mode per state directory. The LDA example's private state
+# (step 1) is not continued by a non-private run of it ...
+cp -r "$work/state" "$work/was_private"
+state_at was_private | sed -e "s|^  noise_multiplier: [0-9.]*|  noise_multiplier: 0|" \
+  -e "s|^  max_steps: [0-9]*|  max_steps: 2|" -e "s|^  directory: releases|  directory: open_releases|" \
+  >"$work/open_on_private.yaml"
+grep -q "^  noise_multiplier: 0" "$work/open_on_private.yaml" || fail "lda_offline.yaml has no noise_multiplier line"
+open_line=$(grep -n "^  noise_multiplier: 0" "$work/open_on_private.yaml" | cut -d: -f1)
+expect_refused "a non-private run of a private directory" "$work/open_on_private.yaml" \
+  "$work/open_on_private.yaml:$open_line: privacy.noise_multiplier: $work/was_private/ledger: this state directory ran 1 private steps; a non-private (noise_multiplier 0) run would continue their model"
+# ... and a directory that ran two non-private steps is refused to the
 # private configuration.
-cp -r "$work/state" "$work/contaminated"
 state_at contaminated | sed -e "s|^  noise_multiplier: [0-9.]*|  noise_multiplier: 0|" \
   -e "s|^  max_steps: [0-9]*|  max_steps: 2|" -e "s|^  directory: releases|  directory: open_releases|" \
   >"$work/open.yaml"
-grep -q "^  noise_multiplier: 0" "$work/open.yaml" || fail "lda_offline.yaml has no noise_multiplier line"
 (cd "$work" && "$vipsd" --config "$work/open.yaml" >"$work/run.out" 2>&1) ||
   { cat "$work/run.out"; fail "the non-private steps do not run"; }
 state_at contaminated >"$work/bad.yaml"
 expect_refused "a directory that ran non-private steps" "$work/bad.yaml" \
-  "$work/contaminated/ledger: this state directory ran 2 non-private steps (noise_multiplier 0; the first was step 2)"
+  "$work/contaminated/ledger: this state directory ran 2 non-private steps (noise_multiplier 0; the first was step 1)"
 grep -qF "a private run needs a new state directory" "$work/check.out" ||
   { cat "$work/check.out"; fail "contaminated: no remedy"; }
 # privacy.noise: fixed_seed needs --insecure-fixed-seed-noise as well (a
@@ -128,5 +135,6 @@ expect_check "fixed_seed with the flag" 0 "is valid" --config "$work/seeded.yaml
   --insecure-fixed-seed-noise
 echo "every example passes --check-config and the planner; every offline example runs a step;"
 echo "--check-config refuses bad librdkafka properties, state directories, ceilings, ledgers of"
-echo "another model, a checkpoint without its ledger, a directory that ran non-private steps and"
+echo "another model, a checkpoint without its ledger, a non-private run of a private directory, a"
+echo "directory that ran non-private steps and"
 echo "fixed_seed noise without --insecure-fixed-seed-noise"
