@@ -894,10 +894,11 @@ Status ParseIo(Section& top, VipsdConfig& config) {
                                           &config.pool_capacity));
       VIPSD_RETURN_IF_ERROR(pool->NotHere(
           "eviction",
-          "removed: evicting an old record when a new one arrives makes one record's presence "
-          "remove another from the pool (add/remove becomes substitution); records leave the "
-          "pool only when their window ends, and a window larger than pool.capacity stops "
-          "stepping with an alert"));
+          "removed: both policies let a count of other records decide a record's membership "
+          "(oldest: a new record evicts an old one, so add/remove becomes substitution; "
+          "refuse_new: a full pool leaves new records out of the steps they belong to); "
+          "records leave the pool only when their window ends, and a window larger than "
+          "pool.capacity stops stepping with an alert"));
       VIPSD_RETURN_IF_ERROR(pool->NotHere(
           "rebuild_lookback",
           "removed: capping a restart's re-read by a record count would drop records from "

@@ -2254,9 +2254,11 @@ StatusOr<svi::StepResult> Daemon::SharedStepCharged(const svi::StepTicket& ticke
       if (!kind.ok() || *kind != WorkMessageKind::kPartial) continue;  // plans (ours)
       auto partial = DecodeWorkPartial(bytes);
       if (!partial.ok()) {
-        Log(LogLevel::kWarning, kComponent,
-            exchange_->Describe() + " offset " + std::to_string(offset) + ": " +
-                partial.status().ToString() + "; ignored");
+        // With the step's outputs, at its deadline: when this loop runs
+        // follows the step's own work.
+        out->log_lines.emplace_back(LogLevel::kWarning,
+                                    exchange_->Describe() + " offset " + std::to_string(offset) +
+                                        ": " + partial.status().ToString() + "; ignored");
         continue;
       }
       if (partial->epoch != plan.epoch || partial->owner != plan.owner ||

@@ -48,9 +48,11 @@
 // reads it from the beginning and refuses a log whose beginning was deleted
 // (an entry that fenced others could be gone). Not compacted: compaction
 // keeps the last entry per key, which may be a fenced one. The topic holds
-// public values only (the ledger is public: docs/ledger_format.md), but
-// whoever can write to it can fence the daemon or claim its job: give write
-// access to vipsd alone.
+// no record content, but its slot-window cuts are the stream's volume slot
+// by slot: give it the read access control of the other telemetry
+// (SECURITY.md). Whoever can write to it can fence the daemon or claim its
+// job: give write access to vipsd alone. Entries are appended at each
+// slot's public deadline (daemon.h), never when a step finished.
 //
 // Thread-safety: used from the daemon's step thread only.
 #pragma once

@@ -21,6 +21,8 @@ constexpr std::chrono::seconds kLogThrottle{10};
 constexpr char kWhat[] = "kafka source";
 constexpr int kCloseCommitRetries = 8;
 constexpr std::chrono::milliseconds kCloseCommitBackoff{250};
+// Leaving the group before close(): how long to serve the revocation.
+constexpr std::chrono::seconds kCloseLeaveTimeout{3};
 
 bool IsAuthorizationError(RdKafka::ErrorCode code) {
   return code == RdKafka::ERR_TOPIC_AUTHORIZATION_FAILED ||
@@ -589,6 +591,19 @@ Status KafkaSource::Close() {
     status = CommitStored("at close");
   }
   if (!status.ok()) Log(LogLevel::kWarning, kComponent, status.message());
+  // Leave the group first and serve the revocation from consume(), so that
+  // close() finds nothing assigned: librdkafka (2.0 here) can hang for ever
+  // in the unassign() of a revocation that close() itself raises during a
+  // rebalance (confluentinc/librdkafka#4527, #4884; seen once in the shared
+  // failover harness). Records consumed meanwhile are dropped unprocessed —
+  // their offsets were never stored, so the group reads them again.
+  const RdKafka::ErrorCode left = consumer_->unsubscribe();
+  if (left == RdKafka::ERR_NO_ERROR) {
+    const auto until = std::chrono::steady_clock::now() + kCloseLeaveTimeout;
+    while (!assignment_.empty() && std::chrono::steady_clock::now() < until) {
+      std::unique_ptr<RdKafka::Message> ignored(consumer_->consume(50));
+    }
+  }
   const RdKafka::ErrorCode err = consumer_->close();
   if (err != RdKafka::ERR_NO_ERROR) {
     Log(LogLevel::kWarning, kComponent, "consumer close: " + ErrorDescription(err));
