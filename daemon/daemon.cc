@@ -1577,16 +1577,16 @@ bool Daemon::WaitForDeadline(const PendingOutput& out) {
   const bool overran = Now() > out.deadline;
   if (!SleepUntil(out.deadline)) return false;
   if (overran) {
-      metrics_->release_deadline_overruns_total().Increment();
-      ++overruns_unreported_;
-      if (Now() - last_overrun_log_ >= 10) {
-        Log(LogLevel::kWarning, kComponent,
-            std::to_string(overruns_unreported_) + " slot(s) up to slot " +
-                std::to_string(out.slot) +
-                " finished after their release deadline (slot time + release_delay_seconds; at "
-                "start-up the consumer group join delays the first slots); their outputs left "
-                "at once, and this line and vipsd_release_deadline_overruns_total reveal the "
-                "overruns. If it persists, raise schedule.release_delay_seconds");
+    metrics_->release_deadline_overruns_total().Increment();
+    ++overruns_unreported_;
+    if (Now() - last_overrun_log_ >= 10) {
+      Log(LogLevel::kWarning, kComponent,
+          std::to_string(overruns_unreported_) + " slot(s) up to slot " +
+              std::to_string(out.slot) +
+              " finished after their release deadline (slot time + release_delay_seconds; at "
+              "start-up the consumer group join delays the first slots); their outputs left "
+              "at once, and this line and vipsd_release_deadline_overruns_total reveal the "
+              "overruns. If it persists, raise schedule.release_delay_seconds");
       last_overrun_log_ = Now();
       overruns_unreported_ = 0;
     }

@@ -597,7 +597,8 @@ TEST(DaemonTest, AWindowLargerThanThePoolCapacityStopsSteppingUntilCapacityIsRai
   std::ofstream(path, std::ios::trunc)
       << std::string(text).replace(text.find("capacity: 10"), 12, "capacity: 12");
   (*daemon)->RequestReload();
-  ASSERT_TRUE(wait([&] { return h.metrics->config_reloads_total(ReloadResult::kSuccess).Value() >= 1; }));
+  ASSERT_TRUE(wait(
+      [&] { return h.metrics->config_reloads_total(ReloadResult::kSuccess).Value() >= 1; }));
   ASSERT_TRUE(wait([&] { return (*daemon)->status().steps_run >= 3; }));
   (*daemon)->RequestStop();
   runner.join();
