@@ -1586,7 +1586,9 @@ bool Daemon::WaitForDeadline(const PendingOutput& out) {
               " finished after their release deadline (slot time + release_delay_seconds; at "
               "start-up the consumer group join delays the first slots); their outputs left "
               "at once, and this line and vipsd_release_deadline_overruns_total reveal the "
-              "overruns. If it persists, raise schedule.release_delay_seconds");
+              "overruns. If it persists, raise schedule.release_delay_seconds up to "
+              "schedule.interval_seconds, then the interval (steps run one after another: "
+              "none gets more than one interval)");
       last_overrun_log_ = Now();
       overruns_unreported_ = 0;
     }
