@@ -1293,8 +1293,7 @@ class ReloadDiff {
   void Refuse(const std::string& key, const std::string& what, const std::string& values) {
     // A state directory keeps its model, accounting, schedule and privacy
     // mode for good (daemon/ledger.h): a restart with a different one on the
-    // same directory is refused, or — private to non-private — makes the
-    // directory non-private for good.
+    // same directory is refused.
     const bool state_bound = key.rfind("model", 0) == 0 || key == "privacy.accounting" ||
                              key == "privacy.schedule" || key == "privacy.noise" ||
                              key == "privacy.noise_multiplier";
@@ -1303,8 +1302,8 @@ class ReloadDiff {
         next_.file + ":" + std::to_string(LineOf(key)) + ": " + key + ": cannot change on reload" +
         what + " (" + values + "); the old configuration keeps running. Changing it needs a " +
         "restart" + (state_bound ? " with a new state directory" : "") +
-        (privacy_mode ? " (one privacy mode per state directory: a private run refuses a "
-                        "directory that ran a non-private or fixed-seed step)"
+        (privacy_mode ? " (one privacy mode per state directory: private runs and "
+                        "non-private or fixed-seed runs refuse each other's directories)"
                       : ""));
   }
 

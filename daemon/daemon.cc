@@ -59,9 +59,6 @@ std::string Where(const config::VipsdConfig& config, const std::string& key) {
   return config.file + ":" + std::to_string(config.line_of(key)) + ": " + key + ": ";
 }
 
-Status CheckPrivacyModeOfDirectory(const config::VipsdConfig& config, const LedgerState& state,
-                                   const std::string& ledger_path);
-
 // The start-up check of the ledger against the configuration (see daemon.h).
 Status CheckLedgerBelongs(const config::VipsdConfig& config, const ModelBundle& bundle,
                           const LedgerState& state, const std::string& ledger_path,
@@ -86,15 +83,15 @@ Status CheckLedgerBelongs(const config::VipsdConfig& config, const ModelBundle& 
         std::string(AccountingModeName(state.mode)) +
         " mode; the accounting mode cannot change for a state directory (use a new one)");
   }
-  return CheckPrivacyModeOfDirectory(config, state, ledger_path);
+  return Status::Ok();
 }
 
 // One privacy mode per state directory: a private run never continues a
 // model that took an un-noised or reproducibly-noised step, and a
 // non-private or fixed-seed run never continues a private directory (its
 // later releases would mix un-noised steps into a model of private ones).
-// Checked before every other ledger check, so that the reason given is this
-// one.
+// PrepareState checks it before every other ledger check (CheckLedgerBelongs
+// included), so that the reason given is this one.
 Status CheckPrivacyModeOfDirectory(const config::VipsdConfig& config, const LedgerState& state,
                                    const std::string& ledger_path) {
   const bool secure = config.is_private() && config.noise_mode == config::NoiseMode::kSecure;

@@ -596,8 +596,7 @@ TEST(DaemonTest, AWindowLargerThanThePoolCapacityStopsSteppingUntilCapacityIsRai
     ASSERT_NE(at, std::string::npos);
     overflow_slot = std::stoll(h.sink->alerts.front().substr(at + 8));
   }
-  // Raising pool.capacity on reload resumes stepping; a reload that does not
-  // raise it would not.
+  // Raising pool.capacity on reload resumes stepping.
   const std::string text = *connectors::ReadWholeFile(path);
   std::ofstream(path, std::ios::trunc)
       << std::string(text).replace(text.find("capacity: 10"), 12, "capacity: 12");
