@@ -116,7 +116,8 @@ def main():
     os.makedirs(work)
     kafka = harness.MockKafka(args.mock_kafka, 1, [("docs", 6 if args.shared else 2),
                                                    ("releases", 1), ("dead", 1), ("alerts", 1),
-                                                   ("ledger", 1), ("work", 2)])
+                                                   ("ledger", 1), ("work", 2)],
+                              log_path=os.path.join(work, "mock-kafka.log"))
     members = []
 
     def new_member(i):
@@ -314,6 +315,7 @@ def main():
         return 0
     except harness.HarnessFailure as failure:
         log("FAIL: %s" % failure)
+        print("--- %s" % kafka.describe(), flush=True)
         for member in members:
             if member.proc is not None:
                 print("--- p%d log tail ---\n%s" % (member.index, member.proc.log_tail()),

@@ -45,12 +45,16 @@ _START = time.monotonic()
 class MockKafka:
     """vipsd-mock-kafka as a child process, driven through its stdin."""
 
-    def __init__(self, binary, brokers, topics):
+    def __init__(self, binary, brokers, topics, log_path=None):
         args = [binary, "--brokers", str(brokers)]
         for name, partitions in topics:
             args += ["--topic", "%s:%d" % (name, partitions)]
+        # Its stderr (librdkafka's own assertions, if the mock dies) goes to
+        # `log_path` when given, for describe() after a failure.
+        self.log_path = log_path
+        stderr = open(log_path, "ab") if log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True, bufsize=1)
+                                     stderr=stderr, text=True, bufsize=1)
         first = self.proc.stdout.readline().split()
         check(len(first) == 2 and first[0] == "bootstrap",
               "vipsd-mock-kafka did not print its bootstrap list: %r" % first)
@@ -81,6 +85,17 @@ class MockKafka:
             low, high = lh.split(":")
             out[int(p)] = (int(low), int(high))
         return out
+
+    def describe(self):
+        """Whether the cluster process still runs, and the tail of its stderr."""
+        code = self.proc.poll()
+        state = "running" if code is None else (
+            "killed by signal %d" % -code if code < 0 else "exited with status %d" % code)
+        tail = ""
+        if self.log_path and os.path.exists(self.log_path):
+            with open(self.log_path, "rb") as f:
+                tail = f.read()[-4000:].decode("utf-8", "replace")
+        return "mock kafka: %s%s" % (state, ("\n" + tail) if tail else "")
 
     def close(self):
         if self.proc.poll() is None:
