@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -21,6 +20,7 @@
 #include <tuple>
 #include <vector>
 
+#include "connectors/file/file_util.h"
 #include "core/base/format.h"
 
 namespace vipsd::config {
@@ -110,19 +110,11 @@ StatusOr<std::string> SecretValue(const std::string& kind, const std::string& re
     return InvalidArgumentError("unknown secret reference '" + kind +
                                 "' (allowed: file, env, credential)");
   }
-  std::error_code error;
-  if (!std::filesystem::is_regular_file(path, error)) {
-    return InvalidArgumentError("the secret file " + path + " does not exist or is not a "
-                                "regular file");
+  auto read = connectors::ReadRegularFile(path, connectors::kMaxSecretFileBytes);
+  if (!read.ok()) {
+    return InvalidArgumentError("the secret file " + std::string(read.status().message()));
   }
-  constexpr std::uintmax_t kMaxSecretBytes = 64 * 1024;
-  const std::uintmax_t size = std::filesystem::file_size(path, error);
-  if (error || size > kMaxSecretBytes) {
-    return InvalidArgumentError("the secret file " + path + " is larger than 64 KiB");
-  }
-  std::ifstream in(path, std::ios::binary);
-  std::string value((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in.good() && !in.eof()) return InvalidArgumentError("cannot read the secret file " + path);
+  std::string value = std::move(*read);
   if (!value.empty() && value.back() == '\n') value.pop_back();
   if (!value.empty() && value.back() == '\r') value.pop_back();
   if (value.empty()) return InvalidArgumentError("the secret file " + path + " is empty");
@@ -1193,15 +1185,13 @@ StatusOr<VipsdConfig> LoadConfigFile(const std::string& path) {
     return InvalidArgumentError(path + ": is not a regular file (a FIFO, socket or device); "
                                        "give the path of a YAML file");
   }
-  constexpr std::uintmax_t kMaxBytes = 4 << 20;
-  if (std::filesystem::file_size(path, error) > kMaxBytes) {
+  if (std::filesystem::file_size(path, error) > connectors::kMaxConfigFileBytes) {
     return InvalidArgumentError(path + ": is larger than 4 MiB; not a vipsd configuration");
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError(path + ": cannot open the configuration file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return ParseConfig(text.str(), path);
+  // Opened without blocking and checked again: the path may have changed.
+  VIPSD_ASSIGN_OR_RETURN(std::string text,
+                         connectors::ReadRegularFile(path, connectors::kMaxConfigFileBytes));
+  return ParseConfig(text, path);
 }
 
 // ---------------------------------------------------------------------------

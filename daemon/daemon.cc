@@ -19,6 +19,7 @@
 #include "core/release/release.h"
 #include "daemon/budget.h"
 #include "daemon/checkpoint.h"
+#include "daemon/path_checks.h"
 
 namespace vipsd::daemon {
 namespace {
@@ -231,6 +232,7 @@ StatusOr<PreparedState> PrepareState(const config::VipsdConfig& config, ModelBun
                                      std::optional<LedgerState> previous,
                                      const std::string& ledger_path,
                                      bool checkpoint_usable = true, bool dry_run = false) {
+  VIPSD_RETURN_IF_ERROR(CheckInputsAndOutputsApart(config));
   const AccountingMode mode = config.accounting == config::Accounting::kGlobal
                                   ? AccountingMode::kGlobal
                                   : AccountingMode::kResidency;

@@ -1,9 +1,10 @@
 #include "daemon/embedded.h"
 
 #include <chrono>
-#include <fstream>
+#include <sstream>
 #include <vector>
 
+#include "connectors/file/file_util.h"
 #include "connectors/kafka/kafka_producer.h"
 #include "connectors/kafka/mock_cluster.h"
 #include "core/base/log.h"
@@ -33,10 +34,12 @@ StatusOr<std::unique_ptr<EmbeddedKafka>> EmbeddedKafka::Start(const config::Vips
   if (config.kafka.demo_corpus.empty()) return kafka;
 
   // Feed the demo corpus into the first input topic, one message per line.
-  std::ifstream in(config.kafka.demo_corpus, std::ios::binary);
-  if (!in) {
-    return NotFoundError(config.kafka.demo_corpus + ": cannot open the demo corpus");
+  auto corpus = connectors::ReadRegularFile(config.kafka.demo_corpus, connectors::kMaxDataFileBytes);
+  if (!corpus.ok()) {
+    return Status(corpus.status().code(),
+                  "the demo corpus " + std::string(corpus.status().message()));
   }
+  std::istringstream in(std::move(*corpus));
   connectors::KafkaProducerOptions options;
   options.bootstrap_servers = kafka->bootstrap_;
   options.client_id = "vipsd-demo-feeder";

@@ -105,7 +105,7 @@ int ExitCodeFor(const Status& status) {
 // Prints the top words of the first topics of an LDA release (demo summary).
 void PrintTopWords(const release::Release& release, const std::string& vocabulary_path,
                    int topics, int words) {
-  auto text = connectors::ReadWholeFile(vocabulary_path);
+  auto text = connectors::ReadRegularFile(vocabulary_path, connectors::kMaxVocabularyBytes);
   if (!text.ok()) return;
   auto vocabulary = text::Vocabulary::Parse(*text);
   if (!vocabulary.ok()) return;

@@ -42,7 +42,7 @@ StatusOr<ModelBundle> BuildModel(const config::VipsdConfig& config) {
     const std::string where = config.file + ":" +
                               std::to_string(config.line_of("model.lda.vocabulary")) +
                               ": model.lda.vocabulary: ";
-    auto vocabulary_text = connectors::ReadWholeFile(config.vocabulary_path);
+    auto vocabulary_text = connectors::ReadRegularFile(config.vocabulary_path, connectors::kMaxVocabularyBytes);
     if (!vocabulary_text.ok()) {
       return InvalidArgumentError(where + std::string(vocabulary_text.status().message()));
     }

@@ -7,7 +7,10 @@
 // token or description — only the line number, the reason code (see
 // RejectReasonName) and the source name given at Open.
 //
-// The file is opened O_APPEND (created 0600 if absent) and each Append is one
+// The file must be a regular file (a FIFO or a device is refused by name,
+// and opening never blocks). An existing file is opened at Open; a missing
+// one is created (0600) by the first Append, so that a run refused at
+// start-up leaves nothing behind. It is opened O_APPEND and each Append is one
 // write(2) of one whole line, so concurrent appenders do not interleave
 // partial lines. Sync() makes the appended lines durable (fdatasync).
 //

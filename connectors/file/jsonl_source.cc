@@ -33,7 +33,7 @@ Rejection MakeRejection(int64_t line_number, RejectReason reason) {
 
 JsonlDocumentSource::JsonlDocumentSource(std::string path, const text::Vocabulary* vocabulary,
                                          JsonlSourceOptions options,
-                                         std::unique_ptr<std::FILE, FileCloser> file)
+                                         UniqueFile file)
     : path_(std::move(path)),
       vocabulary_(vocabulary),
       options_(options),
@@ -57,22 +57,13 @@ StatusOr<JsonlDocumentSource> JsonlDocumentSource::OpenFile(const std::string& p
   if (options.max_line_bytes < 1) {
     return InvalidArgumentError("JSONL source " + path + ": max_line_bytes must be at least 1");
   }
-  // "e": O_CLOEXEC, so that the daemon's children never inherit the handle.
-  std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rbe"));
-  if (file == nullptr) {
-    const int error = errno;
-    std::string message = "cannot open JSONL source " + path + ": " + std::strerror(error);
-    if (error == ENOENT) return NotFoundError(std::move(message));
-    return UnavailableError(std::move(message));
+  // A regular file only (a FIFO or a device would block or never end),
+  // opened close-on-exec; its lines are bounded by max_line_bytes.
+  auto file = OpenRegularFile(path, kNoSizeBound);
+  if (!file.ok()) {
+    return Status(file.status().code(), "JSONL source " + std::string(file.status().message()));
   }
-  struct stat info {};
-  if (::fstat(::fileno(file.get()), &info) != 0) {
-    return UnavailableError("cannot stat JSONL source " + path + ": " + std::strerror(errno));
-  }
-  if (S_ISDIR(info.st_mode)) {
-    return InvalidArgumentError("JSONL source " + path + " is a directory, not a file");
-  }
-  return JsonlDocumentSource(path, vocabulary, options, std::move(file));
+  return JsonlDocumentSource(path, vocabulary, options, std::move(*file));
 }
 
 StatusOr<JsonlDocumentSource::LineStatus> JsonlDocumentSource::ReadLine() {
@@ -192,10 +183,7 @@ StatusOr<std::optional<RawLine>> JsonlDocumentSource::NextRawLine() {
 }
 
 StatusOr<int64_t> JsonlDocumentSource::CountLines(const std::string& path) {
-  std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
-  if (file == nullptr) {
-    return UnavailableError("cannot open " + path + ": " + std::strerror(errno));
-  }
+  VIPSD_ASSIGN_OR_RETURN(UniqueFile file, OpenRegularFile(path, kNoSizeBound));
   std::vector<char> buffer(size_t{1} << 16);
   int64_t lines = 0;
   bool pending = false;  // bytes after the last newline

@@ -43,6 +43,7 @@
 
 #include "connectors/decode/json_document.h"
 #include "connectors/decode/record_decoder.h"
+#include "connectors/file/file_util.h"
 #include "core/base/status.h"
 #include "core/text/document.h"
 #include "core/text/vocabulary.h"
@@ -114,13 +115,10 @@ class JsonlDocumentSource {
   const std::string& path() const { return path_; }
 
  private:
-  struct FileCloser {
-    void operator()(std::FILE* file) const { std::fclose(file); }
-  };
   enum class LineStatus { kLine, kTooLong, kEndOfFile };
 
   JsonlDocumentSource(std::string path, const text::Vocabulary* vocabulary,
-                      JsonlSourceOptions options, std::unique_ptr<std::FILE, FileCloser> file);
+                      JsonlSourceOptions options, UniqueFile file);
   static StatusOr<JsonlDocumentSource> OpenFile(const std::string& path,
                                                 const text::Vocabulary* vocabulary,
                                                 JsonlSourceOptions options);
@@ -131,7 +129,7 @@ class JsonlDocumentSource {
   std::string path_;
   const text::Vocabulary* vocabulary_;  // null when opened for records
   JsonlSourceOptions options_;
-  std::unique_ptr<std::FILE, FileCloser> file_;
+  UniqueFile file_;
   std::vector<char> buffer_;
   size_t buffer_begin_ = 0;
   size_t buffer_end_ = 0;

@@ -35,10 +35,13 @@ int RenameNoReplace(const std::string& from, const std::string& to) {
 StatusOr<ReleaseFileSink> ReleaseFileSink::Open(std::string directory) {
   if (directory.empty()) return InvalidArgumentError("release directory is empty");
   std::error_code error;
-  fs::create_directories(directory, error);
-  if (error) {
-    return UnavailableError("cannot create release directory " + directory + ": " +
-                            error.message());
+  // A missing directory is created by the first Write, so that a run
+  // refused at start-up leaves nothing behind.
+  const fs::file_status status = fs::status(directory, error);
+  if (!fs::exists(status)) return ReleaseFileSink(std::move(directory));
+  if (!fs::is_directory(status)) {
+    return UnavailableError("cannot use release directory " + directory +
+                            ": it exists and is not a directory");
   }
   for (fs::directory_iterator it(directory, error), end; !error && it != end;
        it.increment(error)) {
@@ -56,6 +59,12 @@ StatusOr<ReleaseFileSink> ReleaseFileSink::Open(std::string directory) {
 Status ReleaseFileSink::Write(const release::Release& release) {
   VIPSD_ASSIGN_OR_RETURN(release::EncodedRelease encoded, release::EncodeRelease(release));
   const std::string& id = encoded.release_id;
+  std::error_code created;
+  fs::create_directories(directory_, created);
+  if (created) {
+    return UnavailableError("cannot create release directory " + directory_ + ": " +
+                            created.message());
+  }
   const std::string final_dir = directory_ + "/" + id;
   const std::string temp_dir = directory_ + "/." + id + ".tmp";
   auto already_exists = [&] {

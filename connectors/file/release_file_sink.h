@@ -37,7 +37,9 @@ namespace vipsd::connectors {
 
 class ReleaseFileSink {
  public:
-  // Creates `directory` (and parents) if needed and removes crash leftovers.
+  // Removes crash leftovers of an existing `directory`; a missing one (and
+  // its parents) is created by the first Write, so that a run refused at
+  // start-up creates nothing.
   static StatusOr<ReleaseFileSink> Open(std::string directory);
 
   Status Write(const release::Release& release);

@@ -3,6 +3,8 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -268,7 +270,14 @@ TEST(ConfigTest, KafkaSecretsComeFromAFileAnEnvironmentVariableOrASystemdCredent
       {"    sasl.password: {vault: x}", "unknown secret reference 'vault'"},
       {"    sasl.password: [a, b]", "must be a plain value or one of"},
       {"    sasl.password: {file: creds}", "not a regular file"},
+      // Issue 27: a FIFO or a device is refused by name, without blocking.
+      {"    sasl.password: {file: secret.fifo}", "secret.fifo is a FIFO"},
+      {"    sasl.password: {file: /dev/zero}", "/dev/zero is a character device"},
+      {"    sasl.password: {file: big.txt}", "more than the 65536 this file may have"},
   };
+  ::unlink((dir + "/secret.fifo").c_str());
+  ASSERT_EQ(::mkfifo((dir + "/secret.fifo").c_str(), 0600), 0);
+  std::ofstream(dir + "/big.txt") << std::string(70000, 'x');
   ::unsetenv("VIPSD_TEST_UNSET_VARIABLE");
   for (const auto& [line, expected] : bad) {
     auto refused =

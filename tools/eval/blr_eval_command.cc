@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include <fstream>
+#include <sstream>
 #include <ostream>
 #include <variant>
 #include <vector>
@@ -56,8 +56,9 @@ int RunBlrEval(const std::string& release_dir, const nlohmann::json& manifest,
                                           "/manifest.json: dimensions.d differs from mean.npy"));
   }
 
-  std::ifstream file(test->second);
-  if (!file) return FailEval(err, NotFoundError("cannot open " + test->second));
+  auto test_text = connectors::ReadRegularFile(test->second, connectors::kMaxDataFileBytes);
+  if (!test_text.ok()) return FailEval(err, test_text.status());
+  std::istringstream file(std::move(*test_text));
   const auto decoder = connectors::NewBlrRecordDecoder(dim, rule);
   std::vector<std::vector<double>> features;
   std::vector<double> labels;

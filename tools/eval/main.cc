@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
     }
   }
   if (!flags.count("--test") || !flags.count("--vocab")) return Usage("--test and --vocab are required");
-  auto vocabulary_text = connectors::ReadWholeFile(flags["--vocab"]);
+  auto vocabulary_text = connectors::ReadRegularFile(flags["--vocab"], connectors::kMaxVocabularyBytes);
   if (!vocabulary_text.ok()) return Fail(vocabulary_text.status());
   auto vocabulary = text::Vocabulary::Parse(*vocabulary_text);
   if (!vocabulary.ok()) return Fail(vocabulary.status());

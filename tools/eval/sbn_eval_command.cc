@@ -4,7 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
-#include <fstream>
+#include <sstream>
 #include <ostream>
 #include <set>
 #include <stdexcept>
@@ -36,8 +36,9 @@ struct ReadResult {
 };
 
 StatusOr<ReadResult> ReadRecords(const std::string& path, int64_t visible) {
-  std::ifstream file(path);
-  if (!file) return NotFoundError("cannot open " + path);
+  VIPSD_ASSIGN_OR_RETURN(std::string text,
+                         connectors::ReadRegularFile(path, connectors::kMaxDataFileBytes));
+  std::istringstream file(std::move(text));
   const auto decoder = connectors::NewSbnRecordDecoder(visible);
   ReadResult result;
   for (std::string line; std::getline(file, line);) {

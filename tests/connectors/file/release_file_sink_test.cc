@@ -158,6 +158,7 @@ TEST(ReleaseFileSinkTest, SameReleaseIdTwiceFailsAndNeverOverwrites) {
 
 TEST(ReleaseFileSinkTest, InvalidReleaseWritesNothing) {
   const std::string dir = TestDir();
+  fs::create_directories(dir);
   auto sink = ReleaseFileSink::Open(dir);
   ASSERT_TRUE(sink.ok());
   release::Release bad = MakeRelease("step-5");
@@ -188,6 +189,17 @@ TEST(ReleaseFileSinkTest, CrashLeftoversAreRemovedAndNeverVisible) {
   EXPECT_EQ(Listing(dir), (std::set<std::string>{"unrelated.txt", "step-7"}));
   EXPECT_EQ(Listing(dir + "/step-7"),
             (std::set<std::string>{"manifest.json", "lambda.npy", "alpha.npy"}));
+}
+
+// A run refused at start-up must leave nothing behind (issue 27): Open
+// creates nothing, the first Write creates the directory and its parents.
+TEST(ReleaseFileSinkTest, OpenCreatesNothingTheFirstWriteCreatesTheDirectory) {
+  const std::string dir = TestDir() + "/nested/releases";
+  auto sink = ReleaseFileSink::Open(dir);
+  ASSERT_TRUE(sink.ok()) << sink.status().ToString();
+  EXPECT_FALSE(fs::exists(TestDir() + "/nested"));
+  ASSERT_TRUE(sink->Write(MakeRelease("step-1")).ok());
+  EXPECT_TRUE(fs::is_directory(dir + "/step-1"));
 }
 
 TEST(ReleaseFileSinkTest, OpenFailsOnAFile) {
