@@ -106,7 +106,9 @@ struct VipsdConfig {
   std::vector<std::string> source_topics; // kafka
   std::string group_id = "vipsd";
   std::string start_position = "earliest";  // earliest | latest
-  int64_t max_record_bytes = 1 << 20;
+  // 960 KiB: a rejected record of this size still fits whole in a dead
+  // letter under librdkafka's default message.max.bytes (1,000,000).
+  int64_t max_record_bytes = 960 << 10;
   SinkType sink_type = SinkType::kFile;
   std::string sink_directory;             // file
   std::string release_topic;              // kafka

@@ -660,6 +660,7 @@ Daemon::Daemon(const config::VipsdConfig& config, DaemonOptions options, ModelBu
       hooks_(std::move(hooks)),
       ledger_(std::move(ledger)),
       state_(std::move(state)),
+      committed_(state_),
       checkpoints_(config.state_directory),
       noise_(std::move(noise)) {}
 
@@ -708,15 +709,20 @@ std::string Daemon::AccountantName() const {
   return state_.schedule == ScheduleKind::kFixed ? "fixed_rdp" : "rdp_filter";
 }
 
-double Daemon::EpsilonSpent() const {
+double Daemon::EpsilonOf(const LedgerState& state) const {
   if (!config_.is_private()) return 0;
-  auto spent = LedgerSpent(state_, config_.driver.delta,
+  auto spent = LedgerSpent(state, config_.driver.delta,
                            fixed_schedule_.has_value() ? &*fixed_schedule_ : nullptr);
   return spent.ok() ? spent->epsilon : std::numeric_limits<double>::infinity();
 }
 
+double Daemon::EpsilonSpent() const { return EpsilonOf(state_); }
+
+double Daemon::CommittedEpsilon() const { return EpsilonOf(committed_); }
+
 void Daemon::UpdateBudgetMetrics() {
-  const double spent = EpsilonSpent();
+  // What is durable, never a step whose ledger commit has not succeeded.
+  const double spent = CommittedEpsilon();
   metrics_->SetPrivacyBudget(spent, config_.is_private() ? config_.driver.epsilon_ceiling : 0,
                              config_.is_private() ? config_.driver.delta : 0);
   metrics_->noise_multiplier().Set(config_.driver.noise_multiplier);
@@ -730,8 +736,8 @@ void Daemon::UpdateBudgetMetrics() {
   status_.epsilon_spent = spent;
   status_.halted = halted_;
   status_.window_overflow = overflow_;
-  status_.next_step = driver_->next_step();
-  status_.steps_run = steps_run_;
+  status_.next_step = committed_.next_step;
+  status_.steps_run = steps_run_ - (uncommitted_step_.has_value() ? 1 : 0);
   status_.slots_skipped = slots_skipped_;
   status_.last_slot = state_.windows.last_slot();
   status_.pool_records = pool_.size();
@@ -870,13 +876,44 @@ Status Daemon::IngestBatch(PollBatch& batch) {
     }
   }
   // Dead letters are delivered before any offset of the batch is marked
-  // done, so a crash never skips a rejected record.
+  // done, so a crash never skips a rejected record. Two exceptions keep one
+  // record from stopping consumption or multiplying: a record re-read below
+  // the group's committed offset was dead-lettered before (a restart
+  // re-reads its window from the start), and a dead letter the sink refuses
+  // for good (INVALID_ARGUMENT, e.g. a topic's size limit below it) is
+  // counted, logged once and skipped — the record stays in the input topic.
   for (const auto& [index, reason] : rejected) {
+    if (records[index].below_committed) {
+      metrics_->records_rejected_total(reason).Increment();
+      metrics_->dead_letters_skipped_total(DeadLetterSkip::kDeliveredBefore).Increment();
+      records[index].payload.clear();
+      continue;
+    }
     auto backoff = std::chrono::milliseconds(200);
     for (;;) {
       const Status published = sink_->PublishDeadLetter(records[index], reason);
-      if (published.ok()) break;
+      if (published.ok()) {
+        metrics_->records_rejected_total(reason).Increment();
+        metrics_->dead_letters_published_total().Increment();
+        break;
+      }
       metrics_->kafka_errors_total(KafkaErrorKind::kProduce).Increment();
+      if (published.code() == StatusCode::kInvalidArgument) {
+        metrics_->records_rejected_total(reason).Increment();
+        metrics_->dead_letters_skipped_total(DeadLetterSkip::kUndeliverable).Increment();
+        if (!undeliverable_dead_letter_logged_) {
+          undeliverable_dead_letter_logged_ = true;
+          Log(LogLevel::kError, kComponent,
+              "a dead letter can never be delivered; it is skipped and the record's offset "
+              "committed, so that consumption goes on (the record stays in the input topic at " +
+                  StreamName(records[index].topic, records[index].partition) + " offset " +
+                  std::to_string(records[index].offset) +
+                  "); further ones are only counted in "
+                  "vipsd_dead_letters_skipped_total{cause=\"undeliverable\"}: " +
+                  published.ToString());
+        }
+        break;
+      }
       Log(LogLevel::kWarning, kComponent,
           "dead-letter publish failed, retrying (the record stays unacknowledged): " +
               published.ToString());
@@ -888,8 +925,6 @@ Status Daemon::IngestBatch(PollBatch& batch) {
       }
       backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
     }
-    metrics_->records_rejected_total(reason).Increment();
-    metrics_->dead_letters_published_total().Increment();
     records[index].payload.clear();
   }
   {
@@ -929,6 +964,17 @@ Status Daemon::IngestBatch(PollBatch& batch) {
     if (!done.ok()) {
       metrics_->kafka_errors_total(KafkaErrorKind::kCommit).Increment();
       Log(LogLevel::kWarning, kComponent, "storing an input offset failed: " + done.ToString());
+    }
+  }
+  if (!rejected.empty()) {
+    // Commit the dead-lettered offsets now rather than at the next
+    // auto-commit: a crash before it would dead-letter them once more.
+    const Status committed = source_->Commit();
+    if (!committed.ok()) {
+      metrics_->kafka_errors_total(KafkaErrorKind::kCommit).Increment();
+      Log(LogLevel::kWarning, kComponent,
+          "committing dead-lettered offsets failed (they are committed later; a crash before "
+          "then dead-letters them again): " + committed.ToString());
     }
   }
   metrics_->consumer_lag_records().Set(static_cast<double>(source_->Lag()));
@@ -1283,6 +1329,16 @@ bool Daemon::BudgetAdmitsStep(double* epsilon_after, double* window_epsilon) {
 
 bool Daemon::RunStep(int64_t slot, PendingOutput* out) {
   const auto start = std::chrono::steady_clock::now();
+  if (driver_->next_step() >= svi::kMaxCounter) {
+    // The ledger reader accepts step counters up to 2^53: one more step
+    // would commit a ledger that no start and no `vipsd status` could read.
+    sticky_error_ = OutOfRangeError(
+        "the step counter is at " + std::to_string(driver_->next_step()) +
+        " = 2^53, the largest a ledger records; this state directory takes no further step "
+        "(its ledger stays readable); continue in a new state directory");
+    out->log_lines.emplace_back(LogLevel::kError, sticky_error_->ToString());
+    return false;
+  }
   double epsilon_after = 0, window_epsilon = 0;
   if (!BudgetAdmitsStep(&epsilon_after, &window_epsilon)) {
     OnCeiling(epsilon_after, out);
@@ -1422,11 +1478,16 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
   } else if (sticky_error_) {
     ++slots_skipped_;
     metrics_->slots_skipped_total(SkipReason::kError).Increment();
-    out.log_lines.emplace_back(LogLevel::kError,
-                               "slot " + std::to_string(slot) +
-                                   ": not stepping after an earlier failure (" +
-                                   sticky_error_->ToString() +
-                                   "); restart vipsd after fixing the cause");
+    // Said at the first slot it stops, then every 5 minutes (the skips are
+    // counted in vipsd_slots_skipped_total{reason="error"}).
+    if (sticky_logged_at_ == 0 || Now() - sticky_logged_at_ >= 300) {
+      sticky_logged_at_ = Now();
+      out.log_lines.emplace_back(LogLevel::kError,
+                                 "slot " + std::to_string(slot) +
+                                     ": not stepping after an earlier failure (" +
+                                     sticky_error_->ToString() +
+                                     "); restart vipsd after fixing the cause");
+    }
   } else if (overflow_) {
     // Stepping stopped at the first overflow (StopSteppingOnOverflow).
     ++slots_skipped_;
@@ -1444,7 +1505,10 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
   const bool on_time = WaitForDeadline(out);
   // Durable BEFORE anything about this slot leaves the process.
   const bool committed = CommitOrRetryLedger(&out);
-  if (!committed) out.publish = false;
+  if (!committed) {
+    out.publish = false;
+    if (out.stepped) HoldUntilCommitted(out);
+  }
   if (on_time) {
     Emit(out);
   } else {
@@ -1454,6 +1518,25 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
   // size and the disk only, but it need not delay the release.
   if (stepped && committed && out.step % config_.checkpoint_every == 0) SaveCheckpointNow();
   AdvanceWindow();
+}
+
+void Daemon::HoldUntilCommitted(PendingOutput& out) {
+  // Nothing about a step appears before its charge is durable: its log
+  // lines, alerts and metrics wait for the commit that covers it (a retry's,
+  // which then reports it); a restart before that runs the step again.
+  PendingOutput held = out;
+  held.publish = false;  // release_owed_ sends its model once committed
+  uncommitted_step_ = std::move(held);
+  out.stepped = false;
+  out.partials_local = out.partials_remote = 0;
+  out.alerts.clear();
+  out.log_lines.clear();
+  out.log_lines.emplace_back(
+      LogLevel::kError,
+      "slot " + std::to_string(out.slot) + ": step " + std::to_string(out.step) +
+          " ran but its ledger commit failed; nothing about it is released or reported until "
+          "a commit succeeds (a restart before then runs step " + std::to_string(out.step) +
+          " again)");
 }
 
 void Daemon::StopSteppingOnOverflow(int64_t slot, const std::string& why, PendingOutput* out) {
@@ -1595,44 +1678,15 @@ bool Daemon::WaitForDeadline(const PendingOutput& out) {
   return true;
 }
 
-void Daemon::Emit(PendingOutput& out) {
-  // Called at the slot's deadline (WaitForDeadline): everything is at a
-  // public time.
+std::string Daemon::ReportStep(const PendingOutput& out) {
   for (const auto& [level, line] : out.log_lines) Log(level, kComponent, line);
-  if (out.ledger_committed) {
-    metrics_->ledger_commits_total().Increment();
-    metrics_->ledger_commit_duration_seconds().Observe(out.ledger_commit_seconds);
-  }
-  metrics_->slot().Set(static_cast<double>(out.slot));
-  metrics_->last_slot_timestamp_seconds().Set(paced_ ? state_.windows.SlotTime(out.slot) : Now());
-  metrics_->pool_records().Set(static_cast<double>(
-      out.window_offsets >= 0 ? out.window_offsets : static_cast<int64_t>(pool_.size())));
-  // An unpaced (offline) run has no public clock: its releases carry the
-  // time the run started, never the moment a step finished.
-  const double publish_time = out.deadline > 0 ? out.deadline : run_started_at_;
-  if (out.stepped) {
-    metrics_->steps_total().Increment();
-    metrics_->step().Set(static_cast<double>(out.step));
-    metrics_->step_size_rho().Set(out.rho);
-    if (config_.expose_step_timing) {
-      metrics_->step_duration_seconds().Observe(out.step_seconds);
-      metrics_->last_step_timestamp_seconds().Set(Now());
-    }
-  }
-  UpdateBudgetMetrics();
-  std::string line;
-  if (out.stepped) {
-    line = "step=" + std::to_string(out.step) + " slot=" + std::to_string(out.slot) +
-           " rho=" + Fixed(out.rho);
-    if (config_.is_private()) {
-      line += " epsilon=" + Fixed(EpsilonSpent()) + "/" + JsonNumber(config_.driver.epsilon_ceiling);
-    }
-    line += " window=" + std::to_string(out.window_offsets >= 0 ? out.window_offsets
-                                                              : static_cast<int64_t>(pool_.size()));
-    if (role_ == Role::kCoordinator) {
-      line += " partials=" + std::to_string(out.partials_local) + "+" +
-              std::to_string(out.partials_remote);
-    }
+  if (!out.stepped) return "";
+  metrics_->steps_total().Increment();
+  metrics_->step().Set(static_cast<double>(out.step));
+  metrics_->step_size_rho().Set(out.rho);
+  if (config_.expose_step_timing) {
+    metrics_->step_duration_seconds().Observe(out.step_seconds);
+    metrics_->last_step_timestamp_seconds().Set(Now());
   }
   if (out.partials_local > 0) {
     metrics_->work_partials_merged_total("local")
@@ -1647,6 +1701,47 @@ void Daemon::Emit(PendingOutput& out) {
     status_.partials_merged_local += out.partials_local;
     status_.partials_merged_remote += out.partials_remote;
   }
+  std::string line = "step=" + std::to_string(out.step) + " slot=" + std::to_string(out.slot) +
+                     " rho=" + Fixed(out.rho);
+  if (config_.is_private()) {
+    line += " epsilon=" + Fixed(CommittedEpsilon()) + "/" +
+            JsonNumber(config_.driver.epsilon_ceiling);
+  }
+  line += " window=" + std::to_string(out.window_offsets >= 0
+                                           ? out.window_offsets
+                                           : static_cast<int64_t>(pool_.size()));
+  if (role_ == Role::kCoordinator) {
+    line += " partials=" + std::to_string(out.partials_local) + "+" +
+            std::to_string(out.partials_remote);
+  }
+  return line;
+}
+
+void Daemon::Emit(PendingOutput& out) {
+  // Called at the slot's deadline (WaitForDeadline): everything is at a
+  // public time.
+  if (out.ledger_committed && uncommitted_step_.has_value()) {
+    // This slot's commit also covers a step whose own commit failed: it is
+    // reported now (its model leaves through release_owed_).
+    PendingOutput held = std::move(*uncommitted_step_);
+    uncommitted_step_.reset();
+    const std::string line = ReportStep(held);
+    for (const std::string& alert : held.alerts) PublishAlertJson(alert);
+    Log(LogLevel::kInfo, kComponent, line + " committed_at_slot=" + std::to_string(out.slot));
+  }
+  if (out.ledger_committed) {
+    metrics_->ledger_commits_total().Increment();
+    metrics_->ledger_commit_duration_seconds().Observe(out.ledger_commit_seconds);
+  }
+  metrics_->slot().Set(static_cast<double>(out.slot));
+  metrics_->last_slot_timestamp_seconds().Set(paced_ ? state_.windows.SlotTime(out.slot) : Now());
+  metrics_->pool_records().Set(static_cast<double>(
+      out.window_offsets >= 0 ? out.window_offsets : static_cast<int64_t>(pool_.size())));
+  // An unpaced (offline) run has no public clock: its releases carry the
+  // time the run started, never the moment a step finished.
+  const double publish_time = out.deadline > 0 ? out.deadline : run_started_at_;
+  std::string line = ReportStep(out);
+  UpdateBudgetMetrics();
   const bool retry_due = release_owed_ && Now() >= release_retry_at_;
   if (!sticky_error_ && !ledger_failing_ && model_step_ > 0 && (out.publish || retry_due)) {
     const Status published = PublishModel(model_step_, last_rho_, publish_time);
@@ -1670,7 +1765,7 @@ void Daemon::WriteStatusFile() {
                      ", \"epsilon_ceiling\": " + JsonNumber(config_.driver.epsilon_ceiling) +
                      ", \"halted\": " + (halted_ ? "true" : "false") +
                      ", \"ledger_failing\": " + (ledger_failing_ ? "true" : "false") +
-                     ", \"last_slot\": " + std::to_string(state_.windows.last_slot()) +
+                     ", \"last_slot\": " + std::to_string(committed_.windows.last_slot()) +
                      ", \"last_release_step\": " +
                      std::to_string(std::max<int64_t>(published_model_step_, 0)) +
                      ", \"last_release_time\": " + JsonNumber(published_time_) + "}\n";
@@ -1773,6 +1868,7 @@ Status Daemon::CommitLedger(PendingOutput* out) {
     return committed;
   }
   out->ledger_committed = true;
+  committed_ = state_;
   PublishResumeOffsets();
   return Status::Ok();
 }
@@ -2063,10 +2159,11 @@ Status Daemon::Run() {
   }
   CloseIo();
   UpdateBudgetMetrics();
+  // What is durable: a step whose commit never succeeded is not counted.
   Log(LogLevel::kInfo, kComponent,
-      "stopped: next_step=" + std::to_string(driver_->next_step()) + " steps_this_run=" +
-          std::to_string(steps_run_) +
-          (config_.is_private() ? " epsilon_spent=" + Fixed(EpsilonSpent()) : ""));
+      "stopped: next_step=" + std::to_string(committed_.next_step) + " steps_this_run=" +
+          std::to_string(steps_run_ - (uncommitted_step_.has_value() ? 1 : 0)) +
+          (config_.is_private() ? " epsilon_spent=" + Fixed(CommittedEpsilon()) : ""));
   return result;
 }
 

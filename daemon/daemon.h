@@ -334,6 +334,11 @@ class Daemon {
   // the deadline, withhold the release and keep only the log lines.
   bool WaitForDeadline(const PendingOutput& out);
   void Emit(PendingOutput& out);
+  // A step's log lines, metrics and its "step=…" line (empty if none ran).
+  std::string ReportStep(const PendingOutput& out);
+  // A stepped slot whose ledger commit failed: its report waits in
+  // uncommitted_step_ for the commit that covers it; `out` keeps one line.
+  void HoldUntilCommitted(PendingOutput& out);
   void WithholdOnStop(PendingOutput& out);
   // A checkpoint now, with its metrics and log lines (after a slot's outputs).
   void SaveCheckpointNow();
@@ -360,7 +365,11 @@ class Daemon {
   // The release metadata's `accountant`: schedule, mode and bound behind
   // EpsilonSpent().
   std::string AccountantName() const;
+  // ε of the live state (step decisions), of the last durable commit
+  // (everything reported: metrics, log lines, status), of `state`.
   double EpsilonSpent() const;
+  double CommittedEpsilon() const;
+  double EpsilonOf(const LedgerState& state) const;
   svi::DriverConfig DriverConfigFor(const config::VipsdConfig& config) const;
   double Now() const;
   bool SleepUntil(double unix_time);  // false when stopping
@@ -381,6 +390,8 @@ class Daemon {
   DaemonHooks hooks_;
   Ledger ledger_;
   LedgerState state_;
+  LedgerState committed_;  // state_ as of the last durable commit (or as loaded)
+  std::optional<PendingOutput> uncommitted_step_;
   // privacy.schedule: fixed (private runs): ε of n steps of the pinned (q, σ).
   std::optional<privacy::FixedScheduleAccountant> fixed_schedule_;
   CheckpointStore checkpoints_;
@@ -418,6 +429,7 @@ class Daemon {
   int64_t overflow_capacity_ = 0;     // the pool.capacity it overflowed
   double run_started_at_ = 0;         // whole seconds: an unpaced run's release time
   std::optional<Status> sticky_error_;
+  double sticky_logged_at_ = 0;  // when the last "not stepping" line was said
   // A failed ledger commit (disk full, I/O error): no step and no release
   // until a retry (backoff 1 s to 60 s, one per slot at most) succeeds; then
   // the daemon resumes by itself.
@@ -455,6 +467,7 @@ class Daemon {
   std::atomic<int64_t> last_plan_seen_ns_{0};
 
   std::unique_ptr<InputSource> source_;
+  bool undeliverable_dead_letter_logged_ = false;  // ingest thread only
   std::thread ingest_thread_;
   std::thread clock_thread_;
 

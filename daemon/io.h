@@ -51,6 +51,9 @@ struct InputRecord {
   std::string payload;  // private; empty when oversize
   std::vector<std::pair<std::string, std::string>> headers;  // private; forwarded to dead letters
   bool oversize = false;
+  // Re-read below the consumer group's committed offset: a rejected record
+  // was dead-lettered before (connectors/kafka/kafka_source.h).
+  bool below_committed = false;
 };
 
 // "topic:partition": the stream name used in the ledger and the pool.
@@ -110,6 +113,9 @@ class OutputSink {
   virtual Status PublishRelease(const release::Release& release,
                                 const release::EncodedRelease& encoded,
                                 double publish_time) = 0;
+  // OK once delivered; INVALID_ARGUMENT when this dead letter can never be
+  // delivered (the caller skips it rather than retrying for ever);
+  // anything else is transient and retried.
   virtual Status PublishDeadLetter(const InputRecord& record,
                                    connectors::RejectReason reason) = 0;
   // `json` is a small public message (budget warning, halt).

@@ -64,6 +64,7 @@ class KafkaInput final : public InputSource {
       record.payload = std::move(message.payload);
       record.headers = std::move(message.headers);
       record.oversize = message.oversize;
+      record.below_committed = message.below_committed;
       batch.records.push_back(std::move(record));
     }
     for (const auto& [ref, end] : source_->TakeReachedEnds()) {
@@ -164,7 +165,8 @@ class DaemonOutput final : public OutputSink {
     message.payload = record.payload;
     message.headers = record.headers;
     message.oversize = record.oversize;
-    const connectors::OutMessage out = connectors::MakeDeadLetter(message, reason, dead_letter_topic_);
+    const connectors::OutMessage out = connectors::MakeDeadLetter(
+        message, reason, dead_letter_topic_, producer_->max_message_bytes());
     return producer_->ProduceAndWait({&out, 1}, timeout_);
   }
 
@@ -289,6 +291,28 @@ Status CheckKafkaClients(const config::VipsdConfig& config) {
   return Status::Ok();
 }
 
+std::vector<std::string> KafkaClientWarnings(const config::VipsdConfig& config) {
+  std::vector<std::string> warnings;
+  const std::string bootstrap =
+      config.kafka.bootstrap_servers.empty() ? "localhost:9092" : config.kafka.bootstrap_servers;
+  const auto max_message_bytes =
+      connectors::KafkaProducer::MaxMessageBytes(ProducerOptions(config, bootstrap));
+  if (!max_message_bytes.ok()) return warnings;  // CheckKafkaClients reports it
+  const size_t room = connectors::DeadLetterValueRoom(*max_message_bytes);
+  if (static_cast<uint64_t>(config.max_record_bytes) > room) {
+    warnings.push_back(
+        config.file + ":" + std::to_string(config.line_of("source.max_record_bytes")) +
+        ": source.max_record_bytes: warning: " + std::to_string(config.max_record_bytes) +
+        " bytes is more than a dead letter can carry whole: the producer's message.max.bytes " +
+        std::to_string(*max_message_bytes) + " leaves " + std::to_string(room) +
+        " bytes for a record's key and value, so a rejected record above that is "
+        "dead-lettered cut to it (header vipsd-payload-truncated); to keep them whole, raise "
+        "kafka.producer_properties.message.max.bytes (and the dead-letter topic's "
+        "max.message.bytes) or lower source.max_record_bytes");
+  }
+  return warnings;
+}
+
 StatusOr<std::unique_ptr<InputSource>> NewKafkaInput(const config::VipsdConfig& config,
                                                      const std::string& bootstrap_servers,
                                                      ResumeOffsetFn resume, Metrics* metrics) {
@@ -392,7 +416,7 @@ class KafkaLedgerLog final : public LedgerLog {
           epoch.find_first_not_of("0123456789") != std::string::npos) {
         return bad("header " + std::string(kEpochHeader) + " is not a decimal counter");
       }
-      entry.epoch = std::stoull(epoch);
+      entry.epoch = std::stoull(epoch);  // ≤ kMaxLedgerEpoch: 15 digits
       if (entry.owner.size() != 32 ||
           entry.owner.find_first_not_of("0123456789abcdef") != std::string::npos) {
         return bad("header " + std::string(kOwnerHeader) + " is not 32 lowercase hex");

@@ -16,6 +16,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "config/config.h"
 #include "core/base/status.h"
@@ -30,6 +31,13 @@ namespace vipsd::daemon {
 // unknown properties, invalid values, properties vipsd manages), built
 // without creating a client or connecting; errors name file:line: key.
 Status CheckKafkaClients(const config::VipsdConfig& config);
+
+// Legal but unwise client settings, as "file:line: key: warning: …" lines
+// (said at --check-config and at every start): a source.max_record_bytes
+// above what a dead letter can carry whole under the producer's
+// message.max.bytes (such records are dead-lettered cut, with the
+// vipsd-payload-truncated header; connectors/kafka/dead_letter.h).
+std::vector<std::string> KafkaClientWarnings(const config::VipsdConfig& config);
 
 StatusOr<std::unique_ptr<InputSource>> NewKafkaInput(const config::VipsdConfig& config,
                                                      const std::string& bootstrap_servers,

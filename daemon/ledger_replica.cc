@@ -66,6 +66,14 @@ StatusOr<std::optional<LedgerState>> LedgerReplica::Claim(std::optional<LedgerSt
   if (epoch_ != 0) return FailedPreconditionError("ledger replica: already claimed");
   VIPSD_RETURN_IF_ERROR(ReadToEndFromStart());
 
+  if (max_epoch_ >= kMaxLedgerEpoch) {
+    // One more claim would carry an epoch no reader accepts, and every
+    // process of the job would refuse the topic from then on.
+    return FailedPreconditionError(
+        "ledger replica: " + log_->Describe() + " job '" + key_ + "' holds epoch " +
+        std::to_string(max_epoch_) + ", the largest a ledger entry may carry; no further claim "
+        "is possible (move the job to a new state.ledger_key)");
+  }
   LedgerLogEntry claim;
   claim.key = key_;
   claim.kind = LedgerLogEntry::Kind::kClaim;

@@ -70,6 +70,10 @@
 
 namespace vipsd::daemon {
 
+// The largest epoch counter an entry may carry (15 decimal digits, as the
+// Kafka log's reader accepts); a claim that would exceed it is refused.
+inline constexpr uint64_t kMaxLedgerEpoch = 999'999'999'999'999;
+
 // One entry of the ledger log.
 struct LedgerLogEntry {
   int64_t offset = -1;   // set by the log

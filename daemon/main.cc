@@ -474,6 +474,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   // Legal but unwise values: said at --check-config and at every start.
+  if (config->source_type == config::SourceType::kKafka) {
+    for (std::string& warning : daemon::KafkaClientWarnings(*config)) {
+      config->warnings.push_back(std::move(warning));
+    }
+  }
   for (const std::string& warning : config->warnings) std::cerr << "vipsd: " << warning << "\n";
   if (check_only) {
     // Everything a start checks that needs neither the network nor a

@@ -242,6 +242,14 @@ std::string_view ReloadResultName(ReloadResult result) {
   return "unknown";
 }
 
+std::string_view DeadLetterSkipName(DeadLetterSkip skip) {
+  switch (skip) {
+    case DeadLetterSkip::kDeliveredBefore: return "delivered_before";
+    case DeadLetterSkip::kUndeliverable: return "undeliverable";
+  }
+  return "unknown";
+}
+
 std::string_view KafkaErrorKindName(KafkaErrorKind kind) {
   switch (kind) {
     case KafkaErrorKind::kTransport: return "transport";

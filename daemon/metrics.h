@@ -82,6 +82,11 @@ enum class SkipReason {
   kMissed,          // the slot's time passed while vipsd was not running
 };
 enum class ReloadResult { kSuccess, kFailure };
+// Why a rejected record was not (again) published to the dead-letter topic.
+enum class DeadLetterSkip {
+  kDeliveredBefore,  // re-read below the group's committed offset: dead-lettered already
+  kUndeliverable,    // the dead letter can never be delivered (e.g. the topic's size limit)
+};
 // Kafka client errors, coarsely classified by the connector.
 enum class KafkaErrorKind {
   kTransport,  // broker connection, name resolution, all brokers down
@@ -94,6 +99,7 @@ enum class KafkaErrorKind {
 
 std::string_view SkipReasonName(SkipReason reason);             // "window_overflow", ...
 std::string_view ReloadResultName(ReloadResult result);        // "success", "failure"
+std::string_view DeadLetterSkipName(DeadLetterSkip skip);      // "delivered_before", ...
 std::string_view KafkaErrorKindName(KafkaErrorKind kind);      // "transport", ...
 
 // Number of values and label text of each enum used as a label.
@@ -113,6 +119,11 @@ template <>
 struct MetricLabelValues<ReloadResult> {
   static constexpr size_t kCount = 2;
   static std::string_view Name(ReloadResult v) { return ReloadResultName(v); }
+};
+template <>
+struct MetricLabelValues<DeadLetterSkip> {
+  static constexpr size_t kCount = 2;
+  static std::string_view Name(DeadLetterSkip v) { return DeadLetterSkipName(v); }
 };
 template <>
 struct MetricLabelValues<KafkaErrorKind> {
@@ -280,6 +291,11 @@ inline constexpr std::array<double, 14> kCheckpointWriteDurationBuckets = {
              KafkaErrorKind)                                                                     \
   COUNTER(dead_letters_published_total, "records",                                               \
           "Rejected records published to the dead-letter topic (reason and position only).")     \
+  COUNTER_BY(dead_letters_skipped_total, "records",                                              \
+             "Rejected records not published to the dead-letter topic: dead-lettered before a "  \
+             "restart or rebalance (below the committed offset), or undeliverable (refused "     \
+             "for good, e.g. by a size limit; the record stays in the input topic).",            \
+             "cause", DeadLetterSkip)                                                            \
   COUNTER(alerts_published_total, "alerts",                                                      \
           "Operator alerts (budget warnings, halt) published to the alert topic.")
 

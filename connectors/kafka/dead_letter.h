@@ -17,6 +17,22 @@
 //     vipsd-source-offset        input offset, decimal
 //     vipsd-payload-omitted      "record_too_large" — only for an oversize
 //                                record (the value is then empty)
+//     vipsd-payload-truncated    the record's value size in bytes, decimal —
+//                                only when the value was cut (see below)
+//     vipsd-key-truncated        the record's key size in bytes, decimal —
+//                                only when the key was cut
+//
+// Size. A dead letter never exceeds what the producer can send: librdkafka
+// refuses (MSG_SIZE_TOO_LARGE, for ever) a message whose key, value and
+// headers exceed its message.max.bytes, and a record just under
+// source.max_record_bytes would otherwise stop consumption at that record,
+// restart after restart. MakeDeadLetter therefore keeps the copied key and
+// value within max_message_bytes minus the headers and kDeadLetterFraming
+// (room for the record's framing in the batch): the key first (cut to the
+// room if it alone is larger), then the value's first bytes, and says what
+// it cut in the headers above. The decoder rejected the record anyway, so a
+// cut copy loses nothing the daemon could use; the original stays in the
+// input topic at the offset the headers name.
 //
 // Privacy: the value is private record content. The dead-letter topic must
 // therefore get exactly the access control of the input topic (the same
@@ -37,12 +53,23 @@
 namespace vipsd::connectors {
 
 inline constexpr char kPayloadOmittedValue[] = "record_too_large";
+// librdkafka's default message.max.bytes.
+inline constexpr size_t kDefaultMaxMessageBytes = 1000000;
+// Bytes kept free of key, value and headers for a record's framing.
+inline constexpr size_t kDeadLetterFraming = 512;
 
 // The dead-letter message for `record`, rejected for `reason`, to
-// `dead_letter_topic`. If record.oversize, the value is empty and the
-// vipsd-payload-omitted header is added (whatever `reason` is; the daemon
-// passes RejectReason::kRecordTooLarge).
+// `dead_letter_topic`, at most `max_message_bytes` (the producer's
+// effective message.max.bytes) as librdkafka counts it. If record.oversize,
+// the value is empty and the vipsd-payload-omitted header is added
+// (whatever `reason` is; the daemon passes RejectReason::kRecordTooLarge).
 OutMessage MakeDeadLetter(const SourceMessage& record, RejectReason reason,
-                          const std::string& dead_letter_topic);
+                          const std::string& dead_letter_topic,
+                          size_t max_message_bytes = kDefaultMaxMessageBytes);
+
+// The largest record value a dead letter copies whole when the producer
+// sends at most `max_message_bytes` and the record has no key (for
+// --check-config's comparison with source.max_record_bytes).
+size_t DeadLetterValueRoom(size_t max_message_bytes);
 
 }  // namespace vipsd::connectors

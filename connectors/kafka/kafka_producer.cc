@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <set>
 
 #include "connectors/kafka/kafka_common.h"
@@ -99,9 +100,33 @@ Status KafkaProducer::CheckOptions(const KafkaProducerOptions& options) {
   return BuildProducerConf(options).status();
 }
 
+namespace {
+
+StatusOr<size_t> MaxMessageBytesOf(const RdKafka::Conf& conf) {
+  std::string value;
+  if (conf.get("message.max.bytes", value) != RdKafka::Conf::CONF_OK) {
+    return InternalError("kafka producer: cannot read message.max.bytes");
+  }
+  char* end = nullptr;
+  const unsigned long long bytes = std::strtoull(value.c_str(), &end, 10);
+  if (end == value.c_str() || *end != '\0' || bytes == 0) {
+    return InternalError("kafka producer: message.max.bytes is '" + value + "'");
+  }
+  return static_cast<size_t>(bytes);
+}
+
+}  // namespace
+
+StatusOr<size_t> KafkaProducer::MaxMessageBytes(const KafkaProducerOptions& options) {
+  VIPSD_ASSIGN_OR_RETURN(std::unique_ptr<RdKafka::Conf> conf, BuildProducerConf(options));
+  return MaxMessageBytesOf(*conf);
+}
+
 StatusOr<std::unique_ptr<KafkaProducer>> KafkaProducer::Create(KafkaProducerOptions options) {
   VIPSD_ASSIGN_OR_RETURN(std::unique_ptr<RdKafka::Conf> conf, BuildProducerConf(options));
+  VIPSD_ASSIGN_OR_RETURN(const size_t max_message_bytes, MaxMessageBytesOf(*conf));
   std::unique_ptr<KafkaProducer> producer(new KafkaProducer(std::move(options)));
+  producer->max_message_bytes_ = max_message_bytes;
   const KafkaProducerOptions& o = producer->options_;
   std::string errstr;
   Callbacks* callbacks = producer->callbacks_.get();
@@ -282,9 +307,15 @@ Status KafkaProducer::ProduceViews(std::span<const MessageView> messages,
                         " of " + std::to_string(messages.size()) +
                         " message(s) to topic(s) " + topic_list + " not delivered: " + detail;
   if (const Status fatal = FatalStatus(); !fatal.ok()) message += "; " + fatal.message();
-  const bool too_large = refused == RdKafka::ERR_MSG_SIZE_TOO_LARGE ||
-                         result.failures.count(ErrorName(RdKafka::ERR_MSG_SIZE_TOO_LARGE)) > 0;
-  return too_large ? InvalidArgumentError(message) : UnavailableError(message);
+  // Errors about the message itself: sending it again can never succeed.
+  bool permanent = false;
+  for (const RdKafka::ErrorCode code :
+       {RdKafka::ERR_MSG_SIZE_TOO_LARGE, RdKafka::ERR_INVALID_MSG_SIZE,
+        RdKafka::ERR_RECORD_LIST_TOO_LARGE, RdKafka::ERR_INVALID_MSG,
+        RdKafka::ERR_INVALID_RECORD}) {
+    permanent = permanent || refused == code || result.failures.count(ErrorName(code)) > 0;
+  }
+  return permanent ? InvalidArgumentError(message) : UnavailableError(message);
 }
 
 Status KafkaProducer::ProduceAndWait(std::span<const OutMessage> messages,

@@ -6,8 +6,10 @@
 // Delivery contract. ProduceAndWait hands messages to librdkafka and polls
 // the handle for their delivery reports. It returns OK only when EVERY
 // message's delivery report arrived without error within the timeout.
-// Otherwise it returns an error (UNAVAILABLE, or INVALID_ARGUMENT for a
-// message the client refuses, e.g. MSG_SIZE_TOO_LARGE) saying how many of the
+// Otherwise it returns an error (UNAVAILABLE, or INVALID_ARGUMENT when a
+// message can never be delivered as it is — MSG_SIZE_TOO_LARGE from the
+// client or a broker, INVALID_MSG_SIZE, RECORD_LIST_TOO_LARGE, INVALID_MSG,
+// INVALID_RECORD — so that the caller does not retry it) saying how many of the
 // messages failed and with which librdkafka error names, and it withdraws
 // (purges) the messages of the call that are still queued in the client, so
 // that a later retry does not duplicate them. A message already in flight
@@ -108,6 +110,10 @@ class KafkaProducer {
   // Everything Create checks before it creates the producer (options and
   // the librdkafka configuration), without a client or a connection.
   static Status CheckOptions(const KafkaProducerOptions& options);
+  // The effective message.max.bytes of a producer with these options
+  // (librdkafka's default unless a property sets it): the largest message
+  // (key, value and headers with their framing) the client sends.
+  static StatusOr<size_t> MaxMessageBytes(const KafkaProducerOptions& options);
 
   KafkaProducer(const KafkaProducer&) = delete;
   KafkaProducer& operator=(const KafkaProducer&) = delete;
@@ -134,6 +140,7 @@ class KafkaProducer {
   Status Close(std::chrono::milliseconds timeout);
 
   KafkaProducerStats stats() const;
+  size_t max_message_bytes() const { return max_message_bytes_; }
 
  private:
   class Callbacks;
@@ -149,6 +156,7 @@ class KafkaProducer {
   Status FatalStatus() const;
 
   KafkaProducerOptions options_;
+  size_t max_message_bytes_ = 0;  // message.max.bytes, read once at Create
   // Declared before producer_ so that it is destroyed after the handle.
   std::unique_ptr<Callbacks> callbacks_;
   std::unique_ptr<RdKafka::Producer> producer_;

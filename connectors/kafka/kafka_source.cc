@@ -245,6 +245,29 @@ int64_t KafkaSource::ClampResumeOffset(const TopicPartitionRef& ref, int64_t off
   return offset;
 }
 
+void KafkaSource::RecordCommittedOffsets(RdKafka::KafkaConsumer* consumer,
+                                         const std::vector<TopicPartitionRef>& refs) {
+  if (refs.empty()) return;
+  PartitionList query;
+  for (const TopicPartitionRef& ref : refs) {
+    query.items.push_back(RdKafka::TopicPartition::create(ref.topic, ref.partition));
+  }
+  const RdKafka::ErrorCode err = consumer->committed(
+      query.items, static_cast<int>(options_.resume_clamp_timeout.count()));
+  if (err != RdKafka::ERR_NO_ERROR) {
+    // Not fatal: records re-read below the committed offsets are then
+    // dead-lettered again (at-least-once, as before).
+    CountError(ErrorName(err), "cannot read the group's committed offsets: " +
+                                   ErrorDescription(err) +
+                                   "; rejected records re-read may be dead-lettered again");
+    return;
+  }
+  for (const RdKafka::TopicPartition* partition : query.items) {
+    if (partition->err() != RdKafka::ERR_NO_ERROR || partition->offset() < 0) continue;
+    committed_at_assign_[{partition->topic(), partition->partition()}] = partition->offset();
+  }
+}
+
 void KafkaSource::OnRebalance(RdKafka::KafkaConsumer* consumer, int err_code,
                               std::vector<RdKafka::TopicPartition*>& partitions) {
   const auto err = static_cast<RdKafka::ErrorCode>(err_code);
@@ -256,6 +279,10 @@ void KafkaSource::OnRebalance(RdKafka::KafkaConsumer* consumer, int err_code,
   }
   if (err == RdKafka::ERR__ASSIGN_PARTITIONS) {
     int64_t resumed = 0;
+    // Where the group's committed offsets stand: a partition that resumes
+    // below them re-reads records some member already pooled or
+    // dead-lettered (SourceMessage::below_committed).
+    if (options_.resume_offset) RecordCommittedOffsets(consumer, refs);
     if (options_.resume_offset) {
       for (size_t i = 0; i < partitions.size(); ++i) {
         const std::optional<int64_t> resume =
@@ -340,7 +367,10 @@ void KafkaSource::OnRebalance(RdKafka::KafkaConsumer* consumer, int err_code,
     } else {
       assignment_.clear();
     }
-    for (const TopicPartitionRef& ref : refs) positions_.erase(ref);
+    for (const TopicPartitionRef& ref : refs) {
+      positions_.erase(ref);
+      committed_at_assign_.erase(ref);
+    }
     {
       std::lock_guard<std::mutex> lock(stats_mutex_);
       stats_.partitions_revoked += static_cast<int64_t>(refs.size());
@@ -420,6 +450,10 @@ StatusOr<std::vector<SourceMessage>> KafkaSource::Poll(size_t max_messages,
         total += std::string_view(name).size() + value_size;
       }
       m.oversize = total > options_.max_record_bytes;
+      if (const auto committed = committed_at_assign_.find({m.topic, m.partition});
+          committed != committed_at_assign_.end()) {
+        m.below_committed = m.offset < committed->second;
+      }
       if (key_bytes > 0 && key_bytes <= options_.max_record_bytes) {
         m.key.assign(static_cast<const char*>(message->key_pointer()), key_bytes);
       }

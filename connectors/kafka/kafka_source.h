@@ -24,6 +24,11 @@
 //      auto.offset.reset (= start_position).
 //   2. otherwise the group's committed offset, if any;
 //   3. otherwise start_position: "earliest" or "latest" (auto.offset.reset).
+// With resume offsets, the group's committed offsets are read at assignment
+// too (one round trip, at most resume_clamp_timeout): a message re-read
+// below its partition's committed offset is marked below_committed, so
+// that the daemon does not dead-letter a rejected record a second time
+// after every restart.
 //
 // Rebalances: one callback serves both protocols. EAGER (range, roundrobin)
 // uses assign()/unassign() of the whole assignment; COOPERATIVE
@@ -157,6 +162,12 @@ struct SourceMessage {
   std::string payload;  // empty if oversize (or an empty/null value)
   std::vector<std::pair<std::string, std::string>> headers;  // in message order
   bool oversize = false;
+  // The offset lies below the consumer group's committed offset of its
+  // partition as it stood when the partition was assigned (resume offsets
+  // re-read a window from its start): some member of the group already
+  // pooled or dead-lettered this record, so a rejected one need not be
+  // dead-lettered again. False when the committed offset is unknown.
+  bool below_committed = false;
 };
 
 // Counters since Create. Public by the threat model: stream volume and
@@ -250,6 +261,8 @@ class KafkaSource {
   void OnRebalance(RdKafka::KafkaConsumer* consumer, int err,
                    std::vector<RdKafka::TopicPartition*>& partitions);
   int64_t ClampResumeOffset(const TopicPartitionRef& ref, int64_t offset);
+  void RecordCommittedOffsets(RdKafka::KafkaConsumer* consumer,
+                              const std::vector<TopicPartitionRef>& refs);
   void UpdateLag();
   void CountError(const std::string& kind, const std::string& log_text);
   void RecordFatal(const std::string& text);
@@ -264,6 +277,9 @@ class KafkaSource {
   Status fatal_;  // sticky
   std::set<TopicPartitionRef> assignment_;
   std::set<TopicPartitionRef> paused_;  // wanted pause state (Pause/Resume)
+  // The group's committed offset of each assigned partition when it was
+  // assigned with a resume offset (ingest thread only).
+  std::map<TopicPartitionRef, int64_t> committed_at_assign_;
   // Offset after the last message returned, per partition (for Lag()).
   std::map<TopicPartitionRef, int64_t> positions_;
   // End offsets reached since the last TakeReachedEnds().

@@ -82,6 +82,8 @@ class FakeSource : public InputSource {
         if (!position_.count(partition)) {
           const auto at = resume_("docs", partition);
           position_[partition] = at ? *at : topic_->committed[partition];
+          // As KafkaSource: the group's committed offset at assignment.
+          if (at) committed_at_start_[partition] = topic_->committed[partition];
         }
         int64_t& at = position_[partition];
         while (at < static_cast<int64_t>(log.size()) && batch.records.size() < max_records) {
@@ -91,6 +93,8 @@ class FakeSource : public InputSource {
           record.offset = at;
           record.payload = log[static_cast<size_t>(at)].payload;
           record.oversize = record.payload.size() > 4000;
+          record.below_committed = committed_at_start_.count(partition) > 0 &&
+                                   at < committed_at_start_[partition];
           if (record.oversize) record.payload.clear();
           batch.records.push_back(std::move(record));
           ++at;
@@ -137,6 +141,7 @@ class FakeSource : public InputSource {
   ResumeOffsetFn resume_;
   std::map<int32_t, int64_t> position_;
   std::set<std::string> paused_;
+  std::map<int32_t, int64_t> committed_at_start_;
 };
 
 struct Published {
@@ -151,6 +156,7 @@ struct SinkLog {
   std::vector<std::pair<InputRecord, connectors::RejectReason>> dead_letters;
   std::vector<std::string> alerts;
   int fail_next_dead_letters = 0;
+  bool refuse_dead_letters = false;  // INVALID_ARGUMENT: can never be delivered
   int fail_next_releases = 0;
   // Every attempt, failed ones too (a failed publication may have been
   // delivered after all): release id, all file bytes, publish time.
@@ -192,6 +198,9 @@ class FakeSink : public OutputSink {
     if (log_->fail_next_dead_letters > 0) {
       --log_->fail_next_dead_letters;
       return UnavailableError("broker down (fake)");
+    }
+    if (log_->refuse_dead_letters) {
+      return InvalidArgumentError("1 refused by the client: MSG_SIZE_TOO_LARGE (fake)");
     }
     log_->dead_letters.emplace_back(record, reason);
     return Status::Ok();
@@ -1259,6 +1268,215 @@ TEST(DaemonTest, StoppingWhileTheLedgerFailsExitsWithAnError) {
   ASSERT_FALSE(result.ok());
   EXPECT_NE(result.message().find("ledger could not be committed"), std::string::npos)
       << result.ToString();
+}
+
+
+// Captures vipsd::Log lines while it lives (tests only).
+class LogCapture {
+ public:
+  LogCapture() {
+    SetLogSink([this](LogLevel, std::string_view, std::string_view message) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      lines_.emplace_back(message);
+    });
+  }
+  ~LogCapture() { SetLogSink(nullptr); }
+  std::vector<std::string> Lines() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return lines_;
+  }
+  // Lines that start with `prefix`.
+  std::vector<std::string> Starting(const std::string& prefix) {
+    std::vector<std::string> found;
+    for (const std::string& line : Lines()) {
+      if (line.rfind(prefix, 0) == 0) found.push_back(line);
+    }
+    return found;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::string> lines_;
+};
+
+// Issue 27: a restart re-reads each window from its start, so every
+// malformed record in it used to be dead-lettered once more per restart.
+TEST(DaemonTest, ARecordDeadLetteredBeforeARestartIsNotDeadLetteredAgain) {
+  Harness h("dlq_restart");
+  h.topic->Append(0, Document(0));
+  h.topic->Append(0, "not json");
+  h.topic->Append(0, Document(2));
+  h.topic->Append(0, "{\"id\": 3, \"text\": 5}");
+  h.topic->Append(0, Document(4));
+  const std::string config = WriteConfig(h.dir, {});
+  for (int run = 0; run < 3; ++run) {
+    SCOPED_TRACE(run);
+    auto daemon = h.Make(config);
+    ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+    ASSERT_TRUE(RunUntil(**daemon, [&](const DaemonStatus& s) {
+                  std::lock_guard<std::mutex> lock(h.topic->mutex);
+                  return s.steps_run >= 2 && h.topic->committed[0] >= 5;
+                }).ok());
+  }
+  std::lock_guard<std::mutex> lock(h.sink->mutex);
+  ASSERT_EQ(h.sink->dead_letters.size(), 2u);  // once each, over three runs
+  EXPECT_EQ(h.sink->dead_letters[0].first.offset, 1);
+  EXPECT_EQ(h.sink->dead_letters[1].first.offset, 3);
+  EXPECT_EQ(h.metrics->dead_letters_published_total().Value(), 2);
+  EXPECT_EQ(h.metrics->dead_letters_skipped_total(DeadLetterSkip::kDeliveredBefore).Value(), 4);
+  // Still rejected (stream volume), never pooled.
+  EXPECT_EQ(h.metrics->records_rejected_total(connectors::RejectReason::kInvalidJson).Value(), 3);
+}
+
+// Issue 27: a dead letter the producer refuses for good (a size limit) was
+// retried for ever, and consumption stopped at that record, restart after
+// restart.
+TEST(DaemonTest, ADeadLetterThatCanNeverBeDeliveredIsSkippedAndConsumptionGoesOn) {
+  Harness h("dlq_undeliverable");
+  LogCapture logs;
+  h.topic->Append(0, "not json");
+  h.topic->Append(0, Document(1));
+  h.topic->Append(0, "also not json");
+  h.topic->Append(0, Document(3));
+  h.sink->refuse_dead_letters = true;
+  auto daemon = h.Make(WriteConfig(h.dir, {}));
+  ASSERT_TRUE(daemon.ok());
+  ASSERT_TRUE(RunUntil(**daemon, [&](const DaemonStatus& s) {
+                std::lock_guard<std::mutex> lock(h.topic->mutex);
+                return s.steps_run >= 2 && h.topic->committed[0] >= 4;
+              }).ok());
+  {
+    std::lock_guard<std::mutex> lock(h.topic->mutex);
+    EXPECT_EQ(h.topic->committed[0], 4);
+  }
+  EXPECT_EQ(h.metrics->dead_letters_skipped_total(DeadLetterSkip::kUndeliverable).Value(), 2);
+  EXPECT_EQ(h.metrics->dead_letters_published_total().Value(), 0);
+  EXPECT_EQ((*daemon)->status().records_pooled, 2);
+  int said = 0;
+  for (const std::string& line : logs.Lines()) {
+    if (line.find("can never be delivered") != std::string::npos) ++said;
+    EXPECT_EQ(line.find("not json"), std::string::npos) << line;  // no record content
+  }
+  EXPECT_EQ(said, 1);  // logged once, then only counted
+}
+
+// Issue 27: the reader accepts step counters up to 2^53; the daemon must
+// never commit one above (it did, and the directory was refused for good).
+TEST(DaemonTest, AStepCounterAtTheLargestValueAReaderAcceptsStaysReadable) {
+  Harness h("ledger_max_step");
+  for (int i = 0; i < 10; ++i) h.topic->Append(0, Document(i));
+  const std::string config = WriteConfig(h.dir, {});
+  ASSERT_NO_FATAL_FAILURE(RunSteps(h, config, 1));
+  const int64_t max = int64_t{1} << 53;
+  vipsd::testing::ResignLedgerFile(h.dir + "/state/ledger", [&](std::string body) {
+    return vipsd::testing::ReplaceLedgerLine(std::move(body), "next_step ",
+                                             "next_step " + std::to_string(max - 1));
+  });
+  for (int run = 0; run < 2; ++run) {
+    SCOPED_TRACE(run);
+    auto daemon = h.Make(config);
+    ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+    int64_t first_slot = -1;
+    ASSERT_TRUE(RunUntil(**daemon, [&](const DaemonStatus& s) {
+                  if (first_slot < 0 && s.last_slot > 0) first_slot = s.last_slot;
+                  return first_slot > 0 && s.last_slot >= first_slot + 10;
+                }).ok());
+    // Step 2^53 − 1 runs once (first run only); then no step, no commit of
+    // a counter beyond 2^53.
+    EXPECT_EQ((*daemon)->status().steps_run, run == 0 ? 1 : 0);
+    auto ledger = h.LoadLedger();
+    ASSERT_TRUE(ledger.ok()) << ledger.status().ToString();
+    EXPECT_EQ(ledger->next_step, max);
+  }
+}
+
+// Issue 27: nothing about a slot appears before its ledger commit — not the
+// step's log line, not its metrics, not ε — and a step whose commit failed
+// is reported once a later commit covers it.
+TEST(DaemonTest, AStepWhoseLedgerCommitFailedIsReportedOnlyOnceACommitCoversIt) {
+  Harness h("ledger_fault_report");
+  LogCapture logs;
+  for (int i = 0; i < 20; ++i) h.topic->Append(0, Document(i));
+  std::atomic<bool> disk_full{false};
+  std::atomic<int> refused{0};
+  DaemonHooks hooks;
+  hooks.ledger_fault = [&]() -> Status {
+    if (!disk_full) return Status::Ok();
+    ++refused;
+    return UnavailableError("write state/ledger.tmp: No space left on device (injected)");
+  };
+  auto daemon = h.Make(WriteConfig(h.dir, {}), hooks);
+  ASSERT_TRUE(daemon.ok());
+  Status result = Status::Ok();
+  std::thread runner([&] { result = (*daemon)->Run(); });
+  auto wait = [&](const std::function<bool()>& done) {
+    const auto until = std::chrono::steady_clock::now() + 20s;
+    while (!done() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(5ms);
+    return done();
+  };
+  ASSERT_TRUE(wait([&] { return (*daemon)->status().steps_run >= 2; }));
+  disk_full = true;
+  ASSERT_TRUE(wait([&] { return refused >= 2; }));
+  // The step that ran into the full disk is the ledger's next step.
+  auto on_disk = h.LoadLedger();
+  ASSERT_TRUE(on_disk.ok());
+  const int64_t failed_step = on_disk->next_step;
+  const std::string failed_line = "step=" + std::to_string(failed_step) + " ";
+  EXPECT_EQ(logs.Starting(failed_line).size(), 0u);
+  EXPECT_EQ(h.metrics->step().Value(), static_cast<double>(failed_step - 1));
+  EXPECT_EQ((*daemon)->status().next_step, failed_step);
+  const std::string expected_ran =
+      "step " + std::to_string(failed_step) + " ran but its ledger commit failed";
+  int ran_lines = 0;
+  for (const std::string& line : logs.Lines()) {
+    if (line.find(expected_ran) != std::string::npos) ++ran_lines;
+  }
+  EXPECT_EQ(ran_lines, 1);
+  disk_full = false;
+  ASSERT_TRUE(wait([&] { return logs.Starting(failed_line).size() == 1; }));
+  ASSERT_TRUE(wait([&] { return (*daemon)->status().next_step > failed_step + 1; }));
+  (*daemon)->RequestStop();
+  runner.join();
+  EXPECT_TRUE(result.ok()) << result.ToString();
+  const auto reported = logs.Starting(failed_line);
+  ASSERT_EQ(reported.size(), 1u);  // once, when a commit covered it
+  EXPECT_NE(reported[0].find("committed_at_slot="), std::string::npos) << reported[0];
+  std::lock_guard<std::mutex> lock(h.sink->mutex);
+  EXPECT_TRUE(h.sink->ledger_violations.empty());
+}
+
+// Issue 27: the `stopped:` line reports what is durable, not a step whose
+// commit never succeeded.
+TEST(DaemonTest, TheStoppedLineReportsOnlyCommittedState) {
+  Harness h("ledger_fault_stopped_line");
+  LogCapture logs;
+  for (int i = 0; i < 10; ++i) h.topic->Append(0, Document(i));
+  std::atomic<bool> disk_full{false};
+  DaemonHooks hooks;
+  hooks.ledger_fault = [&]() -> Status {
+    return disk_full ? UnavailableError("injected I/O error") : Status::Ok();
+  };
+  auto daemon = h.Make(WriteConfig(h.dir, {}), hooks);
+  ASSERT_TRUE(daemon.ok());
+  const Status result = RunUntil(**daemon, [&](const DaemonStatus& s) {
+    if (s.steps_run >= 1) disk_full = true;
+    return disk_full && h.metrics->ledger_failing().Value() == 1;
+  });
+  ASSERT_FALSE(result.ok());
+  auto on_disk = h.LoadLedger();
+  ASSERT_TRUE(on_disk.ok());
+  const auto stopped = logs.Starting("stopped: ");
+  ASSERT_EQ(stopped.size(), 1u);
+  EXPECT_NE(stopped[0].find("next_step=" + std::to_string(on_disk->next_step) + " "),
+            std::string::npos)
+      << stopped[0];
+  // ε as the last committed step reported it.
+  const auto steps = logs.Starting("step=" + std::to_string(on_disk->next_step - 1) + " ");
+  ASSERT_EQ(steps.size(), 1u);
+  const size_t at = steps[0].find(" epsilon=") + 9;
+  const std::string durable_epsilon = steps[0].substr(at, steps[0].find('/', at) - at);
+  EXPECT_NE(stopped[0].find("epsilon_spent=" + durable_epsilon), std::string::npos)
+      << stopped[0] << " vs " << steps[0];
 }
 
 }  // namespace

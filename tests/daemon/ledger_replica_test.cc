@@ -93,6 +93,30 @@ TEST(LedgerReplicaTest, ALostDiskRestoresTheBudgetOfRecordNeverZero) {
   EXPECT_THAT(b->restored_from(), HasSubstr("offset 2"));
 }
 
+// Every epoch a reader accepts can be claimed above, or the claim is
+// refused before it writes an entry no reader accepts (issue 27).
+TEST(LedgerReplicaTest, AClaimAboveTheLargestEpochIsRefusedAndWritesNothing) {
+  MemoryLog log;
+  LedgerLogEntry top;
+  top.key = "job";
+  top.kind = LedgerLogEntry::Kind::kClaim;
+  top.epoch = kMaxLedgerEpoch;
+  top.owner = std::string(32, 'a');
+  top.offset = 0;
+  log.entries.push_back(top);
+  auto a = Process(log);
+  auto claimed = a->Claim(std::nullopt, "/a/ledger");
+  EXPECT_EQ(claimed.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(claimed.status().message(), HasSubstr("999999999999999"));
+  EXPECT_EQ(log.entries.size(), 1u);
+  // One below the largest: the claim takes the largest, and succeeds.
+  log.entries[0].epoch = kMaxLedgerEpoch - 1;
+  auto b = Process(log);
+  ASSERT_TRUE(b->Claim(std::nullopt, "/b/ledger").ok());
+  EXPECT_EQ(b->epoch(), kMaxLedgerEpoch);
+  EXPECT_EQ(std::to_string(b->epoch()).size(), 15u);  // what the Kafka log's reader accepts
+}
+
 TEST(LedgerReplicaTest, TheLocalFileIsOnlyACacheOfTheRecord) {
   MemoryLog log;
   auto a = Process(log);

@@ -6,7 +6,8 @@ than the publish timeout; retriable request errors injected on produce,
 fetch and list-offsets (the slot clock); offset commits refused with
 OFFSET_METADATA_TOO_LARGE (not retried by librdkafka, so the failure must
 reach vipsd_kafka_errors_total{kind="commit"}); 400 ms of latency on every
-broker.
+broker; a poison record (a malformed record of 1,000,000 bytes, whose whole
+copy would not fit a dead letter).
 
 Checks, from outside the daemon:
   * the daemon keeps running through every fault (same process, no restart)
@@ -60,7 +61,7 @@ class Run:
         self.group = "vipsd-fault-%d" % os.getpid()
         self.config = harness.write_setup(
             self.work, self.kafka.bootstrap, self.group, metrics_port=self.port,
-            publish_timeout=PUBLISH_TIMEOUT,
+            publish_timeout=PUBLISH_TIMEOUT, max_record_bytes=1 << 20,
             extra_kafka='  producer_properties:\n    retry.backoff.ms: "200"\n')
         self.next_record = 0
         self.daemon = None
@@ -134,6 +135,43 @@ class Run:
              seen_during["failed"]))
         self.recoveries.append((name, recovery, seen_during))
 
+    def poison_record(self):
+        """A malformed record of 1,000,000 bytes, under source.max_record_bytes
+        (1 MiB here, the old default): its
+        dead letter used to exceed the producer's message.max.bytes and stop
+        consumption for good (issue 27). It must be dead-lettered (cut to fit,
+        with vipsd-payload-truncated) while records after it are consumed."""
+        log("poison: a malformed record of 1,000,000 bytes")
+        value = '{"id": 1, "text": "' + "x" * (1000000 - 19)
+        produced = harness.run(
+            ["kcat", "-P", "-b", self.kafka.bootstrap, "-t", "docs", "-K", "\t",
+             "-X", "message.max.bytes=2000000"],
+            input=("bad-poison\t%s\n" % value).encode(), timeout=60)
+        check(produced.returncode == 0, "kcat could not produce the poison record: %s" %
+              produced.stderr[-500:])
+        start = time.monotonic()
+        check(self.produce(6, fault_tolerant=False), "kcat produce")
+        ends = self.kafka.watermarks("docs")
+        deadline = start + 60
+        while time.monotonic() < deadline:
+            check(self.daemon.alive(), "vipsd exited after the poison record:\n%s" %
+                  self.daemon.log_tail())
+            committed = self.kafka.committed(self.group, "docs") or {}
+            if all(committed.get(p, -1) >= ends[p][1] for p in ends):
+                break
+            time.sleep(0.5)
+        check(all(committed.get(p, -1) >= ends[p][1] for p in ends),
+              "consumption stopped at the poison record: committed %s, log ends %s\n%s" %
+              (committed, ends, self.daemon.log_tail()))
+        cut = [line for line in harness._dump_lines(self.kafka.bootstrap, "dead", "%h\\n")
+               if "vipsd-payload-truncated=1000000" in line]
+        check(len(cut) == 1, "the poison record's dead letter (cut, with "
+              "vipsd-payload-truncated=1000000) is on the dead-letter topic %d times" % len(cut))
+        elapsed = time.monotonic() - start
+        log("  consumed past it in %.2f s; its dead letter was cut to fit and delivered once"
+            % elapsed)
+        self.recoveries.append(("poison record", elapsed, {}))
+
     def main(self):
         check(self.produce(60, fault_tolerant=False), "kcat produce")
         self.daemon = harness.Vipsd(self.args.vipsd, self.config, os.path.join(self.work, "vipsd.log"))
@@ -155,6 +193,7 @@ class Run:
                    ["clear offset_commit"], {"commit": 1})
         self.fault("400 ms latency on every broker", ["rtt 1 400", "rtt 2 400", "rtt 3 400"], 6,
                    ["rtt 1 0", "rtt 2 0", "rtt 3 0"])
+        self.poison_record()
         check(self.daemon.proc.pid == pid and self.daemon.alive(), "vipsd restarted or exited")
         # Drain: every malformed record dead-lettered, then stop.
         bad = harness.bad_record_offsets(self.kafka.bootstrap)

@@ -245,7 +245,7 @@ def free_port():
 
 
 def write_setup(directory, bootstrap, group, metrics_port=None, publish_timeout=10,
-                interval=0.2, extra_kafka=""):
+                interval=0.2, extra_kafka="", max_record_bytes=None):
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, "vocab.txt"), "w") as f:
         f.write("\n".join(VOCABULARY) + "\n")
@@ -273,7 +273,7 @@ source:
   type: kafka
   topics: [docs]
   group_id: %s
-sink:
+%ssink:
   type: kafka
   topic: releases
   publish_every: 1
@@ -294,7 +294,9 @@ state:
   checkpoint_every: 1
 metrics:
   listen: "%s"
-""" % (interval, group, publish_timeout, bootstrap, extra_kafka,
+""" % (interval, group,
+       "  max_record_bytes: %d\n" % max_record_bytes if max_record_bytes else "",
+       publish_timeout, bootstrap, extra_kafka,
        "127.0.0.1:%d" % metrics_port if metrics_port else ""))
     return config
 
@@ -323,17 +325,23 @@ def _dump_lines(bootstrap, topic, fmt):
     return result.stdout.decode("utf-8", "replace").splitlines()
 
 
-def dead_letter_offsets(bootstrap):
-    """{(partition, offset)} of every source record on the dead-letter topic
-    (from the vipsd-source-* headers; descriptions may hold ',' so the
+def dead_letter_copies(bootstrap):
+    """{(partition, offset): copies} of every source record on the dead-letter
+    topic (from the vipsd-source-* headers; descriptions may hold ',' so the
     release decoder's header parser is not used)."""
-    out = set()
+    out = {}
     for line in _dump_lines(bootstrap, "dead", "%h\\n"):
         partition = re.search(r"(?:^|,)vipsd-source-partition=(\d+)", line)
         offset = re.search(r"(?:^|,)vipsd-source-offset=(\d+)", line)
         if partition and offset:
-            out.add((int(partition.group(1)), int(offset.group(1))))
+            key = (int(partition.group(1)), int(offset.group(1)))
+            out[key] = out.get(key, 0) + 1
     return out
+
+
+def dead_letter_offsets(bootstrap):
+    """{(partition, offset)} of every source record on the dead-letter topic."""
+    return set(dead_letter_copies(bootstrap))
 
 
 def bad_record_offsets(bootstrap):

@@ -29,6 +29,7 @@
 #include <librdkafka/rdkafkacpp.h>
 
 #include "connectors/file/file_util.h"
+#include "connectors/kafka/kafka_producer.h"
 #include "connectors/kafka/mock_cluster.h"
 #include "core/privacy/fixed_schedule.h"
 #include "daemon/ledger.h"
@@ -151,7 +152,7 @@ class DaemonKafkaTest : public ::testing::Test {
          << "schedule:\n  tau0: 1\n  kappa: 0.7\n  threads: 2\n  interval_seconds: 0.2\n"
          << extra_schedule
          << "source:\n  type: kafka\n  topics: [" << input_topic_ << "]\n  group_id: " << group_
-         << "\n"
+         << "\n" << source_extra_
          << "sink:\n  type: kafka\n  topic: " << release_topic_ << "\n  publish_every: 1\n"
          << extra_sink
          << "dead_letter:\n  topic: dead\nalerts:\n  topic: alerts\n"
@@ -250,6 +251,7 @@ class DaemonKafkaTest : public ::testing::Test {
   std::string config_name_ = "vipsd.yaml";
   std::string state_directory_ = "state";
   std::string state_extra_;
+  std::string source_extra_;  // extra source keys
   std::string input_topic_ = "docs";
   std::string release_topic_ = "releases";
 };
@@ -411,6 +413,83 @@ TEST_F(DaemonKafkaTest, AReleaseLargerThanOneMegabyteRoundTripsThroughTheTopic) 
   EXPECT_GT(from_topic.size(), size_t{3200000});
   EXPECT_EQ(from_topic, mirrored);
   EXPECT_NE(Slurp(dump).find("vipsd-chunks=4"), std::string::npos);
+}
+
+// Issue 27: a malformed record of 1,000,000 bytes (under max_record_bytes)
+// made a dead letter over the producer's message.max.bytes; its publication
+// failed for ever, consumption stopped at it, and a restart stopped there
+// again. Now the dead letter is cut to fit (and says so), consumption goes
+// on, and a restart does not dead-letter the record a second time.
+TEST_F(DaemonKafkaTest, APoisonRecordNeverStopsConsumptionAndIsDeadLetteredOnce) {
+  WriteVocabulary(6);
+  connectors::KafkaProducerOptions options;
+  options.bootstrap_servers = bootstrap_;
+  options.client_id = "poison-producer";
+  options.properties["message.max.bytes"] = "2000000";
+  auto producer = connectors::KafkaProducer::Create(options);
+  ASSERT_TRUE(producer.ok()) << producer.status().ToString();
+  std::vector<connectors::OutMessage> messages;
+  auto add = [&](std::string value) {
+    connectors::OutMessage m;
+    m.topic = input_topic_;
+    m.key = "k" + std::to_string(messages.size());
+    m.partition = static_cast<int32_t>(messages.size() % 2);
+    m.value = std::move(value);
+    messages.push_back(std::move(m));
+  };
+  for (int i = 0; i < 30; ++i) add(Document(i));
+  std::string poison = "{\"id\": 7, \"text\": \"";
+  poison.resize(1000000, 'x');  // never closed: invalid_json
+  add(poison);
+  for (int i = 30; i < 60; ++i) add(Document(i));
+  ASSERT_TRUE((*producer)->ProduceAndWait(messages, 30s).ok());
+  (void)(*producer)->Close(5s);
+  source_extra_ = "  max_record_bytes: 1048576\n";  // the old default: the record is not oversize
+  const std::string config = WriteConfig(kPrivate);
+  auto dead_letters = [&] {
+    std::vector<std::string> found;
+    std::istringstream dump(Slurp(DumpTopic("dead")));
+    for (std::string line; std::getline(dump, line);) {
+      if (line.rfind("vipsd-reason=", 0) == 0) found.push_back(line);
+    }
+    return found;
+  };
+  {
+    VipsdProcess vipsd(config, dir_ + "/vipsd1.log");
+    ASSERT_TRUE(WaitFor([&] { return CommittedTotal() == 61; }, 60s))
+        << CommittedTotal() << "\n" << vipsd.Log();
+    ASSERT_TRUE(WaitFor([&] { return ReleasedSteps().size() >= 2; }, 60s)) << vipsd.Log();
+    vipsd.Kill(SIGTERM);
+    EXPECT_EQ(vipsd.Wait(30s), 0) << vipsd.Log();
+    EXPECT_EQ(vipsd.Log().find("dead-letter publish failed"), std::string::npos) << vipsd.Log();
+    EXPECT_EQ(vipsd.Log().find("xxxxxxxx"), std::string::npos);  // no content in logs
+    // Said at start: such records are dead-lettered cut.
+    EXPECT_NE(vipsd.Log().find("source.max_record_bytes: warning: 1048576 bytes is more than a "
+                               "dead letter can carry whole"),
+              std::string::npos)
+        << vipsd.Log();
+  }
+  const std::vector<std::string> first = dead_letters();
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_NE(first[0].find("vipsd-reason=invalid_json"), std::string::npos) << first[0];
+  EXPECT_NE(first[0].find("vipsd-payload-truncated=1000000"), std::string::npos) << first[0];
+  // The copy is cut to what the producer can send, and starts as the record.
+  const std::string dump = Slurp(dir_ + "/dead.dump");
+  EXPECT_NE(dump.find("{\"id\": 7, \"text\": \"xxxx"), std::string::npos);
+  EXPECT_LT(dump.size(), size_t{1000000});
+  // A restart re-reads the window from its start, the poison record with it:
+  // consumption goes on, and the record is not dead-lettered again.
+  int64_t last_before = 0;
+  for (int64_t step : ReleasedSteps()) last_before = std::max(last_before, step);
+  VipsdProcess vipsd(config, dir_ + "/vipsd2.log");
+  ASSERT_TRUE(WaitFor([&] {
+    int64_t latest = 0;
+    for (int64_t step : ReleasedSteps()) latest = std::max(latest, step);
+    return latest >= last_before + 2;
+  }, 60s)) << vipsd.Log();
+  vipsd.Kill(SIGTERM);
+  EXPECT_EQ(vipsd.Wait(30s), 0) << vipsd.Log();
+  EXPECT_EQ(dead_letters().size(), 1u);
 }
 
 double LedgerEpsilon(const daemon::LedgerState& state) {

@@ -66,6 +66,92 @@ TEST(DeadLetterTest, EveryReasonHasItsCodeAndDescription) {
   }
 }
 
+// Issue 27: a record just under max_record_bytes made a dead letter the
+// producer refuses for ever (MSG_SIZE_TOO_LARGE), and consumption stopped at
+// it. Dead letters are cut to what the producer sends, and say so; the
+// producer itself (librdkafka, default message.max.bytes) accepts every one,
+// whatever the record's key and value sizes.
+TEST(DeadLetterTest, ADeadLetterNeverExceedsWhatTheProducerSends) {
+  auto cluster = MockCluster::Create(1);
+  ASSERT_TRUE(cluster.ok());
+  ASSERT_TRUE((*cluster)->CreateTopic("dlq", 1).ok());
+  KafkaProducerOptions options;
+  options.bootstrap_servers = (*cluster)->bootstrap_servers();
+  options.properties = testing_kafka::FastProducerProperties();
+  auto producer = KafkaProducer::Create(options);
+  ASSERT_TRUE(producer.ok());
+  ASSERT_EQ((*producer)->max_message_bytes(), kDefaultMaxMessageBytes);
+  const size_t limit = (*producer)->max_message_bytes();
+  struct Case {
+    size_t key_bytes;
+    size_t value_bytes;
+  };
+  const Case cases[] = {{9, 1000000}, {9, 990000}, {9, 1048576}, {0, 999999},
+                        {600000, 600000}, {1200000, 10}, {9, 10}};
+  std::vector<OutMessage> dead;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::to_string(c.key_bytes) + " + " + std::to_string(c.value_bytes));
+    SourceMessage record = Record();
+    record.key = std::string(c.key_bytes, 'k');
+    record.payload = std::string(c.value_bytes, 'v');
+    const OutMessage message = MakeDeadLetter(record, RejectReason::kInvalidJson, "dlq", limit);
+    size_t total = message.key.size() + message.value.size();
+    for (const auto& [name, value] : message.headers) total += name.size() + value.size();
+    EXPECT_LE(total + kDeadLetterFraming, limit);
+    // What was kept is the record's beginning; what was cut is said.
+    EXPECT_EQ(message.key, record.key.substr(0, message.key.size()));
+    EXPECT_EQ(message.value, record.payload.substr(0, message.value.size()));
+    auto header = [&](const std::string& name) -> std::string {
+      for (const auto& [n, v] : message.headers) {
+        if (n == name) return v;
+      }
+      return "";
+    };
+    if (message.value.size() < c.value_bytes) {
+      EXPECT_EQ(header("vipsd-payload-truncated"), std::to_string(c.value_bytes));
+    } else {
+      EXPECT_EQ(header("vipsd-payload-truncated"), "");
+    }
+    if (message.key.size() < c.key_bytes) {
+      EXPECT_EQ(header("vipsd-key-truncated"), std::to_string(c.key_bytes));
+    }
+    // Small records travel whole.
+    if (c.key_bytes + c.value_bytes < DeadLetterValueRoom(limit)) {
+      EXPECT_EQ(message.value.size(), c.value_bytes);
+      EXPECT_EQ(message.key.size(), c.key_bytes);
+    }
+    dead.push_back(message);
+  }
+  // One at a time: librdkafka's own size check is what must pass.
+  for (const OutMessage& message : dead) {
+    const Status sent = (*producer)->ProduceAndWait({&message, 1}, std::chrono::seconds(10));
+    EXPECT_TRUE(sent.ok()) << sent.ToString();
+  }
+  // And the comparison --check-config warns with is below the limit.
+  EXPECT_GT(DeadLetterValueRoom(limit), size_t{990000});
+  EXPECT_LT(DeadLetterValueRoom(limit), limit);
+  ASSERT_TRUE((*producer)->Close(std::chrono::seconds(5)).ok());
+}
+
+// A message the client refuses for good is INVALID_ARGUMENT (the daemon then
+// skips it); a transient failure is UNAVAILABLE (retried).
+TEST(DeadLetterTest, AMessageTheProducerCanNeverSendIsInvalidArgument) {
+  auto cluster = MockCluster::Create(1);
+  ASSERT_TRUE(cluster.ok());
+  ASSERT_TRUE((*cluster)->CreateTopic("dlq", 1).ok());
+  KafkaProducerOptions options;
+  options.bootstrap_servers = (*cluster)->bootstrap_servers();
+  options.properties = testing_kafka::FastProducerProperties();
+  auto producer = KafkaProducer::Create(options);
+  ASSERT_TRUE(producer.ok());
+  OutMessage too_large;
+  too_large.topic = "dlq";
+  too_large.value = std::string(1000001, 'v');
+  const Status refused = (*producer)->ProduceAndWait({&too_large, 1}, std::chrono::seconds(10));
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument) << refused.ToString();
+  ASSERT_TRUE((*producer)->Close(std::chrono::seconds(5)).ok());
+}
+
 // What an operator's tool (kcat) sees on the dead-letter topic.
 TEST(DeadLetterTest, KcatSeesTheDeadLetterAsDocumented) {
   auto cluster = MockCluster::Create(1);
