@@ -89,6 +89,10 @@ class ReleaseError(Exception):
     """The release directory does not match its manifest or the format."""
 
 
+class _NpyProblem(Exception):
+    """What is wrong with an .npy file, in one line (internal)."""
+
+
 def _has_type(value, expected):
     # bool is a subclass of int in Python; JSON keeps them apart.
     if isinstance(value, bool) and expected is not bool:
@@ -205,7 +209,8 @@ def _metadata_problem(m):
     if m["model_type"] not in ("lda", "blr", "sbn"):
         return "model_type must be \"lda\", \"blr\" or \"sbn\""
     if not 0 <= m["step"] <= _INT64_MAX:
-        return "step must be >= 0"
+        return "step must be an integer in [0, 2^63 - 1], got %s" % (
+            m["step"] if abs(m["step"]) < 10 ** 30 else "an integer of %d digits" % len(str(abs(m["step"]))))
     if not 0 < m["rho"] <= 1:
         return "rho must be in (0, 1]"
     if not (_finite(m["epsilon_spent"]) and m["epsilon_spent"] >= 0):
@@ -341,25 +346,37 @@ def _verify_arrays(manifest, manifest_path, read_file, label):
         try:
             # Parse the verified bytes, not the file again.
             stream = io.BytesIO(data)
-            if np.lib.format.read_magic(stream) != (1, 0):
-                raise ValueError("only .npy version 1.0 is supported")
-            shape, fortran_order, dtype = np.lib.format.read_array_header_1_0(stream)
+            try:
+                magic = np.lib.format.read_magic(stream)
+            except Exception:
+                raise _NpyProblem("it does not start with the .npy magic string")
+            if magic != (1, 0):
+                raise _NpyProblem("only .npy version 1.0 is supported")
+            try:
+                shape, fortran_order, dtype = np.lib.format.read_array_header_1_0(stream)
+            except Exception:
+                # numpy's own messages quote the damaged header or a Python
+                # tokenizer tuple: say what is wrong, in one line.
+                raise _NpyProblem("its header is not a valid .npy header (a Python dict "
+                                  "literal with 'descr', 'fortran_order' and 'shape')")
             header_end = stream.tell()
             if fortran_order:
-                raise ValueError("fortran_order is not False")
+                raise _NpyProblem("fortran_order is not False")
             if dtype != np.dtype("<f8"):
-                raise ValueError("dtype %s is not '<f8'" % dtype.str)
+                raise _NpyProblem("dtype %s is not '<f8'" % dtype.str)
             count = 1
             for dim in shape:
                 count *= dim
             if len(data) != header_end + 8 * count:
-                raise ValueError("%d bytes after the header, the shape needs %d"
-                                 % (len(data) - header_end, 8 * count))
+                raise _NpyProblem("%d bytes after the header, the shape needs %d"
+                                  % (len(data) - header_end, 8 * count))
             array = np.load(io.BytesIO(data), allow_pickle=False)
         except ReleaseError:
             raise
-        except Exception as e:  # any malformed header: one clear line, never a traceback
+        except _NpyProblem as e:
             raise ReleaseError("%s: not a valid .npy file: %s" % (file_path, e))
+        except Exception as e:  # anything else numpy refuses: one clear line, never a traceback
+            raise ReleaseError("%s: not a valid .npy file (%s)" % (file_path, type(e).__name__))
         if array.dtype != np.dtype("<f8"):
             raise ReleaseError("%s: dtype %s is not '<f8'" % (file_path, array.dtype.str))
         if array.ndim > 1 and not array.flags.c_contiguous:

@@ -128,6 +128,7 @@ TEST(ReleaseReadersAgreeTest, BothReadAValidReleaseAndBothRefuseEveryDamagedOne)
       {"step is a string", InManifest("\"step\": 8", "\"step\": \"8\"")},
       {"step is 1e30", InManifest("\"step\": 8", "\"step\": 1e30")},
       {"step is -5", InManifest("\"step\": 8", "\"step\": -5")},
+      {"step is 10^30", InManifest("\"step\": 8", "\"step\": 1000000000000000000000000000000")},
       {"epsilon_spent is a string", InManifest("\"epsilon_spent\": 1.5", "\"epsilon_spent\": \"1.5\"")},
       {"epsilon_spent is NaN", InManifest("\"epsilon_spent\": 1.5", "\"epsilon_spent\": NaN")},
       {"epsilon_spent is Infinity", InManifest("\"epsilon_spent\": 1.5", "\"epsilon_spent\": Infinity")},
@@ -187,6 +188,11 @@ TEST(ReleaseReadersAgreeTest, BothReadAValidReleaseAndBothRefuseEveryDamagedOne)
     // One clear line, no traceback.
     EXPECT_THAT(python.output, Not(HasSubstr("Traceback"))) << python.output;
     EXPECT_EQ(std::count(python.output.begin(), python.output.end(), '\n'), 1) << python.output;
+    // Says what is wrong, never a Python tuple or a bound it does not break
+    // (issue 27: a corrupt .npy header showed a tokenizer tuple, step 10^30
+    // was "step must be >= 0").
+    EXPECT_THAT(python.output, Not(HasSubstr("('"))) << python.output;
+    EXPECT_THAT(python.output, Not(HasSubstr("must be >= 0"))) << python.output;
   }
 }
 
