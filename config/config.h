@@ -11,13 +11,18 @@
 // configuration file. config/examples/ holds commented examples; README
 // "Configuration" is the reference of every key.
 //
+// Every key is declared once, in the key table (config/keys.h): the parser,
+// the reload diff and the reference configuration are all derived from it
+// (config/README.md lists the files).
+//
 // Two run modes follow from source.type:
 //   file   — the offline run (daemon/offline_run.h): read a JSON Lines file
 //            into the pool, step until max_steps/max_epochs or the ceiling.
 //   kafka  — the daemon (daemon/daemon.h): consume topics, step on a
 //            schedule, run until stopped.
 //
-// Thread-safety: parsing is pure; a VipsdConfig is a value.
+// Thread-safety: parsing is pure; a VipsdConfig is a value. Failure: a
+// Status (INVALID_ARGUMENT, NOT_FOUND); no exception leaves config/.
 #pragma once
 
 #include <cstdint>
@@ -169,17 +174,18 @@ StatusOr<VipsdConfig> LoadConfigFile(const std::string& path);
 // δ, noise mode, start time, I/O, Kafka, state, metrics) is refused.
 // Returns the dotted keys that change (empty: nothing to do) — and, in
 // `described`, one "key: old -> new" per change for the reload log — or
-// INVALID_ARGUMENT naming the first key that may not change, its line in
-// `next` and both values (never the values of librdkafka properties, which
-// may hold credentials).
+// INVALID_ARGUMENT naming the first key (in the key table's order) that
+// may not change, its line in `next` and both values (never the values of
+// librdkafka properties, which may hold credentials). Values are spelt as
+// in a configuration file: enums by name ("running: fixed, file:
+// adaptive"), booleans as true/false, window_steps "all".
 StatusOr<std::vector<std::string>> ChangedReloadableKeys(
     const VipsdConfig& running, const VipsdConfig& next,
     std::vector<std::string>* described = nullptr);
 
-// The reference configuration: every key the parser reads (it parses
-// covering configurations of every model, source and sink and records what
-// each accessor asks for), with its default, kind, allowed values, whether
-// it is required, whether a reload applies it live, and when it applies.
+// The reference configuration: every key of the key table (the keys the
+// parser reads), with its default, kind, allowed values, whether it is
+// required, whether a reload applies it live, and when it applies.
 // `vipsd --print-reference-config` prints it; config/vipsd.reference.yaml is
 // its output, kept equal by a test.
 std::string ReferenceConfig();

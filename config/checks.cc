@@ -1,0 +1,179 @@
+#include "config/checks.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "core/base/format.h"
+
+namespace vipsd::config::internal {
+
+bool IsTopicName(const std::string& name) {
+  if (name.empty() || name.size() > 249 || name == "." || name == "..") return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
+  });
+}
+
+void DefaultReleaseDelay(VipsdConfig& config) {
+  config.release_delay_seconds = config.step_interval_seconds;
+}
+
+void DefaultStepTiming(VipsdConfig& config) { config.expose_step_timing = !config.is_private(); }
+
+void SinkTypeOfSource(VipsdConfig& config) {
+  config.sink_type = config.source_type == SourceType::kKafka ? SinkType::kKafka : SinkType::kFile;
+}
+
+void CheckNoiseSeed(Section& privacy, VipsdConfig& config) {
+  if (privacy.Has("noise_seed") && config.noise_mode == NoiseMode::kSecure) {
+    privacy.ErrorAt("noise_seed", "only allowed with noise: fixed_seed");
+  }
+}
+
+void CheckResidencyIsPrivate(Section& privacy, VipsdConfig& config) {
+  if (config.accounting == Accounting::kResidency && !config.is_private()) {
+    privacy.ErrorAt("accounting",
+                    "residency accounting needs noise_multiplier > 0 (a non-private run has no "
+                    "budget)");
+  }
+}
+
+void CheckWarnAtIncreasing(Section& privacy, VipsdConfig& config) {
+  if (!std::is_sorted(config.warn_at.begin(), config.warn_at.end()) ||
+      std::adjacent_find(config.warn_at.begin(), config.warn_at.end()) != config.warn_at.end()) {
+    privacy.ErrorAt("warn_at", "must be strictly increasing");
+  }
+}
+
+void CheckNormRule(Section& blr, VipsdConfig& config) {
+  if (config.is_private() && config.blr_norm_rule == "reject") {
+    blr.ErrorAt(
+        "norm_rule",
+        "reject is not allowed when privacy.noise_multiplier > 0: it would drop well-formed "
+        "records for their content, outside the mechanism; use rescale (the default), which "
+        "keeps every record and bounds ||x|| <= 1");
+  }
+}
+
+// A file run stops at max_steps, max_epochs or the privacy ceiling.
+void CheckOfflineStop(Section& schedule, VipsdConfig& config) {
+  if (config.max_epochs / config.driver.sampling_rate > 1e12) {
+    schedule.ErrorAt("max_epochs",
+                     "max_epochs / privacy.sampling_rate is " +
+                         ShortestNumber(config.max_epochs / config.driver.sampling_rate) +
+                         " steps; at most 1e12 steps are allowed (one epoch is 1/q steps)");
+  }
+  if (config.max_steps == 0 && config.max_epochs == 0 && !config.is_private()) {
+    schedule.ErrorAt("max_steps",
+                     "a non-private run needs max_steps or max_epochs > 0 (no privacy ceiling "
+                     "stops it)");
+  }
+}
+
+// The ledger key defaults to the consumer group id.
+void CheckLedgerKey(Section& state, VipsdConfig& config) {
+  if (config.ledger_key.empty()) {
+    config.ledger_key = config.group_id;
+  } else if (config.ledger_topic.empty()) {
+    state.ErrorAt("ledger_key", "only allowed together with state.ledger_topic");
+  }
+}
+
+void CheckStandby(Section& state, VipsdConfig& config) {
+  if (config.standby_takeover_seconds <= 0) return;
+  if (config.ledger_topic.empty()) {
+    state.ErrorAt("standby_takeover_seconds", "only allowed together with state.ledger_topic");
+  } else if (config.standby_takeover_seconds < 3 * config.step_interval_seconds + 5) {
+    state.WarnAt("standby_takeover_seconds",
+                 "below 3 * schedule.interval_seconds + 5 s: the running daemon commits once "
+                 "per slot, and not at all while it starts (the consumer-group join takes 3 s "
+                 "and more), so a standby may take over (and fence it) while it is healthy");
+  }
+}
+
+void CheckWorkTopic(Section& state, VipsdConfig& config) {
+  if (config.work_topic.empty()) return;
+  if (!IsTopicName(config.work_topic)) {
+    state.ErrorAt("work_topic", std::string("must be ") + kTopicRule);
+  } else if (config.ledger_topic.empty()) {
+    state.ErrorAt("work_topic",
+                  "only allowed together with state.ledger_topic (the process that owns the "
+                  "job's ledger coordinates; with state.standby_takeover_seconds > 0 the others "
+                  "work for it)");
+  } else if (config.work_topic == config.ledger_topic ||
+             std::find(config.source_topics.begin(), config.source_topics.end(),
+                       config.work_topic) != config.source_topics.end()) {
+    state.ErrorAt("work_topic", "must differ from state.ledger_topic and from the input topics");
+  }
+}
+
+void CheckLda(Section& lda, VipsdConfig& config) {
+  if (config.is_private() && config.lda.resample_length == 0) {
+    lda.ErrorAt("resample_length",
+                "must be >= 1 when privacy.noise_multiplier > 0 (0 has no sensitivity bound)");
+  }
+}
+
+void CheckSbn(Section& sbn, VipsdConfig& config) {
+  const Status valid = models::ValidateSbnConfig(config.sbn);
+  if (!valid.ok()) sbn.ErrorAt("hidden", std::string(valid.message()));
+}
+
+namespace {
+
+// An error or warning at the line of `key` (0 if the file leaves it out).
+Diagnostics::Entry At(const VipsdConfig& config, const std::string& key, const std::string& what) {
+  const int line = config.line_of(key);
+  return {line, config.file + ":" + std::to_string(line) + ": " + key + ": " + what};
+}
+
+}  // namespace
+
+void CheckWholeFile(const VipsdConfig& config, Diagnostics* diag) {
+  if (config.accounting == Accounting::kResidency && config.source_type != SourceType::kKafka) {
+    diag->errors.push_back(
+        At(config, "privacy.accounting",
+           "residency needs source.type: kafka (a file run has a fixed data set: use global)"));
+  }
+  if (config.accounting == Accounting::kResidency && config.source_type == SourceType::kKafka &&
+      config.window_steps == svi::kWindowAll) {
+    diag->errors.push_back(
+        At(config,
+           config.line_of("schedule.window_steps") > 0 ? "schedule.window_steps"
+                                                       : "privacy.accounting",
+           "residency accounting needs a finite window (a whole number >= 1: each record is a "
+           "candidate in at most that many steps), got all"));
+  }
+  if (config.source_type == SourceType::kFile && !config.dead_letter_path.empty() &&
+      std::filesystem::path(config.dead_letter_path).lexically_normal() ==
+          std::filesystem::path(config.source_path).lexically_normal()) {
+    diag->errors.push_back(
+        At(config, "dead_letter.path",
+           "must not be the source file itself (dead letters would be appended to the input "
+           "being read)"));
+  }
+  // Legal but unwise values: warnings with the reason.
+  if (!config.is_private()) return;
+  if (config.driver.delta > 1e-3) {
+    diag->warnings.push_back(
+        At(config, "privacy.delta",
+           "warning: " + ShortestNumber(config.driver.delta) +
+               " is large; (epsilon, delta)-DP allows a delta-probability total failure, so "
+               "delta should be well below 1/(number of records), typically 1e-5 or less"));
+  }
+  if (config.driver.epsilon_ceiling > 10) {
+    diag->warnings.push_back(
+        At(config, "privacy.epsilon_ceiling",
+           "warning: an epsilon above 10 gives little protection (e^epsilon bounds how much a "
+           "release may change an adversary's odds)"));
+  }
+  if (config.driver.noise_multiplier < 0.5) {
+    diag->warnings.push_back(
+        At(config, "privacy.noise_multiplier",
+           "warning: below 0.5 each step spends a large epsilon (one step at q = 1 costs more "
+           "than 10 at delta 1e-5)"));
+  }
+}
+
+}  // namespace vipsd::config::internal
