@@ -1,4 +1,4 @@
-// Model checkpoints: the state a restarted daemon resumes from (DESIGN.md 5;
+// Model checkpoints: the state a restarted daemon resumes from (docs/architecture.md;
 // STYLE.md "Durability").
 //
 // One file, `<state directory>/checkpoint`, written after the ledger commit

@@ -1,4 +1,4 @@
-// The offline run's connectors (DESIGN.md 5; issue 11 "one path"): the
+// The offline run's connectors (docs/architecture.md; issue 11 "one path"): the
 // daemon's InputSource over a JSON Lines file and its OutputSink over a
 // release directory and a dead-letter file. With them, `source.type: file`
 // runs the same Daemon as Kafka — the same start-up check, step loop and

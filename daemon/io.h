@@ -38,23 +38,15 @@
 #include <vector>
 
 #include "connectors/decode/json_document.h"
+#include "connectors/source_message.h"
 #include "core/base/status.h"
 #include "core/release/release.h"
 
 namespace vipsd::daemon {
 
-struct InputRecord {
-  std::string topic;
-  int32_t partition = 0;
-  int64_t offset = 0;
-  std::string key;      // private
-  std::string payload;  // private; empty when oversize
-  std::vector<std::pair<std::string, std::string>> headers;  // private; forwarded to dead letters
-  bool oversize = false;
-  // Re-read below the consumer group's committed offset: a rejected record
-  // was dead-lettered before (connectors/kafka/kafka_source.h).
-  bool below_committed = false;
-};
+// One record in log order with its position (connectors/source_message.h):
+// the same type the Kafka consumer fills, never copied field by field.
+using InputRecord = connectors::SourceMessage;
 
 // "topic:partition": the stream name used in the ledger and the pool.
 std::string StreamName(const std::string& topic, int32_t partition);

@@ -54,19 +54,7 @@ class KafkaInput final : public InputSource {
     CountErrors();
     if (!polled.ok()) return polled.status();
     PollBatch batch;
-    batch.records.reserve(polled->size());
-    for (auto& message : *polled) {
-      InputRecord record;
-      record.topic = std::move(message.topic);
-      record.partition = message.partition;
-      record.offset = message.offset;
-      record.key = std::move(message.key);
-      record.payload = std::move(message.payload);
-      record.headers = std::move(message.headers);
-      record.oversize = message.oversize;
-      record.below_committed = message.below_committed;
-      batch.records.push_back(std::move(record));
-    }
+    batch.records = std::move(*polled);
     for (const auto& [ref, end] : source_->TakeReachedEnds()) {
       batch.reached_end[StreamName(ref.topic, ref.partition)] = end;
     }
@@ -157,16 +145,8 @@ class DaemonOutput final : public OutputSink {
   }
 
   Status PublishDeadLetter(const InputRecord& record, connectors::RejectReason reason) override {
-    connectors::SourceMessage message;
-    message.topic = record.topic;
-    message.partition = record.partition;
-    message.offset = record.offset;
-    message.key = record.key;
-    message.payload = record.payload;
-    message.headers = record.headers;
-    message.oversize = record.oversize;
     const connectors::OutMessage out = connectors::MakeDeadLetter(
-        message, reason, dead_letter_topic_, producer_->max_message_bytes());
+        record, reason, dead_letter_topic_, producer_->max_message_bytes());
     return producer_->ProduceAndWait({&out, 1}, timeout_);
   }
 

@@ -63,7 +63,6 @@ inline constexpr int64_t kWorkMessageMaxBytes = int64_t{64} << 20;
 // otherwise).
 inline constexpr int32_t kWorkPlanPartition = 0;
 inline constexpr int32_t kWorkPartialPartition = 1;
-enum class WorkRole { kCoordinator, kWorker };
 StatusOr<std::unique_ptr<WorkExchange>> NewKafkaWorkExchange(
     const config::VipsdConfig& config, const std::string& bootstrap_servers, WorkRole role);
 

@@ -211,36 +211,12 @@ std::string Ledger::Encode(const LedgerState& state) {
   return out;
 }
 
-StatusOr<LedgerState> Ledger::Decode(const std::string& bytes, const std::string& where) {
-  Reader whole(bytes, where);
-  if (bytes.compare(0, kHeaderV1.size(), kHeaderV1) == 0) {
-    return whole.Bad("version-1 ledger: it carries no checksum, so a damaged budget could not "
-                     "be told from a real one; vipsd no longer reads it (start a new state "
-                     "directory; the old one records what was spent)");
-  }
-  if (bytes.compare(0, kHeaderV2.size(), kHeaderV2) == 0) {
-    return whole.Bad("version-2 ledger: it does not record the run id, the model or whether a "
-                     "non-private or fixed-seed step ever ran, and its pool bookkeeping is "
-                     "count-based; vipsd no longer resumes from it (start a new state "
-                     "directory; the old one records what was spent)");
-  }
-  const bool v3 = bytes.compare(0, kHeaderV3.size(), kHeaderV3) == 0;
-  if (!v3 && bytes.compare(0, kHeaderV4.size(), kHeaderV4) != 0) {
-    return whole.Bad("not a vipsd ledger (bad header)");
-  }
-  // The checksum line is the last line and covers every byte before it.
-  const size_t checksum_at = bytes.rfind(std::string("\n") + std::string(kChecksumPrefix));
-  if (checksum_at == std::string::npos || bytes.back() != '\n') {
-    return whole.Bad("checksum line missing (truncated write?)");
-  }
-  const std::string body = bytes.substr(0, checksum_at + 1);
-  const size_t hex_at = checksum_at + 1 + kChecksumPrefix.size();
-  const std::string stored = bytes.substr(hex_at, bytes.size() - hex_at - 1);
-  if (stored != release::Blake2bHex(body)) return whole.Bad("checksum mismatch");
+namespace {
 
-  Reader reader(std::string_view(body).substr(kHeaderV4.size()), where);  // same length as v3
-  LedgerState state;
-  bool weighted = false;  // "schedule adaptive weighted": a filter-weights section follows
+// The lines before the sections (run, model, source, next_step, mode,
+// schedule, noise, warning_level); `weighted`: a filter-weights section
+// follows ("schedule adaptive weighted").
+Status DecodeLines(Reader& reader, bool v3, LedgerState& state, bool* weighted) {
   std::string line, word, value;
   auto counter = [](int64_t v) { return v >= 0 && v <= svi::kMaxCounter; };
   VIPSD_RETURN_IF_ERROR(reader.Line(&line));
@@ -307,7 +283,7 @@ StatusOr<LedgerState> Ledger::Decode(const std::string& bytes, const std::string
       }
     } else if (words >> value) {
       if (value != "weighted") return reader.Bad("bad schedule line");
-      weighted = true;
+      *weighted = true;
     }
     if (words >> value) return reader.Bad("bad schedule line");
   }
@@ -339,6 +315,12 @@ StatusOr<LedgerState> Ledger::Decode(const std::string& bytes, const std::string
       return reader.Bad("bad warning_level value");
     }
   }
+  return Status::Ok();
+}
+
+// The sections, checked against the lines (no accountant holds more steps
+// than the step counter).
+Status DecodeSections(Reader& reader, bool weighted, LedgerState& state) {
   VIPSD_ASSIGN_OR_RETURN(std::string windows_text, reader.Section("slot-windows"));
   auto windows = svi::SlotWindows::Deserialize(windows_text);
   if (!windows.ok()) return reader.Bad(std::string(windows.status().message()));
@@ -374,6 +356,43 @@ StatusOr<LedgerState> Ledger::Decode(const std::string& bytes, const std::string
     }
   }
   if (!reader.AtEnd()) return reader.Bad("unexpected data after the last section");
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<LedgerState> Ledger::Decode(const std::string& bytes, const std::string& where) {
+  Reader whole(bytes, where);
+  if (bytes.compare(0, kHeaderV1.size(), kHeaderV1) == 0) {
+    return whole.Bad("version-1 ledger: it carries no checksum, so a damaged budget could not "
+                     "be told from a real one; vipsd no longer reads it (start a new state "
+                     "directory; the old one records what was spent)");
+  }
+  if (bytes.compare(0, kHeaderV2.size(), kHeaderV2) == 0) {
+    return whole.Bad("version-2 ledger: it does not record the run id, the model or whether a "
+                     "non-private or fixed-seed step ever ran, and its pool bookkeeping is "
+                     "count-based; vipsd no longer resumes from it (start a new state "
+                     "directory; the old one records what was spent)");
+  }
+  const bool v3 = bytes.compare(0, kHeaderV3.size(), kHeaderV3) == 0;
+  if (!v3 && bytes.compare(0, kHeaderV4.size(), kHeaderV4) != 0) {
+    return whole.Bad("not a vipsd ledger (bad header)");
+  }
+  // The checksum line is the last line and covers every byte before it.
+  const size_t checksum_at = bytes.rfind(std::string("\n") + std::string(kChecksumPrefix));
+  if (checksum_at == std::string::npos || bytes.back() != '\n') {
+    return whole.Bad("checksum line missing (truncated write?)");
+  }
+  const std::string body = bytes.substr(0, checksum_at + 1);
+  const size_t hex_at = checksum_at + 1 + kChecksumPrefix.size();
+  const std::string stored = bytes.substr(hex_at, bytes.size() - hex_at - 1);
+  if (stored != release::Blake2bHex(body)) return whole.Bad("checksum mismatch");
+
+  Reader reader(std::string_view(body).substr(kHeaderV4.size()), where);  // same length as v3
+  LedgerState state;
+  bool weighted = false;
+  VIPSD_RETURN_IF_ERROR(DecodeLines(reader, v3, state, &weighted));
+  VIPSD_RETURN_IF_ERROR(DecodeSections(reader, weighted, state));
   return state;
 }
 

@@ -1,4 +1,4 @@
-// The privacy ledger: the durable record of spent budget (DESIGN.md 4, 5).
+// The privacy ledger: the durable record of spent budget (docs/privacy_accounting.md, docs/ledger_format.md).
 //
 // One file, `<state directory>/ledger`, holding everything needed to resume
 // without ever undercounting ε or mixing runs:

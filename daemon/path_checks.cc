@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "daemon/startup_check.h"
+
 namespace vipsd::daemon {
 namespace {
 
@@ -51,7 +53,7 @@ std::string Name(const config::VipsdConfig& config, const Place& place) {
 }
 
 std::string Where(const config::VipsdConfig& config, const Place& place) {
-  return config.file + ":" + std::to_string(config.line_of(place.key)) + ": " + place.key + ": ";
+  return KeyWhere(config, place.key);
 }
 
 // `inner` is `directory` or lies below it (or_equal), or strictly below it.

@@ -7,6 +7,7 @@
 #include <climits>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -74,6 +75,141 @@ bool ProcessAlive(int64_t pid) {
 
 }  // namespace
 
+namespace {
+
+using StatusNumber = std::function<std::optional<double>(const char* key)>;
+
+// The ledger: its run, model, mode, noise history and ε (at --delta, or the
+// δ the daemon last wrote to status.json).
+void ReportLedger(const LedgerState& state, std::optional<double> delta,
+                  const StatusNumber& number_in_status, Report& report) {
+  report.String("run_id", state.run_id);
+  report.String("model_type", state.model_type);
+  report.String("source", std::string(SourceKindName(state.source)));
+  report.String("mode", std::string(AccountingModeName(state.mode)));
+  report.String("schedule", std::string(ScheduleKindName(state.schedule)));
+  if (state.schedule == ScheduleKind::kFixed) {
+    report.Number("sampling_rate", state.fixed_sampling_rate);
+    report.Number("noise_multiplier", state.fixed_noise_multiplier);
+  }
+  report.Integer("next_step", state.next_step);
+  report.Integer("private_steps", state.noise.private_steps);
+  report.Integer("non_private_steps", state.noise.non_private_steps);
+  report.Integer("fixed_seed_steps", state.noise.fixed_seed_steps);
+  // The first step of each kind that is not private (null / "none": none
+  // ran): where the directory's model stopped being private.
+  auto first_step = [&](const std::string& name, int64_t step) {
+    if (step > 0) {
+      report.Integer(name, step);
+    } else {
+      report.Raw(name, "null", "none");
+    }
+  };
+  first_step("first_non_private_step", state.noise.first_non_private_step);
+  first_step("first_fixed_seed_step", state.noise.first_fixed_seed_step);
+  const bool contaminated = state.noise.non_private_steps > 0 || state.noise.fixed_seed_steps > 0;
+  // Every step so far ran with secure noise (a fresh directory counts).
+  report.Bool("private", !contaminated);
+
+  if (!delta.has_value()) delta = number_in_status("delta");
+  const std::optional<double> ceiling = number_in_status("epsilon_ceiling");
+  if (state.mode == AccountingMode::kResidency || (delta.has_value() && *delta > 0 && *delta < 1)) {
+    auto spent = LedgerSpent(state, delta.value_or(0.5));
+    if (spent.ok()) {
+      report.Number("epsilon_spent", spent->epsilon);
+      report.String("accountant", spent->accountant);
+      report.String("conversion", spent->conversion);
+    } else {
+      report.Raw("epsilon_spent", "null", "unknown (" + std::string(spent.status().message()) + ")");
+    }
+  } else {
+    report.Raw("epsilon_spent", "null",
+               "unknown (no delta: pass --delta, or start the daemon once so that it writes "
+               "status.json)");
+  }
+  if (delta.has_value()) report.Number("delta", *delta);
+  if (ceiling.has_value()) report.Number("epsilon_ceiling", *ceiling);
+  if (state.mode == AccountingMode::kResidency && state.residency.has_value()) {
+    report.Integer("residency_window_steps", state.residency->max_residency_steps());
+  }
+  report.Number("warning_level", state.warning_level);
+
+}
+
+void ReportStreams(const LedgerState& state, Report& report) {
+  // The slot clock and the streams (public: stream volume).
+  report.Integer("last_slot", state.windows.last_slot());
+  if (state.windows.paced()) report.Number("slot_interval_seconds", state.windows.interval_seconds());
+  std::string streams_json = "{";
+  std::string streams_text;
+  bool first = true;
+  for (const std::string& stream : state.windows.Streams()) {
+    const int64_t cut = state.windows.Cut(stream, state.windows.last_slot());
+    const int64_t resume = state.windows.ResumeOffset(stream);
+    streams_json += (first ? "" : ", ") + JsonString(stream) + ": {\"cut\": " +
+                    std::to_string(cut) + ", \"resume_offset\": " + std::to_string(resume) + "}";
+    streams_text += (first ? "" : ", ") + stream + " cut " + std::to_string(cut) + " resume " +
+                    std::to_string(resume);
+    first = false;
+  }
+  report.Raw("streams", streams_json + "}", streams_text.empty() ? "none" : streams_text);
+
+}
+
+// The checkpoint, if any; false when it does not verify or belong.
+bool ReportCheckpoint(const std::string& checkpoint_path, const LedgerState& state,
+                      Report& report) {
+  std::error_code error;
+  bool verified = true;
+  // The checkpoint.
+  if (std::filesystem::exists(checkpoint_path, error)) {
+    auto checkpoint_bytes = connectors::ReadWholeFile(checkpoint_path);
+    auto checkpoint = checkpoint_bytes.ok()
+                          ? CheckpointStore::Decode(*checkpoint_bytes, checkpoint_path)
+                          : StatusOr<Checkpoint>(checkpoint_bytes.status());
+    if (!checkpoint.ok()) {
+      verified = false;
+      report.Bool("checkpoint_verifies", false);
+      report.String("checkpoint_error", std::string(checkpoint.status().message()));
+    } else {
+      const bool belongs = checkpoint->run_id == state.run_id &&
+                           checkpoint->model_type == state.model_type &&
+                           checkpoint->model_fingerprint == state.model_fingerprint &&
+                           checkpoint->step < state.next_step;
+      if (!belongs) verified = false;
+      report.Bool("checkpoint_verifies", belongs);
+      report.Integer("checkpoint_step", checkpoint->step);
+    }
+  }
+
+  return verified;
+}
+
+// The running daemon's public view (status.json).
+void ReportDaemon(const nlohmann::json& daemon_status, const StatusNumber& number_in_status,
+                  Report& report) {
+  // The running daemon (status.json).
+  {
+    const auto pid = number_in_status("pid");
+    const bool alive = pid.has_value() && ProcessAlive(static_cast<int64_t>(*pid));
+    report.Bool("daemon_running", alive);
+    if (alive) report.Integer("daemon_pid", static_cast<int64_t>(*pid));
+    if (auto step = number_in_status("last_release_step"); step.has_value() && *step > 0) {
+      report.Integer("last_release_step", static_cast<int64_t>(*step));
+      if (auto time = number_in_status("last_release_time")) report.Number("last_release_time", *time);
+    }
+    if (auto it = daemon_status.find("halted"); it != daemon_status.end() && it->is_boolean()) {
+      report.Bool("halted", it->get<bool>());
+    }
+    if (auto it = daemon_status.find("ledger_failing");
+        it != daemon_status.end() && it->is_boolean()) {
+      report.Bool("ledger_failing", it->get<bool>());
+    }
+  }
+}
+
+}  // namespace
+
 StatusOr<StateStatusOutput> StateStatus(const StateStatusOptions& options) {
   if (options.delta.has_value() && !(*options.delta > 0 && *options.delta < 1)) {
     return InvalidArgumentError("--delta must be in (0, 1)");
@@ -116,115 +252,10 @@ StatusOr<StateStatusOutput> StateStatus(const StateStatusOptions& options) {
   }
   const LedgerState& state = *decoded;
   bool verified = true;
-  report.String("run_id", state.run_id);
-  report.String("model_type", state.model_type);
-  report.String("source", std::string(SourceKindName(state.source)));
-  report.String("mode", std::string(AccountingModeName(state.mode)));
-  report.String("schedule", std::string(ScheduleKindName(state.schedule)));
-  if (state.schedule == ScheduleKind::kFixed) {
-    report.Number("sampling_rate", state.fixed_sampling_rate);
-    report.Number("noise_multiplier", state.fixed_noise_multiplier);
-  }
-  report.Integer("next_step", state.next_step);
-  report.Integer("private_steps", state.noise.private_steps);
-  report.Integer("non_private_steps", state.noise.non_private_steps);
-  report.Integer("fixed_seed_steps", state.noise.fixed_seed_steps);
-  // The first step of each kind that is not private (null / "none": none
-  // ran): where the directory's model stopped being private.
-  auto first_step = [&](const std::string& name, int64_t step) {
-    if (step > 0) {
-      report.Integer(name, step);
-    } else {
-      report.Raw(name, "null", "none");
-    }
-  };
-  first_step("first_non_private_step", state.noise.first_non_private_step);
-  first_step("first_fixed_seed_step", state.noise.first_fixed_seed_step);
-  const bool contaminated = state.noise.non_private_steps > 0 || state.noise.fixed_seed_steps > 0;
-  // Every step so far ran with secure noise (a fresh directory counts).
-  report.Bool("private", !contaminated);
-
-  std::optional<double> delta = options.delta;
-  if (!delta.has_value()) delta = number_in_status("delta");
-  const std::optional<double> ceiling = number_in_status("epsilon_ceiling");
-  if (state.mode == AccountingMode::kResidency || (delta.has_value() && *delta > 0 && *delta < 1)) {
-    auto spent = LedgerSpent(state, delta.value_or(0.5));
-    if (spent.ok()) {
-      report.Number("epsilon_spent", spent->epsilon);
-      report.String("accountant", spent->accountant);
-      report.String("conversion", spent->conversion);
-    } else {
-      report.Raw("epsilon_spent", "null", "unknown (" + std::string(spent.status().message()) + ")");
-    }
-  } else {
-    report.Raw("epsilon_spent", "null",
-               "unknown (no delta: pass --delta, or start the daemon once so that it writes "
-               "status.json)");
-  }
-  if (delta.has_value()) report.Number("delta", *delta);
-  if (ceiling.has_value()) report.Number("epsilon_ceiling", *ceiling);
-  if (state.mode == AccountingMode::kResidency && state.residency.has_value()) {
-    report.Integer("residency_window_steps", state.residency->max_residency_steps());
-  }
-  report.Number("warning_level", state.warning_level);
-
-  // The slot clock and the streams (public: stream volume).
-  report.Integer("last_slot", state.windows.last_slot());
-  if (state.windows.paced()) report.Number("slot_interval_seconds", state.windows.interval_seconds());
-  std::string streams_json = "{";
-  std::string streams_text;
-  bool first = true;
-  for (const std::string& stream : state.windows.Streams()) {
-    const int64_t cut = state.windows.Cut(stream, state.windows.last_slot());
-    const int64_t resume = state.windows.ResumeOffset(stream);
-    streams_json += (first ? "" : ", ") + JsonString(stream) + ": {\"cut\": " +
-                    std::to_string(cut) + ", \"resume_offset\": " + std::to_string(resume) + "}";
-    streams_text += (first ? "" : ", ") + stream + " cut " + std::to_string(cut) + " resume " +
-                    std::to_string(resume);
-    first = false;
-  }
-  report.Raw("streams", streams_json + "}", streams_text.empty() ? "none" : streams_text);
-
-  // The checkpoint.
-  const std::string checkpoint_path = dir + "/checkpoint";
-  if (std::filesystem::exists(checkpoint_path, error)) {
-    auto checkpoint_bytes = connectors::ReadWholeFile(checkpoint_path);
-    auto checkpoint = checkpoint_bytes.ok()
-                          ? CheckpointStore::Decode(*checkpoint_bytes, checkpoint_path)
-                          : StatusOr<Checkpoint>(checkpoint_bytes.status());
-    if (!checkpoint.ok()) {
-      verified = false;
-      report.Bool("checkpoint_verifies", false);
-      report.String("checkpoint_error", std::string(checkpoint.status().message()));
-    } else {
-      const bool belongs = checkpoint->run_id == state.run_id &&
-                           checkpoint->model_type == state.model_type &&
-                           checkpoint->model_fingerprint == state.model_fingerprint &&
-                           checkpoint->step < state.next_step;
-      if (!belongs) verified = false;
-      report.Bool("checkpoint_verifies", belongs);
-      report.Integer("checkpoint_step", checkpoint->step);
-    }
-  }
-
-  // The running daemon (status.json).
-  if (daemon_status.has_value()) {
-    const auto pid = number_in_status("pid");
-    const bool alive = pid.has_value() && ProcessAlive(static_cast<int64_t>(*pid));
-    report.Bool("daemon_running", alive);
-    if (alive) report.Integer("daemon_pid", static_cast<int64_t>(*pid));
-    if (auto step = number_in_status("last_release_step"); step.has_value() && *step > 0) {
-      report.Integer("last_release_step", static_cast<int64_t>(*step));
-      if (auto time = number_in_status("last_release_time")) report.Number("last_release_time", *time);
-    }
-    if (auto it = daemon_status->find("halted"); it != daemon_status->end() && it->is_boolean()) {
-      report.Bool("halted", it->get<bool>());
-    }
-    if (auto it = daemon_status->find("ledger_failing");
-        it != daemon_status->end() && it->is_boolean()) {
-      report.Bool("ledger_failing", it->get<bool>());
-    }
-  }
+  ReportLedger(state, options.delta, number_in_status, report);
+  ReportStreams(state, report);
+  if (!ReportCheckpoint(dir + "/checkpoint", state, report)) verified = false;
+  if (daemon_status.has_value()) ReportDaemon(*daemon_status, number_in_status, report);
   output.verified = verified;
   output.text = options.json ? report.Json() : report.Text();
   return output;

@@ -104,6 +104,9 @@ StatusOr<WorkMessageKind> WorkMessageKindOf(std::string_view bytes);
 StatusOr<WorkPlan> DecodeWorkPlan(std::string_view bytes);
 StatusOr<WorkPartial> DecodeWorkPartial(std::string_view bytes);
 
+// Which log an end reads: a worker the plans, the coordinator the partials.
+enum class WorkRole { kCoordinator, kWorker };
+
 // The transport: two totally ordered logs, one for plans and one for
 // partial sums (partitions 0 and 1 of state.work_topic). A process reads
 // the one its role needs: a worker the plans, the coordinator the partials.

@@ -1,4 +1,4 @@
-// Decoder for Bayesian logistic regression records (DESIGN.md 2.2, 5):
+// Decoder for Bayesian logistic regression records (docs/models.md; docs/architecture.md):
 // bytes of one JSON record → model::Record{features, label}, or a reject
 // reason for the dead-letter topic. Implements connectors::RecordDecoder
 // (record_decoder.h); the daemon picks it when `model.type` is "blr".

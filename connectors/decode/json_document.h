@@ -1,5 +1,5 @@
-// Decoding one JSON record into a text::Document (DESIGN.md 2.1, 5: "decode
-// + validate" before the privacy wall). Shared by the file source and, later,
+// Decoding one JSON record into a text::Document (docs/models.md; records are
+// decoded and validated before the privacy wall: docs/architecture.md). Shared by the file source and, later,
 // the Kafka source: both carry the same JSON objects, one per line/message.
 //
 // Accepted record: a JSON object with

@@ -1,7 +1,7 @@
 // RecordDecoder: turns the bytes of one input record (a Kafka message value
 // or a JSON Lines line) into the model::Record the pool keeps, or into a
-// reason for the dead-letter topic (DESIGN.md 5: "decode + validate" happens
-// before the privacy wall). One implementation per model type; the daemon
+// reason for the dead-letter topic (docs/architecture.md, "The path of a
+// record": records are decoded and validated before the privacy wall). One implementation per model type; the daemon
 // picks it from `model.type` and otherwise treats records as opaque.
 //
 // Privacy: a decoded Record is private record content (pool only, never

@@ -1,4 +1,4 @@
-// Decoder for sigmoid belief network records (DESIGN.md 2.3, 5): bytes of
+// Decoder for sigmoid belief network records (docs/models.md; docs/architecture.md): bytes of
 // one JSON record → model::Record{features = the J observations as 0.0/1.0},
 // or a reject reason for the dead-letter topic. Implements
 // connectors::RecordDecoder (record_decoder.h); the daemon picks it when

@@ -3,7 +3,7 @@
 //   {"line": 12, "reason": "bad_text", "source": "train.jsonl"}
 // so that an operator can find the bad line in the source file, which they
 // already hold. Nothing else is written: private records are never written
-// to the daemon's disk (DESIGN.md 5), so a dead letter holds no id, text,
+// to the daemon's disk (docs/architecture.md), so a dead letter holds no id, text,
 // token or description — only the line number, the reason code (see
 // RejectReasonName) and the source name given at Open.
 //

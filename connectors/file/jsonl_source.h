@@ -1,6 +1,6 @@
 // JsonlDocumentSource: reads a JSON Lines file of documents and decodes each
 // line into a text::Document or a Rejection (the file counterpart of the
-// Kafka source; DESIGN.md 1, 5).
+// Kafka source; docs/architecture.md).
 //
 // Line format: one record per line as described in
 // connectors/decode/json_document.h, e.g.
@@ -75,7 +75,7 @@ struct RawLine {
 };
 
 // Counts since Open. Data-dependent, like the rejected-by-reason metric
-// (DESIGN.md 6); the daemon decides which it exports.
+// (docs/architecture.md and README "Running as a service"); the daemon decides which it exports.
 struct JsonlSourceStats {
   int64_t lines = 0;            // physical lines read, blank ones included
   int64_t blank_lines = 0;

@@ -12,7 +12,7 @@
 // and `<directory>` fsync'd. A reader that lists `<directory>` and skips
 // names starting with '.' never sees a partial release. The daemon writes a
 // release only after the ledger entry covering its step is durable
-// (DESIGN.md 5 "Durability order"); that ordering is the caller's.
+// (docs/ledger_format.md); that ordering is the caller's.
 //
 // Never overwrites: writing a release id that already exists fails with
 // FAILED_PRECONDITION and leaves the existing release untouched. An invalid

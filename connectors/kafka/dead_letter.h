@@ -1,7 +1,7 @@
 // Dead-letter messages: what the daemon sends to the dead-letter topic for an
 // input record it rejects (the record decoder refused it, or it is larger
 // than the source's max_record_bytes). Sending it, then storing the
-// record's offset, is how a rejected record is "processed" (DESIGN.md 5).
+// record's offset, is how a rejected record is "processed" (docs/architecture.md).
 //
 // Format (one message per rejected record):
 //   key    = the original record's key (empty if it had none)

@@ -1,7 +1,7 @@
 // KafkaSource: the daemon's record source — a Kafka consumer in a consumer
 // group (classic group protocol; librdkafka 2.0.2) that hands raw messages to
 // the ingest thread, which decodes them, pools or dead-letters each one and
-// only then calls StoreOffset for it (DESIGN.md 5 "Offsets").
+// only then calls StoreOffset for it (docs/architecture.md, "The path of a record").
 //
 // Offsets. enable.auto.offset.store=false: an offset is stored only through
 // StoreOffset(topic, partition, offset), which stores offset + 1 (the next
@@ -110,6 +110,7 @@
 #include <utility>
 #include <vector>
 
+#include "connectors/source_message.h"
 #include "core/base/status.h"
 
 namespace RdKafka {
@@ -151,23 +152,6 @@ struct KafkaSourceOptions {
   // they are given up (after the commit). Optional.
   std::function<void(const std::vector<TopicPartitionRef>&)> on_assigned;
   std::function<void(const std::vector<TopicPartitionRef>&)> on_revoked;
-};
-
-// One consumed message. key/payload/headers are private record content.
-struct SourceMessage {
-  std::string topic;
-  int32_t partition = 0;
-  int64_t offset = 0;
-  std::string key;      // empty if the message has no key
-  std::string payload;  // empty if oversize (or an empty/null value)
-  std::vector<std::pair<std::string, std::string>> headers;  // in message order
-  bool oversize = false;
-  // The offset lies below the consumer group's committed offset of its
-  // partition as it stood when the partition was assigned (resume offsets
-  // re-read a window from its start): some member of the group already
-  // pooled or dead-lettered this record, so a rejected one need not be
-  // dead-lettered again. False when the committed offset is unknown.
-  bool below_committed = false;
 };
 
 // Counters since Create. Public by the threat model: stream volume and

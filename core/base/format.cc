@@ -35,4 +35,10 @@ std::string JsonString(std::string_view text) {
   return out;
 }
 
+std::string FixedDecimal(double value, int digits) {
+  char buffer[512];
+  std::snprintf(buffer, sizeof(buffer), "%.*f", digits, value);
+  return buffer;
+}
+
 }  // namespace vipsd

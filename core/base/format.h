@@ -12,6 +12,9 @@ namespace vipsd {
 // write JSON must not pass them).
 std::string ShortestNumber(double value);
 
+// `value` with exactly `digits` decimals ("%.*f"): ε and ρ in log lines.
+std::string FixedDecimal(double value, int digits);
+
 // A JSON string literal of `text`: quotes, backslashes and control
 // characters escaped (bytes ≥ 0x80 pass unchanged).
 std::string JsonString(std::string_view text);

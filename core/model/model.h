@@ -3,7 +3,7 @@
 // Bayesian logistic regression and the sigmoid belief network implement the
 // same interface without changes to the driver.
 //
-// Division of labour (DESIGN.md 2, 2.4, 3):
+// Division of labour (docs/architecture.md; docs/models.md):
 //   * EStep runs behind the privacy wall, once per sampled record, against
 //     the model's current RELEASED parameters (everything the model holds is
 //     post-processing of earlier noisy releases, so reading it is free). It
@@ -14,7 +14,7 @@
 //   * MStep receives the noisy sum (already in original units, i.e. after
 //     the one Gaussian mechanism of the step) with the public sampling rate q
 //     and step size ρ_t. Dividing by q, never by the realised batch size,
-//     gives an unbiased estimate of the pool-wide sum (DESIGN.md 3).
+//     gives an unbiased estimate of the pool-wide sum (docs/models.md, "The stochastic step").
 //   * Release exports the public parameters as named arrays.
 //
 // Records: the pool holds `Record`s; each model documents which fields it

@@ -1,4 +1,4 @@
-// Bayesian logistic regression for VIPS (DESIGN.md 2.2; Park, Foulds,
+// Bayesian logistic regression for VIPS (docs/models.md; Park, Foulds,
 // Chaudhuri, Welling, "Variational Bayes In Private Settings", JMLR 2020,
 // Algorithm 5), with the Pólya-Gamma augmentation of Polson, Scott, Windle
 // (2013) and the stochastic natural-parameter updates of Hoffman, Blei,
@@ -21,7 +21,7 @@
 // record that violates it (wrong length, non-finite value, label not 0/1,
 // squared norm above 1); the driver then leaves the record out of the sum.
 //
-// Per-record statistic: two blocks, one Gaussian mechanism (DESIGN.md 2.4):
+// Per-record statistic: two blocks, one Gaussian mechanism (docs/privacy_accounting.md §1):
 //   "s1"  vector, d coordinates:        s1 = (y − ½) x,        bound C1 = ½
 //   "s2"  symmetric d × d, packed upper triangle (d(d+1)/2 coordinates,
 //         block_layout.h):             s2 = ⟨ξ⟩ x xᵀ,          bound C2 = ¼
@@ -52,7 +52,7 @@
 //   ⟨ξ⟩ = PolyaGammaMean(c).
 //
 // M-step with the noisy sums S̃1 (d) and S̃2 (mirrored to d × d), sampling
-// rate q and step size ρ (DESIGN.md 2.2, 3; the SVI step of Hoffman et al.
+// rate q and step size ρ (docs/models.md, "The stochastic step"; the SVI step of Hoffman et al.
 // 2013 — the natural parameters of each global factor move toward the
 // "intermediate" estimate computed as if the whole pool were S̃/q):
 //   Λ̂ = Project(E[α] I + S̃2 / q),      η̂ = S̃1 / q,
@@ -62,7 +62,7 @@
 //   a ← (1 − ρ) a + ρ â,                 b ← (1 − ρ) b + ρ b̂,   E[α] = a / b.
 // (Λ, η) are the natural parameters of q(m) (up to the factor −½ on Λ) and
 // (a − 1, −b) those of q(α); blending them linearly is SVI's step. The sums
-// are divided by q, never by the realised batch size (DESIGN.md 3).
+// are divided by q, never by the realised batch size (docs/models.md, "The stochastic step").
 //
 // Positive-definite projection (Project). Noise can make E[α]I + S̃2/q
 // indefinite. Project takes its symmetric eigendecomposition V diag(λ) Vᵀ

@@ -1,4 +1,4 @@
-// Latent Dirichlet allocation for VIPS (DESIGN.md 2.1; Park et al. 2020,
+// Latent Dirichlet allocation for VIPS (docs/models.md; Park et al. 2020,
 // Algorithm 3; the E-step is the implicit-φ mean-field fixed point of
 // Hoffman, Blei, Wang, Paisley, "Stochastic Variational Inference", 2013).
 //
@@ -33,7 +33,7 @@
 //   on K padded to an even length and fuses both products with
 //   expElogβ[:, words] into one pass over the gathered columns, four at a
 //   time; it allocates nothing once the scratch buffers have grown.
-// M-step with the noisy sum S̃ (DESIGN.md 2.1): negatives clamped to 0
+// M-step with the noisy sum S̃ (docs/models.md): negatives clamped to 0
 // (post-processing), λ̂ = η + S̃/q, λ ← (1 − ρ)λ + ρλ̂, in place; then
 // exp(E[log β]) is recomputed, on mstep_threads threads (split by columns,
 // so the result does not depend on the count).

@@ -1,4 +1,4 @@
-// Sigmoid belief network with one hidden layer for VIPS (DESIGN.md 2.3;
+// Sigmoid belief network with one hidden layer for VIPS (docs/models.md;
 // Park, Foulds, Chaudhuri, Welling, "Variational Bayes In Private Settings",
 // JMLR 2020, Algorithm 6), with the Pólya-Gamma augmentation and mean-field
 // updates of Gan, Henao, Carlson, Carin, "Learning Deep Sigmoid Belief
@@ -6,7 +6,7 @@
 // natural-parameter step of Hoffman, Blei, Wang, Paisley (JMLR 2013).
 //
 // Model (J visible units, K hidden units; b is the HIDDEN bias, c the
-// VISIBLE bias, as in DESIGN.md 2.3 and the paper's code):
+// VISIBLE bias, as in docs/models.md and the paper's code):
 //   z_k ~ Bernoulli(σ(b_k)),  y_j | z ~ Bernoulli(σ(ψ_j)),  ψ_j = w_jᵀz + c_j,
 //   w_j ~ N(0, α_W⁻¹ I) (row j of W, length K), c_j ~ N(0, α_c⁻¹), b_k ~ N(0, α_b⁻¹).
 // Prior on W: an isotropic Gaussian, NOT the paper's TPBN shrinkage prior.
@@ -42,7 +42,7 @@
 // q(ξ⁽¹⁾) depends only on the released q(b): it lives in the M-step and is
 // never noised.
 //
-// Per-record statistic: seven blocks, ONE Gaussian mechanism (DESIGN.md 2.4).
+// Per-record statistic: seven blocks, ONE Gaussian mechanism (docs/privacy_accounting.md §1).
 // m_k = ⟨z_k⟩, ξ_j = ⟨ξ⁽⁰⁾_j⟩, v = packed upper triangle of ⟨zzᵀ⟩ in LAPACK
 // 'U' order (block_layout.h: v[i + l(l+1)/2] = ⟨z_i z_l⟩, i ≤ l; ⟨z_k z_k⟩ =
 // m_k, ⟨z_i z_l⟩ = m_i m_l for i ≠ l), P = K(K+1)/2:
@@ -61,7 +61,7 @@
 // information once N is known); (2) the "count" block estimates N, the
 // number of records, which the M-step needs for the ½-terms of the paper's
 // updates and for q(b) (Σ_n ⟨ξ⁽¹⁾⟩ = N⟨ξ⁽¹⁾⟩); the paper uses the known data
-// and batch sizes, which are private here (DESIGN.md 3). The W precision
+// and batch sizes, which are private here (docs/models.md, "The stochastic step"). The W precision
 // block is one vector block of all J packed triangles (one bound for all
 // rows) rather than J symmetric blocks: the noise per coordinate is nearly
 // the same (σ√B·C_b), and the other blocks keep B = 7 instead of J + 6.

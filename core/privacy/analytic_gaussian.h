@@ -2,7 +2,7 @@
 // ε, and the analytic calibration of σ for a target (ε, δ).
 //
 // Mechanism: a statistic of L2 sensitivity 1 (under the adjacency in force,
-// DESIGN.md 2.4: add/remove one record) is released with N(0, σ²) noise on
+// docs/privacy_accounting.md §1: add/remove one record) is released with N(0, σ²) noise on
 // each coordinate; σ is the noise multiplier. Nothing here looks at data:
 // inputs and outputs are public parameters only.
 //

@@ -1,6 +1,6 @@
 // BlockLayout: how a per-record sufficient statistic is laid out as one flat
 // vector of named blocks, each with its own L2 clipping bound, and the
-// clipping that enforces those bounds (DESIGN.md 2.4).
+// clipping that enforces those bounds (docs/privacy_accounting.md §1).
 //
 // A block is either a vector of dimension d (d coordinates) or a symmetric
 // d×d matrix stored as its packed upper triangle including the diagonal
@@ -34,7 +34,7 @@
 //
 // Privacy: the records and whether a block was clipped are PRIVATE. The
 // ClipReport exists for tests and debugging only; clip counts must never be
-// exported as metrics, logs or release metadata (DESIGN.md 6). Error messages
+// exported as metrics, logs or release metadata (docs/architecture.md and README "Running as a service"). Error messages
 // never contain values from the record.
 //
 // Thread-safety: a BlockLayout is immutable after Create and may be shared

@@ -1,4 +1,4 @@
-// GaussianSumMechanism: the one Gaussian mechanism of a step (DESIGN.md 2.4).
+// GaussianSumMechanism: the one Gaussian mechanism of a step (docs/privacy_accounting.md §1).
 //
 // Records enter only through Add(), which clips every block b of the record
 // to its bound C_b (ClipRecordStatistic, block_layout.h), scales it by 1/C_b
@@ -18,7 +18,7 @@
 // happens whether or not any record was added: an empty sum is noised just
 // the same, since skipping it would reveal that the batch was empty.
 //
-// σ = 0 (the non-private SVI baseline, DESIGN.md 3) is a separate method,
+// σ = 0 (the non-private SVI baseline, docs/models.md, "The stochastic step") is a separate method,
 // ReleaseNonPrivate(); Release() refuses σ ≤ 0. Each release result says
 // whether it is private (σ > 0 and a private NoiseSource).
 //
@@ -32,7 +32,7 @@
 // and rejected records (the realised Poisson batch size and how many E-step
 // outputs were non-finite). PrivateCounts exists for tests and internal
 // invariants; it must never be exported as a metric, log field or release
-// field (DESIGN.md 6). What is public: the layout, the bounds C_b, σ, the
+// field (docs/architecture.md and README "Running as a service"). What is public: the layout, the bounds C_b, σ, the
 // per-block noise std, and the noisy released sum.
 //
 // Rounding. Clipping is pessimistic (block_layout.h). The noise scale

@@ -1,6 +1,6 @@
 // The paper's baseline accountant: (ε, δ) of T Poisson-subsampled Gaussian
 // steps by per-step (ε, δ)-DP, amplification by subsampling, and advanced
-// (strong) composition. For comparison experiments only (DESIGN.md 4); the
+// (strong) composition. For comparison experiments only (docs/privacy_accounting.md); the
 // daemon's ceiling uses the RDP accountant, which is much tighter.
 //
 // Mechanism and adjacency as in rdp.h: each record joins a step's batch with

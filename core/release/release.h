@@ -1,4 +1,4 @@
-// A release: what leaves the process after a private step (DESIGN.md 5), and
+// A release: what leaves the process after a private step (docs/architecture.md), and
 // its byte encoding. docs/release_format.md is the normative description;
 // tools/decode_release.py is the reference decoder.
 //
@@ -15,7 +15,7 @@
 // the step counter t, ρ_t, (ε, δ) spent, σ, q, clip bounds, dimensions,
 // fingerprints, a timestamp. There is deliberately no field for the realised
 // batch size, the pool size, clip counts, rejected-record counts or any loss:
-// they depend on the data and would be released without noise (DESIGN.md 3).
+// they depend on the data and would be released without noise (docs/models.md, "The stochastic step").
 // Do not add one; a test checks that the manifest holds exactly the
 // documented fields.
 //

@@ -1,4 +1,4 @@
-// RecordPool: the privacy wall's record store (DESIGN.md 5). The decoded
+// RecordPool: the privacy wall's record store (docs/architecture.md). The decoded
 // records that are candidates of the next step, in memory only; every step
 // Poisson-samples its batch from records(). Records never leave it except as
 // input to the E-step.

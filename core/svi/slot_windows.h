@@ -1,4 +1,4 @@
-// SlotWindows: which records each step may see (DESIGN.md 5; issue 11).
+// SlotWindows: which records each step may see (docs/architecture.md; issue 11).
 //
 // Steps run on a fixed public clock of slots: slot k is due at
 //   time(k) = anchor_time + (k − anchor_slot) · interval

@@ -179,6 +179,8 @@ StatusOr<StepTicket> StepDriver::Begin() {
   StepTicket ticket;
   StepResult& result = ticket.result;
   result.step = next_step_;
+  result.sampling_rate = q;
+  result.noise_multiplier = sigma;
   auto clock = std::chrono::steady_clock::now();
   // 1. Ceiling check and charge, on public parameters only.
   if (is_private) {

@@ -1,5 +1,5 @@
 // The private step driver: one step of private stochastic variational
-// inference (DESIGN.md 2.4, 3, 4; VIPS Algorithm 2).
+// inference (docs/models.md; docs/privacy_accounting.md; VIPS Algorithm 2).
 //
 // Step(streams), at step t (t = 1, 2, …; persisted by the caller across
 // restarts):
@@ -106,6 +106,10 @@ struct StepResult {
   Outcome outcome = Outcome::kRan;
   int64_t step = 0;           // t of this step (the refused one, if refused)
   double rho = 0;             // ρ_t (0 if refused)
+  // The (q, σ) this step was charged and run with: the one record of them
+  // for the step (its release states them, whatever a later reload sets).
+  double sampling_rate = 0;
+  double noise_multiplier = 0;
   double epsilon_spent = 0;   // ε after this step (private mode)
   double epsilon_refused = 0; // ε the refused step would have reached
   StepPhaseSeconds phase_seconds;  // PRIVATE (timing); zero for a refused step

@@ -1,5 +1,5 @@
 // StepRandomness: the secret randomness of one step, keyed per record
-// (issue 16; DESIGN.md 2.4).
+// (issue 16; docs/privacy_accounting.md §1).
 //
 // A step draws one 256-bit key from the NoiseSource (secure in production).
 // Every decision the step makes about a record — whether Poisson sampling

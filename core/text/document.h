@@ -1,5 +1,5 @@
 // Document: one decoded record for LDA, the unit that enters the privacy wall
-// (DESIGN.md 5, the pool). Connectors build it from a record (id + text or
+// (docs/architecture.md, the pool). Connectors build it from a record (id + text or
 // id + pre-split tokens) and a Vocabulary; models read only word_ids.
 //
 // Privacy: everything in a Document is private record content. It is held in

@@ -1,5 +1,5 @@
 // Vocabulary: the fixed, PUBLIC list of terms an LDA model is defined over
-// (DESIGN.md 2.1). A vocabulary built from the private stream would leak, so
+// (docs/models.md). A vocabulary built from the private stream would leak, so
 // it always comes from an operator-supplied file; core only ever sees that
 // file's text (the daemon or a connector reads it).
 //
@@ -16,7 +16,7 @@
 // unkeyed, 32-byte output) over the canonical text, the concatenation of
 // "term\n" for every term in id order. The canonical text ignores "\r\n"
 // versus "\n" and a missing final line end, so two files that define the same
-// ids get the same fingerprint. Releases carry it (DESIGN.md 5) so that a
+// ids get the same fingerprint. Releases carry it (docs/architecture.md) so that a
 // consumer can tell which vocabulary a λ matrix is indexed by.
 //
 // Ownership and thread-safety: a Vocabulary is an immutable value after

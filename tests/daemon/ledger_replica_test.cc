@@ -8,6 +8,8 @@
 #include <memory>
 #include <vector>
 
+#include "tests/testing/memory_ledger_log.h"
+
 namespace vipsd::daemon {
 namespace {
 
@@ -25,46 +27,6 @@ LedgerState Steps(int64_t steps, const std::string& run = "0123456789abcdef01234
   }
   return state;
 }
-
-// An in-memory ordered log shared by several replicas (the processes).
-// `before_append` runs once before the next append: it interleaves another
-// process's actions at the worst moment.
-struct MemoryLog {
-  std::vector<LedgerLogEntry> entries;
-  int64_t first = 0;
-  std::function<void()> before_append;
-};
-
-class MemoryLedgerLog final : public LedgerLog {
- public:
-  explicit MemoryLedgerLog(MemoryLog* log) : log_(log) {}
-  std::string Describe() const override { return "memory log"; }
-  StatusOr<std::pair<int64_t, int64_t>> Bounds() override {
-    return std::make_pair(log_->first, static_cast<int64_t>(log_->entries.size()));
-  }
-  StatusOr<std::vector<LedgerLogEntry>> Read(int64_t from, int64_t to) override {
-    std::vector<LedgerLogEntry> out;
-    for (int64_t o = std::max(from, log_->first);
-         o < to && o < static_cast<int64_t>(log_->entries.size()); ++o) {
-      out.push_back(log_->entries[static_cast<size_t>(o)]);
-    }
-    return out;
-  }
-  StatusOr<int64_t> Append(const LedgerLogEntry& entry) override {
-    if (log_->before_append) {
-      auto hook = std::move(log_->before_append);
-      log_->before_append = nullptr;
-      hook();
-    }
-    LedgerLogEntry stored = entry;
-    stored.offset = static_cast<int64_t>(log_->entries.size());
-    log_->entries.push_back(stored);
-    return stored.offset;
-  }
-
- private:
-  MemoryLog* log_;
-};
 
 std::unique_ptr<LedgerReplica> Process(MemoryLog& log, const std::string& key = "job") {
   auto replica = LedgerReplica::Create(std::make_unique<MemoryLedgerLog>(&log), key);

@@ -1,4 +1,4 @@
-// End-to-end check of non-private SVI with LDA (σ = 0, DESIGN.md 3): on a
+// End-to-end check of non-private SVI with LDA (σ = 0, docs/models.md, "The stochastic step"): on a
 // corpus drawn from known topics, the step driver recovers the topics and
 // held-out perplexity falls over steps.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Tests of the one-Gaussian-mechanism-per-step accumulator (DESIGN.md 2.4).
+// Tests of the one-Gaussian-mechanism-per-step accumulator (docs/privacy_accounting.md §1).
 //
 // Most layouts use power-of-two clip bounds: scaling by 1/C_b and back by C_b
 // is then exact, so the released sum divided by C_b is bit-for-bit the

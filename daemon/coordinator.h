@@ -1,0 +1,78 @@
+// Coordinator: the shared step of the process that owns a job whose work is
+// shared (state.work_topic; daemon/work_exchange.h has the protocol).
+//
+// Step() is svi::StepDriver::Step with its partial sums computed wherever
+// the consumer group put the partitions: it charges the step and draws its
+// key (Begin), appends the PLAN (step, slot, key, q, every partition's window
+// and the model the step starts from), sums the partitions this process
+// holds once their windows are read, merges the partials other processes
+// append as they arrive, repeats the plan every second while partials are
+// missing (checking each time that it still owns the job), and finishes the
+// step once every partition with a non-empty window has exactly one partial,
+// merged in partition-name order — bit for bit what one process computes.
+// A step that was charged and does not finish consumes its number
+// (svi::StepDriver::Abandon): an overcount, never an undercount.
+//
+// Errors: OUT_OF_RANGE when a process cannot hold a partition's window
+// (pool.capacity; the daemon stops stepping as one process would);
+// CANCELLED when stopping or fenced (another process owns the job).
+//
+// Privacy: the plan's key and the partials are PRIVATE (work topic only);
+// log lines about a step are returned with its outputs, said at its
+// deadline.
+//
+// Thread-safety: step thread only.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <memory>
+
+#include "config/config.h"
+#include "core/base/status.h"
+#include "core/privacy/gaussian_mechanism.h"
+#include "core/svi/step_driver.h"
+#include "daemon/ingest.h"
+#include "daemon/ledger_keeper.h"
+#include "daemon/model_setup.h"
+#include "daemon/publisher.h"
+#include "daemon/work_io.h"
+
+namespace vipsd::daemon {
+
+class Coordinator {
+ public:
+  Coordinator(std::unique_ptr<WorkExchange> exchange, RunControl* control);
+
+  // What a shared step reads and uses; all owned by the daemon.
+  struct Context {
+    const config::VipsdConfig* config = nullptr;
+    svi::StepDriver* driver = nullptr;
+    Ingest* ingest = nullptr;
+    LedgerKeeper* keeper = nullptr;
+    ModelBundle* bundle = nullptr;
+    int64_t model_step = 0;  // the step whose M-step the model includes
+    // Called when ownership is lost while waiting (the daemon stops).
+    std::function<void(const Status&)> on_fenced;
+  };
+  StatusOr<svi::StepResult> Step(const Context& context, int64_t slot, SlotOutputs* out);
+
+ private:
+  StatusOr<svi::StepResult> StepCharged(const Context& context, const svi::StepTicket& ticket,
+                                        int64_t slot, SlotOutputs* out);
+  // The step's plan (every partition's window for `slot`, the model it
+  // starts from), appended to the work topic.
+  StatusOr<WorkPlan> AppendPlan(const Context& context, const svi::StepTicket& ticket,
+                                int64_t slot, SlotOutputs* out);
+  // Every second while partials are missing: still the owner? (CANCELLED
+  // when fenced), then the plan again for the partitions still missing.
+  Status Remind(const Context& context, const WorkPlan& plan,
+                const std::map<std::string, std::string>& sums, SlotOutputs* out, bool* logged);
+
+  WorkIo work_;
+  RunControl* const control_;
+  std::unique_ptr<privacy::GaussianSumMechanism> total_;
+};
+
+}  // namespace vipsd::daemon

@@ -1,0 +1,101 @@
+#include "daemon/daemon.h"
+
+#include <algorithm>
+
+#include "core/base/format.h"
+#include "core/base/log.h"
+#include "daemon/ingest.h"
+#include "daemon/ledger_keeper.h"
+#include "daemon/slot_clock.h"
+
+// Daemon: reload (SIGHUP). What may change live changes between slots; what
+// may not is refused with the old configuration kept (config/ decides the
+// keys; startup_check.h CheckReload what the state directory allows).
+
+namespace vipsd::daemon {
+namespace {
+
+constexpr std::string_view kComponent = "daemon";
+
+}  // namespace
+
+
+void Daemon::Reload() {
+  const double now = WallNow();
+  auto next = config::LoadConfigFile(config_.file);
+  std::vector<std::string> described;
+  const StatusOr<bool> applied =
+      next.ok() ? ApplyReload(std::move(*next), &described) : StatusOr<bool>(next.status());
+  if (!applied.ok()) {
+    Log(LogLevel::kError, kComponent,
+        "reload refused, the running configuration stays: " +
+            std::string(applied.status().message()));
+    metrics_->RecordReload(ReloadResult::kFailure, now);
+    return;
+  }
+  if (!*applied) {
+    Log(LogLevel::kInfo, kComponent, "reload: nothing changed");
+    metrics_->RecordReload(ReloadResult::kSuccess, now);
+    return;
+  }
+  std::string changes;
+  for (const auto& change : described) changes += (changes.empty() ? "" : "; ") + change;
+  SetMinLogLevel(config_.log_level);
+  SetLogFormat(config_.log_format);
+  // The gauges of the new configuration first: whoever sees the success
+  // counter move (a scrape, a test) sees them too.
+  UpdateBudgetMetrics();
+  metrics_->RecordReload(ReloadResult::kSuccess, now);
+  Log(LogLevel::kInfo, kComponent, "reload applied: " + changes);
+}
+
+StatusOr<bool> Daemon::ApplyReload(config::VipsdConfig next, std::vector<std::string>* described) {
+  VIPSD_ASSIGN_OR_RETURN(auto changed, config::ChangedReloadableKeys(config_, next, described));
+  // The vocabulary file itself must not change either.
+  if (bundle_.vocabulary != nullptr) {
+    VIPSD_ASSIGN_OR_RETURN(auto rebuilt, BuildModel(next));
+    if (rebuilt.vocabulary_fingerprint != bundle_.vocabulary_fingerprint) {
+      return InvalidArgumentError(
+          KeyWhere(next, "model.lda.vocabulary") +
+          "the vocabulary file's content changed; it cannot change on reload (restart with a "
+          "new state directory)");
+    }
+  }
+  if (changed.empty()) return false;
+  LedgerState& state = keeper_->state();
+  VIPSD_ASSIGN_OR_RETURN(ReloadedState reloaded,
+                         CheckReload(config_, next, state, keeper_->ledger().path(), paced_));
+  svi::SlotWindows& windows = reloaded.windows;
+  VIPSD_RETURN_IF_ERROR(driver_->Reconfigure(DriverConfigFor(next)));
+  if (state.mode == AccountingMode::kResidency) state.residency = std::move(reloaded.residency);
+  if (paced_ && next.step_interval_seconds != windows.interval_seconds()) {
+    // A new interval applies after the last slot the clock has observed;
+    // slot times already observed keep theirs.
+    const Status moved = clock_->Retime([&](int64_t next_slot) -> StatusOr<SlotClock::Anchor> {
+      const int64_t from = std::max(next_slot - 1, windows.last_slot());
+      const Status set = windows.SetInterval(next.step_interval_seconds, from);
+      if (!set.ok()) {
+        return InvalidArgumentError(KeyWhere(next, "schedule.interval_seconds") +
+                                    std::string(set.message()));
+      }
+      return SlotClock::Anchor{windows.anchor_slot(), windows.anchor_time(),
+                               windows.interval_seconds()};
+    });
+    if (!moved.ok()) {
+      (void)driver_->Reconfigure(DriverConfigFor(config_));
+      return moved;
+    }
+  }
+  if (paced_) ingest_->SetCapacity(next.pool_capacity);
+  state.windows = std::move(windows);
+  pool_.set_max_candidate_steps(paced_ ? next.window_steps : 0);
+  if (overflow_ && (next.pool_capacity > overflow_capacity_)) {
+    described->push_back("stepping resumes at the next slot (pool.capacity raised from " +
+                         std::to_string(overflow_capacity_) + " after a window overflow)");
+    overflow_ = false;
+  }
+  config_ = std::move(next);
+  return true;
+}
+
+}  // namespace vipsd::daemon

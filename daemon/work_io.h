@@ -1,0 +1,55 @@
+// The work topic (daemon/work_exchange.h) as both shared-work roles use it:
+// appending with retry, polling with logged failures, and a process's own
+// partial sums from the records its ingest staged.
+//
+// Privacy: a partial sum is an un-noised sum of private records; it leaves
+// the process only on the work topic (the cluster's trust boundary).
+//
+// Thread-safety: step thread only (not thread-safe).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/base/status.h"
+#include "core/svi/step_driver.h"
+#include "daemon/ingest.h"
+#include "daemon/run_control.h"
+#include "daemon/work_exchange.h"
+
+namespace vipsd::daemon {
+
+class WorkIo {
+ public:
+  WorkIo(std::unique_ptr<WorkExchange> exchange, RunControl* control);
+
+  // Appends, retrying with backoff (200 ms to 5 s) until it succeeds;
+  // CANCELLED when the run stops first. Returns the message's offset.
+  StatusOr<int64_t> Append(const std::string& bytes);
+  // The messages that arrived within `wait`; nullopt after a failed read
+  // (logged at the first and every 20th failure, then a 300 ms pause).
+  std::optional<std::vector<std::pair<int64_t, std::string>>> Poll(
+      std::chrono::milliseconds wait);
+  WorkExchange& exchange() { return *exchange_; }
+  std::string Describe() const { return exchange_->Describe(); }
+
+ private:
+  std::unique_ptr<WorkExchange> exchange_;
+  RunControl* const control_;
+  int poll_failures_ = 0;
+};
+
+// The clipped, un-noised partial sum of `stream`'s window from the records
+// `ingest` staged, encoded for the work topic (PRIVATE).
+StatusOr<std::string> LocalPartial(Ingest& ingest, svi::StepDriver& driver,
+                                   const svi::StepKey& key, const WorkStream& stream);
+
+// `plan`'s stream named `name` (plans keep them sorted), or null.
+const WorkStream* FindStream(const WorkPlan& plan, const std::string& name);
+
+}  // namespace vipsd::daemon

@@ -1,0 +1,287 @@
+#include "daemon/worker.h"
+
+#include <chrono>
+#include <map>
+#include <thread>
+
+#include "core/base/log.h"
+#include "core/privacy/secure_noise.h"
+#include "daemon/checkpoint.h"
+#include "daemon/startup_check.h"
+
+namespace vipsd::daemon {
+namespace {
+
+constexpr std::string_view kComponent = "daemon";
+
+int64_t SteadyNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Worker>> Worker::Create(const config::VipsdConfig& config,
+                                                 SourceFactory make_source,
+                                                 std::unique_ptr<OutputSink> sink,
+                                                 Metrics* metrics,
+                                                 std::unique_ptr<WorkExchange> exchange,
+                                                 DaemonOptions options) {
+  if (metrics == nullptr || sink == nullptr || !make_source || exchange == nullptr ||
+      config.source_type != config::SourceType::kKafka) {
+    return InvalidArgumentError(
+        "a worker needs a source factory, a sink, metrics, a work exchange and a Kafka source");
+  }
+  VIPSD_RETURN_IF_ERROR(CheckFixedSeedFlag(config, options));
+  VIPSD_ASSIGN_OR_RETURN(ModelBundle bundle, BuildModel(config));
+  // The state directory stays locked while this process works (so that no
+  // second process uses it), but a worker writes nothing there: the budget
+  // is the coordinator's.
+  VIPSD_ASSIGN_OR_RETURN(Ledger ledger, Ledger::Open(config.state_directory));
+  // A worker draws no randomness: sampling and E-step seeds come from the
+  // plan's key, the noise from the coordinator. The driver needs a source.
+  VIPSD_ASSIGN_OR_RETURN(auto noise, privacy::SecureNoiseSource::Create());
+  return std::unique_ptr<Worker>(new Worker(config, std::move(options), std::move(bundle),
+                                            std::move(sink), metrics, std::move(ledger),
+                                            std::move(noise), std::move(exchange),
+                                            std::move(make_source)));
+}
+
+Worker::Worker(const config::VipsdConfig& config, DaemonOptions options, ModelBundle bundle,
+               std::unique_ptr<OutputSink> sink, Metrics* metrics, Ledger ledger,
+               std::unique_ptr<privacy::NoiseSource> noise,
+               std::unique_ptr<WorkExchange> exchange, SourceFactory make_source)
+    : config_(config),
+      options_(std::move(options)),
+      bundle_(std::move(bundle)),
+      sink_(std::move(sink)),
+      metrics_(metrics),
+      ledger_(std::move(ledger)),
+      noise_(std::move(noise)),
+      make_source_(std::move(make_source)),
+      work_(std::move(exchange), &control_),
+      ingest_(bundle_.decoder.get(), sink_.get(), metrics, &control_,
+              /*cover_every_stream=*/true) {}
+
+Worker::~Worker() {
+  RequestStop();
+  ingest_.Join();
+}
+
+void Worker::RequestStop() {
+  control_.RequestStop();
+  ingest_.Stop();
+}
+
+Status Worker::AdoptPlan(WorkPlan plan) {
+  if (plan_.has_value()) {
+    const int64_t published = pending_published_;
+    pending_published_ = 0;
+    // Counted now, at the next plan's (public) time.
+    if (published > 0) {
+      metrics_->work_partials_published_total().Increment(static_cast<double>(published));
+    }
+  }
+  const std::pair<uint64_t, int64_t> plan_id{plan.epoch, plan.step};
+  if (plan_model_of_ != plan_id) {
+    auto model = CheckpointStore::Decode(plan.model, work_.Describe() + " plan");
+    Status restored = model.status();
+    if (restored.ok() && (model->model_type != bundle_.model->type() ||
+                          model->model_fingerprint != bundle_.model_fingerprint)) {
+      restored = InvalidArgumentError(
+          "the coordinator's model (" + model->model_type + ", fingerprint " +
+          model->model_fingerprint.substr(0, 12) + "…) is not this process's (" +
+          bundle_.model->type() + ", " + bundle_.model_fingerprint.substr(0, 12) +
+          "…): the processes of a job need one model configuration");
+    }
+    if (restored.ok() && plan.is_private != config_.is_private()) {
+      restored = InvalidArgumentError(
+          "the coordinator's run is " + std::string(plan.is_private ? "" : "NOT ") +
+          "private and this process's configuration is " +
+          (config_.is_private() ? "" : "NOT ") + "private");
+    }
+    if (restored.ok()) restored = bundle_.model->RestoreCheckpoint(model->arrays);
+    if (restored.ok()) {
+      latest_plan_model_ = plan.model;
+      svi::DriverConfig driver_config = config_.driver;
+      driver_config.adaptivity = privacy::Adaptivity::kAdaptiveFilter;
+      driver_config.enforce_ceiling = false;  // a worker never charges
+      // The plan's q is what the accountant charged: a reload on one
+      // process must not change another's sample.
+      driver_config.sampling_rate = plan.sampling_rate;
+      auto driver = svi::StepDriver::Create(bundle_.model.get(), noise_.get(),
+                                            &unused_accountant_, driver_config, plan.step);
+      restored = driver.status();
+      if (driver.ok()) driver_ = std::move(*driver);
+    }
+    if (!restored.ok()) {
+      plan_model_of_ = {0, -1};
+      plan_.reset();
+      if (restored.code() == StatusCode::kInvalidArgument) {
+        // This process's configuration is not the job's: it must not hold
+        // partitions it cannot sum (the steps would wait for ever).
+        return InvalidArgumentError("cannot follow the coordinator's plans: " +
+                                    std::string(restored.message()));
+      }
+      Log(LogLevel::kError, kComponent,
+          "cannot follow the plan of step " + std::to_string(plan.step) + ": " +
+              restored.ToString());
+      return Status::Ok();
+    }
+    plan_model_of_ = plan_id;
+  }
+  std::map<std::string, int64_t> cuts;
+  for (const WorkStream& stream : plan.streams) {
+    // A partition this process gets later resumes at its window's start;
+    // records below it are never a candidate again.
+    ingest_.SetResumeOffset(stream.name, stream.low);
+    ingest_.DropBelow(stream.name, stream.low);
+    cuts[stream.name] = stream.high;
+  }
+  ingest_.SetTargets(cuts);
+  const bool same_step = plan_.has_value() && plan_->epoch == plan.epoch && plan_->step == plan.step;
+  if (!same_step) plan_sent_.clear();
+  plan.model.clear();
+  plan_ = std::move(plan);
+  return Status::Ok();
+}
+
+void Worker::WorkOnPlan() {
+  std::vector<const WorkStream*> ready, overflowing;
+  for (const std::string& name : plan_->wanted) {
+    if (plan_sent_.count(name) > 0) continue;
+    const WorkStream* stream = FindStream(*plan_, name);
+    if (stream == nullptr || !ingest_.Assigned(name)) continue;
+    if (ingest_.Complete(name, stream->high)) {
+      ready.push_back(stream);
+    } else if (ingest_.Overflowing(name, stream->high)) {
+      overflowing.push_back(stream);
+    }
+  }
+  auto partial_of = [&](const WorkStream& stream) {
+    WorkPartial partial;
+    partial.job = plan_->job;
+    partial.epoch = plan_->epoch;
+    partial.owner = plan_->owner;
+    partial.step = plan_->step;
+    partial.slot = plan_->slot;
+    partial.stream = stream.name;
+    partial.instance = options_.instance_id;
+    return partial;
+  };
+  for (const WorkStream* stream : ready) {
+    WorkPartial partial = partial_of(*stream);
+    auto sum = LocalPartial(ingest_, *driver_, plan_->key, *stream);
+    if (!sum.ok()) {
+      // The coordinator waits for this partition: leave the group (the
+      // process stops with this error) so that another process sums it.
+      ingest_.Fail(InternalError("partial sum of " + stream->name + " for step " +
+                                 std::to_string(plan_->step) +
+                                 " failed: " + sum.status().ToString()));
+      return;
+    }
+    partial.sum = std::move(*sum);
+    if (!work_.Append(EncodeWorkPartial(partial)).ok()) return;  // stopping
+    plan_sent_.insert(stream->name);
+    ++pending_published_;
+  }
+  for (const WorkStream* stream : overflowing) {
+    WorkPartial partial = partial_of(*stream);
+    partial.overflow = true;
+    if (!work_.Append(EncodeWorkPartial(partial)).ok()) return;
+    plan_sent_.insert(stream->name);
+  }
+}
+
+std::optional<WorkPlan> Worker::NewestPlan(
+    std::vector<std::pair<int64_t, std::string>>& messages) {
+  // The newest plan of the highest epoch; a reminder of the plan in hand
+  // updates what is still wanted.
+  std::optional<WorkPlan> next;
+  for (auto& [offset, bytes] : messages) {
+    auto kind = WorkMessageKindOf(bytes);
+    if (!kind.ok() || *kind != WorkMessageKind::kPlan) continue;
+    auto plan = DecodeWorkPlan(bytes);
+    if (!plan.ok()) {
+      Log(LogLevel::kWarning, kComponent,
+          work_.Describe() + " offset " + std::to_string(offset) + ": " +
+              plan.status().ToString() + "; ignored");
+      continue;
+    }
+    if (plan->epoch < highest_epoch_) continue;  // a replaced coordinator's
+    highest_epoch_ = plan->epoch;
+    last_plan_seen_ns_.store(SteadyNowNs());
+    const WorkPlan* current = next.has_value() ? &*next : (plan_.has_value() ? &*plan_ : nullptr);
+    if (current != nullptr && current->epoch == plan->epoch &&
+        (plan->step < current->step ||
+         (plan->step == current->step && plan->slot < current->slot))) {
+      continue;  // older than the plan in hand
+    }
+    next = std::move(*plan);
+  }
+  if (!next.has_value() || !next->model.empty()) return next;
+  // A reminder: the model is in the full plan.
+  if (plan_model_of_ == std::make_pair(next->epoch, next->step)) return next;
+  auto full = work_.exchange().ReadAt(next->plan_offset);
+  auto decoded = full.ok() ? DecodeWorkPlan(*full) : StatusOr<WorkPlan>(full.status());
+  if (!decoded.ok() || decoded->epoch != next->epoch || decoded->step != next->step) {
+    Log(LogLevel::kWarning, kComponent,
+        "the plan of step " + std::to_string(next->step) + " at " + work_.Describe() +
+            " offset " + std::to_string(next->plan_offset) + " cannot be read (" +
+            (decoded.ok() ? std::string("another step") : decoded.status().ToString()) +
+            "); waiting for the next plan");
+    return std::nullopt;
+  }
+  decoded->wanted = std::move(next->wanted);
+  return std::move(*decoded);
+}
+
+Status Worker::Run() {
+  ingest_.SetCapacity(config_.pool_capacity);
+  metrics_->worker().Set(1);
+  Log(LogLevel::kInfo, kComponent,
+      "working for job '" + config_.ledger_key + "' on " + work_.Describe() +
+          (options_.instance_id.empty() ? "" : " as " + options_.instance_id) +
+          ": it joins the consumer group at the coordinator's first plan and sums the "
+          "partitions the group gives it");
+  while (!control_.stopping()) {
+    if (plan_.has_value()) WorkOnPlan();
+    auto messages = work_.Poll(std::chrono::milliseconds(100));
+    if (!messages.has_value()) continue;
+    std::optional<WorkPlan> next = NewestPlan(*messages);
+    if (!next.has_value()) continue;
+    const Status adopted = AdoptPlan(std::move(*next));
+    if (!adopted.ok()) {
+      ingest_.Fail(adopted);  // Run()'s result
+      break;
+    }
+    if (!ingest_.started() && plan_.has_value()) {
+      // The group is joined once a plan names every partition's window
+      // start: a partition resumes there (one no plan names yet: at its
+      // first retained record). Reading from below a window's start is
+      // always complete; what lies below is dropped at the next plan.
+      Ingest* ingest = &ingest_;
+      auto source = make_source_([ingest](const std::string& topic, int32_t partition)
+                                     -> std::optional<int64_t> {
+        return ingest->ResumeOffset(topic, partition).value_or(0);
+      });
+      if (!source.ok()) {
+        metrics_->worker().Set(0);
+        return source.status();
+      }
+      ingest_.Start(std::move(*source));
+    }
+  }
+  RequestStop();
+  ingest_.Join();
+  Status result = ingest_.error().value_or(Status::Ok());
+  ingest_.Close();
+  const Status flushed = sink_->Close();
+  if (!flushed.ok()) Log(LogLevel::kWarning, kComponent, "closing the sink: " + flushed.ToString());
+  metrics_->worker().Set(0);
+  Log(LogLevel::kInfo, kComponent, "worker stopped");
+  return result;
+}
+
+}  // namespace vipsd::daemon

@@ -1,0 +1,108 @@
+// Worker: a process that helps the owner of a job whose work is shared
+// (state.work_topic; daemon/work_exchange.h). It follows the coordinator's
+// plans: it reads the partitions the consumer group gives it (joining the
+// group when the first plan arrives; every partition resumes at the latest
+// plan's window start), computes the partial sums of the windows it holds
+// and appends them to the work topic. It adopts each plan's model, q and
+// windows. It charges nothing, writes no ledger (it holds the state
+// directory's lock only, so that no second process uses it) and releases
+// nothing: none of the ledger, checkpoint or release machinery exists here.
+//
+// A worker whose configuration is not the job's (another model, privacy on
+// one side only) stops with INVALID_ARGUMENT before it holds partitions it
+// could not sum; a partial sum that fails stops it too (its partitions then
+// move to a process that can sum them).
+//
+// Privacy: partial sums are un-noised sums of private records and go to the
+// work topic only; counters are counted at the next plan's public time.
+//
+// Thread-safety: Create and Run on one thread; RequestStop,
+// last_plan_seen_ns from any thread; latest_plan_model after Run returned.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "config/config.h"
+#include "core/base/status.h"
+#include "core/privacy/noise_source.h"
+#include "core/svi/step_driver.h"
+#include "daemon/daemon.h"
+#include "daemon/ingest.h"
+#include "daemon/ledger.h"
+#include "daemon/metrics.h"
+#include "daemon/model_setup.h"
+#include "daemon/run_control.h"
+#include "daemon/work_io.h"
+
+namespace vipsd::daemon {
+
+class Worker {
+ public:
+  static StatusOr<std::unique_ptr<Worker>> Create(const config::VipsdConfig& config,
+                                                  SourceFactory make_source,
+                                                  std::unique_ptr<OutputSink> sink,
+                                                  Metrics* metrics,
+                                                  std::unique_ptr<WorkExchange> exchange,
+                                                  DaemonOptions options = {});
+  ~Worker();
+
+  // Follows plans until RequestStop (OK) or a failure that stops it.
+  Status Run();
+  void RequestStop();
+
+  // Steady-clock time (ns since its epoch) of the last plan or reminder of
+  // the coordinator it saw; 0 before any. A standby that works takes over
+  // only after the ledger AND the plans were silent.
+  int64_t last_plan_seen_ns() const { return last_plan_seen_ns_.load(); }
+  // After Run returned: the model of the last plan it followed
+  // (DaemonOptions::takeover_model); empty if none.
+  const std::string& latest_plan_model() const { return latest_plan_model_; }
+
+ private:
+  Worker(const config::VipsdConfig& config, DaemonOptions options, ModelBundle bundle,
+         std::unique_ptr<OutputSink> sink, Metrics* metrics, Ledger ledger,
+         std::unique_ptr<privacy::NoiseSource> noise, std::unique_ptr<WorkExchange> exchange,
+         SourceFactory make_source);
+
+  // Makes `plan` the one it works on (model, q, windows, resume offsets).
+  // INVALID_ARGUMENT when this configuration is not the coordinator's; other
+  // failures are logged and the plan is skipped.
+  Status AdoptPlan(WorkPlan plan);
+  // Appends the partials of the plan's partitions this process holds.
+  void WorkOnPlan();
+  // The newest plan of the highest epoch among `messages` (nullopt: none).
+  std::optional<WorkPlan> NewestPlan(std::vector<std::pair<int64_t, std::string>>& messages);
+
+  const config::VipsdConfig config_;
+  const DaemonOptions options_;
+  ModelBundle bundle_;
+  std::unique_ptr<OutputSink> sink_;  // dead letters of the partitions it reads
+  Metrics* const metrics_;
+  Ledger ledger_;  // held for its lock only
+  std::unique_ptr<privacy::NoiseSource> noise_;
+  SourceFactory make_source_;  // the source is made at the first plan
+  RunControl control_;
+  WorkIo work_;
+  Ingest ingest_;
+  // A worker's driver samples and E-steps under the plan's key; its
+  // accountant is never charged (the coordinator's is).
+  privacy::RdpAccountant unused_accountant_;
+  std::unique_ptr<svi::StepDriver> driver_;
+  // The plan followed, where its model came from, and the partials already
+  // appended for it.
+  std::optional<WorkPlan> plan_;
+  std::pair<uint64_t, int64_t> plan_model_of_{0, -1};  // (epoch, step) of the model held
+  std::set<std::string> plan_sent_;
+  std::string latest_plan_model_;
+  uint64_t highest_epoch_ = 0;
+  int64_t pending_published_ = 0;  // counted at the next plan (public time)
+  std::atomic<int64_t> last_plan_seen_ns_{0};
+};
+
+}  // namespace vipsd::daemon

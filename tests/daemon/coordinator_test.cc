@@ -1,0 +1,199 @@
+// Coordinator: the shared step (daemon/coordinator.h) — with a Worker over
+// an in-memory work topic, the step is bit for bit the step one process
+// takes; a partition no process can hold stops stepping; a coordinator that
+// lost the job stops waiting.
+#include "daemon/coordinator.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "core/privacy/secure_noise.h"
+#include "daemon/worker.h"
+#include "tests/testing/memory_ledger_log.h"
+#include "tests/testing/work_fixture.h"
+
+namespace vipsd::daemon {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+// The coordinator's process: its ledger (claimed on an in-memory ledger
+// topic), model, driver and the ingest of the partitions it holds.
+struct CoordinatorProcess {
+  RunControl control;
+  ModelBundle bundle;
+  std::unique_ptr<privacy::NoiseSource> noise;
+  std::unique_ptr<LedgerKeeper> keeper;
+  std::unique_ptr<svi::StepDriver> driver;
+  std::shared_ptr<SinkLog> log = std::make_shared<SinkLog>();
+  FakeSink sink{log};
+  std::unique_ptr<Ingest> ingest;
+  std::unique_ptr<Coordinator> coordinator;
+  bool fenced = false;
+
+  CoordinatorProcess(WorkFixture& f, MemoryLog& ledger_log, std::set<int32_t> partitions) {
+    bundle = std::move(BuildModel(f.config)).value();
+    noise = std::move(privacy::SecureNoiseSource::CreateReproducible(7)).value();
+    auto replica = std::move(LedgerReplica::Create(std::make_unique<MemoryLedgerLog>(&ledger_log),
+                                                   f.config.ledger_key))
+                       .value();
+    EXPECT_TRUE(replica->Claim(std::nullopt, "ledger").ok());
+    LedgerState state;
+    state.run_id = std::string(32, 'c');
+    state.model_type = bundle.model->type();
+    state.model_fingerprint = bundle.model_fingerprint;
+    state.windows = *svi::SlotWindows::Create(1000, 1, svi::kWindowAll);
+    EXPECT_TRUE(state.windows.AddStream("docs:0", 0).ok());
+    EXPECT_TRUE(state.windows.AddStream("docs:1", 0).ok());
+    // Slot 1's cuts: everything in the log now.
+    const std::map<std::string, int64_t> cuts{
+        {"docs:0", static_cast<int64_t>(f.topic->partitions[0].size())},
+        {"docs:1", static_cast<int64_t>(f.topic->partitions[1].size())}};
+    EXPECT_TRUE(state.windows.RecordCuts(1, cuts).ok());
+    keeper = std::make_unique<LedgerKeeper>(std::move(Ledger::Open(f.dir + "/state")).value(),
+                                            std::move(state), std::move(replica),
+                                            f.dir + "/state", f.metrics.get());
+    svi::DriverConfig driver_config = f.config.driver;
+    driver_config.adaptivity = AccountingAdaptivity();
+    driver = std::move(svi::StepDriver::Create(bundle.model.get(), noise.get(),
+                                               &keeper->state().accountant, driver_config, 1))
+                 .value();
+    ingest = std::make_unique<Ingest>(bundle.decoder.get(), &sink, f.metrics.get(), &control,
+                                      /*cover_every_stream=*/true);
+    ingest->SetResumeOffsets({{"docs:0", 0}, {"docs:1", 0}}, /*covered=*/true);
+    ingest->SetTargets(cuts);
+    Ingest* self = ingest.get();
+    ingest->Start(std::make_unique<FakeSource>(
+        f.topic, [self](const std::string& t, int32_t p) { return self->ResumeOffset(t, p); },
+        partitions));
+    coordinator = std::make_unique<Coordinator>(
+        std::make_unique<MemoryWorkExchange>(f.work, WorkRole::kCoordinator), &control);
+  }
+  ~CoordinatorProcess() {
+    control.RequestStop();
+    ingest->Stop();
+    ingest->Join();
+  }
+  StatusOr<svi::StepResult> Step(WorkFixture& f, SlotOutputs* out) {
+    Coordinator::Context context;
+    context.config = &f.config;
+    context.driver = driver.get();
+    context.ingest = ingest.get();
+    context.keeper = keeper.get();
+    context.bundle = &bundle;
+    context.on_fenced = [this](const Status&) { fenced = true; };
+    return coordinator->Step(context, 1, out);
+  }
+};
+
+// A worker process reading `partitions`, in its own state directory.
+struct WorkerProcess {
+  std::unique_ptr<Worker> worker;
+  std::thread thread;
+  Status result = Status::Ok();
+  WorkerProcess(WorkFixture& f, std::set<int32_t> partitions, int64_t pool_capacity = 100000) {
+    config::VipsdConfig config = f.config;
+    config.state_directory = f.dir + "/worker-state";
+    config.pool_capacity = pool_capacity;
+    worker = std::move(Worker::Create(config, f.Partitions(std::move(partitions)),
+                                      std::make_unique<FakeSink>(std::make_shared<SinkLog>()),
+                                      f.metrics.get(),
+                                      std::make_unique<MemoryWorkExchange>(f.work,
+                                                                           WorkRole::kWorker),
+                                      f.options))
+                 .value();
+    thread = std::thread([this] { result = worker->Run(); });
+  }
+  ~WorkerProcess() {
+    worker->RequestStop();
+    thread.join();
+  }
+};
+
+TEST(CoordinatorTest, ASharedStepIsBitForBitTheStepOfOneProcess) {
+  WorkFixture f("coordinator_equal");
+  MemoryLog ledger_log;
+  CoordinatorProcess coordinator(f, ledger_log, {0});
+  WorkerProcess worker(f, {1});
+  SlotOutputs out;
+  auto shared = coordinator.Step(f, &out);
+  ASSERT_TRUE(shared.ok()) << shared.status().ToString();
+  EXPECT_EQ(shared->step, 1);
+  EXPECT_EQ(out.partials_local, 1);   // docs:0, summed here
+  EXPECT_EQ(out.partials_remote, 1);  // docs:1, by the worker
+  EXPECT_EQ(out.window_offsets, 9);
+  EXPECT_EQ(shared->sampling_rate, f.config.driver.sampling_rate);
+
+  // One process, the same seed, every record of both windows.
+  ModelBundle solo = std::move(BuildModel(f.config)).value();
+  auto noise = std::move(privacy::SecureNoiseSource::CreateReproducible(7)).value();
+  privacy::RdpAccountant accountant;
+  svi::DriverConfig driver_config = f.config.driver;
+  driver_config.adaptivity = AccountingAdaptivity();
+  auto driver = std::move(svi::StepDriver::Create(solo.model.get(), noise.get(), &accountant,
+                                                  driver_config, 1))
+                    .value();
+  std::vector<std::vector<model::Record>> records(2);
+  std::vector<svi::StreamCandidates> streams(2);
+  for (int partition = 0; partition < 2; ++partition) {
+    streams[partition].stream = "docs:" + std::to_string(partition);
+    for (const auto& entry : f.topic->partitions.at(partition)) {
+      records[partition].push_back(
+          std::get<model::Record>(solo.decoder->Decode(entry.payload)));
+    }
+    for (size_t i = 0; i < records[partition].size(); ++i) {
+      streams[partition].records.push_back(&records[partition][i]);
+      streams[partition].offsets.push_back(static_cast<int64_t>(i));
+    }
+  }
+  auto alone = driver->Step(streams);
+  ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+  EXPECT_EQ(alone->rho, shared->rho);
+  const auto a = coordinator.bundle.model->CheckpointArrays();
+  const auto b = solo.model->CheckpointArrays();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].data, b[i].data) << a[i].name;
+  EXPECT_EQ(coordinator.keeper->state().accountant, accountant);  // the same charge
+}
+
+TEST(CoordinatorTest, APartitionNoProcessCanHoldStopsStepping) {
+  WorkFixture f("coordinator_overflow");
+  MemoryLog ledger_log;
+  // More of docs:1's window than one poll brings, and more than the
+  // worker's pool.capacity: it cannot complete the window.
+  for (int i = 0; i < 600; ++i) f.topic->Append(1, "{\"id\": 1, \"text\": \"fig\"}");
+  CoordinatorProcess coordinator(f, ledger_log, {0});
+  WorkerProcess worker(f, {1}, /*pool_capacity=*/100);
+  SlotOutputs out;
+  auto result = coordinator.Step(f, &out);
+  EXPECT_EQ(result.status().code(), StatusCode::kOutOfRange) << result.status().ToString();
+  EXPECT_THAT(result.status().message(), HasSubstr("docs:1"));
+  EXPECT_THAT(result.status().message(), HasSubstr("the step was charged"));
+  // Charged and its number consumed: an overcount, never an undercount.
+  EXPECT_EQ(coordinator.driver->next_step(), 2);
+  EXPECT_EQ(coordinator.keeper->state().accountant.steps(), 1);
+}
+
+TEST(CoordinatorTest, ACoordinatorThatLostTheJobStopsWaitingForPartials) {
+  WorkFixture f("coordinator_fenced");
+  MemoryLog ledger_log;
+  CoordinatorProcess coordinator(f, ledger_log, {0});
+  // Nobody holds docs:1; meanwhile another process claims the job.
+  auto other = std::move(LedgerReplica::Create(std::make_unique<MemoryLedgerLog>(&ledger_log),
+                                               f.config.ledger_key))
+                   .value();
+  ASSERT_TRUE(other->Claim(std::nullopt, "other/ledger").ok());
+  SlotOutputs out;
+  const auto start = std::chrono::steady_clock::now();
+  auto result = coordinator.Step(f, &out);
+  EXPECT_EQ(result.status().code(), StatusCode::kCancelled) << result.status().ToString();
+  EXPECT_TRUE(coordinator.fenced);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
+}
+
+}  // namespace
+}  // namespace vipsd::daemon

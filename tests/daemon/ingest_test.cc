@@ -1,0 +1,208 @@
+// Ingest: the consumer side and the staging area (daemon/ingest.h) — what
+// it reads, stages, dead-letters and acknowledges, and how the step thread
+// takes a window from it.
+#include "daemon/ingest.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "core/text/vocabulary.h"
+#include "tests/testing/fake_io.h"
+
+namespace vipsd::daemon {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string Document(int i) {
+  return "{\"id\": " + std::to_string(i) + ", \"text\": \"apple banana\"}";
+}
+
+struct Fixture {
+  std::shared_ptr<FakeTopic> topic = std::make_shared<FakeTopic>();
+  std::shared_ptr<SinkLog> log = std::make_shared<SinkLog>();
+  FakeSink sink{log};
+  std::unique_ptr<Metrics> metrics;
+  text::Vocabulary vocabulary = *text::Vocabulary::Parse("apple\nbanana\n");
+  std::unique_ptr<connectors::RecordDecoder> decoder = connectors::NewLdaRecordDecoder(vocabulary);
+  RunControl control;
+  std::unique_ptr<Ingest> ingest;
+
+  explicit Fixture(bool cover_every_stream = false) {
+    MetricsOptions options;
+    options.listen_address = "";
+    options.version = "test";
+    options.model_type = "lda";
+    metrics = std::move(Metrics::Create(options)).value();
+    ingest = std::make_unique<Ingest>(decoder.get(), &sink, metrics.get(), &control,
+                                      cover_every_stream);
+  }
+  void Start() {
+    Ingest* self = ingest.get();
+    ingest->Start(std::make_unique<FakeSource>(
+        topic, [self](const std::string& t, int32_t p) { return self->ResumeOffset(t, p); }));
+  }
+  // Waits until every stream in `cuts` was read up to its cut.
+  bool ReadUpTo(const std::map<std::string, int64_t>& cuts) {
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (std::chrono::steady_clock::now() < until) {
+      if (ingest->Progress(cuts, [](const std::string&) { return int64_t{0}; }).behind.empty()) {
+        return true;
+      }
+      std::this_thread::sleep_for(2ms);
+    }
+    return false;
+  }
+  int64_t Committed(int32_t partition) {
+    std::lock_guard<std::mutex> lock(topic->mutex);
+    return topic->committed[partition];
+  }
+  ~Fixture() {
+    ingest->Stop();
+    ingest->Join();
+  }
+};
+
+TEST(IngestTest, AWindowIsExactlyTheRecordsBelowItsCutsInOffsetOrder) {
+  Fixture f;
+  for (int i = 0; i < 6; ++i) f.topic->Append(i % 2, Document(i));
+  f.ingest->SetResumeOffsets({{"docs:0", 0}, {"docs:1", 0}}, /*covered=*/true);
+  f.Start();
+  const std::map<std::string, int64_t> cuts{{"docs:0", 2}, {"docs:1", 3}};
+  f.ingest->SetTargets(cuts);
+  ASSERT_TRUE(f.ReadUpTo(cuts));
+  auto admitted = f.ingest->Admit(cuts);
+  std::map<std::string, std::vector<int64_t>> offsets;
+  const std::vector<std::string> names = f.ingest->StreamNames();
+  for (auto& [id, staged] : admitted) {
+    for (const Staged& record : staged) offsets[names[id]].push_back(record.offset);
+  }
+  EXPECT_EQ(offsets["docs:0"], (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(offsets["docs:1"], (std::vector<int64_t>{0, 1, 2}));
+  // What was read beyond the cut stays staged for the next window.
+  const std::map<std::string, int64_t> next{{"docs:0", 3}, {"docs:1", 3}};
+  ASSERT_TRUE(f.ReadUpTo(next));
+  auto later = f.ingest->Admit(next);
+  ASSERT_EQ(later.size(), 1u);
+  EXPECT_EQ(later[0].second.front().offset, 2);
+  EXPECT_EQ(f.ingest->records_pooled(), 6);
+}
+
+TEST(IngestTest, MalformedRecordsAreDeadLetteredBeforeTheirOffsetsAreAcknowledged) {
+  Fixture f;
+  f.topic->Append(0, Document(0));
+  f.topic->Append(0, "not json");
+  f.topic->Append(0, Document(2));
+  f.ingest->SetResumeOffsets({{"docs:0", 0}}, true);
+  f.log->fail_next_dead_letters = 2;  // the broker refuses twice first
+  f.Start();
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  while (f.Committed(0) < 3 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_EQ(f.Committed(0), 3);
+  std::lock_guard<std::mutex> lock(f.log->mutex);
+  ASSERT_EQ(f.log->dead_letters.size(), 1u);
+  EXPECT_EQ(f.log->dead_letters[0].first.offset, 1);
+  EXPECT_EQ(f.log->dead_letters[0].first.payload, "not json");
+  EXPECT_EQ(f.ingest->records_rejected(), 1);
+  EXPECT_EQ(f.ingest->records_pooled(), 2);
+}
+
+TEST(IngestTest, ANewStreamIsAcknowledgedOnlyOnceTheStepThreadCoveredIt) {
+  Fixture f;
+  f.topic->Append(0, Document(0));
+  f.Start();
+  // Read, staged, but not acknowledged: a crash now must re-read it.
+  const std::map<std::string, int64_t> cuts{{"docs:0", 1}};
+  ASSERT_TRUE(f.ReadUpTo(cuts));
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  bool asked = false;
+  while (!asked && std::chrono::steady_clock::now() < until) {
+    asked = f.ingest->TakeCoverRequest();
+    std::this_thread::sleep_for(2ms);
+  }
+  ASSERT_TRUE(asked);
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(f.Committed(0), 0);
+  f.ingest->Cover({"docs:0"});
+  const auto acked = std::chrono::steady_clock::now() + 10s;
+  while (f.Committed(0) < 1 && std::chrono::steady_clock::now() < acked) {
+    std::this_thread::sleep_for(2ms);
+  }
+  EXPECT_EQ(f.Committed(0), 1);
+}
+
+TEST(IngestTest, OnceTheWindowsRecordsExceedTheCapacityNothingMoreIsRead) {
+  Fixture f;
+  for (int i = 0; i < 30; ++i) f.topic->Append(0, Document(i));
+  f.ingest->SetResumeOffsets({{"docs:0", 0}}, true);
+  f.ingest->SetCapacity(10);
+  const std::map<std::string, int64_t> cuts{{"docs:0", 50}};
+  f.ingest->SetTargets(cuts);
+  f.Start();
+  auto held = [&] {
+    return f.ingest->Progress(cuts, [](const std::string&) { return int64_t{0}; }).held;
+  };
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (held() < 30 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(2ms);
+  }
+  ASSERT_EQ(held(), 30);
+  // More records arrive; the window's held records exceed pool.capacity, so
+  // they stay in the log (an overflow is a count, never a guess).
+  for (int i = 30; i < 50; ++i) f.topic->Append(0, Document(i));
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(held(), 30);
+  EXPECT_TRUE(f.ingest->Overflowing("docs:0", 50));
+  EXPECT_FALSE(f.ingest->Complete("docs:0", 50));
+  // Raising the capacity lets reading go on.
+  f.ingest->SetCapacity(100);
+  const auto resumed = std::chrono::steady_clock::now() + 10s;
+  while (held() < 50 && std::chrono::steady_clock::now() < resumed) {
+    std::this_thread::sleep_for(2ms);
+  }
+  EXPECT_EQ(held(), 50);
+  EXPECT_TRUE(f.ingest->Complete("docs:0", 50));
+}
+
+TEST(IngestTest, AdvancingTheWindowDropsStagedRecordsBelowItsStart) {
+  Fixture f;
+  for (int i = 0; i < 5; ++i) f.topic->Append(0, Document(i));
+  f.ingest->SetResumeOffsets({{"docs:0", 0}}, true);
+  f.Start();
+  ASSERT_TRUE(f.ReadUpTo({{"docs:0", 5}}));
+  f.ingest->AdvanceTo({{"docs:0", 3}});
+  const svi::StreamCandidates candidates = f.ingest->Candidates("docs:0", 0, 5);
+  EXPECT_EQ(candidates.offsets, (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(candidates.stream, "docs:0");
+  const svi::StreamCandidates part = f.ingest->Candidates("docs:0", 3, 4);
+  EXPECT_EQ(part.offsets, (std::vector<int64_t>{3}));
+}
+
+TEST(IngestTest, AFatalSourceErrorStopsTheRunWithTheError) {
+  Fixture f;
+  f.ingest->Fail(InternalError("partial sum failed"));
+  ASSERT_TRUE(f.ingest->error().has_value());
+  EXPECT_EQ(f.ingest->error()->code(), StatusCode::kInternal);
+  EXPECT_TRUE(f.control.stopping());
+}
+
+TEST(IngestTest, ResumeOffsetsAreWhereAPartitionIsReadFromAfterARestart) {
+  Fixture f(/*cover_every_stream=*/true);
+  for (int i = 0; i < 5; ++i) f.topic->Append(0, Document(i));
+  f.ingest->SetResumeOffset("docs:0", 3);
+  EXPECT_EQ(f.ingest->ResumeOffset("docs", 0), 3);
+  EXPECT_FALSE(f.ingest->ResumeOffset("docs", 1).has_value());
+  f.Start();
+  ASSERT_TRUE(f.ReadUpTo({{"docs:0", 5}}));
+  EXPECT_EQ(f.ingest->records_pooled(), 2);  // 3 and 4 only
+  EXPECT_TRUE(f.ingest->Assigned("docs:0"));  // a file-like source reads every stream
+}
+
+}  // namespace
+}  // namespace vipsd::daemon

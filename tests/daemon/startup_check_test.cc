@@ -1,0 +1,135 @@
+// The start-up check's parts that a reload and a takeover reuse
+// (daemon/startup_check.h); the start itself is tested through the daemon
+// (daemon_test, offline_run_test) and its paths (path_checks_test).
+#include "daemon/startup_check.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "daemon/checkpoint.h"
+
+namespace vipsd::daemon {
+namespace {
+
+using ::testing::HasSubstr;
+
+config::VipsdConfig Config() {
+  config::VipsdConfig config;
+  config.file = "c.yaml";
+  config.driver.sampling_rate = 0.1;
+  config.driver.noise_multiplier = 1.0;
+  config.driver.delta = 1e-5;
+  config.driver.epsilon_ceiling = 10;
+  config.window_steps = 20;
+  config.step_interval_seconds = 1;
+  return config;
+}
+
+LedgerState State(ScheduleKind schedule, AccountingMode mode) {
+  LedgerState state;
+  state.run_id = std::string(32, 'c');
+  state.schedule = schedule;
+  state.mode = mode;
+  state.fixed_sampling_rate = 0.1;
+  state.fixed_noise_multiplier = 1.0;
+  state.windows = *svi::SlotWindows::Create(1000, 1, 20);
+  if (mode == AccountingMode::kResidency) state.residency = *privacy::ResidencyAccountant::Create(20);
+  return state;
+}
+
+TEST(StartupCheckTest, AReloadKeepsAFixedSchedulesPinnedQAndSigma) {
+  const config::VipsdConfig running = Config();
+  config::VipsdConfig next = running;
+  next.driver.sampling_rate = 0.2;
+  const LedgerState state = State(ScheduleKind::kFixed, AccountingMode::kGlobal);
+  auto refused = CheckReload(running, next, state, "/s/ledger", /*paced=*/true);
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("privacy.sampling_rate"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("schedule fixed pins it to 0.1"));
+  // An adaptive schedule takes a new q.
+  const LedgerState adaptive = State(ScheduleKind::kAdaptive, AccountingMode::kGlobal);
+  EXPECT_TRUE(CheckReload(running, next, adaptive, "/s/ledger", true).ok());
+}
+
+TEST(StartupCheckTest, AReloadMayShortenTheWindowButNeverLengthenIt) {
+  const config::VipsdConfig running = Config();
+  config::VipsdConfig next = running;
+  const LedgerState state = State(ScheduleKind::kAdaptive, AccountingMode::kResidency);
+  next.window_steps = 10;
+  auto shorter = CheckReload(running, next, state, "/s/ledger", true);
+  ASSERT_TRUE(shorter.ok()) << shorter.status().ToString();
+  EXPECT_EQ(shorter->windows.window_slots(), 10);
+  EXPECT_EQ(shorter->residency->max_residency_steps(), 10);
+  EXPECT_EQ(state.windows.window_slots(), 20);  // nothing installed yet
+  next.window_steps = 30;
+  auto longer = CheckReload(running, next, state, "/s/ledger", true);
+  EXPECT_EQ(longer.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(longer.status().message(), HasSubstr("schedule.window_steps"));
+}
+
+TEST(StartupCheckTest, AReloadRefusesAResidencyWindowTheCeilingCannotPay) {
+  const config::VipsdConfig running = Config();
+  config::VipsdConfig next = running;
+  next.driver.noise_multiplier = 0.5;
+  next.driver.sampling_rate = 1;
+  next.driver.epsilon_ceiling = 1;
+  const LedgerState state = State(ScheduleKind::kAdaptive, AccountingMode::kResidency);
+  auto refused = CheckReload(running, next, state, "/s/ledger", true);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("would spend epsilon"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("> epsilon_ceiling 1"));
+}
+
+TEST(StartupCheckTest, FixedSeedNoiseIsReproducibleAndSaysItIsNotPrivate) {
+  config::VipsdConfig config = Config();
+  auto secure = NewNoiseSource(config);
+  ASSERT_TRUE(secure.ok());
+  EXPECT_TRUE((*secure)->is_private());
+  config.noise_mode = config::NoiseMode::kFixedSeed;
+  config.noise_seed = 7;
+  auto a = NewNoiseSource(config);
+  auto b = NewNoiseSource(config);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_FALSE((*a)->is_private());
+  std::vector<double> x(4), y(4);
+  (*a)->FillStandardNormal(x);
+  (*b)->FillStandardNormal(y);
+  EXPECT_EQ(x, y);
+  // And the configuration key alone is refused without the flag.
+  const Status refused = CheckFixedSeedFlag(config, DaemonOptions{});
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("--insecure-fixed-seed-noise"));
+  DaemonOptions flagged;
+  flagged.allow_fixed_seed_noise = true;
+  EXPECT_TRUE(CheckFixedSeedFlag(config, flagged).ok());
+}
+
+TEST(StartupCheckTest, ATakeoverModelIsUsedOnlyIfItIsOfTheRecordsRunAndAChargedStep) {
+  config::VipsdConfig config = Config();
+  config.model_type = "blr";
+  config.blr.dim = 2;
+  auto bundle = BuildModel(config);
+  ASSERT_TRUE(bundle.ok()) << bundle.status().ToString();
+  LedgerState state = State(ScheduleKind::kAdaptive, AccountingMode::kGlobal);
+  state.next_step = 6;  // steps 1..5 charged
+  Checkpoint model;
+  model.run_id = state.run_id;
+  model.step = 5;
+  model.model_type = bundle->model->type();
+  model.model_fingerprint = bundle->model_fingerprint;
+  model.arrays = bundle->model->CheckpointArrays();
+  const std::string bytes = *CheckpointStore::Encode(model);
+  EXPECT_EQ(ContinueFromTakeoverModel(bytes, state, *bundle, 3), 5);
+  EXPECT_EQ(ContinueFromTakeoverModel(bytes, state, *bundle, 5), 5);  // not newer
+  model.step = 6;  // a step the record does not charge
+  EXPECT_EQ(ContinueFromTakeoverModel(*CheckpointStore::Encode(model), state, *bundle, 3), 3);
+  model.step = 5;
+  model.run_id = std::string(32, 'd');  // another run
+  EXPECT_EQ(ContinueFromTakeoverModel(*CheckpointStore::Encode(model), state, *bundle, 3), 3);
+  EXPECT_EQ(ContinueFromTakeoverModel("not a checkpoint", state, *bundle, 3), 3);
+}
+
+}  // namespace
+}  // namespace vipsd::daemon

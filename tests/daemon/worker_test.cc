@@ -1,0 +1,172 @@
+// Worker: a process that sums, for the coordinator's plans, the partitions
+// it holds (daemon/worker.h) — and nothing else.
+#include "daemon/worker.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <thread>
+
+#include "core/privacy/gaussian_mechanism.h"
+#include "core/privacy/secure_noise.h"
+#include "daemon/checkpoint.h"
+#include "tests/testing/work_fixture.h"
+
+namespace vipsd::daemon {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+WorkPlan Plan(const WorkFixture& f, const ModelBundle& bundle, uint64_t epoch, int64_t step) {
+  Checkpoint model;
+  model.run_id = std::string(32, 'b');
+  model.step = step - 1;
+  model.model_type = bundle.model->type();
+  model.model_fingerprint = bundle.model_fingerprint;
+  model.arrays = bundle.model->CheckpointArrays();
+  WorkPlan plan;
+  plan.job = f.config.ledger_key;
+  plan.epoch = epoch;
+  plan.owner = std::string(32, 'a');
+  plan.step = step;
+  plan.slot = 5;
+  plan.sampling_rate = 0.5;
+  plan.is_private = true;
+  for (size_t i = 0; i < plan.key.bytes.size(); ++i) plan.key.bytes[i] = static_cast<uint8_t>(i);
+  plan.streams = {{"docs:0", 0, 5}, {"docs:1", 1, 4}};  // the second window starts at 1
+  plan.wanted = {"docs:0", "docs:1"};
+  plan.model = *CheckpointStore::Encode(model);
+  return plan;
+}
+
+// The partial sums one process computes for `plan`, by stream.
+std::map<std::string, std::string> Reference(const WorkFixture& f, const WorkPlan& plan) {
+  ModelBundle bundle = std::move(BuildModel(f.config)).value();
+  std::vector<std::vector<model::Record>> records(2);
+  std::vector<svi::StreamCandidates> streams(2);
+  for (int partition = 0; partition < 2; ++partition) {
+    const WorkStream& window = plan.streams[static_cast<size_t>(partition)];
+    streams[partition].stream = window.name;
+    const auto& log = f.topic->partitions.at(partition);
+    for (int64_t offset = window.low; offset < window.high; ++offset) {
+      auto decoded = bundle.decoder->Decode(log[static_cast<size_t>(offset)].payload);
+      records[partition].push_back(std::get<model::Record>(std::move(decoded)));
+    }
+    for (size_t i = 0; i < records[partition].size(); ++i) {
+      streams[partition].records.push_back(&records[partition][i]);
+      streams[partition].offsets.push_back(window.low + static_cast<int64_t>(i));
+    }
+  }
+  auto noise = privacy::SecureNoiseSource::CreateReproducible(1);
+  privacy::RdpAccountant accountant;
+  svi::DriverConfig driver_config = f.config.driver;
+  driver_config.sampling_rate = plan.sampling_rate;
+  auto driver = svi::StepDriver::Create(bundle.model.get(), noise->get(), &accountant,
+                                        driver_config, plan.step);
+  std::map<std::string, std::string> sums;
+  EXPECT_TRUE((*driver)
+                  ->SumStreams(plan.key, streams,
+                               [&](size_t index, privacy::GaussianSumMechanism& partial) {
+                                 sums[streams[index].stream] = *partial.EncodeUnreleased();
+                                 return Status::Ok();
+                               })
+                  .ok());
+  return sums;
+}
+
+// The partials on the work topic until `count` arrived.
+std::vector<WorkPartial> Partials(MemoryWorkExchange& coordinator, size_t count) {
+  std::vector<WorkPartial> found;
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (found.size() < count && std::chrono::steady_clock::now() < until) {
+    auto messages = coordinator.Poll(50ms);
+    for (auto& [offset, bytes] : *messages) found.push_back(*DecodeWorkPartial(bytes));
+  }
+  return found;
+}
+
+TEST(WorkerTest, ItSumsTheWindowsOfThePartitionsItHoldsAsOneProcessWould) {
+  WorkFixture f("worker_sums");
+  DaemonOptions options = f.options;
+  options.instance_id = "worker-1";
+  auto worker = Worker::Create(f.config, f.Partitions({0, 1}),
+                               std::make_unique<FakeSink>(std::make_shared<SinkLog>()),
+                               f.metrics.get(),
+                               std::make_unique<MemoryWorkExchange>(f.work, WorkRole::kWorker),
+                               options);
+  ASSERT_TRUE(worker.ok()) << worker.status().ToString();
+  MemoryWorkExchange coordinator(f.work, WorkRole::kCoordinator);
+  Status result = Status::Ok();
+  std::thread run([&] { result = (*worker)->Run(); });
+  const ModelBundle bundle = std::move(BuildModel(f.config)).value();
+  const WorkPlan plan = Plan(f, bundle, 3, 1);
+  ASSERT_TRUE(coordinator.Append(EncodeWorkPlan(plan)).ok());
+  const std::vector<WorkPartial> partials = Partials(coordinator, 2);
+  (*worker)->RequestStop();
+  run.join();
+  EXPECT_TRUE(result.ok()) << result.ToString();
+  ASSERT_EQ(partials.size(), 2u);
+  const auto reference = Reference(f, plan);
+  for (const WorkPartial& partial : partials) {
+    SCOPED_TRACE(partial.stream);
+    EXPECT_EQ(partial.epoch, 3u);
+    EXPECT_EQ(partial.owner, plan.owner);
+    EXPECT_EQ(partial.step, 1);
+    EXPECT_EQ(partial.slot, 5);
+    EXPECT_FALSE(partial.overflow);
+    EXPECT_EQ(partial.instance, "worker-1");
+    ASSERT_EQ(reference.count(partial.stream), 1u);
+    EXPECT_EQ(partial.sum, reference.at(partial.stream));  // bit for bit
+  }
+  EXPECT_NE(partials[0].stream, partials[1].stream);
+  EXPECT_FALSE((*worker)->latest_plan_model().empty());
+  EXPECT_GT((*worker)->last_plan_seen_ns(), 0);
+}
+
+TEST(WorkerTest, APlanOfAReplacedCoordinatorIsIgnored) {
+  WorkFixture f("worker_epochs");
+  auto worker = Worker::Create(f.config, f.Partitions({0, 1}),
+                               std::make_unique<FakeSink>(std::make_shared<SinkLog>()),
+                               f.metrics.get(),
+                               std::make_unique<MemoryWorkExchange>(f.work, WorkRole::kWorker),
+                               f.options);
+  ASSERT_TRUE(worker.ok());
+  MemoryWorkExchange coordinator(f.work, WorkRole::kCoordinator);
+  Status result = Status::Ok();
+  std::thread run([&] { result = (*worker)->Run(); });
+  const ModelBundle bundle = std::move(BuildModel(f.config)).value();
+  ASSERT_TRUE(coordinator.Append(EncodeWorkPlan(Plan(f, bundle, 4, 2))).ok());
+  ASSERT_EQ(Partials(coordinator, 2).size(), 2u);
+  // A coordinator of a lower epoch (fenced since) still appends: no partial.
+  ASSERT_TRUE(coordinator.Append(EncodeWorkPlan(Plan(f, bundle, 3, 3))).ok());
+  std::this_thread::sleep_for(500ms);
+  EXPECT_TRUE(coordinator.Poll(0ms)->empty());
+  (*worker)->RequestStop();
+  run.join();
+  EXPECT_TRUE(result.ok()) << result.ToString();
+}
+
+TEST(WorkerTest, AWorkerConfiguredForAnotherModelStopsBeforeItSumsAnything) {
+  WorkFixture f("worker_other_model");
+  auto worker = Worker::Create(f.config, f.Partitions({0, 1}),
+                               std::make_unique<FakeSink>(std::make_shared<SinkLog>()),
+                               f.metrics.get(),
+                               std::make_unique<MemoryWorkExchange>(f.work, WorkRole::kWorker),
+                               f.options);
+  ASSERT_TRUE(worker.ok());
+  MemoryWorkExchange coordinator(f.work, WorkRole::kCoordinator);
+  config::VipsdConfig other = f.config;
+  other.lda.num_topics = 3;
+  const ModelBundle bundle = std::move(BuildModel(other)).value();
+  ASSERT_TRUE(coordinator.Append(EncodeWorkPlan(Plan(f, bundle, 1, 1))).ok());
+  const Status result = (*worker)->Run();  // returns by itself
+  EXPECT_EQ(result.code(), StatusCode::kInvalidArgument) << result.ToString();
+  EXPECT_THAT(result.message(), HasSubstr("need one model configuration"));
+  EXPECT_TRUE(coordinator.Poll(0ms)->empty());
+}
+
+}  // namespace
+}  // namespace vipsd::daemon

@@ -1,0 +1,79 @@
+// TEST-ONLY: what the shared-work tests (coordinator_test, worker_test)
+// share — a job's configuration in a fresh directory (LDA, fixed-seed
+// noise, a work topic), its input log, and the model and records a solo
+// step would see.
+#pragma once
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "config/config.h"
+#include "daemon/metrics.h"
+#include "daemon/model_setup.h"
+#include "daemon/startup_check.h"
+#include "tests/testing/fake_io.h"
+#include "tests/testing/memory_work_exchange.h"
+
+namespace vipsd::daemon {
+
+struct WorkFixture {
+  std::string dir;
+  config::VipsdConfig config;
+  std::shared_ptr<FakeTopic> topic = std::make_shared<FakeTopic>();
+  std::shared_ptr<MemoryWorkTopic> work = std::make_shared<MemoryWorkTopic>();
+  std::unique_ptr<Metrics> metrics;
+  // The configuration's fixed-seed noise (the processes of one test draw
+  // the same noise) needs the command-line flag.
+  DaemonOptions options = [] {
+    DaemonOptions o;
+    o.allow_fixed_seed_noise = true;
+    return o;
+  }();
+
+  explicit WorkFixture(const std::string& name) {
+    dir = ::testing::TempDir() + "work_" + name;
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir + "/vocab.txt") << "apple\nbanana\ncherry\ndate\nelder\nfig\n";
+    std::ofstream(dir + "/vipsd.yaml")
+        << "model:\n  type: lda\n  lda:\n    topics: 2\n    vocabulary: vocab.txt\n"
+           "    alpha: 0.5\n    eta: 0.1\n    resample_length: 10\n"
+           "privacy:\n  noise_multiplier: 1.0\n  sampling_rate: 0.5\n  delta: 1.0e-5\n"
+           "  epsilon_ceiling: 1000\n  schedule: adaptive\n  noise: fixed_seed\n"
+           "  noise_seed: 7\n"
+           "schedule:\n  tau0: 1\n  kappa: 0.7\n  threads: 1\n  interval_seconds: 1\n"
+           "source:\n  type: kafka\n  topics: [docs]\n"
+           "sink:\n  type: kafka\n  topic: releases\n"
+           "dead_letter:\n  topic: dead\n"
+           "kafka:\n  bootstrap_servers: unused:9092\n"
+           "state:\n  directory: state\n  ledger_topic: ledger\n  work_topic: work\n"
+           "metrics:\n  listen: \"\"\n";
+    auto loaded = config::LoadConfigFile(dir + "/vipsd.yaml");
+    EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
+    if (loaded.ok()) config = *loaded;
+    MetricsOptions options;
+    options.listen_address = "";
+    options.version = "test";
+    options.model_type = "lda";
+    metrics = std::move(Metrics::Create(options)).value();
+    const char* texts[] = {"apple banana apple cherry", "date elder fig fig", "fig apple"};
+    for (int i = 0; i < 9; ++i) {
+      topic->Append(i % 2, "{\"id\": " + std::to_string(i) + ", \"text\": \"" +
+                               texts[i % 3] + "\"}");
+    }
+  }
+  // A process reading only `partitions` of the input.
+  SourceFactory Partitions(std::set<int32_t> partitions) const {
+    auto log = topic;
+    return [log, partitions](ResumeOffsetFn resume) -> StatusOr<std::unique_ptr<InputSource>> {
+      return std::unique_ptr<InputSource>(new FakeSource(log, std::move(resume), partitions));
+    };
+  }
+};
+
+}  // namespace vipsd::daemon
