@@ -22,20 +22,27 @@
 //   large σ), where summing the plain series would round ε(α) to zero.
 // Fractional α (Section 3.3): the two-series form split at
 //   z0 = σ² ln(1/q − 1) + 1/2, each term weighted by a Gaussian tail (erfc).
-//   Terms alternate in sign past k = α; positive and negative parts are
-//   summed separately in log space. The form cancels to 1 (terms near 1 − αq
+//   Terms alternate in sign past k = α and, because the exponents collapse
+//   to C(α,k)·K·(M(w0) + M(w1)) with M(w) = e^{w²/2}Φ(w) increasing,
+//   decrease in magnitude there: the series stops once a term is below
+//   e^-25 of A_α − 1 and adds that term as the bound on the rest
+//   (docs/privacy_accounting.md §2). Positive and negative parts are summed
+//   separately in log space. The form cancels to 1 (terms near 1 − αq
 //   and αq), so for tiny A_α − 1 we also take the integer value at ⌈α⌉
 //   (valid because Rényi divergence grows with the order) and keep the
 //   smaller bound.
 // q = 1 uses the closed form ε(α) = α / (2σ²).
 //
-// Rounding: every series is summed in log space and a bound on its
-// floating-point and truncation error is ADDED before the logarithm, so the
-// returned ε(α) is an upper bound on the exact value (pessimistic).
+// Rounding: every series is summed in log space, with compensated
+// (Neumaier) running sums, and a bound on its floating-point, summation and
+// truncation error is ADDED before the logarithm, so the returned ε(α) is
+// an upper bound on the exact value (pessimistic).
 //
 // Thread-safety: all functions are pure and thread-safe.
 #pragma once
 
+#include <cstddef>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -43,22 +50,59 @@
 
 namespace vipsd::privacy {
 
-// The default grid of Rényi orders, documented in docs/privacy_accounting.md:
-//   1.05, 1.10, …, 1.95 (step 0.05); 2.0, 2.25, …, 64.0 (step 0.25); then
-//   72, 80, …, 256 (step 8); then roughly ×1.25 per step up to 262144
-//   (2^18), all integers above 64 — 324 orders. Quarter steps up to 64 keep
-//   the grid within 0.1 % of the optimum over all real orders in the
-//   settings vipsd is used with (tests/core/privacy/rdp_grid_test.cc).
-// Large orders matter for small q and large σ (the optimal order grows like
-// σ·sqrt(ln(1/δ)/(T q²))); libraries that stop at 63 or 256 lose tightness.
+// Grids of Rényi orders (docs/privacy_accounting.md §3). A ledger stores
+// the orders its accountant was created with and keeps them for good, so
+// every grid a release has used is kept here, oldest first; their sizes
+// differ, which lets a caller that holds only a ledger's filter weights name
+// their grid (RdpOrderGridWithCount).
+enum class RdpOrderGrid {
+  // 162 orders (vipsd before ef9222a): 1.05 … 1.95 step 0.05; 2 … 10
+  // step 0.25; integers 11 … 64; 72 … 256 step 8; ×1.25 (integers) from
+  // 320 to 2^18.
+  kV1,
+  // 324 orders (ef9222a up to the grid change of issue 29): quarter steps
+  // from 2 to 64 instead; otherwise as kV1. Up to 1.6 % above the optimum
+  // over real orders at σ = 0.6 (its quarter steps are too coarse below 6)
+  // and up to 7 % for optima below 1.05 (ε in the thousands).
+  kV2,
+  // 323 orders (the default since issue 29), spaced by how wide the set of
+  // orders within 0.1 % of the optimum is:
+  //   1 + (k/46)², k = 3 … 46           (1.0043 … 2: 44 orders)
+  //   2.05 … 4.5 step 0.05              (50)
+  //   1 + (k/70)², k = 131 … 210        (4.502 … 10: 80)
+  //   10·(56/55)^k, k = 1 … 102, and 64 (×1.018 per order: 103)
+  //   64·1.1^k, k = 1 … 14, and 256     (15)
+  //   320, 400, 500, … ×1.25 (integers) up to 206758, and 2^18 (31).
+  // Within 0.1 % of the optimum over all real orders for σ ∈ [0.5, 0.8],
+  // q ∈ [0.001, 1], 1 … 1e5 steps, δ ∈ [1e-6, 1e-3]
+  // (tests/core/privacy/rdp_order_grid_test.cc checks σ = 0.6 and 0.8
+  // against the quadrature oracle); up to about 0.7 % at σ ∈ [0.9, 1.5]
+  // and 1.5 % at σ = 2 for q near 0.001, where the optimum sits at the edge
+  // of the orders where RDP explodes (α ≈ 2σ² ln(1/q)).
+  kV3,
+};
+inline constexpr RdpOrderGrid kCurrentRdpOrderGrid = RdpOrderGrid::kV3;
+
+// The orders of `grid`, sorted, distinct, all > 1.
+const std::vector<double>& RdpOrders(RdpOrderGrid grid);
+
+// The grid a new accountant gets: RdpOrders(kCurrentRdpOrderGrid). Large
+// orders matter for small q and large σ (the optimal order grows like
+// σ·sqrt(ln(1/δ)/(T q²))); libraries that stop at 63 or 256 lose
+// tightness there.
 const std::vector<double>& DefaultRdpOrders();
+
+// The grid with `count` orders, if one has that many.
+std::optional<RdpOrderGrid> RdpOrderGridWithCount(size_t count);
 
 // ε(α) of ONE step. Validates q ∈ (0, 1], σ ∈ (0, ∞), α > 1 finite.
 // Returns +∞ (not an error) when the value overflows a double.
 StatusOr<double> SampledGaussianRdp(double sampling_rate,
                                     double noise_multiplier, double order);
 
-// ε(α) of one step at every order of `orders`.
+// ε(α) of one step at every order of `orders`. When `orders` is sorted, each
+// value is also capped by the values at larger orders (Rényi divergence is
+// non-decreasing in the order), so the curve is non-decreasing.
 StatusOr<std::vector<double>> SampledGaussianRdpCurve(
     double sampling_rate, double noise_multiplier,
     std::span<const double> orders);

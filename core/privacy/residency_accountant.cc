@@ -54,8 +54,26 @@ StatusOr<ResidencyAccountant> ResidencyAccountant::Create(int64_t max_residency_
 StatusOr<CeilingCheck> ResidencyAccountant::CheckConfiguration(
     int64_t max_residency_steps, double sampling_rate, double noise_multiplier, double delta,
     double epsilon_ceiling, Adaptivity adaptivity, std::span<const double> filter_weights) {
+  if (filter_weights.empty()) {
+    return CheckConfiguration(max_residency_steps, sampling_rate, noise_multiplier, delta,
+                              epsilon_ceiling, adaptivity, DefaultRdpOrders(), filter_weights);
+  }
+  const std::optional<RdpOrderGrid> grid = RdpOrderGridWithCount(filter_weights.size());
+  if (!grid.has_value()) {
+    return InvalidArgumentError("filter weights: no order grid has " +
+                                std::to_string(filter_weights.size()) + " orders");
+  }
+  return CheckConfiguration(max_residency_steps, sampling_rate, noise_multiplier, delta,
+                            epsilon_ceiling, adaptivity, RdpOrders(*grid), filter_weights);
+}
+
+StatusOr<CeilingCheck> ResidencyAccountant::CheckConfiguration(
+    int64_t max_residency_steps, double sampling_rate, double noise_multiplier, double delta,
+    double epsilon_ceiling, Adaptivity adaptivity, std::span<const double> orders,
+    std::span<const double> filter_weights) {
   VIPSD_RETURN_IF_ERROR(ValidateResidency(max_residency_steps));
-  RdpAccountant fresh;
+  VIPSD_ASSIGN_OR_RETURN(RdpAccountant fresh,
+                         RdpAccountant::Create(std::vector<double>(orders.begin(), orders.end())));
   VIPSD_RETURN_IF_ERROR(
       fresh.SetFilterWeights(std::vector<double>(filter_weights.begin(), filter_weights.end())));
   return fresh.CheckCeiling(sampling_rate, noise_multiplier, max_residency_steps, delta,

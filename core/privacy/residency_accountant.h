@@ -1,5 +1,5 @@
 // ResidencyAccountant: the per-record budget of the "residency" accounting
-// mode (DESIGN.md 4, 5), for a daemon that runs indefinitely.
+// mode (docs/privacy_accounting.md §6b), for a daemon that runs indefinitely.
 //
 // In residency mode every record is a sampling candidate in at most M steps
 // that ran, and those steps are consecutive (core/svi/record_pool.h: a
@@ -54,7 +54,18 @@ class ResidencyAccountant {
                                               std::vector<double> orders);
 
   // ε of one record present for M steps of (q, σ): the start-up and reload
-  // check ("is this M affordable at all?").
+  // check ("is this M affordable at all?"), over the state directory's
+  // `orders` with its filter weights (empty = uniform).
+  static StatusOr<CeilingCheck> CheckConfiguration(int64_t max_residency_steps,
+                                                   double sampling_rate,
+                                                   double noise_multiplier, double delta,
+                                                   double epsilon_ceiling,
+                                                   Adaptivity adaptivity,
+                                                   std::span<const double> orders,
+                                                   std::span<const double> filter_weights);
+  // The same without the orders: empty weights use DefaultRdpOrders(), and
+  // non-empty ones the grid with as many orders (RdpOrderGridWithCount: a
+  // ledger written before the current grid keeps its own, rdp.h).
   static StatusOr<CeilingCheck> CheckConfiguration(int64_t max_residency_steps,
                                                    double sampling_rate,
                                                    double noise_multiplier, double delta,

@@ -97,8 +97,8 @@ TEST(FilterWeightsTest, TheFilterIsNeverCheaperThanPlainRdpAndBeatsTheUniformSpl
 }
 
 TEST(FilterWeightsTest, TheDemoAtCeilingFourGetsMostOfThePlainRdpSteps) {
-  // q = 0.1, σ = 2, δ = 1e-5, ceiling 4: uniform over 324 orders allows
-  // fewer than 150 steps, plain RDP 234, the designed split 218.
+  // q = 0.1, σ = 2, δ = 1e-5, ceiling 4: uniform over the 323 orders
+  // allows fewer than 150 steps (142), plain RDP 234, the designed split 218.
   auto weights = DesignFilterWeights(0.1, 2, 1e-5, 4, 0);
   ASSERT_TRUE(weights.ok());
   EXPECT_EQ(*FilterMaxSteps(4, 0.1, 2, 1e-5, *weights), 218);
@@ -158,6 +158,63 @@ TEST(FilterWeightsTest, TextFormRoundTripsExactlyAndIsBoundToTheOrders) {
   EXPECT_FALSE(DeserializeFilterWeights(text.substr(0, text.size() / 2), orders).ok());
   EXPECT_FALSE(DeserializeFilterWeights(text + "extra\n", orders).ok());
   EXPECT_FALSE(DeserializeFilterWeights("", orders).ok());
+}
+
+// The filter's grid is fixed when the state directory is created, so its
+// ε can only be as close to the optimum as the grid's orders are: at the
+// design horizon H, the designed split (weight > 1/2 on the peak) charges
+// no more than plain RDP at δ/2 minimised over all real orders, +0.1 %, also
+// at σ = 0.6 (issue 29). The real-order minimum uses the series, which
+// rdp_order_grid_test checks against the quadrature oracle.
+TEST(FilterWeightsTest, AtTheHorizonTheFilterIsWithinATenthOfAPercentOfTheRealOrderOptimum) {
+  auto half_delta_optimum = [](double q, double sigma, double steps, double delta) {
+    auto at = [&](double u) {
+      const double alpha = 1 + std::exp(u);
+      const std::vector<double> order = {alpha};
+      const std::vector<double> rdp = {*SampledGaussianRdp(q, sigma, alpha) * steps};
+      return EpsilonFromRdp(order, rdp, delta / 2, RdpConversion::kImproved)->epsilon;
+    };
+    // Every optimum here lies between α = 1.003 and 61.
+    double best_u = std::log(0.003), best = at(best_u);
+    for (double u = best_u; u < std::log(60.0); u += 0.05) {
+      if (const double e = at(u); e < best) best = e, best_u = u;
+    }
+    double lo = best_u - 0.05, hi = best_u + 0.05;
+    for (int i = 0; i < 40; ++i) {  // ternary search on a unimodal bracket
+      const double m1 = lo + (hi - lo) / 3, m2 = hi - (hi - lo) / 3;
+      if (at(m1) < at(m2)) {
+        hi = m2;
+      } else {
+        lo = m1;
+      }
+    }
+    return std::min(best, at((lo + hi) / 2));
+  };
+  // σ = 0.6 and 0.8 down to q = 0.001; at σ ≥ 0.9 with q near 0.001 the
+  // grid is up to 0.5 % off (docs/privacy_accounting.md §3), so σ = 1.1
+  // only with the paper's and the examples' rates.
+  struct Case {
+    double sigma, q;
+  };
+  const Case cases[] = {{0.6, 0.001}, {0.6, 0.05}, {0.6, 0.3}, {0.8, 0.001},
+                        {0.8, 0.05},  {0.8, 0.3},  {1.1, 0.01}, {1.1, 0.05}};
+  int checked = 0;
+  for (const auto& [sigma, q] : cases) {
+    for (int64_t horizon : {int64_t{10}, int64_t{1000}}) {
+      const double delta = 1e-5;
+      auto weights = ConcentratedFilterWeights(DefaultRdpOrders(), q, sigma, delta, horizon);
+      ASSERT_TRUE(weights.ok());
+      RdpAccountant filter;
+      ASSERT_TRUE(filter.SetFilterWeights(*weights).ok());
+      ASSERT_TRUE(filter.Compose(q, sigma, horizon).ok());
+      const double charged =
+          filter.GetEpsilon(delta, RdpConversion::kImproved, Adaptivity::kAdaptiveFilter)->epsilon;
+      const double optimum = half_delta_optimum(q, sigma, static_cast<double>(horizon), delta);
+      EXPECT_LE(charged, optimum * 1.001) << "q=" << q << " sigma=" << sigma << " H=" << horizon;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 16);
 }
 
 }  // namespace
