@@ -1,16 +1,21 @@
 // The accounting tables of docs/privacy_accounting.md, computed with the
 // daemon's own accountants:
 //   1. steps an ε ceiling allows under each way of charging (fixed schedule:
-//      PLD/RDP; adaptive filter: uniform split over the old 162-order grid,
-//      uniform over today's grid, and the designed split);
+//      PLD/RDP; adaptive filter: uniform split over the first, 162-order
+//      grid, uniform over the current grid, and the designed split);
 //   2. the VIPS paper's settings: ε by RDP, PLD, the fixed-schedule charge
 //      and strong composition;
-//   3. the cost of the ceiling check the daemon runs before every step.
+//   3. plain RDP over the previous (324-order) and the current order grid
+//      against the optimum over all real orders;
+//   4. the cost of the ceiling check the daemon runs before every step, and
+//      of one per-step RDP curve over each grid.
+// Every grid comes from core/privacy/rdp.h (RdpOrders); none is copied here.
 // Usage: accounting_table   (no arguments; prints Markdown tables)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <utility>
 #include <vector>
 
 #include "core/privacy/filter_weights.h"
@@ -23,20 +28,6 @@
 namespace {
 
 using namespace vipsd::privacy;
-
-// The order grid before quarter steps were extended to 64 (162 orders).
-std::vector<double> OldGrid() {
-  std::vector<double> grid;
-  for (int i = 1; i <= 19; ++i) grid.push_back(1.0 + 0.05 * i);
-  for (int i = 0; i <= 32; ++i) grid.push_back(2.0 + 0.25 * i);
-  for (int a = 11; a <= 64; ++a) grid.push_back(a);
-  for (int a = 72; a <= 256; a += 8) grid.push_back(a);
-  for (double a = 320; a <= 262144; a = std::round(a * 1.25)) grid.push_back(a);
-  grid.push_back(262144);
-  std::sort(grid.begin(), grid.end());
-  grid.erase(std::unique(grid.begin(), grid.end()), grid.end());
-  return grid;
-}
 
 int64_t UniformFilterSteps(const std::vector<double>& orders, double q, double sigma,
                            double delta, double ceiling) {
@@ -72,11 +63,12 @@ void StepsTable() {
                       {"SBN (paper, S=800)", 800.0 / 60000, 1.0, 1e-4, 1.0}};
   std::printf("## Steps allowed by the ceiling\n\n");
   std::printf("| setting | q | sigma | delta | ceiling | fixed: PLD/RDP | plain RDP | "
-              "filter, uniform, 162 orders | filter, uniform, %zu orders | filter, designed "
-              "split | peak order | penalty at peak: uniform 162 -> designed |\n",
-              DefaultRdpOrders().size());
+              "filter, uniform, first grid (%zu orders) | filter, uniform, current grid (%zu "
+              "orders) | filter, designed split | peak order | penalty at peak: uniform over "
+              "the first grid -> designed |\n",
+              RdpOrders(RdpOrderGrid::kV1).size(), DefaultRdpOrders().size());
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-  const std::vector<double> old_grid = OldGrid();
+  const std::vector<double>& old_grid = RdpOrders(RdpOrderGrid::kV1);
   for (const Row& r : rows) {
     auto fixed = FixedScheduleAccountant::Create(r.q, r.sigma);
     const int64_t fixed_steps = *fixed->MaxSteps(r.delta, r.ceiling, int64_t{1} << 40);
@@ -132,6 +124,82 @@ void PaperTable() {
   }
 }
 
+// ε of `steps` steps at one real order, from the series.
+double EpsilonAtRealOrder(double q, double sigma, double steps, double delta, double alpha) {
+  const std::vector<double> order = {alpha};
+  const std::vector<double> rdp = {*SampledGaussianRdp(q, sigma, alpha) * steps};
+  return EpsilonFromRdp(order, rdp, delta, RdpConversion::kImproved)->epsilon;
+}
+
+// The optimum over all real orders: a scan in ln(α − 1) with step 0.03 from
+// α = 1.001 to 301 (every row's optimum is far inside), then golden-section
+// search between the scan's neighbours of its minimum (the tests check the
+// same against the quadrature oracle, tests/core/privacy/rdp_order_grid_test.cc).
+EpsilonAtOrder OptimumOverRealOrders(double q, double sigma, double steps, double delta) {
+  auto at = [&](double u) { return EpsilonAtRealOrder(q, sigma, steps, delta, 1 + std::exp(u)); };
+  const double first = std::log(0.001), step = 0.03;
+  double best_u = first, best = at(first);
+  for (double u = first + step; u <= std::log(300.0); u += step) {
+    if (const double e = at(u); e < best) best = e, best_u = u;
+  }
+  double lo = best_u - step, hi = best_u + step;
+  const double ratio = (std::sqrt(5.0) - 1) / 2;
+  double u1 = hi - ratio * (hi - lo), u2 = lo + ratio * (hi - lo);
+  double e1 = at(u1), e2 = at(u2);
+  for (int i = 0; i < 40; ++i) {
+    if (e1 < e2) {
+      hi = u2, u2 = u1, e2 = e1, u1 = hi - ratio * (hi - lo), e1 = at(u1);
+    } else {
+      lo = u1, u1 = u2, e1 = e2, u2 = lo + ratio * (hi - lo), e2 = at(u2);
+    }
+  }
+  const double u = e1 < e2 ? u1 : u2;
+  return {std::min({e1, e2, best}), 1 + std::exp(u)};
+}
+
+EpsilonAtOrder GridEpsilon(const std::vector<double>& orders, double q, double sigma,
+                           double steps, double delta) {
+  std::vector<double> rdp = *SampledGaussianRdpCurve(q, sigma, orders);
+  for (double& value : rdp) value *= steps;
+  return *EpsilonFromRdp(orders, rdp, delta, RdpConversion::kImproved);
+}
+
+void GridTable() {
+  struct Row {
+    const char* name;
+    double q, sigma, steps, delta;
+  };
+  const Row rows[] = {
+      {"issue 29 example", 0.05, 0.6, 10, 1e-3},
+      {"sigma 0.6, large q", 0.1, 0.6, 30, 1e-5},
+      {"sigma 0.6, q 0.001", 0.001, 0.6, 10, 1e-3},
+      {"sigma 0.8, q 0.001", 0.001, 0.8, 20, 1e-6},
+      {"sigma 0.6, q 0.6, 1e4 steps", 0.6, 0.6, 1e4, 1e-3},
+      {"BLR (paper)", 0.004, 1.0, 100, 1e-3},
+      {"SBN (paper, S=800)", 800.0 / 60000, 1.0, 75, 1e-4},
+      {"LDA (paper)", 0.05, 1.24, 20, 1e-4},
+      {"demo", 0.1, 2.0, 276, 1e-5},
+      {"sigma 1.24, q 0.001", 0.001, 1.24, 50, 1e-3},
+      {"sigma 2, q 0.001", 0.001, 2.0, 20, 1e-3},
+  };
+  const auto& previous = RdpOrders(RdpOrderGrid::kV2);
+  std::printf("\n## Plain RDP (improved conversion) over the order grids\n\n");
+  std::printf("| setting | q | sigma | steps | delta | optimum over real orders (order) | "
+              "previous grid, %zu orders | current grid, %zu orders |\n",
+              previous.size(), DefaultRdpOrders().size());
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  for (const Row& r : rows) {
+    const EpsilonAtOrder best = OptimumOverRealOrders(r.q, r.sigma, r.steps, r.delta);
+    const EpsilonAtOrder before = GridEpsilon(previous, r.q, r.sigma, r.steps, r.delta);
+    const EpsilonAtOrder after = GridEpsilon(DefaultRdpOrders(), r.q, r.sigma, r.steps, r.delta);
+    std::printf("| %s | %.4g | %.3g | %.0f | %.0e | %.5g (%.4g) | %.5g (%+.3f %%) | %.5g (%+.3f %%) "
+                "|\n",
+                r.name, r.q, r.sigma, r.steps, r.delta, best.epsilon, best.order, before.epsilon,
+                100 * (before.epsilon / best.epsilon - 1), after.epsilon,
+                100 * (after.epsilon / best.epsilon - 1));
+  }
+}
+
 template <typename F>
 double MicrosPerCall(int calls, F&& f) {
   const auto start = std::chrono::steady_clock::now();
@@ -161,6 +229,29 @@ void CheckCostTable() {
                               Adaptivity::kAdaptiveFilter);
   });
   std::printf("| adaptive filter, cached step curve | %.2f |\n", adaptive);
+
+  // What a new (q, σ) costs: one per-step RDP curve over each grid, best of
+  // five, the two grids interleaved.
+  std::printf("\n## Cost of one per-step RDP curve (uncached; best of 5)\n\n");
+  std::printf("| q | sigma | previous grid (%zu orders), ms | current grid (%zu orders), ms | "
+              "ratio |\n|---|---|---|---|---|\n",
+              RdpOrders(RdpOrderGrid::kV2).size(), DefaultRdpOrders().size());
+  const std::pair<double, double> settings[] = {{0.1, 2.0},  {0.01, 1.1}, {0.004, 1.0},
+                                                {0.05, 0.6}, {0.5, 0.6},  {0.001, 0.8},
+                                                {1e-6, 100}};
+  for (const auto& [q, sigma] : settings) {
+    double before = 1e300, after = 1e300;
+    for (int i = 0; i < 5; ++i) {
+      before = std::min(before, MicrosPerCall(1, [&](int) {
+                          (void)SampledGaussianRdpCurve(q, sigma, RdpOrders(RdpOrderGrid::kV2));
+                        }));
+      after = std::min(after, MicrosPerCall(1, [&](int) {
+                         (void)SampledGaussianRdpCurve(q, sigma, DefaultRdpOrders());
+                       }));
+    }
+    std::printf("| %.3g | %.3g | %.1f | %.1f | %.2f |\n", q, sigma, before / 1000, after / 1000,
+                after / before);
+  }
 }
 
 }  // namespace
@@ -168,6 +259,7 @@ void CheckCostTable() {
 int main() {
   StepsTable();
   PaperTable();
+  GridTable();
   CheckCostTable();
   return 0;
 }
