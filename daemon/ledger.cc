@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "connectors/file/file_util.h"
+#include "core/base/format.h"
 #include "core/privacy/filter_weights.h"
 #include "core/release/release.h"
 
@@ -28,12 +29,6 @@ constexpr std::string_view kHeaderV3 = "vipsd-ledger 3\n";
 constexpr std::string_view kHeaderV4 = "vipsd-ledger 4\n";
 constexpr std::string_view kChecksumPrefix = "blake2b ";
 constexpr std::string_view kRefuse = "; refusing to start from zero";
-
-std::string Hex(double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof(buffer), "%a", value);
-  return buffer;
-}
 
 
 bool IsHex(const std::string& text, size_t length) {
@@ -187,7 +182,8 @@ std::string Ledger::Encode(const LedgerState& state) {
   out += "mode " + std::string(AccountingModeName(state.mode)) + "\n";
   out += "schedule " + std::string(ScheduleKindName(state.schedule));
   if (state.schedule == ScheduleKind::kFixed) {
-    out += " " + Hex(state.fixed_sampling_rate) + " " + Hex(state.fixed_noise_multiplier);
+    out += " " + HexDouble(state.fixed_sampling_rate) + " " +
+           HexDouble(state.fixed_noise_multiplier);
   } else if (!state.accountant.filter_weights().empty()) {
     out += " weighted";
   }
@@ -196,7 +192,7 @@ std::string Ledger::Encode(const LedgerState& state) {
   out += "noise " + std::to_string(n.private_steps) + " " + std::to_string(n.non_private_steps) +
          " " + std::to_string(n.first_non_private_step) + " " +
          std::to_string(n.fixed_seed_steps) + " " + std::to_string(n.first_fixed_seed_step) + "\n";
-  out += "warning_level " + Hex(state.warning_level) + "\n";
+  out += "warning_level " + HexDouble(state.warning_level) + "\n";
   AppendSection(out, "slot-windows", state.windows.Serialize());
   AppendSection(out, "rdp-accountant", state.accountant.Serialize());
   if (state.schedule == ScheduleKind::kAdaptive && !state.accountant.filter_weights().empty()) {
@@ -272,13 +268,10 @@ Status DecodeLines(Reader& reader, bool v3, LedgerState& state, bool* weighted) 
     if (state.schedule == ScheduleKind::kFixed) {
       std::string q, sigma;
       if (!(words >> q >> sigma)) return reader.Bad("bad schedule line");
-      char* end_q = nullptr;
-      char* end_sigma = nullptr;
-      state.fixed_sampling_rate = std::strtod(q.c_str(), &end_q);
-      state.fixed_noise_multiplier = std::strtod(sigma.c_str(), &end_sigma);
-      if (end_q != q.c_str() + q.size() || end_sigma != sigma.c_str() + sigma.size() ||
+      if (!ParseHexDouble(q, &state.fixed_sampling_rate) ||
+          !ParseHexDouble(sigma, &state.fixed_noise_multiplier) ||
           !(state.fixed_sampling_rate > 0 && state.fixed_sampling_rate <= 1) ||
-          !(state.fixed_noise_multiplier > 0) || !std::isfinite(state.fixed_noise_multiplier)) {
+          !(state.fixed_noise_multiplier > 0)) {
         return reader.Bad("bad schedule values (q must be in (0, 1], sigma finite and > 0)");
       }
     } else if (words >> value) {
@@ -305,13 +298,11 @@ Status DecodeLines(Reader& reader, bool v3, LedgerState& state, bool* weighted) 
   VIPSD_RETURN_IF_ERROR(reader.Line(&line));
   {
     std::istringstream words(line);
-    char* end = nullptr;
     if (!(words >> word >> value) || word != "warning_level") {
       return reader.Bad("bad warning_level line");
     }
-    state.warning_level = std::strtod(value.c_str(), &end);
-    if (end != value.c_str() + value.size() || !std::isfinite(state.warning_level) ||
-        state.warning_level < 0 || state.warning_level >= 1) {
+    if (!ParseHexDouble(value, &state.warning_level) || state.warning_level < 0 ||
+        state.warning_level >= 1) {
       return reader.Bad("bad warning_level value");
     }
   }

@@ -1,8 +1,10 @@
 #include "core/base/format.h"
 
 #include <charconv>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 namespace vipsd {
 
@@ -12,6 +14,20 @@ std::string ShortestNumber(double value) {
   char buffer[64];
   const auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
   return std::string(buffer, result.ptr);
+}
+
+std::string HexDouble(double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%a", value);
+  return buffer;
+}
+
+bool ParseHexDouble(const std::string& token, double* out, NonFinite non_finite) {
+  if (token.empty() || std::isspace(static_cast<unsigned char>(token.front()))) return false;
+  char* end = nullptr;
+  *out = std::strtod(token.c_str(), &end);
+  if (end != token.c_str() + token.size() || std::isnan(*out)) return false;
+  return std::isfinite(*out) || non_finite == NonFinite::kAllowInfinity;
 }
 
 std::string JsonString(std::string_view text) {

@@ -15,6 +15,26 @@ std::string ShortestNumber(double value);
 // `value` with exactly `digits` decimals ("%.*f"): ε and ρ in log lines.
 std::string FixedDecimal(double value, int digits);
 
+// The exact text of a double in C99 hexadecimal ("%a": 0x1.8p+0, 0x0p+0),
+// the form every state file vipsd writes (ledger, accountants, filter
+// weights, slot windows) uses so that a value reads back bit for bit.
+// Infinities print as "inf"/"-inf" and NaN as "nan". vipsd never changes
+// the C locale, so the radix character is always '.'.
+std::string HexDouble(double value);
+
+// What a state file's reader accepts for a number.
+enum class NonFinite {
+  kReject,         // only finite values
+  kAllowInfinity,  // +/-inf too (an RDP curve is +inf at orders it cannot bound); never NaN
+};
+
+// Reads `token` whole as a double (the HexDouble form, or any form strtod
+// reads) into *out. False when the token is empty, has anything before or
+// after the number, is NaN, or is infinite and `non_finite` is kReject;
+// *out is then unspecified.
+bool ParseHexDouble(const std::string& token, double* out,
+                    NonFinite non_finite = NonFinite::kReject);
+
 // A JSON string literal of `text`: quotes, backslashes and control
 // characters escaped (bytes ≥ 0x80 pass unchanged).
 std::string JsonString(std::string_view text);

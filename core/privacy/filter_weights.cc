@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "core/base/format.h"
 #include "core/privacy/rdp.h"
 
 namespace vipsd::privacy {
@@ -16,19 +17,6 @@ constexpr int kFormatVersion = 1;
 constexpr int64_t kMaxHorizon = int64_t{1} << 40;
 // Keeps the floating-point sum of the weights at or below 1.
 constexpr double kShrink = 1.0 - 0x1p-40;
-
-std::string Hex(double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof(buffer), "%a", value);
-  return buffer;
-}
-
-bool ParseHex(const std::string& token, double* out) {
-  if (token.empty()) return false;
-  char* end = nullptr;
-  *out = std::strtod(token.c_str(), &end);
-  return end == token.c_str() + token.size();
-}
 
 // ε of `steps` steps of a per-step curve, every order converted at δ/2.
 StatusOr<EpsilonAtOrder> HalfDeltaEpsilon(std::span<const double> orders,
@@ -148,7 +136,7 @@ std::string SerializeFilterWeights(std::span<const double> orders,
   out << kMagic << " " << kFormatVersion << "\n";
   out << "orders " << weights.size() << "\n";
   for (size_t i = 0; i < weights.size() && i < orders.size(); ++i) {
-    out << Hex(orders[i]) << " " << Hex(weights[i]) << "\n";
+    out << HexDouble(orders[i]) << " " << HexDouble(weights[i]) << "\n";
   }
   out << "end\n";
   return out.str();
@@ -174,8 +162,8 @@ StatusOr<FilterWeights> DeserializeFilterWeights(std::string_view text,
   for (size_t i = 0; i < count; ++i) {
     std::string order_text, weight_text;
     double order = 0;
-    if (!(in >> order_text >> weight_text) || !ParseHex(order_text, &order) ||
-        !ParseHex(weight_text, &weights[i])) {
+    if (!(in >> order_text >> weight_text) || !ParseHexDouble(order_text, &order) ||
+        !ParseHexDouble(weight_text, &weights[i])) {
       return DataLossError("filter weights: bad line " + std::to_string(i + 1));
     }
     if (order != orders[i]) {

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <utility>
 
+#include "core/base/format.h"
 #include "core/privacy/filter_weights.h"
 
 namespace vipsd::privacy {
@@ -20,19 +21,6 @@ constexpr int kFormatVersion = 1;
 Status ValidateSteps(int64_t steps) {
   if (steps < 1) return InvalidArgumentError("steps must be >= 1");
   return Status::Ok();
-}
-
-std::string HexDouble(double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof(buffer), "%a", value);
-  return buffer;
-}
-
-bool ParseHexDouble(const std::string& token, double* out) {
-  if (token.empty()) return false;
-  char* end = nullptr;
-  *out = std::strtod(token.c_str(), &end);
-  return end == token.c_str() + token.size();
 }
 
 }  // namespace
@@ -186,7 +174,7 @@ StatusOr<RdpAccountant> RdpAccountant::Deserialize(std::string_view text) {
   for (size_t i = 0; i < count; ++i) {
     std::string order_token, rdp_token;
     if (!(in >> order_token >> rdp_token) || !ParseHexDouble(order_token, &orders[i]) ||
-        !ParseHexDouble(rdp_token, &rdp[i])) {
+        !ParseHexDouble(rdp_token, &rdp[i], NonFinite::kAllowInfinity)) {
       return DataLossError("accountant state: bad entry " + std::to_string(i));
     }
     if (!(orders[i] > 1.0) || !std::isfinite(orders[i]) || !(rdp[i] >= 0.0)) {

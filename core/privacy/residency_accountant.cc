@@ -6,25 +6,13 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "core/base/format.h"
 #include "core/privacy/filter_weights.h"
 
 namespace vipsd::privacy {
 namespace {
 
 constexpr size_t kCurveCacheSize = 8;
-
-std::string Hex(double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof(buffer), "%a", value);
-  return buffer;
-}
-
-bool ParseHex(const std::string& token, double* out) {
-  if (token.empty()) return false;
-  char* end = nullptr;
-  *out = std::strtod(token.c_str(), &end);
-  return end == token.c_str() + token.size() && std::isfinite(*out);
-}
 
 // Step counters stay at most 2^53 (exact as doubles; far from int64
 // overflow), the bound every ledger counter obeys (daemon/ledger.h).
@@ -184,12 +172,12 @@ std::string ResidencyAccountant::Serialize() const {
   out << "residency-accountant 1\n";
   out << "max_residency_steps " << max_residency_steps_ << "\n";
   out << "steps " << steps_ << "\n";
-  out << "worst_epsilon " << Hex(worst_epsilon_) << "\n";
+  out << "worst_epsilon " << HexDouble(worst_epsilon_) << "\n";
   out << "orders " << orders_.size();
-  for (double order : orders_) out << " " << Hex(order);
+  for (double order : orders_) out << " " << HexDouble(order);
   out << "\nsegments " << window_.size() << "\n";
   for (const Segment& segment : window_) {
-    out << Hex(segment.sampling_rate) << " " << Hex(segment.noise_multiplier) << " "
+    out << HexDouble(segment.sampling_rate) << " " << HexDouble(segment.noise_multiplier) << " "
         << segment.count << "\n";
   }
   out << "end\n";
@@ -215,7 +203,7 @@ StatusOr<ResidencyAccountant> ResidencyAccountant::Deserialize(std::string_view 
     return bad("bad steps line (must be in [0, 2^53])");
   }
   double worst = 0;
-  if (!(in >> word >> token) || word != "worst_epsilon" || !ParseHex(token, &worst) ||
+  if (!(in >> word >> token) || word != "worst_epsilon" || !ParseHexDouble(token, &worst) ||
       worst < 0) {
     return bad("bad worst_epsilon line");
   }
@@ -226,7 +214,7 @@ StatusOr<ResidencyAccountant> ResidencyAccountant::Deserialize(std::string_view 
   }
   std::vector<double> orders(num_orders);
   for (double& order : orders) {
-    if (!(in >> token) || !ParseHex(token, &order)) return bad("bad order value");
+    if (!(in >> token) || !ParseHexDouble(token, &order)) return bad("bad order value");
   }
   auto created = Create(max_residency, orders);
   if (!created.ok()) return bad(created.status().message());
@@ -241,8 +229,8 @@ StatusOr<ResidencyAccountant> ResidencyAccountant::Deserialize(std::string_view 
     std::string q_text, sigma_text;
     Segment segment{};
     if (!(in >> q_text >> sigma_text >> segment.count) ||
-        !ParseHex(q_text, &segment.sampling_rate) ||
-        !ParseHex(sigma_text, &segment.noise_multiplier) || !(segment.sampling_rate > 0) ||
+        !ParseHexDouble(q_text, &segment.sampling_rate) ||
+        !ParseHexDouble(sigma_text, &segment.noise_multiplier) || !(segment.sampling_rate > 0) ||
         segment.sampling_rate > 1 || !(segment.noise_multiplier > 0) || segment.count < 1 ||
         segment.count > max_residency) {
       return bad("bad segment " + std::to_string(i));

@@ -6,20 +6,10 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "core/base/format.h"
+
 namespace vipsd::svi {
 namespace {
-
-std::string Hex(double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof(buffer), "%a", value);
-  return buffer;
-}
-
-bool ParseHexDouble(const std::string& text, double* out) {
-  char* end = nullptr;
-  *out = std::strtod(text.c_str(), &end);
-  return !text.empty() && end == text.c_str() + text.size() && std::isfinite(*out);
-}
 
 bool ValidStreamName(const std::string& name) {
   if (name.empty() || name.size() > 512) return false;
@@ -205,7 +195,8 @@ void SlotWindows::Prune() {
 std::string SlotWindows::Serialize() const {
   std::ostringstream out;
   out << "slot-windows 1\n";
-  out << "clock " << anchor_slot_ << " " << Hex(anchor_time_) << " " << Hex(interval_) << "\n";
+  out << "clock " << anchor_slot_ << " " << HexDouble(anchor_time_) << " " << HexDouble(interval_)
+      << "\n";
   out << "window " << window_slots_ << "\n";
   out << "last_slot " << last_slot_ << "\n";
   for (const auto& [stream, cuts] : streams_) {
