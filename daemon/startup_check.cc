@@ -123,9 +123,13 @@ Status CheckPrivacyModeOfDirectory(const config::VipsdConfig& config, const Ledg
 StatusOr<privacy::CeilingCheck> ResidencyWindowCheck(const config::VipsdConfig& config,
                                                      const LedgerState& state) {
   if (state.schedule == ScheduleKind::kAdaptive) {
+    // Over the state directory's own order grid (an older ledger keeps its
+    // grid, and its filter weights are aligned with it).
+    const std::vector<double>& orders =
+        state.residency.has_value() ? state.residency->orders() : state.accountant.orders();
     return privacy::ResidencyAccountant::CheckConfiguration(
         config.window_steps, config.driver.sampling_rate, config.driver.noise_multiplier,
-        config.driver.delta, config.driver.epsilon_ceiling, AccountingAdaptivity(),
+        config.driver.delta, config.driver.epsilon_ceiling, AccountingAdaptivity(), orders,
         state.accountant.filter_weights());
   }
   VIPSD_ASSIGN_OR_RETURN(auto fixed,

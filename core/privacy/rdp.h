@@ -3,7 +3,7 @@
 //
 // Mechanism: every record of the pool is included independently with
 // probability q (the sampling rate); the clipped per-record statistics of the
-// included records are summed (L2 sensitivity 1 after scaling, DESIGN.md 2.4)
+// included records are summed (L2 sensitivity 1 after scaling, docs/privacy_accounting.md §1)
 // and N(0, σ²) noise is added to each coordinate (σ = noise multiplier).
 // Adjacency: add/remove one record.
 //

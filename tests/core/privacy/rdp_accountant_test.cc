@@ -102,7 +102,7 @@ TEST(RdpAccountantTest, TenMillionStepsStayFiniteAndOrdered) {
     EXPECT_GT(epsilon->epsilon, 0.0);
   }
   // With q = 1e-5, σ = 10 the optimal order is far above 63, where
-  // libraries with short order lists stop (DESIGN.md 4).
+  // libraries with short order lists stop (docs/privacy_accounting.md).
   EXPECT_GT(large_noise.GetEpsilon(1e-6)->order, 256);
 }
 

@@ -85,9 +85,18 @@ TEST(StepDriverTest, ChargesTheAccountantExactlyOncePerStep) {
     EXPECT_DOUBLE_EQ(result->rho, std::pow(1.0 + t, -0.7));
     EXPECT_EQ(accountant.steps(), t);
   }
+  // One charge per step, each at the step's own (q, sigma): the same sum of
+  // twelve single-step curves, bit for bit.
   privacy::RdpAccountant expected;
-  ASSERT_TRUE(expected.Compose(0.2, 1.5, 12).ok());
+  for (int t = 1; t <= 12; ++t) ASSERT_TRUE(expected.Compose(0.2, 1.5, 1).ok());
   EXPECT_EQ(accountant.GetEpsilon(1e-5)->epsilon, expected.GetEpsilon(1e-5)->epsilon);
+  // A thirteenth charge would show: twelve steps composed at once agree to
+  // rounding, thirteen do not.
+  privacy::RdpAccountant at_once;
+  ASSERT_TRUE(at_once.Compose(0.2, 1.5, 12).ok());
+  EXPECT_NEAR(accountant.GetEpsilon(1e-5)->epsilon, at_once.GetEpsilon(1e-5)->epsilon, 1e-9);
+  ASSERT_TRUE(at_once.Compose(0.2, 1.5, 1).ok());
+  EXPECT_GT(at_once.GetEpsilon(1e-5)->epsilon, accountant.GetEpsilon(1e-5)->epsilon + 1e-3);
 }
 
 TEST(StepDriverTest, AnAbandonedStepStaysChargedAndItsNumberIsNeverReused) {
