@@ -59,8 +59,15 @@ $py -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['doc_completio
 
 "$build/bench/blr_run" --train "$work/blr_train.jsonl" --test "$work/blr_test.jsonl" --dim 10 \
   --q 0.5 --steps 5 --target-epsilon 2 2>/dev/null > "$work/blr.json"
-$py -c "import json,sys; r=json.load(open(sys.argv[1])); assert 0.5 <= r['auc'] <= 1 and r['epsilon'] <= 2, r" \
+# The private run's AUC is random (OS-seeded noise at epsilon 2 on 300
+# records: 0.67-0.93 over 40 runs, and once below 0.5 in CI), so it is only
+# checked for range; the seeded non-private run below checks the learning.
+$py -c "import json,sys; r=json.load(open(sys.argv[1])); assert 0 <= r['auc'] <= 1 and r['epsilon'] <= 2, r" \
   "$work/blr.json" || fail "blr_run"
+"$build/bench/blr_run" --train "$work/blr_train.jsonl" --test "$work/blr_test.jsonl" --dim 10 \
+  --q 0.5 --steps 5 --sigma 0 --seed 1 2>/dev/null > "$work/blr_np.json"
+$py -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['auc'] >= 0.9, r" \
+  "$work/blr_np.json" || fail "blr_run: non-private AUC"
 
 "$build/bench/sbn_run" --train "$work/sbn_train.jsonl" --test "$work/sbn_test.jsonl" --J 16 --K 3 \
   --batch 50 --steps 2 --samples 5 --target-epsilon 4 2>/dev/null > "$work/sbn.json"
