@@ -188,7 +188,18 @@ int main(int argc, char** argv) {
       config->warnings.push_back(std::move(warning));
     }
   }
-  for (const std::string& warning : config->warnings) std::cerr << "vipsd: " << warning << "\n";
+  // With log.format: json every line on stderr is one JSON object, from
+  // the first warning on (a log shipper rejects anything else).
+  SetLogFormat(config->log_format);
+  const bool json_lines = config->log_format == LogFormat::kJson;
+  auto say = [json_lines](LogLevel level, const std::string& text) {
+    if (json_lines) {
+      Log(level, "main", text);
+    } else {
+      std::cerr << "vipsd: " << text << "\n";
+    }
+  };
+  for (const std::string& warning : config->warnings) say(LogLevel::kWarning, warning);
   if (check_only) {
     // Everything a start checks that needs neither the network nor a
     // write: model and vocabulary, metrics address, state directory,
@@ -199,14 +210,13 @@ int main(int argc, char** argv) {
       checked = daemon::CheckKafkaClients(*config);
     }
     if (!checked.ok()) {
-      std::cerr << "vipsd: " << checked.message() << "\n";
+      say(LogLevel::kError, std::string(checked.message()));
       return 2;
     }
     std::cout << "vipsd: " << config_path << " is valid\n";
     return 0;
   }
   SetMinLogLevel(config->log_level);
-  SetLogFormat(config->log_format);
   if (config->source_type == config::SourceType::kFile) {
     auto summary = daemon::RunOffline(*config, options);
     if (!summary.ok()) {

@@ -84,6 +84,11 @@ std::string FormatLogLine(LogFormat format, std::string_view timestamp, LogLevel
   return line;
 }
 
+std::string FormatLogLineNow(LogFormat format, LogLevel level, std::string_view component,
+                             std::string_view message) {
+  return FormatLogLine(format, Timestamp(), level, component, message);
+}
+
 void Log(LogLevel level, std::string_view component, std::string_view message) {
   if (static_cast<int>(level) < min_level.load(std::memory_order_relaxed)) return;
   if (Sink()) {

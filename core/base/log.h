@@ -46,5 +46,9 @@ LogFormat CurrentLogFormat();
 // One line of the default sink (ends with '\n'); exposed for tests.
 std::string FormatLogLine(LogFormat format, std::string_view timestamp, LogLevel level,
                           std::string_view component, std::string_view message);
+// The same, stamped now: for a tool that writes log lines to a stream of
+// its own in the format a configuration asks for.
+std::string FormatLogLineNow(LogFormat format, LogLevel level, std::string_view component,
+                             std::string_view message);
 
 }  // namespace vipsd

@@ -13,6 +13,7 @@
 
 #include "config/config.h"
 #include "core/base/format.h"
+#include "core/base/log.h"
 #include "core/privacy/filter_weights.h"
 #include "core/privacy/planner.h"
 #include "core/privacy/rdp.h"
@@ -268,9 +269,24 @@ int RunPlan(const Parsed& p, bool json_output, std::ostream& out, std::ostream& 
     err << "vipsd-privacy: " << config.status().message() << "\n";
     return kExitUsage;
   }
+  // The configuration's warnings, as the daemon says them: with log.format:
+  // json one JSON object per line (a log shipper reads stderr).
+  auto say = [&](LogLevel level, const std::string& text) {
+    if (config->log_format == LogFormat::kJson) {
+      err << FormatLogLineNow(LogFormat::kJson, level, "vipsd-privacy", text);
+    } else {
+      err << "vipsd-privacy: " << text << "\n";
+    }
+  };
+  for (const std::string& warning : config->warnings) say(LogLevel::kWarning, warning);
+  auto fail = [&](const Status& status) {
+    say(LogLevel::kError, std::string(status.message()));
+    return status.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitNoAnswer;
+  };
   if (!config->is_private()) {
-    err << "vipsd-privacy: " << p.config_path
-        << ": privacy.noise_multiplier is 0: a non-private run has no budget to plan\n";
+    say(LogLevel::kError, p.config_path +
+                              ": privacy.noise_multiplier is 0: a non-private run has no budget "
+                              "to plan");
     return kExitUsage;
   }
   const double q = config->driver.sampling_rate;
@@ -291,7 +307,7 @@ int RunPlan(const Parsed& p, bool json_output, std::ostream& out, std::ostream& 
   if (!fixed) {
     auto designed = privacy::DesignFilterWeights(q, sigma, delta, ceiling,
                                                  residency ? config->window_steps : 0);
-    if (!designed.ok()) return Fail(err, designed.status());
+    if (!designed.ok()) return fail(designed.status());
     weights = std::move(*designed);
   }
   auto epsilon_after = [&](int64_t n) -> StatusOr<privacy::PrivacyEstimate> {
@@ -303,18 +319,18 @@ int RunPlan(const Parsed& p, bool json_output, std::ostream& out, std::ostream& 
   auto steps = residency ? privacy::MaxResidencyWindow(kind, ceiling, q, sigma, delta)
                : fixed   ? privacy::MaxStepsForEpsilon(kind, ceiling, q, sigma, delta)
                          : privacy::FilterMaxSteps(ceiling, q, sigma, delta, weights);
-  if (!steps.ok()) return Fail(err, steps.status());
+  if (!steps.ok()) return fail(steps.status());
   double epsilon = 0;
   if (*steps > 0) {
     auto at = residency ? privacy::EstimateEpsilon(kind, q, sigma, *steps, delta)
                         : epsilon_after(*steps);
-    if (!at.ok()) return Fail(err, at.status());
+    if (!at.ok()) return fail(at.status());
     epsilon = at->epsilon;
   }
   std::optional<double> window_epsilon;
   if (residency) {
     auto at = epsilon_after(config->window_steps);
-    if (!at.ok()) return Fail(err, at.status());
+    if (!at.ok()) return fail(at.status());
     window_epsilon = at->epsilon;
   }
   const bool paced = config->source_type == config::SourceType::kKafka;
@@ -329,7 +345,15 @@ int RunPlan(const Parsed& p, bool json_output, std::ostream& out, std::ostream& 
     json.Add("noise_multiplier", sigma);
     json.Add("delta", delta);
     json.Add("epsilon_ceiling", ceiling);
-    json.AddInt(residency ? "max_window_steps" : "max_steps", *steps);
+    if (residency) {
+      json.AddInt("max_window_steps", *steps);
+    } else {
+      // steps_to_ceiling: the steps a new state directory runs before the
+      // ceiling; `steps` and `max_steps` say the same (older scripts).
+      json.AddInt("steps_to_ceiling", *steps);
+      json.AddInt("steps", *steps);
+      json.AddInt("max_steps", *steps);
+    }
     json.Add("epsilon", epsilon);
     if (residency) {
       json.AddInt("window_steps", config->window_steps);
