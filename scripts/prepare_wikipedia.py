@@ -1,10 +1,16 @@
 #!/usr/bin/python3
 """Prepare the Wikipedia paragraph corpus for the LDA experiments (issue 15).
 
-  scripts/prepare_wikipedia.py [DATA_DIR] [OUT_DIR]
+  scripts/prepare_wikipedia.py [--example] [DATA_DIR] [OUT_DIR]
 
 DATA_DIR defaults to ../shared/data/wikipedia_paragraphs, OUT_DIR to
-out/wikipedia. Writes into OUT_DIR (never into the project):
+out/wikipedia, which is where config/examples/lda_wikipedia.yaml reads its
+vocabulary (out/wikipedia/vocab.txt) and training file
+(out/wikipedia/train.jsonl). The corpus's licence forbids shipping it, so
+the example's inputs come from here. --example writes only what the example
+needs (train.jsonl, validation.jsonl, test.jsonl, vocab.txt), without the
+peer kit's tokeniser or scikit-learn. Writes into OUT_DIR (out/ is ignored
+by git; never into the tracked tree):
   train.jsonl        the training file minus the validation articles
   validation.jsonl   every paragraph of 5 % of the training articles, chosen by
                      a hash of the article id (a split by article, as the
@@ -27,9 +33,15 @@ import subprocess
 import sys
 
 here = os.path.dirname(os.path.realpath(__file__))
-data = os.path.realpath(sys.argv[1] if len(sys.argv) > 1 else
+args = sys.argv[1:]
+example_only = "--example" in args
+args = [a for a in args if a != "--example"]
+if len(args) > 2 or any(a.startswith("-") for a in args):
+    sys.exit("usage: scripts/prepare_wikipedia.py [--example] [DATA_DIR] [OUT_DIR]")
+example_out = os.path.realpath(os.path.join(here, "..", "out", "wikipedia"))
+data = os.path.realpath(args[0] if len(args) > 0 else
                         os.path.join(here, "..", "..", "shared", "data", "wikipedia_paragraphs"))
-out = os.path.realpath(sys.argv[2] if len(sys.argv) > 2 else os.path.join(here, "..", "out", "wikipedia"))
+out = os.path.realpath(args[1] if len(args) > 1 else example_out)
 peers = os.path.realpath(os.path.join(here, "..", "..", "shared", "peers"))
 os.makedirs(out, exist_ok=True)
 
@@ -65,7 +77,18 @@ for name in ("test.jsonl",):
         shutil.copy(os.path.join(data, name), os.path.join(out, name))
 vocab = os.path.join(out, "vocab.txt")
 if not os.path.exists(vocab):
-    shutil.copy(os.path.join(data, "vocab_train_top10000.txt"), vocab)
+    shutil.copy(os.path.join(data, "vocab_train_top10000.txt"), vocab + ".tmp")
+    os.replace(vocab + ".tmp", vocab)
+if out == example_out:
+    print("config/examples/lda_wikipedia.yaml reads %s and %s" %
+          (os.path.relpath(vocab, os.path.join(here, "..")),
+           os.path.relpath(os.path.join(out, "train.jsonl"), os.path.join(here, ".."))))
+else:
+    print("note: config/examples/lda_wikipedia.yaml reads out/wikipedia/, not %s" % out)
+if example_only:
+    sys.exit(0)
+
+
 def tokenize(vocabulary, name, ids):
     """OUT/name.jsonl -> OUT/ids with the peer kit's tokenizer (skipped if done)."""
     ids = os.path.join(out, ids)

@@ -4,6 +4,9 @@
 # touched at all when nothing is missing. Needs root (or sudo) only when
 # something must be installed.
 #   scripts/setup.sh           what the build, the demo and the tests need
+#   scripts/setup.sh --demo    only what the daemon and its tools build and run
+#                              with (scripts/demo.sh: no test, benchmark or
+#                              fuzzing packages, about a third of the download)
 #   scripts/setup.sh --bench   also the benchmark-only packages: the peer kit's
 #                              gensim, scikit-learn and scipy, and matplotlib
 #                              for scripts/results.py's plots
@@ -16,23 +19,31 @@ PACKAGES=(
   libeigen3-dev libsodium-dev
   # connectors / daemon / config
   librdkafka-dev prometheus-cpp-dev libyaml-cpp-dev nlohmann-json3-dev
-  # tests and benchmarks
-  googletest libgtest-dev libgmock-dev libbenchmark-dev libboost-math-dev
-  # independent clients and checkers used by integration tests
-  kcat prometheus
-  # systemd-analyze (verify/security of the unit); absent from minimal images
-  systemd
-  # reference release decoder and its package (python/: venv + pip install,
-  # reading releases straight from Kafka)
-  python3 python3-numpy python3-venv python3-pip python3-setuptools python3-confluent-kafka
-  # libFuzzer targets (scripts/fuzz.sh): clang with its sanitizer runtimes
-  clang libclang-rt-14-dev
+  # the kcat command the demo prints; tools/decode_release.py
+  kcat python3 python3-numpy
 )
+if [[ "${1:-}" == "--demo" ]]; then
+  shift
+else
+  PACKAGES+=(
+    # tests and benchmarks
+    googletest libgtest-dev libgmock-dev libbenchmark-dev libboost-math-dev
+    # an independent checker used by integration tests (kcat is above)
+    prometheus
+    # systemd-analyze (verify/security of the unit); absent from minimal images
+    systemd
+    # the release decoder's package (python/: venv + pip install, reading
+    # releases straight from Kafka)
+    python3-venv python3-pip python3-setuptools python3-confluent-kafka
+    # libFuzzer targets (scripts/fuzz.sh): clang with its sanitizer runtimes
+    clang libclang-rt-14-dev
+  )
+fi
 
 if [[ "${1:-}" == "--bench" ]]; then
   PACKAGES+=(python3-scipy python3-sklearn python3-gensim python3-matplotlib)
 elif [[ $# -gt 0 ]]; then
-  echo "usage: scripts/setup.sh [--bench]" >&2
+  echo "usage: scripts/setup.sh [--demo | --bench]" >&2
   exit 2
 fi
 

@@ -2,23 +2,59 @@
 # Every shipped example configuration passes `vipsd --check-config`, the
 # planner says the daemon would start with it, and each offline example
 # runs for a step on generated data of its record format (the examples'
-# own train.jsonl paths are the operator's). Usage: examples_test.sh VIPSD
-# VIPSD_PRIVACY SOURCE_DIR.
+# own train.jsonl paths are the operator's). lda_wikipedia.yaml reads data
+# the project may not ship: scripts/prepare_wikipedia.py --example, run on a
+# generated stand-in corpus, writes its vocabulary and training file where
+# the example looks. Usage: examples_test.sh VIPSD VIPSD_PRIVACY SOURCE_DIR.
 set -euo pipefail
 vipsd=$1
 planner=$2
 source_dir=$3
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# A temporary copy with the repository's layout (config/examples, scripts,
+# out), so that the examples' relative paths (../../out/...) stay inside it.
+root=$(mktemp -d)
+trap 'rm -rf "$root"' EXIT
+work=$root/config/examples
+mkdir -p "$work" "$root/scripts"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 cp -r "$source_dir/config/examples/." "$work/"
+cp "$source_dir/scripts/prepare_wikipedia.py" "$root/scripts/"
 # The service example's /var/lib/vipsd is systemd's StateDirectory; the
 # check looks at the real directory, so point it somewhere this user owns.
 sed -i "s|/var/lib/vipsd|$work/service_state|" "$work"/*.yaml
-# lda_wikipedia.yaml names the corpus's vocabulary, which is not shipped;
-# the demo's stands in for it.
-cp "$work/demo/vocab.txt" "$work/wikipedia_vocab.txt"
+# A stand-in for the Wikipedia corpus (never the real one: its licence
+# forbids bundling it): the demo's documents as paragraphs of made-up
+# articles, and a small vocabulary generated from their words.
+stand_in=$root/data/wikipedia_paragraphs
+mkdir -p "$stand_in"
+python3 - "$work/demo/corpus.jsonl" "$stand_in" <<'PY'
+import collections, gzip, json, re, sys
+corpus, out = sys.argv[1], sys.argv[2]
+texts = []
+for line in open(corpus, encoding="utf-8", errors="replace"):
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        continue  # the demo's malformed records
+    if isinstance(doc, dict) and isinstance(doc.get("text"), str):
+        texts.append(doc["text"])
+words = collections.Counter(w for t in texts for w in re.findall(r"[a-z]+", t.lower()))
+with open(f"{out}/vocab_train_top10000.txt", "w") as f:
+    f.write("".join(w + "\n" for w, _ in words.most_common(120)))
+with gzip.open(f"{out}/train.jsonl.gz", "wt") as f:
+    for i, t in enumerate(texts[:1500]):
+        f.write(json.dumps({"id": f"standin{i // 3}_p{i % 3}", "text": t}) + "\n")
+with open(f"{out}/test.jsonl", "w") as f:
+    for i, t in enumerate(texts[1500:1600]):
+        f.write(json.dumps({"id": f"standintest{i}_p0", "text": t}) + "\n")
+PY
+python3 "$root/scripts/prepare_wikipedia.py" --example "$stand_in" >"$work/prepare.out" 2>&1 ||
+  { cat "$work/prepare.out"; fail "scripts/prepare_wikipedia.py --example on the stand-in corpus"; }
+[[ $(wc -l <"$root/out/wikipedia/vocab.txt") == 120 ]] ||
+  fail "prepare_wikipedia.py did not write the stand-in vocabulary to out/wikipedia/vocab.txt"
+grep -qF "config/examples/lda_wikipedia.yaml reads out/wikipedia/vocab.txt" "$work/prepare.out" ||
+  { cat "$work/prepare.out"; fail "prepare_wikipedia.py does not say where the example reads"; }
 for config in "$work"/*.yaml; do
   name=$(basename "$config")
   "$vipsd" --config "$config" --check-config >"$work/check.out" 2>&1 ||
@@ -45,19 +81,25 @@ with open(f"{work}/sbn_train.jsonl", "w") as out:
         out.write(json.dumps({"y": [random.randint(0, 1) for _ in range(784)]}) + "\n")
 PY
 
-for model in lda blr sbn wikipedia; do
-  config="$work/${model}_offline.yaml"
-  [[ $model == wikipedia ]] && config="$work/lda_wikipedia.yaml" && model=lda
-  sed -i -e "s|^  path: train.jsonl|  path: ${model}_train.jsonl|" \
-         -e "s|^  max_steps: [0-9]*|  max_steps: 1|" \
+for example in lda_offline blr_offline sbn_offline lda_wikipedia; do
+  config="$work/$example.yaml"
+  outputs=$work  # where the example writes releases/, state/ and dead_letter.jsonl
+  if [[ $example == lda_wikipedia ]]; then
+    # Its own paths: the training file prepare_wikipedia.py wrote, outputs
+    # beside it.
+    outputs=$root/out/wikipedia
+  else
+    sed -i "s|^  path: train.jsonl|  path: ${example%_offline}_train.jsonl|" "$config"
+  fi
+  sed -i -e "s|^  max_steps: [0-9]*|  max_steps: 1|" \
          -e "s|^  max_epochs: [0-9.]*|  max_epochs: 0|" "$config"
-  grep -q "^  max_steps: 1" "$config" || fail "${model}_offline.yaml has no schedule.max_steps line"
+  grep -q "^  max_steps: 1" "$config" || fail "$example.yaml has no schedule.max_steps line"
   (cd "$work" && "$vipsd" --config "$config" >"$work/run.out" 2>&1) ||
-    { cat "$work/run.out"; fail "${model}_offline.yaml does not run"; }
-  ls "$work/releases" | grep -q '^step-1$' ||
-    { cat "$work/run.out"; fail "${model}_offline.yaml: no release step-1"; }
-  grep -q "steps_this_run=1" "$work/run.out" || { cat "$work/run.out"; fail "$model: not one step"; }
-  rm -rf "$work/releases" "$work/state" "$work/dead_letter.jsonl"
+    { cat "$work/run.out"; fail "$example.yaml does not run"; }
+  ls "$outputs/releases" | grep -q '^step-1$' ||
+    { cat "$work/run.out"; fail "$example.yaml: no release step-1 in $outputs/releases"; }
+  grep -q "steps_this_run=1" "$work/run.out" || { cat "$work/run.out"; fail "$example: not one step"; }
+  rm -rf "$outputs/releases" "$outputs/state" "$outputs/dead_letter.jsonl"
 done
 # --check-config refuses what a start refuses (exit 2), naming file:line: key.
 expect_check() {  # name, expected exit code, expected text, vipsd arguments...
@@ -133,7 +175,8 @@ expect_refused "fixed_seed without the flag" "$work/seeded.yaml" \
   "$work/seeded.yaml:$seeded_line: privacy.noise: fixed_seed noise is reproducible and NOT private; it also needs the command-line flag --insecure-fixed-seed-noise"
 expect_check "fixed_seed with the flag" 0 "is valid" --config "$work/seeded.yaml" \
   --insecure-fixed-seed-noise
-echo "every example passes --check-config and the planner; every offline example runs a step;"
+echo "every example passes --check-config and the planner (lda_wikipedia.yaml on the stand-in that"
+echo "scripts/prepare_wikipedia.py --example wrote where it looks); every offline example runs a step;"
 echo "--check-config refuses bad librdkafka properties, state directories, ceilings, ledgers of"
 echo "another model, a checkpoint without its ledger, a non-private run of a private directory, a"
 echo "directory that ran non-private steps and"
