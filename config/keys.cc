@@ -180,7 +180,8 @@ void AddPrivacy(std::vector<Key>& keys) {
       Number("privacy.delta", VIPSD_MEMBER(driver.delta), OpenFraction, "a number in (0, 1)")
           .RequiredWhenPrivate());
   keys.push_back(Number("privacy.epsilon_ceiling", VIPSD_MEMBER(driver.epsilon_ceiling), Positive,
-                        "a number > 0")
+                        "a number > 0, at most the ceiling the state directory is held to "
+                        "(it can only go down)")
                      .RequiredWhenPrivate()
                      .Live());
   keys.push_back(Choice("privacy.noise", VIPSD_MEMBER(noise_mode), kNoiseModes)

@@ -94,6 +94,8 @@ StatusOr<bool> Daemon::ApplyReload(config::VipsdConfig next, std::vector<std::st
                          std::to_string(overflow_capacity_) + " after a window overflow)");
     overflow_ = false;
   }
+  // Only ever lower (CheckReload refused a raise); committed with the next step.
+  if (next.is_private()) state.epsilon_ceiling = next.driver.epsilon_ceiling;
   config_ = std::move(next);
   return true;
 }

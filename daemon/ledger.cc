@@ -27,6 +27,7 @@ constexpr std::string_view kHeaderV1 = "vipsd-ledger 1\n";
 constexpr std::string_view kHeaderV2 = "vipsd-ledger 2\n";
 constexpr std::string_view kHeaderV3 = "vipsd-ledger 3\n";
 constexpr std::string_view kHeaderV4 = "vipsd-ledger 4\n";
+constexpr std::string_view kHeaderV5 = "vipsd-ledger 5\n";
 constexpr std::string_view kChecksumPrefix = "blake2b ";
 constexpr std::string_view kRefuse = "; refusing to start from zero";
 
@@ -174,7 +175,7 @@ StatusOr<Ledger> Ledger::Open(const std::string& directory) {
 }
 
 std::string Ledger::Encode(const LedgerState& state) {
-  std::string out(kHeaderV4);
+  std::string out(kHeaderV5);
   out += "run " + state.run_id + "\n";
   out += "model " + state.model_type + " " + state.model_fingerprint + "\n";
   out += "source " + std::string(SourceKindName(state.source)) + "\n";
@@ -193,6 +194,7 @@ std::string Ledger::Encode(const LedgerState& state) {
          " " + std::to_string(n.first_non_private_step) + " " +
          std::to_string(n.fixed_seed_steps) + " " + std::to_string(n.first_fixed_seed_step) + "\n";
   out += "warning_level " + HexDouble(state.warning_level) + "\n";
+  out += "ceiling " + HexDouble(state.epsilon_ceiling) + "\n";
   AppendSection(out, "slot-windows", state.windows.Serialize());
   AppendSection(out, "rdp-accountant", state.accountant.Serialize());
   if (state.schedule == ScheduleKind::kAdaptive && !state.accountant.filter_weights().empty()) {
@@ -210,9 +212,9 @@ std::string Ledger::Encode(const LedgerState& state) {
 namespace {
 
 // The lines before the sections (run, model, source, next_step, mode,
-// schedule, noise, warning_level); `weighted`: a filter-weights section
-// follows ("schedule adaptive weighted").
-Status DecodeLines(Reader& reader, bool v3, LedgerState& state, bool* weighted) {
+// schedule (from v4), noise, warning_level, ceiling (from v5)); `weighted`:
+// a filter-weights section follows ("schedule adaptive weighted").
+Status DecodeLines(Reader& reader, int version, LedgerState& state, bool* weighted) {
   std::string line, word, value;
   auto counter = [](int64_t v) { return v >= 0 && v <= svi::kMaxCounter; };
   VIPSD_RETURN_IF_ERROR(reader.Line(&line));
@@ -257,7 +259,7 @@ Status DecodeLines(Reader& reader, bool v3, LedgerState& state, bool* weighted) 
     }
     state.mode = value == "global" ? AccountingMode::kGlobal : AccountingMode::kResidency;
   }
-  if (!v3) {
+  if (version >= 4) {
     VIPSD_RETURN_IF_ERROR(reader.Line(&line));
     std::istringstream words(line);
     if (!(words >> word >> value) || word != "schedule" ||
@@ -304,6 +306,17 @@ Status DecodeLines(Reader& reader, bool v3, LedgerState& state, bool* weighted) 
     if (!ParseHexDouble(value, &state.warning_level) || state.warning_level < 0 ||
         state.warning_level >= 1) {
       return reader.Bad("bad warning_level value");
+    }
+  }
+  if (version >= 5) {
+    VIPSD_RETURN_IF_ERROR(reader.Line(&line));
+    std::istringstream words(line);
+    std::string extra;
+    if (!(words >> word >> value) || word != "ceiling" || (words >> extra)) {
+      return reader.Bad("bad ceiling line");
+    }
+    if (!ParseHexDouble(value, &state.epsilon_ceiling) || state.epsilon_ceiling < 0) {
+      return reader.Bad("bad ceiling value (must be a finite number >= 0)");
     }
   }
   return Status::Ok();
@@ -365,10 +378,11 @@ StatusOr<LedgerState> Ledger::Decode(const std::string& bytes, const std::string
                      "count-based; vipsd no longer resumes from it (start a new state "
                      "directory; the old one records what was spent)");
   }
-  const bool v3 = bytes.compare(0, kHeaderV3.size(), kHeaderV3) == 0;
-  if (!v3 && bytes.compare(0, kHeaderV4.size(), kHeaderV4) != 0) {
-    return whole.Bad("not a vipsd ledger (bad header)");
-  }
+  int version = 0;
+  if (bytes.compare(0, kHeaderV3.size(), kHeaderV3) == 0) version = 3;
+  if (bytes.compare(0, kHeaderV4.size(), kHeaderV4) == 0) version = 4;
+  if (bytes.compare(0, kHeaderV5.size(), kHeaderV5) == 0) version = 5;
+  if (version == 0) return whole.Bad("not a vipsd ledger (bad header)");
   // The checksum line is the last line and covers every byte before it.
   const size_t checksum_at = bytes.rfind(std::string("\n") + std::string(kChecksumPrefix));
   if (checksum_at == std::string::npos || bytes.back() != '\n') {
@@ -379,10 +393,11 @@ StatusOr<LedgerState> Ledger::Decode(const std::string& bytes, const std::string
   const std::string stored = bytes.substr(hex_at, bytes.size() - hex_at - 1);
   if (stored != release::Blake2bHex(body)) return whole.Bad("checksum mismatch");
 
-  Reader reader(std::string_view(body).substr(kHeaderV4.size()), where);  // same length as v3
+  // Every header from v3 on has the same length.
+  Reader reader(std::string_view(body).substr(kHeaderV5.size()), where);
   LedgerState state;
   bool weighted = false;
-  VIPSD_RETURN_IF_ERROR(DecodeLines(reader, v3, state, &weighted));
+  VIPSD_RETURN_IF_ERROR(DecodeLines(reader, version, state, &weighted));
   VIPSD_RETURN_IF_ERROR(DecodeSections(reader, weighted, state));
   return state;
 }

@@ -88,6 +88,13 @@ struct LedgerState {
   // Highest budget-warning fraction already announced (so a restart does not
   // repeat warnings); public.
   double warning_level = 0;
+  // The ε ceiling this directory is held to: it can only go down (a start or
+  // a reload with a higher privacy.epsilon_ceiling is refused; a lower one
+  // lowers it), because the adaptive filter's budgets must be fixed before
+  // the first release. 0: not recorded yet (a new directory, a non-private
+  // one, or a ledger written before version 5; the next private start
+  // records its configured ceiling).
+  double epsilon_ceiling = 0;
   // The slot clock and the cuts of every input stream.
   svi::SlotWindows windows;
   // Every private step ever run. In global mode this is the budget of record;

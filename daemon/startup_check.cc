@@ -284,8 +284,26 @@ StatusOr<LedgerState> FreshState(const config::VipsdConfig& config, const ModelB
 // The state as this configuration continues it: a shorter window, a new
 // interval, a lower residency M — refused when the window would grow or M
 // would become unaffordable.
+// The ceiling a state directory is held to can only go down: the adaptive
+// filter's per-order budgets must be fixed before the first release
+// (docs/privacy_accounting.md §5), and a claim stated at one ceiling must
+// not be widened after releases were seen.
+Status CheckCeilingNotRaised(const config::VipsdConfig& config, double held_to) {
+  if (!config.is_private() || held_to <= 0 || config.driver.epsilon_ceiling <= held_to) {
+    return Status::Ok();
+  }
+  return InvalidArgumentError(
+      KeyWhere(config, "privacy.epsilon_ceiling") + ShortestNumber(config.driver.epsilon_ceiling) +
+      " is above the ceiling this state directory is held to (" + ShortestNumber(held_to) +
+      "): a ceiling can only be lowered, because the budget of every release so far was "
+      "planned against it; to spend more, start a new state directory (the old one keeps the "
+      "record of what was spent)");
+}
+
 Status AdjustToConfiguration(const config::VipsdConfig& config, SourceKind source_kind,
                              AccountingMode mode, LedgerState& state) {
+  VIPSD_RETURN_IF_ERROR(CheckCeilingNotRaised(config, state.epsilon_ceiling));
+  if (config.is_private()) state.epsilon_ceiling = config.driver.epsilon_ceiling;
   if (source_kind == SourceKind::kKafka) {
     // The window may be shortened, never lengthened, on a state directory;
     // the interval may change (slot times already passed keep theirs).
@@ -571,6 +589,7 @@ StatusOr<ReloadedState> CheckReload(const config::VipsdConfig& running,
   if (state.schedule == ScheduleKind::kFixed && running.is_private()) {
     VIPSD_RETURN_IF_ERROR(ResolveSchedule(next, &state, ledger_path).status());
   }
+  VIPSD_RETURN_IF_ERROR(CheckCeilingNotRaised(next, state.epsilon_ceiling));
   ReloadedState reloaded{state.residency, state.windows};
   if (state.mode == AccountingMode::kResidency) {
     VIPSD_ASSIGN_OR_RETURN(auto check, ResidencyWindowCheck(next, state));

@@ -84,13 +84,50 @@ TEST(LedgerTest, CommitThenLoadRestoresEverythingExactly) {
   EXPECT_EQ(Ledger::Encode(back), Ledger::Encode(state));
 }
 
+// Issue 26: the ceiling the directory is held to is part of the record
+// (version 5); a version-4 ledger reads with none recorded.
+TEST(LedgerTest, TheCeilingIsRecordedAndAVersion4LedgerHasNone) {
+  LedgerState state = Global(9);
+  state.epsilon_ceiling = 3.75;
+  const std::string bytes = Ledger::Encode(state);
+  EXPECT_NE(bytes.find("\nceiling 0x1.ep+1\n"), std::string::npos);
+  auto decoded = Ledger::Decode(bytes, "ledger");
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->epsilon_ceiling, 3.75);
+  EXPECT_EQ(Ledger::Encode(*decoded), bytes);
+
+  std::string v4 = Body(bytes);
+  v4.replace(0, 15, "vipsd-ledger 4\n");
+  const size_t at = v4.find("ceiling ");
+  v4.erase(at, v4.find('\n', at) + 1 - at);
+  decoded = Ledger::Decode(Resign(v4), "ledger");
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->epsilon_ceiling, 0);
+  EXPECT_EQ(decoded->accountant, state.accountant);
+
+  for (const std::string& bad :
+       {std::string("ceiling -0x1p+0\n"), std::string("ceiling inf\n"), std::string("ceiling nan\n"),
+        std::string("ceiling\n"), std::string("ceiling 0x1p+0 0x1p+0\n"),
+        std::string("limit 0x1p+0\n")}) {
+    std::string body = Body(bytes);
+    const size_t line = body.find("ceiling ");
+    body.replace(line, body.find('\n', line) + 1 - line, bad);
+    EXPECT_FALSE(Ledger::Decode(Resign(body), "ledger").ok()) << bad;
+  }
+  // A version-5 ledger without the line is refused (not read as 0).
+  std::string missing = Body(bytes);
+  missing.erase(missing.find("ceiling "), missing.find('\n', missing.find("ceiling ")) + 1 -
+                                              missing.find("ceiling "));
+  EXPECT_FALSE(Ledger::Decode(Resign(missing), "ledger").ok());
+}
+
 TEST(LedgerTest, AFixedScheduleIsPinnedAndAVersion3LedgerReadsAsAdaptive) {
   LedgerState state = Global(9);
   state.schedule = ScheduleKind::kFixed;
   state.fixed_sampling_rate = 0.01;
   state.fixed_noise_multiplier = 1.1;
   const std::string bytes = Ledger::Encode(state);
-  EXPECT_EQ(bytes.rfind("vipsd-ledger 4\n", 0), 0u);
+  EXPECT_EQ(bytes.rfind("vipsd-ledger 5\n", 0), 0u);
   EXPECT_NE(bytes.find("\nschedule fixed "), std::string::npos);
   auto decoded = Ledger::Decode(bytes, "ledger");
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
@@ -103,8 +140,10 @@ TEST(LedgerTest, AFixedScheduleIsPinnedAndAVersion3LedgerReadsAsAdaptive) {
   // directories keep the adaptive filter they were charged with.
   std::string v3 = Body(bytes);
   v3.replace(0, 15, "vipsd-ledger 3\n");
-  const size_t at = v3.find("schedule fixed ");
-  v3.erase(at, v3.find('\n', at) + 1 - at);
+  for (const char* line : {"schedule fixed ", "ceiling "}) {  // neither existed in v3
+    const size_t at = v3.find(line);
+    v3.erase(at, v3.find('\n', at) + 1 - at);
+  }
   decoded = Ledger::Decode(Resign(v3), "ledger");
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
   EXPECT_EQ(decoded->schedule, ScheduleKind::kAdaptive);

@@ -82,6 +82,55 @@ TEST(StartupCheckTest, AReloadRefusesAResidencyWindowTheCeilingCannotPay) {
   EXPECT_THAT(refused.status().message(), HasSubstr("> epsilon_ceiling 1"));
 }
 
+// Issue 26: the ceiling a state directory is held to can only go down.
+TEST(StartupCheckTest, AReloadMayLowerTheCeilingButNeverRaiseIt) {
+  const config::VipsdConfig running = Config();
+  LedgerState state = State(ScheduleKind::kAdaptive, AccountingMode::kGlobal);
+  state.epsilon_ceiling = 10;
+  config::VipsdConfig next = running;
+  next.driver.epsilon_ceiling = 10.5;
+  auto raised = CheckReload(running, next, state, "/s/ledger", true);
+  EXPECT_EQ(raised.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(raised.status().message(), HasSubstr("privacy.epsilon_ceiling"));
+  EXPECT_THAT(raised.status().message(), HasSubstr("10.5 is above the ceiling this state "
+                                                   "directory is held to (10)"));
+  EXPECT_THAT(raised.status().message(), HasSubstr("can only be lowered"));
+  next.driver.epsilon_ceiling = 8;
+  EXPECT_TRUE(CheckReload(running, next, state, "/s/ledger", true).ok());
+  // Held to a lowered ceiling, the old one is a raise too.
+  state.epsilon_ceiling = 8;
+  EXPECT_FALSE(CheckReload(next, running, state, "/s/ledger", true).ok());
+}
+
+TEST(StartupCheckTest, AStartRecordsTheCeilingAndRefusesToRaiseIt) {
+  config::VipsdConfig config = Config();
+  config.model_type = "blr";
+  config.blr.dim = 2;
+  config.source_type = config::SourceType::kKafka;
+  config.state_directory = ::testing::TempDir() + "startup_ceiling";
+  auto bundle = BuildModel(config);
+  ASSERT_TRUE(bundle.ok()) << bundle.status().ToString();
+  // A fresh directory records the configured ceiling.
+  auto fresh = PrepareState(config, *bundle, std::nullopt, "/s/ledger", true, /*dry_run=*/true);
+  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+  EXPECT_EQ(fresh->state.epsilon_ceiling, 10);
+  // A ledger from before the record (0) takes the configured one.
+  LedgerState old = fresh->state;
+  old.epsilon_ceiling = 0;
+  config.driver.epsilon_ceiling = 12;
+  auto adopted = PrepareState(config, *bundle, old, "/s/ledger", true, true);
+  ASSERT_TRUE(adopted.ok()) << adopted.status().ToString();
+  EXPECT_EQ(adopted->state.epsilon_ceiling, 12);
+  // Held to 10: 12 is refused, 9 lowers it.
+  auto raised = PrepareState(config, *bundle, fresh->state, "/s/ledger", true, true);
+  EXPECT_EQ(raised.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(raised.status().message(), HasSubstr("12 is above the ceiling"));
+  config.driver.epsilon_ceiling = 9;
+  auto lowered = PrepareState(config, *bundle, fresh->state, "/s/ledger", true, true);
+  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+  EXPECT_EQ(lowered->state.epsilon_ceiling, 9);
+}
+
 TEST(StartupCheckTest, FixedSeedNoiseIsReproducibleAndSaysItIsNotPrivate) {
   config::VipsdConfig config = Config();
   auto secure = NewNoiseSource(config);
