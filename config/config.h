@@ -193,4 +193,10 @@ std::string ReferenceConfig();
 // The keys a reload applies live (ChangedReloadableKeys' live changes).
 const std::vector<std::string>& LiveReloadKeys();
 
+// Every key that applies to `config`'s choices (model.type, source.type,
+// ...; its section's too), in the key table's order, with its value spelt
+// as a configuration file spells it. librdkafka properties (which may hold
+// credentials) are left out.
+std::vector<std::pair<std::string, std::string>> AppliedKeyValues(const VipsdConfig& config);
+
 }  // namespace vipsd::config

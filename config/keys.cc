@@ -545,4 +545,20 @@ bool AppliesWith(const Key& key, const Choices& choices) {
 }
 
 }  // namespace internal
+
+std::vector<std::pair<std::string, std::string>> AppliedKeyValues(const VipsdConfig& config) {
+  const internal::Choices choices = internal::ChoicesOf(config);
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const internal::Key& key : internal::Keys()) {
+    if (key.is_section || key.field == nullptr || key.field->secret()) continue;
+    bool applies = true;
+    for (const internal::Key* at = &key; applies && at != nullptr;
+         at = internal::FindKey(at->parent())) {
+      if (at->when.has_value()) applies = at->when->Holds(choices);
+    }
+    if (applies) out.emplace_back(key.path, key.field->Show(config));
+  }
+  return out;
+}
+
 }  // namespace vipsd::config

@@ -50,6 +50,7 @@ StatusOr<WorkPlan> Coordinator::AppendPlan(const Context& context,
   plan.sampling_rate = ticket.result.sampling_rate;  // what the step was charged at
   plan.is_private = config.is_private();
   plan.key = ticket.key;
+  plan.record_settings = context.bundle->record_settings;
   std::vector<std::string> names = state.windows.Streams();
   std::sort(names.begin(), names.end());
   int64_t window_offsets = 0;

@@ -76,7 +76,21 @@ StatusOr<ModelBundle> BuildModel(const config::VipsdConfig& config) {
     return InvalidArgumentError("model.type '" + config.model_type + "' is not supported");
   }
   bundle.model_fingerprint = ModelFingerprint(*bundle.model, bundle.vocabulary_fingerprint);
+  bundle.record_settings = RecordSettings(config, bundle.vocabulary_fingerprint);
   return bundle;
+}
+
+std::string RecordSettings(const config::VipsdConfig& config,
+                           const std::string& vocabulary_fingerprint) {
+  std::string out;
+  for (const auto& [path, value] : config::AppliedKeyValues(config)) {
+    if (path == "model.lda.vocabulary") {
+      out += path + " (BLAKE2b-256 of its terms): " + vocabulary_fingerprint + "\n";
+    } else if (path.rfind("model.", 0) == 0 || path == "source.max_record_bytes") {
+      out += path + ": " + value + "\n";
+    }
+  }
+  return out;
 }
 
 std::string ConfigFingerprint(const config::VipsdConfig& c) {

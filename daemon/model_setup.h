@@ -10,6 +10,9 @@
 //                            dimensions and the vocabulary fingerprint: a
 //                            checkpoint is only restored into a model with
 //                            the same fingerprint.
+// and the record settings: every setting that decides a record's statistic
+// or whether it is dead-lettered, one "key: value" line each (shared work
+// compares them before a worker joins the consumer group).
 // MakeRelease fills the release metadata from public values only: the
 // configuration, t, ρ_t, (ε, δ) spent, fingerprints, a timestamp — never a
 // batch size, a clip count or a loss (core/release/release.h).
@@ -38,7 +41,16 @@ struct ModelBundle {
   std::unique_ptr<connectors::RecordDecoder> decoder;
   std::string vocabulary_fingerprint;
   std::string model_fingerprint;
+  std::string record_settings;  // RecordSettings(config, vocabulary_fingerprint)
 };
+
+// The settings that decide a record's statistic or whether it is
+// dead-lettered, as "key: value" lines in the key table's order: every
+// model.* key that applies to the configured model.type (the vocabulary by
+// its fingerprint, since two processes may keep one file at two paths) and
+// source.max_record_bytes. Public values only.
+std::string RecordSettings(const config::VipsdConfig& config,
+                           const std::string& vocabulary_fingerprint);
 
 StatusOr<ModelBundle> BuildModel(const config::VipsdConfig& config);
 

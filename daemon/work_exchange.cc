@@ -8,7 +8,9 @@
 namespace vipsd::daemon {
 namespace {
 
-constexpr char kPlanMagic[4] = {'V', 'W', 'P', '1'};
+constexpr char kPlanMagic[4] = {'V', 'W', 'P', '2'};
+// The plan of vipsd versions without record_settings (refused by name).
+constexpr char kPlanMagicV1[4] = {'V', 'W', 'P', '1'};
 constexpr char kPartialMagic[4] = {'V', 'W', 'R', '1'};
 constexpr size_t kDigestBytes = 32;
 // Strings and lists beyond these are refused before anything is allocated.
@@ -138,6 +140,7 @@ std::string EncodeWorkPlan(const WorkPlan& plan) {
   for (const std::string& s : plan.wanted) w.Str(s);
   w.Str(plan.model);
   w.I64(plan.plan_offset);
+  w.Str(plan.record_settings);
   return w.Finish();
 }
 
@@ -157,6 +160,11 @@ StatusOr<WorkMessageKind> WorkMessageKindOf(std::string_view bytes) {
   }
   if (bytes.size() >= 4 && std::memcmp(bytes.data(), kPartialMagic, 4) == 0) {
     return WorkMessageKind::kPartial;
+  }
+  if (bytes.size() >= 4 && std::memcmp(bytes.data(), kPlanMagicV1, 4) == 0) {
+    return FailedPreconditionError(
+        "work topic: a plan of an older vipsd (VWP1, without the record settings): every "
+        "process of a job must run one vipsd version");
   }
   return DataLossError("work topic: a message that is neither a plan nor a partial sum");
 }
@@ -178,7 +186,7 @@ StatusOr<WorkPlan> DecodeWorkPlan(std::string_view bytes) {
       for (std::string& s : plan.wanted) {
         if (!r.Str(&s)) break;
       }
-      (void)(r.Str(&plan.model) && r.I64(&plan.plan_offset));
+      (void)(r.Str(&plan.model) && r.I64(&plan.plan_offset) && r.Str(&plan.record_settings));
     }
   }
   VIPSD_RETURN_IF_ERROR(r.Done());

@@ -80,6 +80,10 @@ struct WorkPlan {
   // a reminder, which names the full plan's offset on the work topic.
   std::string model;
   int64_t plan_offset = -1;
+  // The coordinator's record settings (daemon/model_setup.h RecordSettings):
+  // a worker whose own differ would sum different statistics or dead-letter
+  // other records, so it exits before it joins the consumer group.
+  std::string record_settings;
 };
 
 struct WorkPartial {

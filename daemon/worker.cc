@@ -1,5 +1,6 @@
 #include "daemon/worker.h"
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <thread>
@@ -10,6 +11,51 @@
 #include "daemon/startup_check.h"
 
 namespace vipsd::daemon {
+
+namespace {
+
+// "key: coordinator X, this process Y" for each record-settings line that
+// differs (both sides are "key: value" lines in the key table's order).
+std::string DifferingSettings(const std::string& theirs, const std::string& ours) {
+  auto lines = [](const std::string& text) {
+    std::vector<std::pair<std::string, std::string>> out;
+    size_t start = 0;
+    while (start < text.size()) {
+      size_t end = text.find('\n', start);
+      if (end == std::string::npos) end = text.size();
+      const std::string line = text.substr(start, end - start);
+      const size_t colon = line.find(": ");
+      if (colon == std::string::npos) {
+        out.emplace_back(line, "");
+      } else {
+        out.emplace_back(line.substr(0, colon), line.substr(colon + 2));
+      }
+      start = end + 1;
+    }
+    return out;
+  };
+  const auto a = lines(theirs);
+  const auto b = lines(ours);
+  if (a.empty()) return "the coordinator sent none: it runs an older vipsd";
+  std::string out;
+  auto add = [&out](const std::string& text) { out += (out.empty() ? "" : "; ") + text; };
+  for (const auto& [key, value] : a) {
+    const auto it = std::find_if(b.begin(), b.end(), [&](const auto& p) { return p.first == key; });
+    if (it == b.end()) {
+      add(key + ": coordinator " + value + ", not set here");
+    } else if (it->second != value) {
+      add(key + ": coordinator " + value + ", this process " + it->second);
+    }
+  }
+  for (const auto& [key, value] : b) {
+    if (std::none_of(a.begin(), a.end(), [&](const auto& p) { return p.first == key; })) {
+      add(key + ": not set by the coordinator, this process " + value);
+    }
+  }
+  return out.empty() ? "in their order" : out;
+}
+
+}  // namespace
 namespace {
 
 constexpr std::string_view kComponent = "daemon";
@@ -100,6 +146,12 @@ Status Worker::AdoptPlan(WorkPlan plan) {
           "the coordinator's run is " + std::string(plan.is_private ? "" : "NOT ") +
           "private and this process's configuration is " +
           (config_.is_private() ? "" : "NOT ") + "private");
+    }
+    if (restored.ok() && plan.record_settings != bundle_.record_settings) {
+      restored = InvalidArgumentError(
+          "the coordinator decodes and sums records with other settings than this process (" +
+          DifferingSettings(plan.record_settings, bundle_.record_settings) +
+          "): its partial sums would differ, and it would dead-letter other records");
     }
     if (restored.ok()) restored = bundle_.model->RestoreCheckpoint(model->arrays);
     if (restored.ok()) {
@@ -201,6 +253,13 @@ std::optional<WorkPlan> Worker::NewestPlan(
   std::optional<WorkPlan> next;
   for (auto& [offset, bytes] : messages) {
     auto kind = WorkMessageKindOf(bytes);
+    if (!kind.ok() && kind.status().code() == StatusCode::kFailedPrecondition &&
+        !warned_old_plan_) {
+      warned_old_plan_ = true;  // once: the coordinator repeats its plans every second
+      Log(LogLevel::kError, kComponent,
+          work_.Describe() + " offset " + std::to_string(offset) + ": " +
+              kind.status().ToString() + "; this process waits for a plan it can follow");
+    }
     if (!kind.ok() || *kind != WorkMessageKind::kPlan) continue;
     auto plan = DecodeWorkPlan(bytes);
     if (!plan.ok()) {

@@ -101,6 +101,7 @@ class Worker {
   std::set<std::string> plan_sent_;
   std::string latest_plan_model_;
   uint64_t highest_epoch_ = 0;
+  bool warned_old_plan_ = false;  // a plan of an older vipsd was logged once
   int64_t pending_published_ = 0;  // counted at the next plan (public time)
   std::atomic<int64_t> last_plan_seen_ns_{0};
 };

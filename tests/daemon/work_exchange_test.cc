@@ -21,6 +21,7 @@ WorkPlan SamplePlan() {
   plan.wanted = {"docs:0", "docs:10"};
   plan.model = std::string("model\0bytes", 11);
   plan.plan_offset = -1;
+  plan.record_settings = "model.type: lda\nsource.max_record_bytes: 65536\n";
   return plan;
 }
 
@@ -44,6 +45,19 @@ TEST(WorkExchangeTest, APlanRoundTripsExactly) {
   EXPECT_EQ(decoded->wanted, plan.wanted);
   EXPECT_EQ(decoded->model, plan.model);
   EXPECT_EQ(decoded->plan_offset, -1);
+  EXPECT_EQ(decoded->record_settings, plan.record_settings);
+}
+
+// A plan of a vipsd without record settings (magic VWP1) is named as such,
+// not taken for junk: a worker says why it cannot follow it.
+TEST(WorkExchangeTest, APlanOfAnOlderVersionIsRefusedByName) {
+  std::string bytes = EncodeWorkPlan(SamplePlan());
+  bytes[3] = '1';
+  const auto kind = WorkMessageKindOf(bytes);
+  ASSERT_FALSE(kind.ok());
+  EXPECT_EQ(kind.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(kind.status().message().find("older vipsd"), std::string::npos);
+  EXPECT_FALSE(DecodeWorkPlan(bytes).ok());
 }
 
 TEST(WorkExchangeTest, APartialRoundTripsExactly) {

@@ -39,6 +39,7 @@ WorkPlan Plan(const WorkFixture& f, const ModelBundle& bundle, uint64_t epoch, i
   plan.streams = {{"docs:0", 0, 5}, {"docs:1", 1, 4}};  // the second window starts at 1
   plan.wanted = {"docs:0", "docs:1"};
   plan.model = *CheckpointStore::Encode(model);
+  plan.record_settings = bundle.record_settings;
   return plan;
 }
 
@@ -166,6 +167,67 @@ TEST(WorkerTest, AWorkerConfiguredForAnotherModelStopsBeforeItSumsAnything) {
   EXPECT_EQ(result.code(), StatusCode::kInvalidArgument) << result.ToString();
   EXPECT_THAT(result.message(), HasSubstr("need one model configuration"));
   EXPECT_TRUE(coordinator.Poll(0ms)->empty());
+}
+
+// Issue 26: every setting that decides a record's statistic or its
+// dead-lettering travels with the plan; a worker whose settings differ
+// exits before it joins the consumer group, naming each difference.
+TEST(WorkerTest, AWorkerWithOtherRecordSettingsExitsBeforeItJoinsTheGroup) {
+  struct Case {
+    const char* name;
+    void (*change)(config::VipsdConfig&);
+    const char* expected;
+  };
+  const Case cases[] = {
+      {"decoder", [](config::VipsdConfig& c) { c.max_record_bytes = 4096; },
+       "source.max_record_bytes: coordinator 4096, this process "},
+      {"statistic", [](config::VipsdConfig& c) { c.lda.alpha *= 2; },
+       "model.lda.alpha: coordinator "},
+      {"clipping", [](config::VipsdConfig& c) { c.lda.clip_fraction /= 2; },
+       "model.lda.clip_fraction: coordinator "},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    WorkFixture f(std::string("worker_settings_") + c.name);
+    int sources_made = 0;
+    SourceFactory partitions = f.Partitions({0, 1});
+    SourceFactory counted = [&](ResumeOffsetFn resume) {
+      ++sources_made;
+      return partitions(std::move(resume));
+    };
+    auto worker = Worker::Create(f.config, counted,
+                                 std::make_unique<FakeSink>(std::make_shared<SinkLog>()),
+                                 f.metrics.get(),
+                                 std::make_unique<MemoryWorkExchange>(f.work, WorkRole::kWorker),
+                                 f.options);
+    ASSERT_TRUE(worker.ok());
+    MemoryWorkExchange coordinator(f.work, WorkRole::kCoordinator);
+    config::VipsdConfig theirs = f.config;
+    c.change(theirs);
+    ModelBundle bundle = std::move(BuildModel(theirs)).value();
+    ASSERT_NE(bundle.record_settings, std::move(BuildModel(f.config)).value().record_settings);
+    ASSERT_TRUE(coordinator.Append(EncodeWorkPlan(Plan(f, bundle, 1, 1))).ok());
+    const Status result = (*worker)->Run();  // returns by itself
+    EXPECT_EQ(result.code(), StatusCode::kInvalidArgument) << result.ToString();
+    EXPECT_THAT(result.message(), HasSubstr("other settings than this process"));
+    EXPECT_THAT(result.message(), HasSubstr(c.expected));
+    EXPECT_EQ(sources_made, 0) << "it joined the consumer group";
+    EXPECT_TRUE(coordinator.Poll(0ms)->empty());
+  }
+}
+
+TEST(WorkerTest, RecordSettingsNameTheModelsKeysAndTheVocabularyByContent) {
+  WorkFixture f("worker_settings_text");
+  const ModelBundle bundle = std::move(BuildModel(f.config)).value();
+  const std::string& text = bundle.record_settings;
+  EXPECT_THAT(text, HasSubstr("model.type: lda\n"));
+  EXPECT_THAT(text, HasSubstr("model.lda.alpha: "));
+  EXPECT_THAT(text, HasSubstr("source.max_record_bytes: "));
+  EXPECT_THAT(text, HasSubstr("model.lda.vocabulary (BLAKE2b-256 of its terms): " +
+                              bundle.vocabulary_fingerprint));
+  EXPECT_EQ(text.find(f.config.vocabulary_path), std::string::npos);  // not its path
+  EXPECT_EQ(text.find("model.blr."), std::string::npos);  // another model's keys
+  EXPECT_EQ(text.find("privacy."), std::string::npos);    // the coordinator's alone
 }
 
 }  // namespace
