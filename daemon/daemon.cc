@@ -378,6 +378,7 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
   LedgerState& state = keeper_->state();
   out.slot = slot;
   out.deadline = paced_ ? state.windows.SlotTime(slot) + config_.release_delay_seconds : 0;
+  out.boundary_interval = paced_ ? state.windows.interval_seconds() : 0;
   // New partitions of the input: their records from the first retained one.
   if (paced_) {
     for (const auto& [stream, b] : bounds) {
@@ -642,6 +643,19 @@ Status Daemon::PublishModel(double publish_time) {
 // ---------------------------------------------------------------------------
 // Run
 
+double Daemon::WaitForFinalReleaseTime() {
+  const svi::SlotWindows& windows = keeper_->state().windows;
+  double at = windows.SlotTime(windows.last_slot() + 1) + config_.release_delay_seconds;
+  const double interval = windows.interval_seconds();
+  const double now = WallNow();
+  // Late for a reason outside the data (a slow disk): the next public
+  // boundary after now, t + j × interval.
+  if (now > at && interval > 0) at += std::ceil((now - at) / interval) * interval;
+  // A stop request ends the wait: its time is the operator's, not the data's.
+  (void)control_.SleepUntil(at);
+  return at;
+}
+
 bool Daemon::IsFinished() const {
   if (config_.max_steps > 0 && paced_ && steps_run_ >= config_.max_steps) return true;
   if (!paced_ && step_limit_ > 0 && steps_run_ >= step_limit_) return true;
@@ -698,8 +712,10 @@ Status Daemon::Run() {
   if (completed && !keeper_->sticky() && !keeper_->failing() && steps_run_ > 0 &&
       publisher_->published_step() != model_step_ && (!halted_ || !paced_)) {
     // The run ended by itself (max_steps, max_epochs, an offline ceiling):
-    // its last model is the final release, at the end of the run.
-    const Status published = PublishModel(paced_ ? WallNow() : run_started_at_);
+    // its last model is the final release, at the end of the run — on the
+    // public clock, like every release: the next slot's deadline, not when
+    // the last step, the checkpoint and the eviction happened to finish.
+    const Status published = PublishModel(paced_ ? WaitForFinalReleaseTime() : run_started_at_);
     if (!published.ok()) Log(LogLevel::kError, kComponent, "final release failed: " + published.ToString());
     publisher_->WriteStatus({&config_, halted_, keeper_->failing(),
                              keeper_->committed().windows.last_slot()});

@@ -46,12 +46,15 @@
 //      about how long the step took — then publishes the release (every
 //      publish_every steps), alerts, metrics and the step's log line, then
 //      the checkpoint (every checkpoint_every steps). A step that finishes
-//      after its deadline is published at once, and the overrun is logged
-//      and counted. A step whose commit fails reports nothing until a later
-//      commit covers it.
+//      after its deadline is published at the next boundary of the public
+//      clock (deadline + j × interval), and the overrun is logged and
+//      counted. A step whose commit fails reports nothing until a later
+//      commit covers it. The final release of a run that ends by itself
+//      leaves at the next slot's deadline (or a later boundary).
 // At the ceiling the configured action runs: halt (final release of the
-// current model, no more steps, slots keep being observed; a reload that
-// raises the ceiling resumes) or exit (the same, then Run() returns OK).
+// current model, no more steps, slots keep being observed; a reload after
+// which a step fits again resumes) or exit (the same, then Run() returns
+// OK).
 // RequestStop() and RequestReload() may be called from any thread (main's
 // signal thread). On stop the step in progress finishes (ledger and
 // checkpoint included); its release is withheld unless its deadline has
@@ -226,6 +229,10 @@ class Daemon {
   double CommittedEpsilon() const;
   // The source resumes each partition where the ledger's windows begin.
   void PublishResumeOffsets();
+  // Sleeps until the public time the final release of a paced run leaves
+  // at (the deadline of the slot after the last one processed, or a later
+  // boundary of the public clock) and returns it.
+  double WaitForFinalReleaseTime();
   bool IsFinished() const;
   InputSource* source() const;
 

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -25,9 +26,14 @@ Publisher::Publisher(OutputSink* sink, Metrics* metrics, RunControl* control, bo
       paced_(paced),
       after_release_(std::move(after_release)) {}
 
-bool Publisher::WaitForDeadline(const SlotOutputs& out) {
+bool Publisher::WaitForDeadline(SlotOutputs& out) {
   if (out.deadline <= 0) return true;
-  const bool overran = WallNow() > out.deadline;
+  const double now = WallNow();
+  const bool overran = now > out.deadline;
+  if (overran && out.boundary_interval > 0) {
+    const double missed = std::ceil((now - out.deadline) / out.boundary_interval);
+    out.deadline += std::max(1.0, missed) * out.boundary_interval;
+  }
   if (!control_->SleepUntil(out.deadline)) return false;
   if (overran) {
     metrics_->release_deadline_overruns_total().Increment();
@@ -38,7 +44,8 @@ bool Publisher::WaitForDeadline(const SlotOutputs& out) {
               std::to_string(out.slot) +
               " finished after their release deadline (slot time + release_delay_seconds; at "
               "start-up the consumer group join delays the first slots); their outputs left "
-              "at once, and this line and vipsd_release_deadline_overruns_total reveal the "
+              "at the next boundary of the public clock (deadline + j * interval_seconds), "
+              "and this line and vipsd_release_deadline_overruns_total reveal the "
               "overruns. If it persists, raise schedule.release_delay_seconds up to "
               "schedule.interval_seconds, then the interval (steps run one after another: "
               "none gets more than one interval)");
