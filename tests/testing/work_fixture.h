@@ -56,11 +56,11 @@ struct WorkFixture {
     auto loaded = config::LoadConfigFile(dir + "/vipsd.yaml");
     EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
     if (loaded.ok()) config = *loaded;
-    MetricsOptions options;
-    options.listen_address = "";
-    options.version = "test";
-    options.model_type = "lda";
-    metrics = std::move(Metrics::Create(options)).value();
+    MetricsOptions metrics_options;
+    metrics_options.listen_address = "";
+    metrics_options.version = "test";
+    metrics_options.model_type = "lda";
+    metrics = std::move(Metrics::Create(metrics_options)).value();
     const char* texts[] = {"apple banana apple cherry", "date elder fig fig", "fig apple"};
     for (int i = 0; i < 9; ++i) {
       topic->Append(i % 2, "{\"id\": " + std::to_string(i) + ", \"text\": \"" +
