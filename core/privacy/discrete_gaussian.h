@@ -45,8 +45,9 @@
 //    depends only on σ² (public) and on the random words: the rejection
 //    loops (uniform draws, the Bernoulli loops, the Laplace and Gaussian
 //    rejections) run a random, noise-dependent number of times, and the
-//    acceptance test takes a slower exact 128-bit division when
-//    |Y|·t·d ≥ 2^64. The noise values are secret, but a timing side channel
+//    acceptance test takes a slower exact 256-by-128-bit division when
+//    ||Y|·t·d − n| ≥ 2^64, i.e. for candidates |Y| ≳ (2^64/n + 1)·σ (about 8%
+//    of them when n is near 2^62, none when n is small). The noise values are secret, but a timing side channel
 //    on them is a timing channel on the noise, not on the data; whether it
 //    matters depends on what an adversary can time (releases in vipsd leave
 //    at public times, not when sampling ends).
@@ -72,8 +73,10 @@
 //   δ(ε) = max(Σ_x (P(x) − e^ε Q(x))₊, Σ_x (Q(x) − e^ε P(x))₊),
 // summed over the integers (both directions; they are equal by the symmetry
 // x ↦ Δ − x, which the tests check rather than assume).
-// RDP: CKS Proposition 5 ("Discrete Gaussian satisfies concentrated
-// differential privacy"): for σ > 0 and integers μ, ν with |μ − ν| ≤ Δ,
+// RDP: CKS Section 2, the proposition "Discrete Gaussian satisfies
+// concentrated differential privacy" (Proposition 5 in arXiv:2004.00010v5 as
+// we recall it; the number could not be checked offline, the statement is
+// re-derived below and tested): for σ > 0 and integers μ, ν, |μ − ν| ≤ Δ,
 //   D_α(N_Z(μ, σ²) ‖ N_Z(ν, σ²)) ≤ αΔ²/(2σ²)   for all α ∈ (1, ∞),
 // i.e. (Δ²/(2σ²))-zCDP, the same as the continuous Gaussian. Direct
 // derivation (used to test the bound): completing the square,

@@ -505,12 +505,13 @@ TEST(DiscreteGaussianSampler, GoodnessOfFitHasPower) {
 }
 
 TEST(DiscreteGaussianSampler, GoodnessOfFitHugeSigmaUsesTheWideArithmetic) {
-  // σ² = 2^61 + 2^40 + 12345 (σ ≈ 1.52·10^9 grid units): |Y|·t·d ≥ 2^64 for
-  // most candidates, so the 256-bit acceptance path is the common one. Bins:
+  // σ² = 2^62 + 2^40 + 12345 (σ ≈ 2.15·10^9 grid units, near the largest
+  // Create accepts): ||Y|·t − n| ≥ 2^64 for candidates beyond about 2.5σ (~8%
+  // of them), so the 256-bit acceptance path is exercised. Bins:
   // 40 quantile bins of the continuous N(0, σ²) with half-integer edges; the
   // discrete mass of a bin of integers differs from that integral by
   // O(1/σ²) relative (midpoint rule), below 1e-18 here.
-  const Rational sigma2{(uint64_t{1} << 61) + (uint64_t{1} << 40) + 12345, 1};
+  const Rational sigma2{(uint64_t{1} << 62) + (uint64_t{1} << 40) + 12345, 1};
   const DiscreteGaussianSampler sampler = MakeSampler(sigma2);
   auto source = MakeReproducible(106);
   constexpr uint64_t kDraws = 200000;
@@ -538,7 +539,7 @@ TEST(DiscreteGaussianSampler, GoodnessOfFitHugeSigmaUsesTheWideArithmetic) {
     ++observed[static_cast<size_t>(it - edges.begin())];
   }
   const ChiSquare chi = ChiSquareOfBins(expected, observed);
-  Report("N_Z(0, 2^61+2^40+12345), 40 quantile bins", chi, kDraws);
+  Report("N_Z(0, 2^62+2^40+12345), 40 quantile bins", chi, kDraws);
   EXPECT_GT(chi.p_value, kSignificance);
 }
 
