@@ -46,8 +46,8 @@
 //    loops (uniform draws, the Bernoulli loops, the Laplace and Gaussian
 //    rejections) run a random, noise-dependent number of times, and the
 //    acceptance test takes a slower exact 256-by-128-bit division when
-//    ||Y|·t·d − n| ≥ 2^64, i.e. for candidates |Y| ≳ (2^64/n + 1)·σ (about 8%
-//    of them when n is near 2^62, none when n is small). The noise values are secret, but a timing side channel
+//    ||Y|·t·d − n| ≥ 2^64, i.e. for candidates |Y| ≳ (2^64/n + 1)·σ (about 0.7%
+//    of them when n is near 2^62, where that is 5σ; fewer as n shrinks). The noise values are secret, but a timing side channel
 //    on them is a timing channel on the noise, not on the data; whether it
 //    matters depends on what an adversary can time (releases in vipsd leave
 //    at public times, not when sampling ends).

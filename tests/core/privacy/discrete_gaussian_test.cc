@@ -506,8 +506,9 @@ TEST(DiscreteGaussianSampler, GoodnessOfFitHasPower) {
 
 TEST(DiscreteGaussianSampler, GoodnessOfFitHugeSigmaUsesTheWideArithmetic) {
   // σ² = 2^62 + 2^40 + 12345 (σ ≈ 2.15·10^9 grid units, near the largest
-  // Create accepts): ||Y|·t − n| ≥ 2^64 for candidates beyond about 2.5σ (~8%
-  // of them), so the 256-bit acceptance path is exercised. Bins:
+  // Create accepts): ||Y|·t − n| ≥ 2^64 for candidates beyond (2^64/n + 1)σ ≈ 5σ
+  // (~0.7% of them, some thousands here), so the 256-bit acceptance path is
+  // exercised. Bins:
   // 40 quantile bins of the continuous N(0, σ²) with half-integer edges; the
   // discrete mass of a bin of integers differs from that integral by
   // O(1/σ²) relative (midpoint rule), below 1e-18 here.
