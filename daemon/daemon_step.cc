@@ -15,12 +15,6 @@
 // that ran records, and the ceiling, overflow and warning outputs.
 
 namespace vipsd::daemon {
-namespace {
-
-constexpr std::string_view kComponent = "daemon";
-
-}  // namespace
-
 
 bool Daemon::RunStep(int64_t slot, SlotOutputs* out) {
   const auto start = std::chrono::steady_clock::now();

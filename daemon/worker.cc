@@ -39,17 +39,19 @@ std::string DifferingSettings(const std::string& theirs, const std::string& ours
   if (a.empty()) return "the coordinator sent none: it runs an older vipsd";
   std::string out;
   auto add = [&out](const std::string& text) { out += (out.empty() ? "" : "; ") + text; };
-  for (const auto& [key, value] : a) {
+  for (const auto& theirs_line : a) {
+    const std::string& key = theirs_line.first;
     const auto it = std::find_if(b.begin(), b.end(), [&](const auto& p) { return p.first == key; });
     if (it == b.end()) {
-      add(key + ": coordinator " + value + ", not set here");
-    } else if (it->second != value) {
-      add(key + ": coordinator " + value + ", this process " + it->second);
+      add(key + ": coordinator " + theirs_line.second + ", not set here");
+    } else if (it->second != theirs_line.second) {
+      add(key + ": coordinator " + theirs_line.second + ", this process " + it->second);
     }
   }
-  for (const auto& [key, value] : b) {
+  for (const auto& ours_line : b) {
+    const std::string& key = ours_line.first;
     if (std::none_of(a.begin(), a.end(), [&](const auto& p) { return p.first == key; })) {
-      add(key + ": not set by the coordinator, this process " + value);
+      add(key + ": not set by the coordinator, this process " + ours_line.second);
     }
   }
   return out.empty() ? "in their order" : out;
