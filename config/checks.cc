@@ -1,6 +1,7 @@
 #include "config/checks.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 
 #include "core/base/format.h"
@@ -155,6 +156,16 @@ void CheckWholeFile(const VipsdConfig& config, Diagnostics* diag) {
   }
   // Legal but unwise values: warnings with the reason.
   if (!config.is_private()) return;
+  if (config.source_type == SourceType::kKafka && config.window_steps == 0) {
+    diag->warnings.push_back(At(
+        config, "schedule.window_steps",
+        "warning: all, on a Kafka stream: every step's candidates are all the records ever "
+        "appended, so stepping stops for good once more than pool.capacity (" +
+            std::to_string(config.pool_capacity) +
+            ") records have arrived, and when it stops is not covered by epsilon (SECURITY.md); "
+            "set a finite window (each step then sees the records of the last window_steps "
+            "slot intervals)"));
+  }
   if (config.driver.delta > 1e-3) {
     diag->warnings.push_back(
         At(config, "privacy.delta",
@@ -177,3 +188,42 @@ void CheckWholeFile(const VipsdConfig& config, Diagnostics* diag) {
 }
 
 }  // namespace vipsd::config::internal
+
+namespace vipsd::config {
+namespace {
+
+// A rate for people: four significant digits ("444.4", "20", "0.01667").
+std::string FourDigits(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%.4g", value);
+  return buffer;
+}
+
+}  // namespace
+
+CapacityMargin CapacityMarginOf(const VipsdConfig& config) {
+  CapacityMargin margin;
+  if (config.source_type != SourceType::kKafka) return margin;
+  margin.applies = true;
+  margin.capacity = config.pool_capacity;
+  const std::string capacity = "pool.capacity " + std::to_string(config.pool_capacity);
+  if (config.window_steps == 0) {
+    margin.unbounded = true;
+    margin.text = capacity + " against window_steps: all: stepping stops for good once more "
+                             "than " + std::to_string(config.pool_capacity) +
+                  " records have arrived in all (certain on a stream that keeps growing)";
+    return margin;
+  }
+  margin.window_seconds =
+      static_cast<double>(config.window_steps) * config.step_interval_seconds;
+  margin.records_per_second = static_cast<double>(config.pool_capacity) / margin.window_seconds;
+  margin.text = capacity + " holds a window of " + std::to_string(config.window_steps) +
+                " slots of " + ShortestNumber(config.step_interval_seconds) +
+                " s: stepping stops if more than " + std::to_string(config.pool_capacity) +
+                " records arrive within " + ShortestNumber(margin.window_seconds) +
+                " s (on average more than " + FourDigits(margin.records_per_second) +
+                " records/s)";
+  return margin;
+}
+
+}  // namespace vipsd::config

@@ -193,6 +193,19 @@ std::string ReferenceConfig();
 // The keys a reload applies live (ChangedReloadableKeys' live changes).
 const std::vector<std::string>& LiveReloadKeys();
 
+// The pool's capacity margin of a Kafka run (one text for --check-config
+// and `vipsd-privacy plan --config`): a window over pool.capacity records
+// stops stepping (what that stop reveals is outside epsilon, SECURITY.md).
+struct CapacityMargin {
+  bool applies = false;    // a Kafka source (a file run has no window)
+  bool unbounded = false;  // window_steps: all
+  int64_t capacity = 0;
+  double window_seconds = 0;       // window_steps × interval_seconds
+  double records_per_second = 0;   // capacity / window_seconds (the average rate it holds)
+  std::string text;                // one sentence, "" when !applies
+};
+CapacityMargin CapacityMarginOf(const VipsdConfig& config);
+
 // Every key that applies to `config`'s choices (model.type, source.type,
 // ...; its section's too), in the key table's order, with its value spelt
 // as a configuration file spells it. librdkafka properties (which may hold

@@ -214,6 +214,8 @@ int main(int argc, char** argv) {
       return 2;
     }
     std::cout << "vipsd: " << config_path << " is valid\n";
+    const config::CapacityMargin margin = config::CapacityMarginOf(*config);
+    if (margin.applies) std::cout << "vipsd: " << margin.text << "\n";
     return 0;
   }
   SetMinLogLevel(config->log_level);

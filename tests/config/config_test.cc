@@ -623,6 +623,37 @@ TEST(ConfigTest, LegalButUnwiseValuesGetAWarningWithTheReason) {
   EXPECT_EQ(config->warnings.size(), 2u);
 }
 
+// Issue 26: an unbounded window on a stream makes the capacity stop certain;
+// a private run is warned, and every Kafka run states its margin.
+TEST(ConfigTest, AnUnboundedWindowOnAStreamIsWarnedAndTheCapacityMarginStated) {
+  std::string text = KafkaExample();
+  text.replace(text.find("accounting: residency"), 21, "accounting: global");
+  auto bounded = ParseConfig(text, "k.yaml");
+  ASSERT_TRUE(bounded.ok()) << bounded.status().message();
+  EXPECT_TRUE(bounded->warnings.empty());
+  const CapacityMargin margin = CapacityMarginOf(*bounded);
+  ASSERT_TRUE(margin.applies);
+  EXPECT_FALSE(margin.unbounded);
+  EXPECT_EQ(margin.capacity, 100000);
+  EXPECT_EQ(margin.window_seconds, 5000);  // 500 slots of 10 s
+  EXPECT_EQ(margin.records_per_second, 20);
+  EXPECT_EQ(margin.text,
+            "pool.capacity 100000 holds a window of 500 slots of 10 s: stepping stops if more "
+            "than 100000 records arrive within 5000 s (on average more than 20 records/s)");
+
+  text.replace(text.find("window_steps: 500 "), 18, "window_steps: all ");
+  auto unbounded = ParseConfig(text, "k.yaml");
+  ASSERT_TRUE(unbounded.ok()) << unbounded.status().message();
+  ASSERT_EQ(unbounded->warnings.size(), 1u);
+  EXPECT_THAT(unbounded->warnings[0],
+              HasSubstr("schedule.window_steps: warning: all, on a Kafka stream"));
+  EXPECT_THAT(unbounded->warnings[0], HasSubstr("pool.capacity (100000)"));
+  EXPECT_TRUE(CapacityMarginOf(*unbounded).unbounded);
+  EXPECT_THAT(CapacityMarginOf(*unbounded).text, HasSubstr("stops for good once more than 100000"));
+  // A file run has no window and no margin.
+  EXPECT_FALSE(CapacityMarginOf(*ParseConfig(Example(), "f.yaml")).applies);
+}
+
 TEST(ConfigTest, AFileThatIsNotARegularFileIsRefusedWithoutReadingIt) {
   auto config = LoadConfigFile("/tmp");
   ASSERT_FALSE(config.ok());

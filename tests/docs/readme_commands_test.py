@@ -86,7 +86,7 @@ def main():
         with open(os.path.join(examples, "demo.yaml"), encoding="utf-8") as f:
             text = f.read()
         text = text.replace("accounting: global", "accounting: residency", 1)
-        text = text.replace("window_steps: all", "window_steps: 20", 1)
+        text = re.sub(r"window_steps: \S+", "window_steps: 20", text, count=1)
         with open(os.path.join(examples, "residency.yaml"), "w", encoding="utf-8") as f:
             f.write(text)
         residency = run([planner, "plan", "--config", "residency.yaml", "--json"], examples)

@@ -360,6 +360,14 @@ int RunPlan(const Parsed& p, bool json_output, std::ostream& out, std::ostream& 
       json.Add("window_epsilon", *window_epsilon);
     }
     if (paced && !residency) json.Add("hours", *steps * config->step_interval_seconds / 3600.0);
+    const config::CapacityMargin margin = config::CapacityMarginOf(*config);
+    if (margin.applies) {
+      json.AddInt("pool_capacity", margin.capacity);
+      if (!margin.unbounded) {
+        json.Add("window_seconds", margin.window_seconds);
+        json.Add("capacity_records_per_second", margin.records_per_second);
+      }
+    }
     json.AddString("starts", starts ? "true" : "false");
     out << json.ToString() << "\n";
     return starts ? kExitOk : kExitNoAnswer;
@@ -388,6 +396,8 @@ int RunPlan(const Parsed& p, bool json_output, std::ostream& out, std::ostream& 
     out << "\n";
     if (*steps == 0) out << "  NOT ONE step fits under the ceiling: the daemon refuses to start\n";
   }
+  const config::CapacityMargin margin = config::CapacityMarginOf(*config);
+  if (margin.applies) out << "  capacity: " << margin.text << "\n";
   return starts ? kExitOk : kExitNoAnswer;
 }
 
