@@ -162,7 +162,9 @@ class Run:
         start = time.monotonic()
         check(self.produce(6, fault_tolerant=False), "kcat produce")
         ends = self.kafka.watermarks("docs")
-        deadline = start + 60
+        # Observed 33-60 s on a 2-core machine (why it takes that long is not
+        # understood yet); the test is that consumption goes on, not how fast.
+        deadline = start + 150
         while time.monotonic() < deadline:
             check(self.daemon.alive(), "vipsd exited after the poison record:\n%s" %
                   self.daemon.log_tail())
