@@ -378,7 +378,6 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
   LedgerState& state = keeper_->state();
   out.slot = slot;
   out.deadline = paced_ ? state.windows.SlotTime(slot) + config_.release_delay_seconds : 0;
-  out.boundary_interval = paced_ ? state.windows.interval_seconds() : 0;
   // New partitions of the input: their records from the first retained one.
   if (paced_) {
     for (const auto& [stream, b] : bounds) {

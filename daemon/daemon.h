@@ -46,9 +46,8 @@
 //      about how long the step took — then publishes the release (every
 //      publish_every steps), alerts, metrics and the step's log line, then
 //      the checkpoint (every checkpoint_every steps). A step that finishes
-//      after its deadline is published at the next boundary of the public
-//      clock (deadline + j × interval), and the overrun is logged and
-//      counted. A step whose commit fails reports nothing until a later
+//      after its deadline is published at once, and the overrun is logged
+//      and counted. A step whose commit fails reports nothing until a later
 //      commit covers it. The final release of a run that ends by itself
 //      leaves at the next slot's deadline (or a later boundary).
 // At the ceiling the configured action runs: halt (final release of the

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -26,14 +25,9 @@ Publisher::Publisher(OutputSink* sink, Metrics* metrics, RunControl* control, bo
       paced_(paced),
       after_release_(std::move(after_release)) {}
 
-bool Publisher::WaitForDeadline(SlotOutputs& out) {
+bool Publisher::WaitForDeadline(const SlotOutputs& out) {
   if (out.deadline <= 0) return true;
-  const double now = WallNow();
-  const bool overran = now > out.deadline;
-  if (overran && out.boundary_interval > 0) {
-    const double missed = std::ceil((now - out.deadline) / out.boundary_interval);
-    out.deadline += std::max(1.0, missed) * out.boundary_interval;
-  }
+  const bool overran = WallNow() > out.deadline;
   if (!control_->SleepUntil(out.deadline)) return false;
   if (overran) {
     metrics_->release_deadline_overruns_total().Increment();
@@ -44,8 +38,7 @@ bool Publisher::WaitForDeadline(SlotOutputs& out) {
               std::to_string(out.slot) +
               " finished after their release deadline (slot time + release_delay_seconds; at "
               "start-up the consumer group join delays the first slots); their outputs left "
-              "at the next boundary of the public clock (deadline + j * interval_seconds), "
-              "and this line and vipsd_release_deadline_overruns_total reveal the "
+              "at once, and this line and vipsd_release_deadline_overruns_total reveal the "
               "overruns. If it persists, raise schedule.release_delay_seconds up to "
               "schedule.interval_seconds, then the interval (steps run one after another: "
               "none gets more than one interval)");

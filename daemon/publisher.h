@@ -6,11 +6,8 @@
 // until its public deadline t_k + release_delay_seconds (WaitForDeadline):
 // nothing the step thread makes observable about a step happens at a time
 // that depends on how long the step took. A step that finishes after its
-// deadline is published at the next boundary of the public clock,
-// deadline + j × interval (j ≥ 1, the fewest that is not past), and that
-// boundary is its release time: what leaves reveals only j, never the exact
-// duration. The overrun is counted (vipsd_release_deadline_overruns_total)
-// and logged at most every 10 s.
+// deadline is published at once; the overrun is counted
+// (vipsd_release_deadline_overruns_total) and logged at most every 10 s.
 //
 // Releases. A due release that cannot be delivered is owed: the current
 // model (post-processing of released noisy sums, so re-publishing costs no
@@ -53,10 +50,6 @@ namespace vipsd::daemon {
 struct SlotOutputs {
   int64_t slot = 0;
   double deadline = 0;  // unix seconds; 0 = at once (unpaced)
-  // The public clock's interval: outputs that miss their deadline leave at
-  // the next boundary deadline + j × this (WaitForDeadline moves `deadline`
-  // there); 0 = at once.
-  double boundary_interval = 0;
   bool stepped = false;
   int64_t step = 0;
   double rho = 0;
@@ -88,9 +81,8 @@ class Publisher {
             std::function<void(const release::Release&)> after_release);
 
   // Waits for `out`'s deadline (false: stopping first), counting and
-  // logging an overrun; a missed deadline moves to the next boundary
-  // (out.boundary_interval) first.
-  bool WaitForDeadline(SlotOutputs& out);
+  // logging an overrun.
+  bool WaitForDeadline(const SlotOutputs& out);
 
   // How a step is reported: `epsilon` is the committed ε text, "spent/
   // ceiling" ("" when not private), `pool_size` the solo pool's size,

@@ -6,8 +6,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <cmath>
-
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -76,18 +74,6 @@ TEST(PublisherTest, OutputsWaitForTheirDeadlineAndAnOverrunIsCounted) {
   out.deadline = WallNow() - 1;  // the step finished late
   EXPECT_TRUE(f.publisher.WaitForDeadline(out));
   EXPECT_EQ(f.metrics->release_deadline_overruns_total().Value(), 1);
-  // With a public clock, late outputs leave at its next boundary, never at
-  // the time the step happened to finish (issue 26).
-  const double late_deadline = WallNow() - 0.65;
-  out.deadline = late_deadline;
-  out.boundary_interval = 0.25;
-  EXPECT_TRUE(f.publisher.WaitForDeadline(out));
-  const double boundaries = (out.deadline - late_deadline) / 0.25;
-  EXPECT_GE(boundaries, 3 - 1e-9);  // 0.65 s late: the third boundary at the earliest
-  EXPECT_NEAR(boundaries, std::round(boundaries), 1e-9);
-  EXPECT_GE(WallNow(), out.deadline);
-  EXPECT_EQ(f.metrics->release_deadline_overruns_total().Value(), 2);
-  out.boundary_interval = 0;
   out.deadline = 0;  // unpaced: at once
   EXPECT_TRUE(f.publisher.WaitForDeadline(out));
   // Stopping before a deadline: false, nothing waits.
