@@ -551,12 +551,7 @@ std::vector<std::pair<std::string, std::string>> AppliedKeyValues(const VipsdCon
   std::vector<std::pair<std::string, std::string>> out;
   for (const internal::Key& key : internal::Keys()) {
     if (key.is_section || key.field == nullptr || key.field->secret()) continue;
-    bool applies = true;
-    for (const internal::Key* at = &key; applies && at != nullptr;
-         at = internal::FindKey(at->parent())) {
-      if (at->when.has_value()) applies = at->when->Holds(choices);
-    }
-    if (applies) out.emplace_back(key.path, key.field->Show(config));
+    if (internal::AppliesWith(key, choices)) out.emplace_back(key.path, key.field->Show(config));
   }
   return out;
 }
