@@ -1,8 +1,8 @@
 #include "daemon/worker.h"
 
-#include <algorithm>
 #include <chrono>
 #include <map>
+#include <sstream>
 #include <thread>
 
 #include "core/base/log.h"
@@ -14,51 +14,37 @@ namespace vipsd::daemon {
 
 namespace {
 
-// "key: coordinator X, this process Y" for each record-settings line that
-// differs (both sides are "key: value" lines in the key table's order).
+// The "key: value" lines of a record-settings text (model_setup.h), by key.
+std::map<std::string, std::string> SettingsByKey(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t colon = line.find(": ");
+    out[line.substr(0, colon)] = colon == std::string::npos ? "" : line.substr(colon + 2);
+  }
+  return out;
+}
+
+// "key: coordinator X, this process Y" for each record setting that differs.
 std::string DifferingSettings(const std::string& theirs, const std::string& ours) {
-  auto lines = [](const std::string& text) {
-    std::vector<std::pair<std::string, std::string>> out;
-    size_t start = 0;
-    while (start < text.size()) {
-      size_t end = text.find('\n', start);
-      if (end == std::string::npos) end = text.size();
-      const std::string line = text.substr(start, end - start);
-      const size_t colon = line.find(": ");
-      if (colon == std::string::npos) {
-        out.emplace_back(line, "");
-      } else {
-        out.emplace_back(line.substr(0, colon), line.substr(colon + 2));
-      }
-      start = end + 1;
-    }
-    return out;
-  };
-  const auto a = lines(theirs);
-  const auto b = lines(ours);
-  if (a.empty()) return "the coordinator sent none: it runs an older vipsd";
+  const auto a = SettingsByKey(theirs);
+  const auto b = SettingsByKey(ours);
   std::string out;
   auto add = [&out](const std::string& text) { out += (out.empty() ? "" : "; ") + text; };
-  for (const auto& theirs_line : a) {
-    const std::string& key = theirs_line.first;
-    const auto it = std::find_if(b.begin(), b.end(), [&](const auto& p) { return p.first == key; });
+  for (const auto& [key, value] : a) {
+    const auto it = b.find(key);
     if (it == b.end()) {
-      add(key + ": coordinator " + theirs_line.second + ", not set here");
-    } else if (it->second != theirs_line.second) {
-      add(key + ": coordinator " + theirs_line.second + ", this process " + it->second);
+      add(key + ": coordinator " + value + ", not set here");
+    } else if (it->second != value) {
+      add(key + ": coordinator " + value + ", this process " + it->second);
     }
   }
-  for (const auto& ours_line : b) {
-    const std::string& key = ours_line.first;
-    if (std::none_of(a.begin(), a.end(), [&](const auto& p) { return p.first == key; })) {
-      add(key + ": not set by the coordinator, this process " + ours_line.second);
-    }
+  for (const auto& [key, value] : b) {
+    if (a.count(key) == 0) add(key + ": not set by the coordinator, this process " + value);
   }
   return out.empty() ? "in their order" : out;
 }
 
-}  // namespace
-namespace {
 
 constexpr std::string_view kComponent = "daemon";
 
