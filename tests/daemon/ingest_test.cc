@@ -12,6 +12,7 @@
 
 #include "core/text/vocabulary.h"
 #include "tests/testing/fake_io.h"
+#include "tests/testing/test_metrics.h"
 
 namespace vipsd::daemon {
 namespace {
@@ -33,11 +34,7 @@ struct Fixture {
   std::unique_ptr<Ingest> ingest;
 
   explicit Fixture(bool cover_every_stream = false) {
-    MetricsOptions options;
-    options.listen_address = "";
-    options.version = "test";
-    options.model_type = "lda";
-    metrics = std::move(Metrics::Create(options)).value();
+    metrics = NewTestMetrics();
     ingest = std::make_unique<Ingest>(decoder.get(), &sink, metrics.get(), &control,
                                       cover_every_stream);
   }

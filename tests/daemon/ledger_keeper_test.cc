@@ -11,19 +11,12 @@
 #include <string>
 
 #include "core/privacy/fixed_schedule.h"
+#include "tests/testing/test_metrics.h"
 
 namespace vipsd::daemon {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::unique_ptr<Metrics> NewMetrics() {
-  MetricsOptions options;
-  options.listen_address = "";
-  options.version = "test";
-  options.model_type = "lda";
-  return std::move(Metrics::Create(options)).value();
-}
 
 LedgerState FreshState(ScheduleKind schedule) {
   LedgerState state;
@@ -41,7 +34,7 @@ LedgerState FreshState(ScheduleKind schedule) {
 
 struct Fixture {
   std::string dir;
-  std::unique_ptr<Metrics> metrics = NewMetrics();
+  std::unique_ptr<Metrics> metrics = NewTestMetrics();
   bool disk_full = false;
   int attempts = 0;
   std::unique_ptr<LedgerKeeper> keeper;

@@ -12,19 +12,12 @@
 #include <string>
 
 #include "tests/testing/fake_io.h"
+#include "tests/testing/test_metrics.h"
 
 namespace vipsd::daemon {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::unique_ptr<Metrics> NewMetrics() {
-  MetricsOptions options;
-  options.listen_address = "";
-  options.version = "test";
-  options.model_type = "lda";
-  return std::move(Metrics::Create(options)).value();
-}
 
 release::Release MakeRelease(int64_t step, double value) {
   release::Release r;
@@ -54,7 +47,7 @@ release::Release MakeRelease(int64_t step, double value) {
 struct Fixture {
   std::shared_ptr<SinkLog> log = std::make_shared<SinkLog>();
   FakeSink sink{log};
-  std::unique_ptr<Metrics> metrics = NewMetrics();
+  std::unique_ptr<Metrics> metrics = NewTestMetrics();
   RunControl control;
   std::vector<int64_t> confirmed;
   Publisher publisher{&sink, metrics.get(), &control, /*paced=*/true,

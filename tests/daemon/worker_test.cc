@@ -89,15 +89,19 @@ std::vector<WorkPartial> Partials(MemoryWorkExchange& coordinator, size_t count)
   return found;
 }
 
+// A worker of `f`'s job reading through `sources` (every partition by default).
+StatusOr<std::unique_ptr<Worker>> NewWorker(WorkFixture& f, SourceFactory sources,
+                                            const DaemonOptions& options) {
+  return Worker::Create(f.config, std::move(sources),
+                        std::make_unique<FakeSink>(std::make_shared<SinkLog>()), f.metrics.get(),
+                        std::make_unique<MemoryWorkExchange>(f.work, WorkRole::kWorker), options);
+}
+
 TEST(WorkerTest, ItSumsTheWindowsOfThePartitionsItHoldsAsOneProcessWould) {
   WorkFixture f("worker_sums");
   DaemonOptions options = f.options;
   options.instance_id = "worker-1";
-  auto worker = Worker::Create(f.config, f.Partitions({0, 1}),
-                               std::make_unique<FakeSink>(std::make_shared<SinkLog>()),
-                               f.metrics.get(),
-                               std::make_unique<MemoryWorkExchange>(f.work, WorkRole::kWorker),
-                               options);
+  auto worker = NewWorker(f, f.Partitions({0, 1}), options);
   ASSERT_TRUE(worker.ok()) << worker.status().ToString();
   MemoryWorkExchange coordinator(f.work, WorkRole::kCoordinator);
   Status result = Status::Ok();
@@ -129,11 +133,7 @@ TEST(WorkerTest, ItSumsTheWindowsOfThePartitionsItHoldsAsOneProcessWould) {
 
 TEST(WorkerTest, APlanOfAReplacedCoordinatorIsIgnored) {
   WorkFixture f("worker_epochs");
-  auto worker = Worker::Create(f.config, f.Partitions({0, 1}),
-                               std::make_unique<FakeSink>(std::make_shared<SinkLog>()),
-                               f.metrics.get(),
-                               std::make_unique<MemoryWorkExchange>(f.work, WorkRole::kWorker),
-                               f.options);
+  auto worker = NewWorker(f, f.Partitions({0, 1}), f.options);
   ASSERT_TRUE(worker.ok());
   MemoryWorkExchange coordinator(f.work, WorkRole::kCoordinator);
   Status result = Status::Ok();
@@ -152,11 +152,7 @@ TEST(WorkerTest, APlanOfAReplacedCoordinatorIsIgnored) {
 
 TEST(WorkerTest, AWorkerConfiguredForAnotherModelStopsBeforeItSumsAnything) {
   WorkFixture f("worker_other_model");
-  auto worker = Worker::Create(f.config, f.Partitions({0, 1}),
-                               std::make_unique<FakeSink>(std::make_shared<SinkLog>()),
-                               f.metrics.get(),
-                               std::make_unique<MemoryWorkExchange>(f.work, WorkRole::kWorker),
-                               f.options);
+  auto worker = NewWorker(f, f.Partitions({0, 1}), f.options);
   ASSERT_TRUE(worker.ok());
   MemoryWorkExchange coordinator(f.work, WorkRole::kCoordinator);
   config::VipsdConfig other = f.config;
@@ -195,11 +191,7 @@ TEST(WorkerTest, AWorkerWithOtherRecordSettingsExitsBeforeItJoinsTheGroup) {
       ++sources_made;
       return partitions(std::move(resume));
     };
-    auto worker = Worker::Create(f.config, counted,
-                                 std::make_unique<FakeSink>(std::make_shared<SinkLog>()),
-                                 f.metrics.get(),
-                                 std::make_unique<MemoryWorkExchange>(f.work, WorkRole::kWorker),
-                                 f.options);
+    auto worker = NewWorker(f, counted, f.options);
     ASSERT_TRUE(worker.ok());
     MemoryWorkExchange coordinator(f.work, WorkRole::kCoordinator);
     config::VipsdConfig theirs = f.config;

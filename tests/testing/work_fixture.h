@@ -18,6 +18,7 @@
 #include "daemon/startup_check.h"
 #include "tests/testing/fake_io.h"
 #include "tests/testing/memory_work_exchange.h"
+#include "tests/testing/test_metrics.h"
 
 namespace vipsd::daemon {
 
@@ -56,11 +57,7 @@ struct WorkFixture {
     auto loaded = config::LoadConfigFile(dir + "/vipsd.yaml");
     EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
     if (loaded.ok()) config = *loaded;
-    MetricsOptions metrics_options;
-    metrics_options.listen_address = "";
-    metrics_options.version = "test";
-    metrics_options.model_type = "lda";
-    metrics = std::move(Metrics::Create(metrics_options)).value();
+    metrics = NewTestMetrics();
     const char* texts[] = {"apple banana apple cherry", "date elder fig fig", "fig apple"};
     for (int i = 0; i < 9; ++i) {
       topic->Append(i % 2, "{\"id\": " + std::to_string(i) + ", \"text\": \"" +
