@@ -58,11 +58,11 @@ bool Daemon::RunStep(int64_t slot, SlotOutputs* out) {
     }
     if (!result.ok() && result.status().code() == StatusCode::kCancelled) return false;
   } else {
-    // Each stream's candidates in offset order; the per-record randomness
-    // is keyed by the stream's name and the record's offset
-    // (svi/step_randomness.h), so the step is the same whichever process
-    // holds which partition.
-    auto streams = svi::GroupByStream(pool_.records(), pool_.origins(), ingest_->StreamNames());
+    // Each stream's candidates in offset order, as the pool keeps them; the
+    // per-record randomness is keyed by the stream's name and the record's
+    // offset (svi/step_randomness.h), so the step is the same whichever
+    // process holds which partition.
+    auto streams = pool_.Candidates(ingest_->StreamNames());
     if (!streams.ok()) {
       keeper_->Stick(streams.status());
       out->log_lines.emplace_back(LogLevel::kError, "window invariant broken; no further step: " +

@@ -1,7 +1,8 @@
 // RecordPool: the privacy wall's record store (docs/architecture.md). The decoded
-// records that are candidates of the next step, in memory only; every step
-// Poisson-samples its batch from records(). Records never leave it except as
-// input to the E-step.
+// records that are candidates of the next step, in memory only, kept by
+// stream (a Kafka partition, or the offline run's file) in offset order;
+// every step Poisson-samples its batch from Candidates(). Records never
+// leave it except as input to the E-step.
 //
 // Which records are here is decided outside, per record, by the step's
 // window (svi/slot_windows.h): the daemon adds a record when its slot's cut
@@ -21,16 +22,20 @@
 //
 // Origins: each record carries (stream index, offset) — stream volume,
 // public — so that the daemon can evict by window and rebuild after a
-// restart.
+// restart. Stream indices are the daemon's (Ingest::StreamId); their names
+// are given to Candidates().
 //
 // What is private: the records. Sizes and offsets are stream volume.
 // Thread-safety: not thread-safe; the daemon's step thread owns the pool.
-// records() is stable until the next non-const call.
+// The record pointers Candidates() hands out stay valid until the next
+// non-const call.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/base/status.h"
@@ -43,37 +48,63 @@ struct RecordOrigin {
   int64_t offset = 0;
 };
 
+// One stream's candidates for a step: a Kafka partition's window, or the
+// offline run's file. `offsets` are the records' offsets in the stream,
+// strictly increasing; `stream` is its canonical name, the same in every
+// process (the per-record randomness is keyed by it).
+struct StreamCandidates {
+  std::string stream;
+  std::vector<const model::Record*> records;
+  std::vector<int64_t> offsets;
+};
+
 class RecordPool {
  public:
   // max_candidate_steps: M ≥ 1, or 0 for no limit (window "all").
   explicit RecordPool(int64_t max_candidate_steps = 0)
       : max_candidate_steps_(max_candidate_steps) {}
 
+  // Appends a record to its stream. Within a stream, records must be added
+  // in increasing offset order (the driver refuses a stream whose offsets
+  // are not strictly increasing).
   void Add(model::Record record, RecordOrigin origin);
 
   // Removes every record whose offset is below `low[stream]` (streams
   // without an entry keep all their records). Returns how many were removed.
   int64_t EvictBelow(const std::map<uint32_t, int64_t>& low);
 
-  std::span<const model::Record> records() const { return records_; }
-  int64_t size() const { return static_cast<int64_t>(records_.size()); }
-  const RecordOrigin& origin(size_t index) const { return origins_[index]; }
-  std::span<const RecordOrigin> origins() const { return origins_; }
-  int64_t steps_present(size_t index) const { return presence_[index]; }
+  int64_t size() const { return size_; }
 
-  // After a step that ran with records() as candidates: every record's count
-  // grows by one. FAILED_PRECONDITION (naming the stream index and offset) if
-  // a record exceeds max_candidate_steps — the window rule was broken.
+  // The step's candidates: each stream's records (stream_names[index]) in
+  // offset order, the streams sorted by name (the order the driver adds
+  // their partial sums in). INVALID_ARGUMENT for a stream index without a
+  // name.
+  StatusOr<std::vector<StreamCandidates>> Candidates(std::span<const std::string> stream_names) const;
+
+  // Every record with its origin and candidate count, stream by stream
+  // (index order), each in offset order. For checks and tests.
+  using Visitor = std::function<void(const model::Record& record, const RecordOrigin& origin,
+                                     int64_t steps_present)>;
+  void ForEach(const Visitor& visit) const;
+
+  // After a step that ran with every pooled record as a candidate: every
+  // record's count grows by one. FAILED_PRECONDITION (naming the stream
+  // index and offset) if a record exceeds max_candidate_steps — the window
+  // rule was broken.
   Status CompleteStep();
 
   void set_max_candidate_steps(int64_t steps) { max_candidate_steps_ = steps; }
   int64_t MaxStepsPresent() const;
 
  private:
+  struct Stream {
+    std::vector<model::Record> records;
+    std::vector<int64_t> offsets;
+    std::vector<int64_t> presence;
+  };
   int64_t max_candidate_steps_ = 0;
-  std::vector<model::Record> records_;
-  std::vector<RecordOrigin> origins_;
-  std::vector<int64_t> presence_;
+  int64_t size_ = 0;
+  std::map<uint32_t, Stream> streams_;
 };
 
 }  // namespace vipsd::svi

@@ -96,32 +96,6 @@ Status StepDriver::Reconfigure(const DriverConfig& config) {
   return Status::Ok();
 }
 
-StatusOr<std::vector<StreamCandidates>> GroupByStream(
-    std::span<const model::Record> pool, std::span<const RecordOrigin> origins,
-    std::span<const std::string> stream_names) {
-  if (pool.size() != origins.size()) {
-    return InvalidArgumentError("GroupByStream: records and origins differ in number");
-  }
-  std::vector<StreamCandidates> by_id(stream_names.size());
-  for (size_t id = 0; id < stream_names.size(); ++id) by_id[id].stream = stream_names[id];
-  for (size_t i = 0; i < pool.size(); ++i) {
-    const uint32_t id = origins[i].stream;
-    if (id >= by_id.size()) {
-      return InvalidArgumentError("GroupByStream: stream index " + std::to_string(id) +
-                                  " has no name");
-    }
-    by_id[id].records.push_back(&pool[i]);
-    by_id[id].offsets.push_back(origins[i].offset);
-  }
-  std::vector<StreamCandidates> streams;
-  for (auto& candidates : by_id) {
-    if (!candidates.records.empty()) streams.push_back(std::move(candidates));
-  }
-  std::sort(streams.begin(), streams.end(),
-            [](const StreamCandidates& a, const StreamCandidates& b) { return a.stream < b.stream; });
-  return streams;
-}
-
 StatusOr<StepResult> StepDriver::Step(std::span<const model::Record> pool) {
   std::vector<StreamCandidates> streams(1);
   streams[0].records.reserve(pool.size());

@@ -115,24 +115,6 @@ struct StepResult {
   StepPhaseSeconds phase_seconds;  // PRIVATE (timing); zero for a refused step
 };
 
-// One stream's candidates for a step: a Kafka partition's window, or the
-// offline run's file. `offsets` are the records' offsets in the stream,
-// strictly increasing; `stream` is its canonical name, the same in every
-// process (the per-record randomness is keyed by it).
-struct StreamCandidates {
-  std::string stream;
-  std::vector<const model::Record*> records;
-  std::vector<int64_t> offsets;
-};
-
-// The pool's records grouped by stream (stream_names[origin.stream]), the
-// streams sorted by name, each stream's records in pool order (which must be
-// increasing offset order). INVALID_ARGUMENT on a stream index without a
-// name or sizes that disagree.
-StatusOr<std::vector<StreamCandidates>> GroupByStream(std::span<const model::Record> pool,
-                                                      std::span<const RecordOrigin> origins,
-                                                      std::span<const std::string> stream_names);
-
 // A step that Begin() admitted and charged.
 struct StepTicket {
   StepResult result;  // outcome kRefusedCeiling: nothing else to do
@@ -155,7 +137,7 @@ class StepDriver {
                                                       int64_t next_step = 1);
 
   // One whole step on `streams`, which must be sorted by name, each name
-  // once (GroupByStream's order: the partial sums are added in this order).
+  // once (RecordPool::Candidates' order: the partial sums are added in this order).
   StatusOr<StepResult> Step(const std::vector<StreamCandidates>& streams);
   // One stream named "" whose offsets are the records' positions.
   StatusOr<StepResult> Step(std::span<const model::Record> pool);

@@ -265,13 +265,12 @@ TEST(DaemonTest, AddingOneRecordChangesOnlyItsOwnMembershipEvenWithASlowStep) {
                             const std::vector<std::string>& streams) {
       std::set<std::string> members;
       bool has_r = false;
-      for (size_t i = 0; i < static_cast<size_t>(pool.size()); ++i) {
-        const auto& origin = pool.origin(i);
+      pool.ForEach([&](const model::Record&, const svi::RecordOrigin& origin, int64_t) {
         const int32_t partition = std::stoi(streams[origin.stream].substr(5));
         const std::string& id = ids.at({partition, origin.offset});
         has_r = has_r || id == "r";
         members.insert(id);
-      }
+      });
       {
         std::lock_guard<std::mutex> lock(mutex);
         result.pools[slot] = members;
@@ -792,11 +791,10 @@ TEST(DaemonTest, ResidencyNoRecordIsACandidateInMoreThanMStepsAcrossARestart) {
   DaemonHooks hooks;
   hooks.before_step = [&](int64_t, int64_t, const svi::RecordPool& pool,
                           const std::vector<std::string>& streams) {
-    for (size_t i = 0; i < static_cast<size_t>(pool.size()); ++i) {
-      const auto partition =
-          static_cast<uint32_t>(std::stoi(streams[pool.origin(i).stream].substr(5)));
-      ++candidate_steps[{partition, pool.origin(i).offset}];
-    }
+    pool.ForEach([&](const model::Record&, const svi::RecordOrigin& origin, int64_t) {
+      const auto partition = static_cast<uint32_t>(std::stoi(streams[origin.stream].substr(5)));
+      ++candidate_steps[{partition, origin.offset}];
+    });
   };
   for (int restart = 0; restart < 3; ++restart) {
     auto daemon = h.Make(config, hooks);

@@ -111,11 +111,11 @@ TEST(DaemonNeighbourTest, OneAddedRecordChangesOnlyItsOwnWindowsOnARealBroker) {
     hooks.before_step = [run, slow_with_r](int64_t, int64_t slot, const svi::RecordPool& pool,
                                            const std::vector<std::string>&) {
       std::set<int> ids;
-      for (const model::Record& record : pool.records()) {
+      pool.ForEach([&](const model::Record& record, const svi::RecordOrigin&, int64_t) {
         // word id = record id (vocabulary order), r last.
         const int word = record.word_ids.at(0);
         ids.insert(word == 40 ? kRecordR : word);
-      }
+      });
       {
         std::lock_guard<std::mutex> lock(run->mutex);
         run->pools[slot] = ids;

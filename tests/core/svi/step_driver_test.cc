@@ -550,23 +550,6 @@ TEST(StepDriverTest, StepCandidatesMustBeSortedAndGroupedByStream) {
   std::swap(streams.candidates[0], streams.candidates[1]);
   streams.candidates[2].offsets[3] = streams.candidates[2].offsets[2];  // a repeated offset
   EXPECT_EQ((*driver)->Step(streams.candidates).status().code(), StatusCode::kInvalidArgument);
-
-  // GroupByStream: sorted by name whatever the stream indices; pool order kept.
-  const auto pool = Pool(6);
-  const std::vector<RecordOrigin> origins = {{1, 5}, {0, 2}, {1, 9}, {0, 3}, {2, 0}, {1, 12}};
-  const std::vector<std::string> names = {"b", "a", "c"};
-  auto grouped = GroupByStream(pool, origins, names);
-  ASSERT_TRUE(grouped.ok());
-  ASSERT_EQ(grouped->size(), 3u);
-  EXPECT_EQ((*grouped)[0].stream, "a");
-  EXPECT_EQ((*grouped)[0].offsets, (std::vector<int64_t>{5, 9, 12}));
-  EXPECT_EQ((*grouped)[0].records[1], &pool[2]);
-  EXPECT_EQ((*grouped)[1].stream, "b");
-  EXPECT_EQ((*grouped)[1].offsets, (std::vector<int64_t>{2, 3}));
-  EXPECT_EQ((*grouped)[2].stream, "c");
-  const std::vector<RecordOrigin> unnamed = {{7, 0}};
-  EXPECT_EQ(GroupByStream(std::span(pool).first(1), unnamed, names).status().code(),
-            StatusCode::kInvalidArgument);
 }
 
 }  // namespace
