@@ -27,6 +27,7 @@
 #pragma once
 
 #include <Eigen/Core>
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -43,6 +44,10 @@ struct Record {
   std::vector<int32_t> word_ids;  // LDA: vocabulary ids in text order
   std::vector<double> features;   // BLR / SBN inputs
   double label = 0;               // BLR: 0 or 1
+  // Unit-level privacy (privacy.unit other than record): the 128-bit digest
+  // of the record's unit id (svi::UnitDigest), the same for every record of
+  // one unit; all zero in record mode. PRIVATE: it tells whose record this is.
+  std::array<uint8_t, 16> unit{};
 };
 
 // A record's statistic in sparse form: flat coordinates of the statistic

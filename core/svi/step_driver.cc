@@ -4,9 +4,11 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "core/privacy/gaussian_mechanism.h"
@@ -18,12 +20,149 @@ namespace {
 // definition: changing it changes the floating-point summation order.
 constexpr size_t kChunkRecords = 64;
 
+constexpr int64_t kMaxRecordsPerUnit = 1000000;
+
 // Seconds since `since`, and moves `since` to now.
 double Lap(std::chrono::steady_clock::time_point& since) {
   const auto now = std::chrono::steady_clock::now();
   const double seconds = std::chrono::duration<double>(now - since).count();
   since = now;
   return seconds;
+}
+
+// total += add, both sparse with strictly increasing indices; `scratch`
+// is reused storage.
+void AddSparseTo(const model::SparseStatistic& add, model::SparseStatistic& total,
+                 model::SparseStatistic& scratch) {
+  if (total.indices.empty()) {
+    total.indices = add.indices;
+    total.values = add.values;
+    return;
+  }
+  scratch.Clear();
+  size_t a = 0, t = 0;
+  while (a < add.indices.size() || t < total.indices.size()) {
+    if (t == total.indices.size() ||
+        (a < add.indices.size() && add.indices[a] < total.indices[t])) {
+      scratch.indices.push_back(add.indices[a]);
+      scratch.values.push_back(add.values[a++]);
+    } else if (a == add.indices.size() || total.indices[t] < add.indices[a]) {
+      scratch.indices.push_back(total.indices[t]);
+      scratch.values.push_back(total.values[t++]);
+    } else {
+      scratch.indices.push_back(total.indices[t]);
+      scratch.values.push_back(total.values[t++] + add.values[a++]);
+    }
+  }
+  std::swap(total, scratch);
+}
+
+struct UnitHash {
+  size_t operator()(const std::array<uint8_t, 16>& digest) const {
+    uint64_t h = 0;
+    std::memcpy(&h, digest.data(), sizeof(h));
+    return static_cast<size_t>(h);
+  }
+};
+
+// Step 2's outcome for one stream: the records of its contributions and
+// their E-step seeds. Record-level: each record is a contribution (`ends`
+// empty). Unit-level: contribution j is records[ends[j-1], ends[j]).
+struct Batch {
+  std::vector<const model::Record*> records;
+  std::vector<uint64_t> seeds;
+  std::vector<uint32_t> ends;
+  size_t contributions() const { return ends.empty() ? records.size() : ends.size(); }
+};
+
+// Unit-level step 2 (DriverConfig::max_records_per_unit). Every decision
+// about unit u depends on the step key and u's own candidates only:
+//   kept(u): UnitWord(key, d(u)) < ⌊q·2^64⌋;
+//   chosen: u's candidates with the `cap` smallest (rank(s, o), s, o) —
+//           rank = word(s, o, kUnitRankNonce), s in stream (name) order;
+//   home: the chosen record with the smallest (s, o); the unit's
+//         contribution is part of stream s's partial sum, in order of home
+//         offsets, its records summed in (s, o) order.
+// Adding or removing another unit's records changes none of these.
+Status SampleUnits(const StepKey& key, const std::vector<StreamCandidates>& streams, double q,
+                   int64_t cap, std::vector<Batch>& batches) {
+  struct Member {
+    uint32_t stream;
+    uint32_t index;
+    uint64_t rank;
+  };
+  std::unordered_map<std::array<uint8_t, 16>, std::vector<Member>, UnitHash> units;
+  std::unordered_map<std::array<uint8_t, 16>, bool, UnitHash> kept;
+  const uint64_t threshold = q >= 1.0 ? 0 : SampleThreshold(q);
+  std::vector<std::array<uint8_t, 32>> stream_keys;
+  stream_keys.reserve(streams.size());
+  std::vector<int64_t> offsets;
+  std::vector<uint32_t> indices;
+  std::vector<uint64_t> words;
+  for (size_t s = 0; s < streams.size(); ++s) {
+    const StreamCandidates& stream = streams[s];
+    stream_keys.push_back(DeriveStreamKey(key, stream.stream));
+    offsets.clear();
+    indices.clear();
+    for (size_t i = 0; i < stream.records.size(); ++i) {
+      const auto& digest = stream.records[i]->unit;
+      auto [it, fresh] = kept.try_emplace(digest, true);
+      if (fresh && q < 1.0) it->second = UnitWord(key, digest) < threshold;
+      if (!it->second) continue;
+      offsets.push_back(stream.offsets[i]);
+      indices.push_back(static_cast<uint32_t>(i));
+    }
+    VIPSD_RETURN_IF_ERROR(KeyedWords(stream_keys[s], kUnitRankNonce, offsets, words));
+    for (size_t j = 0; j < indices.size(); ++j) {
+      units[stream.records[indices[j]]->unit].push_back(
+          {static_cast<uint32_t>(s), indices[j], words[j]});
+    }
+  }
+  // Chosen records per stream (by index), and each unit's home.
+  struct Contribution {
+    uint32_t home_index;  // in its home stream
+    std::vector<Member> members;
+  };
+  std::vector<std::vector<Contribution>> homed(streams.size());
+  std::vector<std::vector<uint32_t>> chosen(streams.size());
+  const auto by_position = [](const Member& a, const Member& b) {
+    return a.stream != b.stream ? a.stream < b.stream : a.index < b.index;
+  };
+  for (auto& [digest, members] : units) {
+    if (static_cast<int64_t>(members.size()) > cap) {
+      std::nth_element(members.begin(), members.begin() + (cap - 1), members.end(),
+                       [&](const Member& a, const Member& b) {
+                         return a.rank != b.rank ? a.rank < b.rank : by_position(a, b);
+                       });
+      members.resize(static_cast<size_t>(cap));
+    }
+    std::sort(members.begin(), members.end(), by_position);
+    for (const Member& m : members) chosen[m.stream].push_back(m.index);
+    homed[members.front().stream].push_back({members.front().index, std::move(members)});
+  }
+  // E-step seeds of the chosen records: word(s, o, kEStepSeedNonce).
+  std::vector<std::vector<uint64_t>> seed_of(streams.size());
+  for (size_t s = 0; s < streams.size(); ++s) {
+    std::sort(chosen[s].begin(), chosen[s].end());
+    offsets.clear();
+    for (uint32_t i : chosen[s]) offsets.push_back(streams[s].offsets[i]);
+    VIPSD_RETURN_IF_ERROR(KeyedWords(stream_keys[s], kEStepSeedNonce, offsets, words));
+    seed_of[s].assign(streams[s].records.size(), 0);
+    for (size_t j = 0; j < chosen[s].size(); ++j) seed_of[s][chosen[s][j]] = words[j];
+  }
+  for (size_t s = 0; s < streams.size(); ++s) {
+    std::sort(homed[s].begin(), homed[s].end(),
+              [](const Contribution& a, const Contribution& b) { return a.home_index < b.home_index; });
+    Batch& batch = batches[s];
+    for (const Contribution& contribution : homed[s]) {
+      for (const Member& m : contribution.members) {
+        batch.records.push_back(streams[m.stream].records[m.index]);
+        batch.seeds.push_back(seed_of[m.stream][m.index]);
+      }
+      batch.ends.push_back(static_cast<uint32_t>(batch.records.size()));
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -40,6 +179,9 @@ Status ValidateDriverConfig(const DriverConfig& c) {
   }
   if (!(c.kappa > 0.5 && c.kappa <= 1)) return InvalidArgumentError("kappa must be in (0.5, 1]");
   if (c.threads < 1 || c.threads > 256) return InvalidArgumentError("threads must be in [1, 256]");
+  if (c.max_records_per_unit < 0 || c.max_records_per_unit > kMaxRecordsPerUnit) {
+    return InvalidArgumentError("max_records_per_unit must be in [0, 1000000] (0 = record-level)");
+  }
   if (c.noise_multiplier > 0) {
     if (!(c.delta > 0 && c.delta < 1)) return InvalidArgumentError("delta must be in (0, 1)");
     if (!(c.epsilon_ceiling > 0) || !std::isfinite(c.epsilon_ceiling)) {
@@ -191,24 +333,25 @@ Status StepDriver::SumStreams(const StepKey& key, const std::vector<StreamCandid
   const double q = config_.sampling_rate;
   auto clock = std::chrono::steady_clock::now();
 
-  // 2. Poisson sampling, per record, from the keyed words. P(include) =
-  // ⌊q·2^64⌋/2^64 ≤ q, which the accountant's q bounds (RDP grows with q).
-  // batches[s] lists the sampled records of stream s and their E-step seeds.
-  struct Batch {
-    std::vector<const model::Record*> records;
-    std::vector<uint64_t> seeds;
-  };
+  // 2. Poisson sampling, per record (or per unit), from the keyed words.
+  // P(include) = ⌊q·2^64⌋/2^64 ≤ q, which the accountant's q bounds (RDP
+  // grows with q). batches[s] lists stream s's contributions and the
+  // E-step seeds of their records.
   std::vector<Batch> batches(streams.size());
-  {
+  for (const StreamCandidates& stream : streams) {
+    if (stream.records.size() != stream.offsets.size()) {
+      return InvalidArgumentError("stream '" + stream.stream +
+                                  "': records and offsets differ in number");
+    }
+  }
+  if (config_.max_records_per_unit > 0) {
+    VIPSD_RETURN_IF_ERROR(SampleUnits(key, streams, q, config_.max_records_per_unit, batches));
+  } else {
     const uint64_t threshold = q >= 1.0 ? 0 : SampleThreshold(q);
     std::vector<uint64_t> sample_words, seed_words;
     std::vector<int64_t> sampled_offsets;
     for (size_t s = 0; s < streams.size(); ++s) {
       const StreamCandidates& stream = streams[s];
-      if (stream.records.size() != stream.offsets.size()) {
-        return InvalidArgumentError("stream '" + stream.stream +
-                                    "': records and offsets differ in number");
-      }
       const auto stream_key = DeriveStreamKey(key, stream.stream);
       Batch& batch = batches[s];
       sampled_offsets.clear();
@@ -239,12 +382,12 @@ Status StepDriver::SumStreams(const StepKey& key, const std::vector<StreamCandid
   // result. Memory stays bounded (a few accumulators per worker).
   struct Chunk {
     size_t stream;
-    size_t begin, end;  // in batches[stream]
+    size_t begin, end;  // contributions of batches[stream]
     bool last_of_stream;
   };
   std::vector<Chunk> chunks;
   for (size_t s = 0; s < streams.size(); ++s) {
-    const size_t n = batches[s].records.size();
+    const size_t n = batches[s].contributions();
     if (n == 0) {
       chunks.push_back({s, 0, 0, true});
       continue;
@@ -277,7 +420,7 @@ Status StepDriver::SumStreams(const StepKey& key, const std::vector<StreamCandid
   Status merge_status = Status::Ok();                                   // guarded by mutex
   auto worker = [&]() {
     auto scratch = model_->NewScratch();
-    model::SparseStatistic statistic;
+    model::SparseStatistic statistic, unit_sum, merged_sum;
     for (;;) {
       size_t index;
       std::unique_ptr<privacy::GaussianSumMechanism> sum;
@@ -295,14 +438,27 @@ Status StepDriver::SumStreams(const StepKey& key, const std::vector<StreamCandid
       if (!sum) sum = std::make_unique<privacy::GaussianSumMechanism>(layout);
       const Chunk& chunk = chunks[index];
       const Batch& batch = batches[chunk.stream];
-      for (size_t i = chunk.begin; i < chunk.end; ++i) {
-        model::RecordRng rng(batch.seeds[i]);
-        statistic.Clear();
-        // A record the model rejects (malformed) or whose statistic is not
-        // finite is not summed; that is a PRIVATE fact and is not reported.
-        if (model_->EStep(*batch.records[i], rng, *scratch, statistic).ok()) {
-          (void)sum->AddSparse(statistic.indices, statistic.values);
+      for (size_t c = chunk.begin; c < chunk.end; ++c) {
+        if (batch.ends.empty()) {
+          model::RecordRng rng(batch.seeds[c]);
+          statistic.Clear();
+          // A record the model rejects (malformed) or whose statistic is not
+          // finite is not summed; that is a PRIVATE fact and is not reported.
+          if (model_->EStep(*batch.records[c], rng, *scratch, statistic).ok()) {
+            (void)sum->AddSparse(statistic.indices, statistic.values);
+          }
+          continue;
         }
+        // A unit: its records' statistics summed, the sum clipped once.
+        unit_sum.Clear();
+        for (size_t i = c == 0 ? 0 : batch.ends[c - 1]; i < batch.ends[c]; ++i) {
+          model::RecordRng rng(batch.seeds[i]);
+          statistic.Clear();
+          if (model_->EStep(*batch.records[i], rng, *scratch, statistic).ok()) {
+            AddSparseTo(statistic, unit_sum, merged_sum);
+          }
+        }
+        (void)sum->AddSparse(unit_sum.indices, unit_sum.values);
       }
       std::unique_lock<std::mutex> lock(mutex);
       finished[index] = std::move(sum);

@@ -16,7 +16,9 @@
 //   2. Poisson sampling: every candidate record is included independently
 //      with probability q, decided by a keystream word at the record's own
 //      (stream, offset) under the step key. The batch size is random and
-//      PRIVATE.
+//      PRIVATE. Unit-level (max_records_per_unit > 0): every unit instead,
+//      by a keyed word of the unit; a kept unit's records beyond the cap are
+//      left out by their own keyed rank (DriverConfig).
 //   3. E-step per sampled record, in parallel over `threads` workers, with
 //      the record's own keyed seed. Each stream's batch (in offset order) is
 //      cut into fixed chunks of 64 records; each chunk is clipped and summed
@@ -83,6 +85,14 @@ struct DriverConfig {
   // budget before calling Step (the daemon's residency mode checks the
   // per-record window, privacy/residency_accountant.h).
   bool enforce_ceiling = true;
+  // The privacy unit (docs/privacy_accounting.md "The privacy unit"). 0:
+  // every record is its own unit (record-level privacy). C > 0: unit-level:
+  // step 2 keeps each UNIT (model::Record::unit) with probability q, a kept
+  // unit contributes at most C of its candidate records (the C with the
+  // smallest rank word, svi/step_randomness.h), and step 3 sums their
+  // statistics and clips the sum once, as one record's. All of a unit's
+  // records must be among `streams` of one SumStreams call (one process).
+  int64_t max_records_per_unit = 0;
 };
 
 // Checks every range above; messages name the field.

@@ -10,6 +10,8 @@ namespace vipsd::svi {
 namespace {
 
 constexpr char kStreamKeyDomain[] = "vipsd-step-stream-v1";
+constexpr char kUnitDigestDomain[] = "vipsd-unit-v1";
+constexpr char kUnitWordDomain[] = "vipsd-step-unit-v1";
 constexpr int64_t kMaxOffset = int64_t{1} << 62;
 // Blocks of keystream a run may skip over rather than start a new run.
 constexpr uint64_t kMaxGapBlocks = 8;
@@ -44,6 +46,28 @@ std::array<uint8_t, 32> DeriveStreamKey(const StepKey& key, std::string_view str
   crypto_generichash(out.data(), out.size(), reinterpret_cast<const unsigned char*>(message.data()),
                      message.size(), key.bytes.data(), key.bytes.size());
   return out;
+}
+
+std::array<uint8_t, 16> UnitDigest(std::string_view unit_id) {
+  std::string message(kUnitDigestDomain, sizeof(kUnitDigestDomain));  // includes the 0 byte
+  message.append(unit_id);
+  std::array<uint8_t, 16> out{};
+  crypto_generichash(out.data(), out.size(), reinterpret_cast<const unsigned char*>(message.data()),
+                     message.size(), nullptr, 0);
+  sodium_memzero(message.data(), message.size());
+  return out;
+}
+
+uint64_t UnitWord(const StepKey& key, const std::array<uint8_t, 16>& digest) {
+  unsigned char message[sizeof(kUnitWordDomain) + 16];
+  std::memcpy(message, kUnitWordDomain, sizeof(kUnitWordDomain));  // includes the 0 byte
+  std::memcpy(message + sizeof(kUnitWordDomain), digest.data(), digest.size());
+  unsigned char out[32];
+  crypto_generichash(out, sizeof(out), message, sizeof(message), key.bytes.data(),
+                     key.bytes.size());
+  const uint64_t word = LoadLe64(out);
+  sodium_memzero(out, sizeof(out));
+  return word;
 }
 
 Status KeyedWords(const std::array<uint8_t, 32>& stream_key, uint64_t nonce,

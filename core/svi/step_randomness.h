@@ -13,6 +13,17 @@
 //   sampled(s, o)    ⇔ word(s, o, 0) < ⌊q · 2^64⌋      (q < 1; q = 1: always)
 //   E-step seed      = word(s, o, 1)
 //
+// Unit-level privacy (privacy.unit; docs/privacy_accounting.md "The privacy
+// unit") samples units instead of records, and ranks a kept unit's records:
+//
+//   unit digest d(u) = BLAKE2b-128(message = "vipsd-unit-v1" ‖ 0 ‖ u)
+//                      (unkeyed; computed when the record is decoded)
+//   unit word  w(u)  = 64-bit little-endian prefix of
+//                      BLAKE2b-256(key = step key,
+//                                  message = "vipsd-step-unit-v1" ‖ 0 ‖ d(u))
+//   kept(u)          ⇔ w(u) < ⌊q · 2^64⌋       (q < 1; q = 1: always)
+//   rank(s, o)       = word(s, o, 2)
+//
 // where s is the record's stream (a Kafka partition's canonical name, or
 // the offline run's file) and o its offset in that stream.
 //
@@ -27,6 +38,12 @@
 // Several processes that hold the same step key and disjoint sets of
 // streams therefore make exactly the decisions one process would make
 // holding every stream (docs/privacy_accounting.md, "Scale-out").
+//
+// For units the same argument holds with BLAKE2b keyed by the step key as
+// the pseudorandom function: distinct digests give independent Bernoulli(q)
+// inclusion, decided by the step key and the unit alone. Two unit ids with
+// one digest would be treated as one unit (probability about n²/2^129 for
+// n units: negligible, like a keystream collision).
 //
 // What is private: the step key (it determines the sample; anyone who holds
 // it and the records knows which records the step used — that would void
@@ -59,6 +76,12 @@ StepKey DrawStepKey(privacy::NoiseSource& noise);
 // Keystream nonces: which decision a word makes.
 inline constexpr uint64_t kSampleNonce = 0;
 inline constexpr uint64_t kEStepSeedNonce = 1;
+inline constexpr uint64_t kUnitRankNonce = 2;
+
+// d(u) above: the digest a record of unit `unit_id` carries (model::Record::unit).
+std::array<uint8_t, 16> UnitDigest(std::string_view unit_id);
+// w(u) above.
+uint64_t UnitWord(const StepKey& key, const std::array<uint8_t, 16>& digest);
 
 // The stream key k_s above.
 std::array<uint8_t, 32> DeriveStreamKey(const StepKey& key, std::string_view stream);
