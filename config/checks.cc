@@ -129,6 +129,65 @@ Diagnostics::Entry At(const VipsdConfig& config, const std::string& key, const s
   return {line, config.file + ":" + std::to_string(line) + ": " + key + ": " + what};
 }
 
+// privacy.unit, its field and its cap, and what a unit cannot be combined
+// with (docs/privacy_accounting.md "The privacy unit").
+void CheckPrivacyUnit(const VipsdConfig& config, Diagnostics* diag) {
+  const bool per_unit = config.privacy_unit != PrivacyUnit::kRecord;
+  const auto error = [&](const std::string& key, const std::string& what) {
+    diag->errors.push_back(At(config, key, what));
+  };
+  if (!per_unit) {
+    if (config.line_of("privacy.max_records_per_unit") > 0) {
+      error("privacy.max_records_per_unit", "only allowed with privacy.unit: key or field");
+    }
+    if (config.line_of("privacy.unit_field") > 0) {
+      error("privacy.unit_field", "only allowed with privacy.unit: field");
+    }
+    return;
+  }
+  if (config.driver.max_records_per_unit <= 0) {
+    error("privacy.unit",
+          "a unit needs privacy.max_records_per_unit (an integer in [1, 1000000]: how many of "
+          "one unit's records a step may use; their statistics are clipped together)");
+  }
+  if (config.privacy_unit == PrivacyUnit::kKey && config.source_type != SourceType::kKafka) {
+    error("privacy.unit",
+          "key needs source.type: kafka (the message key is the unit id); a file source names "
+          "its unit with privacy.unit: field and privacy.unit_field");
+  }
+  if (config.privacy_unit == PrivacyUnit::kField) {
+    if (config.source_type != SourceType::kFile) {
+      error("privacy.unit",
+            "field is for source.type: file; a Kafka source's unit is its message key "
+            "(privacy.unit: key)");
+    }
+    if (config.unit_field.empty()) {
+      error("privacy.unit", "field needs privacy.unit_field (the JSON key of the unit id)");
+    } else if (config.unit_field.size() > 128 ||
+               !std::all_of(config.unit_field.begin(), config.unit_field.end(), [](char c) {
+                 return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                        (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+               })) {
+      error("privacy.unit_field",
+            "must be 1 to 128 characters of A-Z, a-z, 0-9, '_', '.' and '-' (a JSON key)");
+    }
+  } else if (config.line_of("privacy.unit_field") > 0) {
+    error("privacy.unit_field", "only allowed with privacy.unit: field");
+  }
+  if (config.accounting == Accounting::kResidency) {
+    error("privacy.accounting",
+          "residency cannot be used with privacy.unit " + std::string(PrivacyUnitName(config.privacy_unit)) +
+              ": it bounds how many steps one record is a candidate in, and a unit can keep "
+              "sending new records (use global)");
+  }
+  if (!config.work_topic.empty()) {
+    error("state.work_topic",
+          "shared work cannot be used with privacy.unit " + std::string(PrivacyUnitName(config.privacy_unit)) +
+              " yet: a unit whose records sit in partitions of two processes would contribute "
+              "one clipped vector from each");
+  }
+}
+
 }  // namespace
 
 void CheckWholeFile(const VipsdConfig& config, Diagnostics* diag) {
@@ -146,6 +205,7 @@ void CheckWholeFile(const VipsdConfig& config, Diagnostics* diag) {
            "residency accounting needs a finite window (a whole number >= 1: each record is a "
            "candidate in at most that many steps), got all"));
   }
+  CheckPrivacyUnit(config, diag);
   if (config.source_type == SourceType::kFile && !config.dead_letter_path.empty() &&
       std::filesystem::path(config.dead_letter_path).lexically_normal() ==
           std::filesystem::path(config.source_path).lexically_normal()) {

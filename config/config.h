@@ -50,6 +50,12 @@ enum class Accounting { kGlobal, kResidency };
 // privacy filter.
 enum class Schedule { kFixed, kAdaptive };
 enum class CeilingAction { kHalt, kExit };
+// privacy.unit (docs/privacy_accounting.md "The privacy unit"): what one
+// guarantee protects. kRecord: one record. kKey: every record with one Kafka
+// message key. kField: every record with one value of the JSON field
+// privacy.unit_field (file sources).
+enum class PrivacyUnit { kRecord, kKey, kField };
+std::string_view PrivacyUnitName(PrivacyUnit unit);  // "record" | "key" | "field"
 enum class SourceType { kFile, kKafka };
 enum class SinkType { kFile, kKafka };
 
@@ -85,6 +91,9 @@ struct VipsdConfig {
   NoiseMode noise_mode = NoiseMode::kSecure;
   uint64_t noise_seed = 0;
   Accounting accounting = Accounting::kGlobal;
+  // The privacy unit; the cap is driver.max_records_per_unit (0 = record).
+  PrivacyUnit privacy_unit = PrivacyUnit::kRecord;
+  std::string unit_field;  // kField: the JSON key holding the unit id
   // Unset: the ledger's schedule for an existing state directory, kFixed
   // for a new one.
   std::optional<Schedule> schedule;

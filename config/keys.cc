@@ -16,6 +16,9 @@ constexpr Named<Accounting> kAccountings[] = {{"global", Accounting::kGlobal},
                                               {"residency", Accounting::kResidency}};
 constexpr Named<Schedule> kSchedules[] = {{"fixed", Schedule::kFixed},
                                           {"adaptive", Schedule::kAdaptive}};
+constexpr Named<PrivacyUnit> kPrivacyUnits[] = {{"record", PrivacyUnit::kRecord},
+                                                {"key", PrivacyUnit::kKey},
+                                                {"field", PrivacyUnit::kField}};
 constexpr Named<CeilingAction> kCeilingActions[] = {{"halt", CeilingAction::kHalt},
                                                     {"exit", CeilingAction::kExit}};
 constexpr Named<SourceType> kSourceTypes[] = {{"file", SourceType::kFile},
@@ -194,6 +197,16 @@ void AddPrivacy(std::vector<Key>& keys) {
   // Absent: the ledger's schedule for an existing state directory, fixed
   // for a new one. Ignored by a non-private run (nothing is charged).
   keys.push_back(Choice("privacy.schedule", VIPSD_MEMBER(schedule), kSchedules)
+                     .DerivedDefault()
+                     .OnReload(Reload::kStateDirectory));
+  // The privacy unit and its cap: kept by the state directory (its ledger
+  // records them), like the accounting mode.
+  keys.push_back(Choice("privacy.unit", VIPSD_MEMBER(privacy_unit), kPrivacyUnits)
+                     .OnReload(Reload::kStateDirectory));
+  keys.push_back(
+      String("privacy.unit_field", VIPSD_MEMBER(unit_field)).OnReload(Reload::kStateDirectory));
+  keys.push_back(Integer("privacy.max_records_per_unit", VIPSD_MEMBER(driver.max_records_per_unit),
+                         1, 1000000)
                      .DerivedDefault()
                      .OnReload(Reload::kStateDirectory));
   keys.push_back(
@@ -545,6 +558,13 @@ bool AppliesWith(const Key& key, const Choices& choices) {
 }
 
 }  // namespace internal
+
+std::string_view PrivacyUnitName(PrivacyUnit unit) {
+  for (const auto& named : internal::kPrivacyUnits) {
+    if (named.value == unit) return named.name;
+  }
+  return "record";
+}
 
 std::vector<std::pair<std::string, std::string>> AppliedKeyValues(const VipsdConfig& config) {
   const internal::Choices choices = internal::ChoicesOf(config);

@@ -428,7 +428,8 @@ Status Ingest::IngestBatch(PollBatch& batch) {
       rejected.emplace_back(i, connectors::RejectReason::kRecordTooLarge);
       continue;
     }
-    connectors::RecordDecodeResult result = decoder_->Decode(records[i].payload);
+    connectors::RecordDecodeResult result =
+        decoder_->DecodeKeyed(records[i].payload, records[i].key);
     if (auto* failure = std::get_if<connectors::DecodeFailure>(&result)) {
       rejected.emplace_back(i, failure->reason);  // the bytes go to the dead-letter topic
     } else {

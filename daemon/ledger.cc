@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +29,7 @@ constexpr std::string_view kHeaderV2 = "vipsd-ledger 2\n";
 constexpr std::string_view kHeaderV3 = "vipsd-ledger 3\n";
 constexpr std::string_view kHeaderV4 = "vipsd-ledger 4\n";
 constexpr std::string_view kHeaderV5 = "vipsd-ledger 5\n";
+constexpr std::string_view kHeaderV6 = "vipsd-ledger 6\n";
 constexpr std::string_view kChecksumPrefix = "blake2b ";
 constexpr std::string_view kRefuse = "; refusing to start from zero";
 
@@ -175,7 +177,10 @@ StatusOr<Ledger> Ledger::Open(const std::string& directory) {
 }
 
 std::string Ledger::Encode(const LedgerState& state) {
-  std::string out(kHeaderV5);
+  // Version 6 adds the unit line; a record-level directory stays version 5,
+  // byte for byte what earlier releases wrote.
+  const bool per_unit = state.unit != "record";
+  std::string out(per_unit ? kHeaderV6 : kHeaderV5);
   out += "run " + state.run_id + "\n";
   out += "model " + state.model_type + " " + state.model_fingerprint + "\n";
   out += "source " + std::string(SourceKindName(state.source)) + "\n";
@@ -195,6 +200,10 @@ std::string Ledger::Encode(const LedgerState& state) {
          std::to_string(n.fixed_seed_steps) + " " + std::to_string(n.first_fixed_seed_step) + "\n";
   out += "warning_level " + HexDouble(state.warning_level) + "\n";
   out += "ceiling " + HexDouble(state.epsilon_ceiling) + "\n";
+  if (per_unit) {
+    out += "unit " + state.unit + (state.unit == "field" ? " " + state.unit_field : "") + " " +
+           std::to_string(state.max_records_per_unit) + "\n";
+  }
   AppendSection(out, "slot-windows", state.windows.Serialize());
   AppendSection(out, "rdp-accountant", state.accountant.Serialize());
   if (state.schedule == ScheduleKind::kAdaptive && !state.accountant.filter_weights().empty()) {
@@ -319,6 +328,25 @@ Status DecodeLines(Reader& reader, int version, LedgerState& state, bool* weight
       return reader.Bad("bad ceiling value (must be a finite number >= 0)");
     }
   }
+  if (version >= 6) {
+    VIPSD_RETURN_IF_ERROR(reader.Line(&line));
+    std::istringstream words(line);
+    std::string kind, field, cap, extra;
+    if (!(words >> word >> kind) || word != "unit" || (kind != "key" && kind != "field")) {
+      return reader.Bad("bad unit line (unit key CAP | unit field NAME CAP)");
+    }
+    if (kind == "field" && !(words >> field)) return reader.Bad("bad unit line (no field)");
+    if (!(words >> cap) || (words >> extra)) return reader.Bad("bad unit line");
+    int64_t parsed = 0;
+    const auto [end, error] = std::from_chars(cap.data(), cap.data() + cap.size(), parsed);
+    if (error != std::errc() || end != cap.data() + cap.size() || parsed < 1 ||
+        parsed > 1000000) {
+      return reader.Bad("bad unit cap (must be an integer in [1, 1000000])");
+    }
+    state.unit = kind;
+    state.unit_field = field;
+    state.max_records_per_unit = parsed;
+  }
   return Status::Ok();
 }
 
@@ -382,6 +410,7 @@ StatusOr<LedgerState> Ledger::Decode(const std::string& bytes, const std::string
   if (bytes.compare(0, kHeaderV3.size(), kHeaderV3) == 0) version = 3;
   if (bytes.compare(0, kHeaderV4.size(), kHeaderV4) == 0) version = 4;
   if (bytes.compare(0, kHeaderV5.size(), kHeaderV5) == 0) version = 5;
+  if (bytes.compare(0, kHeaderV6.size(), kHeaderV6) == 0) version = 6;
   if (version == 0) return whole.Bad("not a vipsd ledger (bad header)");
   // The checksum line is the last line and covers every byte before it.
   const size_t checksum_at = bytes.rfind(std::string("\n") + std::string(kChecksumPrefix));

@@ -26,8 +26,8 @@
 // crash at any point can lose a release but never undercount ε.
 //
 // Failure: Decode() refuses, with DATA_LOSS naming the file, anything that is
-// not exactly a version-4 ledger (or a version-3 one, read as schedule
-// adaptive): a corrupt, truncated or checksum-mismatching
+// not exactly a version-6, 5 or 4 ledger (or a version-3 one, read as
+// schedule adaptive): a corrupt, truncated or checksum-mismatching
 // file, counters beyond 2^53 (far from int64 overflow in any later sum), and
 // the older versions 1 (no checksum) and 2 (no run id or noise history) —
 // never a silent restart from zero. Open() takes an exclusive lock (flock on
@@ -95,6 +95,14 @@ struct LedgerState {
   // one, or a ledger written before version 5; the next private start
   // records its configured ceiling).
   double epsilon_ceiling = 0;
+  // The privacy unit this directory's budget protects (privacy.unit;
+  // docs/privacy_accounting.md "The privacy unit"): "record", "key" or
+  // "field" (then unit_field names the JSON key), and the per-step cap of
+  // a unit's records (0 for "record"). Fixed for the directory. A ledger
+  // before version 6 is "record"; Encode writes version 6 only for a unit.
+  std::string unit = "record";
+  std::string unit_field;
+  int64_t max_records_per_unit = 0;
   // The slot clock and the cuts of every input stream.
   svi::SlotWindows windows;
   // Every private step ever run. In global mode this is the budget of record;

@@ -8,6 +8,7 @@
 #include "connectors/file/file_util.h"
 #include "connectors/decode/blr_record_decoder.h"
 #include "connectors/decode/sbn_record_decoder.h"
+#include "connectors/decode/unit_decoder.h"
 #include "core/models/blr.h"
 #include "core/models/lda.h"
 #include "core/models/sbn.h"
@@ -75,6 +76,14 @@ StatusOr<ModelBundle> BuildModel(const config::VipsdConfig& config) {
   } else {
     return InvalidArgumentError("model.type '" + config.model_type + "' is not supported");
   }
+  if (config.privacy_unit != config::PrivacyUnit::kRecord) {
+    // Unit-level privacy: every record also carries its unit's digest.
+    bundle.decoder = connectors::NewUnitDecoder(std::move(bundle.decoder),
+                                                config.privacy_unit == config::PrivacyUnit::kKey
+                                                    ? connectors::UnitSource::kKey
+                                                    : connectors::UnitSource::kField,
+                                                config.unit_field);
+  }
   bundle.model_fingerprint = ModelFingerprint(*bundle.model, bundle.vocabulary_fingerprint);
   bundle.record_settings = RecordSettings(config, bundle.vocabulary_fingerprint);
   return bundle;
@@ -121,6 +130,11 @@ std::string ConfigFingerprint(const config::VipsdConfig& c) {
        << " ceiling=" << c.driver.epsilon_ceiling
        << " accounting=" << (c.accounting == config::Accounting::kGlobal ? "global" : "residency")
        << " window=" << c.window_steps;
+  if (c.privacy_unit != config::PrivacyUnit::kRecord) {  // record mode: as before units
+    text << " unit=" << config::PrivacyUnitName(c.privacy_unit);
+    if (!c.unit_field.empty()) text << ":" << c.unit_field;
+    text << " max_records_per_unit=" << c.driver.max_records_per_unit;
+  }
   return release::Blake2bHex(text.str());
 }
 

@@ -71,6 +71,23 @@ Status CheckLedgerBelongs(const config::VipsdConfig& config, const ModelBundle& 
         std::string(AccountingModeName(state.mode)) +
         " mode; the accounting mode cannot change for a state directory (use a new one)");
   }
+  const std::string unit(config::PrivacyUnitName(config.privacy_unit));
+  const std::string field = config.privacy_unit == config::PrivacyUnit::kField ? config.unit_field : "";
+  const int64_t cap = config.privacy_unit == config::PrivacyUnit::kRecord
+                          ? 0
+                          : config.driver.max_records_per_unit;
+  if (state.unit != unit || state.unit_field != field || state.max_records_per_unit != cap) {
+    const auto describe = [](const std::string& u, const std::string& f, int64_t c) {
+      return u == "record" ? std::string("unit record")
+                           : "unit " + u + (f.empty() ? "" : " (field " + f + ")") +
+                                 " with max_records_per_unit " + std::to_string(c);
+    };
+    return FailedPreconditionError(
+        KeyWhere(config, "privacy.unit") + "the ledger " + ledger_path + " protects " +
+        describe(state.unit, state.unit_field, state.max_records_per_unit) +
+        "; this configuration says " + describe(unit, field, cap) +
+        ": the privacy unit and its cap cannot change for a state directory (use a new one)");
+  }
   return Status::Ok();
 }
 
@@ -249,6 +266,11 @@ StatusOr<LedgerState> FreshState(const config::VipsdConfig& config, const ModelB
   state.source = source_kind;
   state.mode = mode;
   state.schedule = schedule;
+  if (config.privacy_unit != config::PrivacyUnit::kRecord) {
+    state.unit = std::string(config::PrivacyUnitName(config.privacy_unit));
+    if (config.privacy_unit == config::PrivacyUnit::kField) state.unit_field = config.unit_field;
+    state.max_records_per_unit = config.driver.max_records_per_unit;
+  }
   if (schedule == ScheduleKind::kFixed) {
     state.fixed_sampling_rate = config.driver.sampling_rate;
     state.fixed_noise_multiplier = config.driver.noise_multiplier;

@@ -92,6 +92,8 @@ std::string_view RejectReasonName(RejectReason reason) {
     case RejectReason::kBadLabel: return "bad_label";
     case RejectReason::kNormTooLarge: return "norm_too_large";
     case RejectReason::kNotBinary: return "not_binary";
+    case RejectReason::kMissingUnit: return "missing_unit";
+    case RejectReason::kBadUnit: return "bad_unit";
   }
   return "unknown";
 }
@@ -121,6 +123,11 @@ std::string_view RejectReasonDescription(RejectReason reason) {
     case RejectReason::kNormTooLarge:
       return "key \"x\" has L2 norm above 1 and the configured rule is reject";
     case RejectReason::kNotBinary: return "key \"y\" must hold only 0 and 1";
+    case RejectReason::kMissingUnit:
+      return "the record has no unit id (privacy.unit: key needs a non-empty message key; "
+             "field needs the privacy.unit_field key)";
+    case RejectReason::kBadUnit:
+      return "the privacy.unit_field key must be a non-empty string or an integer";
   }
   return "unknown reason";
 }
@@ -679,6 +686,8 @@ DecodeResult DecodeJsonDocument(std::string_view record, const text::Vocabulary&
 
 bool RejectReasonApplies(RejectReason reason, std::string_view model_type) {
   switch (reason) {
+    case RejectReason::kMissingUnit:  // every model, in unit mode
+    case RejectReason::kBadUnit:
     case RejectReason::kInvalidJson:
     case RejectReason::kNotAnObject:
     case RejectReason::kLineTooLong:

@@ -57,13 +57,16 @@ enum class RejectReason {
   kBadLabel,           // BLR: "y" is not 0 or 1
   kNormTooLarge,       // BLR: ||x||_2 > 1 under the "reject" rule (non-private runs only)
   kNotBinary,          // SBN: an observation is not 0 or 1
+  // Unit-level privacy (privacy.unit: key | field; unit_decoder.h):
+  kMissingUnit,        // no unit id: an empty message key, or no privacy.unit_field key
+  kBadUnit,            // the unit field is not a non-empty string or an integer
 };
 
 // Reasons DecodeJsonDocument and JsonlDocumentSource can produce (the first
 // ones of the enum).
 inline constexpr size_t kNumDocumentRejectReasons = 10;
 // All reasons; RejectReason values are 0 .. kNumRejectReasons - 1.
-inline constexpr size_t kNumRejectReasons = 18;
+inline constexpr size_t kNumRejectReasons = 20;
 
 // Stable snake_case code, e.g. "bad_text": used in dead-letter records and as
 // a metric label value.

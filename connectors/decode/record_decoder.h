@@ -29,6 +29,11 @@ class RecordDecoder {
  public:
   virtual ~RecordDecoder() = default;
   virtual RecordDecodeResult Decode(std::string_view bytes) const = 0;
+  // The same, for a record that came with a Kafka message key (PRIVATE, like
+  // the record). Only the unit decoder (unit_decoder.h) reads the key.
+  virtual RecordDecodeResult DecodeKeyed(std::string_view bytes, std::string_view /*key*/) const {
+    return Decode(bytes);
+  }
 };
 
 // LDA documents (json_document.h): Record::word_ids. A document with no

@@ -234,6 +234,10 @@ Status StepDriver::Reconfigure(const DriverConfig& config) {
     return InvalidArgumentError(
         "noise_multiplier cannot switch between 0 (non-private) and > 0 on a running driver");
   }
+  if (config.max_records_per_unit != config_.max_records_per_unit) {
+    return InvalidArgumentError(
+        "max_records_per_unit (the privacy unit's cap) cannot change on a running driver");
+  }
   config_ = config;
   return Status::Ok();
 }

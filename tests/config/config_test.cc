@@ -137,6 +137,71 @@ std::string KafkaWith(const std::string& from, const std::string& to) {
   return text.replace(at, from.size(), to);
 }
 
+// privacy.unit (docs/privacy_accounting.md "The privacy unit"): the unit id
+// comes from the message key (kafka) or a named field (file), the cap is
+// required with a unit and refused without one, and what cannot keep a
+// unit's bound (residency, shared work) is refused with the reason.
+// `keys` (whole lines) go after privacy.noise.
+std::string PrivacyKeys(const std::string& example, const std::string& keys) {
+  std::string text = example;
+  const size_t at = text.find("  noise: secure ");
+  EXPECT_NE(at, std::string::npos);
+  return text.replace(at, 16, "  noise: secure\n" + keys + "  #");
+}
+
+TEST(ConfigTest, PrivacyUnitKeysAndWhatTheyCannotBeCombinedWith) {
+  auto file = ParseConfig(
+      PrivacyKeys(Example(), "  unit: field\n  unit_field: article\n  max_records_per_unit: 5\n"),
+      "f.yaml");
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  EXPECT_EQ(file->privacy_unit, PrivacyUnit::kField);
+  EXPECT_EQ(file->unit_field, "article");
+  EXPECT_EQ(file->driver.max_records_per_unit, 5);
+  auto record = ParseConfig(Example(), "f.yaml");
+  ASSERT_TRUE(record.ok());
+  EXPECT_EQ(record->privacy_unit, PrivacyUnit::kRecord);
+  EXPECT_EQ(record->driver.max_records_per_unit, 0);
+  // The Kafka example accounts by residency, which a unit cannot use.
+  const std::string global_kafka =
+      KafkaWith("  accounting: residency ", "  accounting: global    ");
+  auto keyed =
+      ParseConfig(PrivacyKeys(global_kafka, "  unit: key\n  max_records_per_unit: 20\n"), "k.yaml");
+  ASSERT_TRUE(keyed.ok()) << keyed.status().message();
+  EXPECT_EQ(keyed->privacy_unit, PrivacyUnit::kKey);
+  EXPECT_EQ(keyed->driver.max_records_per_unit, 20);
+
+  std::string shared = PrivacyKeys(global_kafka, "  unit: key\n  max_records_per_unit: 3\n");
+  shared.replace(shared.find("  # work_topic: vipsd-work"), 26, "  work_topic: vipsd-work");
+  const std::vector<Bad> cases = {
+      {PrivacyKeys(Example(), "  unit: person\n"),
+       "privacy.unit: must be one of record, key, field, got 'person'"},
+      {PrivacyKeys(Example(), "  unit: field\n  unit_field: a\n"),
+       "privacy.unit: a unit needs privacy.max_records_per_unit (an integer in [1, 1000000]"},
+      {PrivacyKeys(Example(), "  max_records_per_unit: 3\n"),
+       "privacy.max_records_per_unit: only allowed with privacy.unit: key or field"},
+      {PrivacyKeys(Example(), "  unit: field\n  unit_field: a\n  max_records_per_unit: 0\n"),
+       "privacy.max_records_per_unit: must be a whole number in [1, 1000000], got '0'"},
+      {PrivacyKeys(Example(), "  unit: field\n  max_records_per_unit: 3\n"),
+       "privacy.unit: field needs privacy.unit_field"},
+      {PrivacyKeys(Example(), "  unit: field\n  unit_field: a b\n  max_records_per_unit: 3\n"),
+       "privacy.unit_field: must be 1 to 128 characters"},
+      {PrivacyKeys(Example(), "  unit_field: article\n"),
+       "privacy.unit_field: only allowed with privacy.unit: field"},
+      {PrivacyKeys(Example(), "  unit: key\n  max_records_per_unit: 3\n"),
+       "privacy.unit: key needs source.type: kafka"},
+      {PrivacyKeys(global_kafka, "  unit: field\n  unit_field: a\n  max_records_per_unit: 3\n"),
+       "privacy.unit: field is for source.type: file"},
+      {PrivacyKeys(KafkaExample(), "  unit: key\n  max_records_per_unit: 3\n"),
+       "privacy.accounting: residency cannot be used with privacy.unit key"},
+      {shared, "state.work_topic: shared work cannot be used with privacy.unit key"},
+  };
+  for (const Bad& bad : cases) {
+    auto config = ParseConfig(bad.text, "f.yaml");
+    ASSERT_FALSE(config.ok()) << bad.expected;
+    EXPECT_THAT(config.status().message(), HasSubstr(bad.expected));
+  }
+}
+
 TEST(ConfigTest, LedgerTopicKeys) {
   auto plain = ParseConfig(KafkaExample(), "f.yaml");
   ASSERT_TRUE(plain.ok()) << plain.status().message();

@@ -109,6 +109,10 @@ std::vector<EnumReload> Cases() {
       // Left out: the ledger's schedule (or fixed for a new state directory).
       {"privacy.schedule", With(kafka, {{"  schedule: fixed\n", ""}}),
        With(kafka, {{"schedule: fixed", "schedule: adaptive"}}), "not set", "adaptive"},
+      {"privacy.unit", kafka,
+       With(kafka, {{"accounting: global", "accounting: global\n  unit: key\n"
+                                            "  max_records_per_unit: 4"}}),
+       "record", "key"},
       {"privacy.on_ceiling", kafka, With(kafka, {{"on_ceiling: halt", "on_ceiling: exit"}}), "halt",
        "exit", /*live=*/true},
       {"source.type", kafka, FileRun(), "kafka", "file"},

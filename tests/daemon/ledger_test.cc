@@ -121,6 +121,50 @@ TEST(LedgerTest, TheCeilingIsRecordedAndAVersion4LedgerHasNone) {
   EXPECT_FALSE(Ledger::Decode(Resign(missing), "ledger").ok());
 }
 
+// The privacy unit: a record-level directory is still written as version 5
+// (byte for byte what earlier releases wrote); a unit makes it version 6
+// with a unit line, which is checked behind the checksum.
+TEST(LedgerTest, AUnitIsRecordedInVersion6AndAVersion5LedgerIsRecordLevel) {
+  LedgerState state = Global(4);
+  state.epsilon_ceiling = 2;
+  const std::string record_level = Ledger::Encode(state);
+  EXPECT_EQ(record_level.rfind("vipsd-ledger 5\n", 0), 0u);
+  EXPECT_EQ(record_level.find("\nunit "), std::string::npos);
+  auto decoded = Ledger::Decode(record_level, "ledger");
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->unit, "record");
+  EXPECT_EQ(decoded->max_records_per_unit, 0);
+
+  state.unit = "field";
+  state.unit_field = "article";
+  state.max_records_per_unit = 12;
+  const std::string per_unit = Ledger::Encode(state);
+  EXPECT_EQ(per_unit.rfind("vipsd-ledger 6\n", 0), 0u);
+  EXPECT_NE(per_unit.find("\nceiling 0x1p+1\nunit field article 12\n"), std::string::npos);
+  decoded = Ledger::Decode(per_unit, "ledger");
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->unit, "field");
+  EXPECT_EQ(decoded->unit_field, "article");
+  EXPECT_EQ(decoded->max_records_per_unit, 12);
+  EXPECT_EQ(Ledger::Encode(*decoded), per_unit);
+  state.unit = "key";
+  state.unit_field.clear();
+  decoded = Ledger::Decode(Ledger::Encode(state), "ledger");
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->unit, "key");
+  EXPECT_EQ(decoded->max_records_per_unit, 12);
+
+  for (const std::string& bad :
+       {std::string("unit record 3\n"), std::string("unit key\n"), std::string("unit key 0\n"),
+        std::string("unit key 1000001\n"), std::string("unit key 3x\n"),
+        std::string("unit field 3\n"), std::string("unit key 3 4\n"), std::string("")}) {
+    std::string body = Body(per_unit);
+    const size_t line = body.find("unit ");
+    body.replace(line, body.find('\n', line) + 1 - line, bad);
+    EXPECT_FALSE(Ledger::Decode(Resign(body), "ledger").ok()) << bad;
+  }
+}
+
 TEST(LedgerTest, AFixedScheduleIsPinnedAndAVersion3LedgerReadsAsAdaptive) {
   LedgerState state = Global(9);
   state.schedule = ScheduleKind::kFixed;

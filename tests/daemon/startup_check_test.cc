@@ -131,6 +131,57 @@ TEST(StartupCheckTest, AStartRecordsTheCeilingAndRefusesToRaiseIt) {
   EXPECT_EQ(lowered->state.epsilon_ceiling, 9);
 }
 
+// The privacy unit is recorded by a new directory and cannot change for it:
+// not the unit, not its field, not the cap; a record-level ledger refuses a
+// unit and the other way round.
+TEST(StartupCheckTest, AStartRecordsThePrivacyUnitAndRefusesAnyChangeOfIt) {
+  config::VipsdConfig config = Config();
+  config.model_type = "blr";
+  config.blr.dim = 2;
+  config.source_type = config::SourceType::kFile;
+  config.state_directory = ::testing::TempDir() + "startup_unit";
+  config.privacy_unit = config::PrivacyUnit::kField;
+  config.unit_field = "patient";
+  config.driver.max_records_per_unit = 8;
+  auto bundle = BuildModel(config);
+  ASSERT_TRUE(bundle.ok()) << bundle.status().ToString();
+  auto fresh = PrepareState(config, *bundle, std::nullopt, "/s/ledger", true, /*dry_run=*/true);
+  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+  EXPECT_EQ(fresh->state.unit, "field");
+  EXPECT_EQ(fresh->state.unit_field, "patient");
+  EXPECT_EQ(fresh->state.max_records_per_unit, 8);
+  auto again = PrepareState(config, *bundle, fresh->state, "/s/ledger", true, true);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+
+  const auto refused = [&](config::VipsdConfig changed, const LedgerState& state) {
+    auto other_bundle = BuildModel(changed);
+    EXPECT_TRUE(other_bundle.ok());
+    auto result = PrepareState(changed, *other_bundle, state, "/s/ledger", true, true);
+    EXPECT_FALSE(result.ok());
+    return std::string(result.status().message());
+  };
+  config::VipsdConfig other = config;
+  other.driver.max_records_per_unit = 9;
+  EXPECT_THAT(refused(other, fresh->state),
+              HasSubstr("protects unit field (field patient) with max_records_per_unit 8; this "
+                        "configuration says unit field (field patient) with max_records_per_unit 9"));
+  other = config;
+  other.unit_field = "visit";
+  EXPECT_THAT(refused(other, fresh->state), HasSubstr("cannot change for a state directory"));
+  other = config;
+  other.privacy_unit = config::PrivacyUnit::kRecord;
+  other.unit_field.clear();
+  other.driver.max_records_per_unit = 0;
+  EXPECT_THAT(refused(other, fresh->state), HasSubstr("this configuration says unit record"));
+  auto record_bundle = BuildModel(other);
+  ASSERT_TRUE(record_bundle.ok());
+  auto record_level = PrepareState(other, *record_bundle, std::nullopt, "/s/ledger", true, true);
+  ASSERT_TRUE(record_level.ok()) << record_level.status().ToString();
+  EXPECT_EQ(record_level->state.unit, "record");
+  EXPECT_THAT(refused(config, record_level->state),
+              HasSubstr("protects unit record; this configuration says unit field"));
+}
+
 TEST(StartupCheckTest, FixedSeedNoiseIsReproducibleAndSaysItIsNotPrivate) {
   config::VipsdConfig config = Config();
   auto secure = NewNoiseSource(config);
