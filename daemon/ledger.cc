@@ -220,8 +220,30 @@ std::string Ledger::Encode(const LedgerState& state) {
 
 namespace {
 
+// Version 6's unit line: "unit key CAP" or "unit field NAME CAP".
+Status DecodeUnitLine(Reader& reader, LedgerState& state) {
+  std::string line, word;
+  VIPSD_RETURN_IF_ERROR(reader.Line(&line));
+  std::istringstream words(line);
+  std::string kind, field, cap, extra;
+  if (!(words >> word >> kind) || word != "unit" || (kind != "key" && kind != "field")) {
+    return reader.Bad("bad unit line (unit key CAP | unit field NAME CAP)");
+  }
+  if (kind == "field" && !(words >> field)) return reader.Bad("bad unit line (no field)");
+  if (!(words >> cap) || (words >> extra)) return reader.Bad("bad unit line");
+  int64_t parsed = 0;
+  const auto [end, error] = std::from_chars(cap.data(), cap.data() + cap.size(), parsed);
+  if (error != std::errc() || end != cap.data() + cap.size() || parsed < 1 || parsed > 1000000) {
+    return reader.Bad("bad unit cap (must be an integer in [1, 1000000])");
+  }
+  state.unit = kind;
+  state.unit_field = field;
+  state.max_records_per_unit = parsed;
+  return Status::Ok();
+}
+
 // The lines before the sections (run, model, source, next_step, mode,
-// schedule (from v4), noise, warning_level, ceiling (from v5)); `weighted`:
+// schedule (from v4), noise, warning_level, ceiling (from v5), unit (from v6)); `weighted`:
 // a filter-weights section follows ("schedule adaptive weighted").
 Status DecodeLines(Reader& reader, int version, LedgerState& state, bool* weighted) {
   std::string line, word, value;
@@ -328,25 +350,7 @@ Status DecodeLines(Reader& reader, int version, LedgerState& state, bool* weight
       return reader.Bad("bad ceiling value (must be a finite number >= 0)");
     }
   }
-  if (version >= 6) {
-    VIPSD_RETURN_IF_ERROR(reader.Line(&line));
-    std::istringstream words(line);
-    std::string kind, field, cap, extra;
-    if (!(words >> word >> kind) || word != "unit" || (kind != "key" && kind != "field")) {
-      return reader.Bad("bad unit line (unit key CAP | unit field NAME CAP)");
-    }
-    if (kind == "field" && !(words >> field)) return reader.Bad("bad unit line (no field)");
-    if (!(words >> cap) || (words >> extra)) return reader.Bad("bad unit line");
-    int64_t parsed = 0;
-    const auto [end, error] = std::from_chars(cap.data(), cap.data() + cap.size(), parsed);
-    if (error != std::errc() || end != cap.data() + cap.size() || parsed < 1 ||
-        parsed > 1000000) {
-      return reader.Bad("bad unit cap (must be an integer in [1, 1000000])");
-    }
-    state.unit = kind;
-    state.unit_field = field;
-    state.max_records_per_unit = parsed;
-  }
+  if (version >= 6) VIPSD_RETURN_IF_ERROR(DecodeUnitLine(reader, state));
   return Status::Ok();
 }
 
