@@ -32,7 +32,7 @@ double Lap(std::chrono::steady_clock::time_point& since) {
 
 // total += add, both sparse with strictly increasing indices; `scratch`
 // is reused storage.
-void AddSparseTo(const model::SparseStatistic& add, model::SparseStatistic& total,
+[[maybe_unused]] void AddSparseTo(const model::SparseStatistic& add, model::SparseStatistic& total,
                  model::SparseStatistic& scratch) {
   if (total.indices.empty()) {
     total.indices = add.indices;
@@ -459,7 +459,14 @@ Status StepDriver::SumStreams(const StepKey& key, const std::vector<StreamCandid
           model::RecordRng rng(batch.seeds[i]);
           statistic.Clear();
           if (model_->EStep(*batch.records[i], rng, *scratch, statistic).ok()) {
+#ifdef VIPSD_AUDIT_BUILD_PER_RECORD_UNIT_CLIPPING
+            // TEST-ONLY (tests/CMakeLists.txt, privacy_audit_per_record_unit_test):
+            // each record clipped on its own, the violation the unit audit
+            // must detect. Never in a vipsd build.
+            (void)sum->AddSparse(statistic.indices, statistic.values);
+#else
             AddSparseTo(statistic, unit_sum, merged_sum);
+#endif
           }
         }
         (void)sum->AddSparse(unit_sum.indices, unit_sum.values);

@@ -19,7 +19,12 @@
 //     core/models/blr.cc compiled with VIPSD_AUDIT_BUILD_WITHOUT_CLIPPING,
 //     which removes clipping and BLR's ||x|| <= 1 refusal (the two places
 //     that enforce the bounds); asserts ε_lb > ε claimed — the audit is
-//     strong enough to catch a mechanism that does not bound its input.
+//     strong enough to catch a mechanism that does not bound its input;
+//   * privacy_audit_per_record_unit_test: with core/svi/step_driver.cc
+//     compiled with VIPSD_AUDIT_BUILD_PER_RECORD_UNIT_CLIPPING, which clips
+//     each record of a unit on its own instead of the unit's sum; the unit
+//     test asserts ε_lb > ε claimed there (the record tests pass as in
+//     production).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -34,6 +39,7 @@
 #include "core/privacy/rdp_accountant.h"
 #include "core/privacy/secure_noise.h"
 #include "core/svi/step_driver.h"
+#include "core/svi/step_randomness.h"
 
 namespace vipsd {
 namespace {
@@ -242,6 +248,76 @@ TEST(PrivacyAuditTest, LogisticRegressionStepAgainstASaturatingCanaryRecord) {
   Report("BLR", result, claimed);
   if (kClippingDisabled) {
     EXPECT_GT(result.epsilon_lb, claimed) << "the audit missed an unbounded canary";
+  } else {
+    EXPECT_LT(result.epsilon_lb, claimed);
+  }
+}
+
+#ifdef VIPSD_AUDIT_BUILD_PER_RECORD_UNIT_CLIPPING
+constexpr bool kUnitClipsPerRecord = true;
+#else
+constexpr bool kUnitClipsPerRecord = false;
+#endif
+
+TEST(PrivacyAuditTest, UnitLevelStepAgainstACanaryUnitOfTwentySaturatingRecords) {
+  // Unit-level privacy (DriverConfig::max_records_per_unit): D is 12 units
+  // of one BLR record each in dimensions 0 and 1; the canary is ONE unit of
+  // 20 records, each saturating s1's bound along dimension 2 (as the
+  // record-level canary above). Its records' statistics are summed and
+  // clipped as one vector, so the canary unit moves the release no more
+  // than one saturating record does: ε_lb stays below the one-step ε. The
+  // test-only build privacy_audit_per_record_unit_test clips each record of
+  // a unit on its own (VIPSD_AUDIT_BUILD_PER_RECORD_UNIT_CLIPPING in
+  // step_driver.cc): the canary then moves it 20 times as far, and the
+  // audit must catch that.
+  models::BlrConfig config;
+  config.dim = 3;
+  auto model = models::BlrModel::Create(config);
+  ASSERT_TRUE(model.ok());
+  const std::vector<model::NamedArray> initial = (*model)->CheckpointArrays();
+  std::vector<model::Record> pool;
+  for (int i = 0; i < 12; ++i) {
+    model::Record record;
+    const double angle = 0.5 * i;
+    record.features = {0.7 * std::cos(angle), 0.7 * std::sin(angle), 0.0};
+    record.label = i % 2;
+    record.unit = svi::UnitDigest("unit-" + std::to_string(i));
+    pool.push_back(record);
+  }
+  std::vector<model::Record> with_canary = pool;
+  for (int i = 0; i < 20; ++i) {
+    model::Record canary;
+    canary.features = {0.0, 0.0, kClippingDisabled ? 10.0 : 1.0};
+    canary.label = 1;
+    canary.unit = svi::UnitDigest("canary");
+    with_canary.push_back(canary);
+  }
+  auto noise = privacy::SecureNoiseSource::Create();
+  ASSERT_TRUE(noise.ok());
+  privacy::RdpAccountant accountant;
+  svi::DriverConfig driver;
+  driver.sampling_rate = 1.0;
+  driver.noise_multiplier = kSigma;
+  driver.delta = kDelta;
+  driver.epsilon_ceiling = 1e9;
+  driver.enforce_ceiling = false;
+  driver.max_records_per_unit = 20;
+  size_t precision_mean = 0;
+  for (size_t i = 0; i < initial.size(); ++i) {
+    if (initial[i].name == "precision_mean") precision_mean = i;
+  }
+  auto score = [&](bool canary_in) {
+    EXPECT_TRUE((*model)->RestoreCheckpoint(initial).ok());
+    auto step = svi::StepDriver::Create(model->get(), noise->get(), &accountant, driver);
+    EXPECT_TRUE(step.ok());
+    EXPECT_TRUE((*step)->Step(canary_in ? with_canary : pool).ok());
+    return (*model)->CheckpointArrays().at(precision_mean).data[2];
+  };
+  const AuditResult result = Audit(score);
+  const double claimed = ClaimedEpsilon();
+  Report("BLR, a unit of 20 records", result, claimed);
+  if (kClippingDisabled || kUnitClipsPerRecord) {
+    EXPECT_GT(result.epsilon_lb, claimed) << "the audit missed a unit clipped per record";
   } else {
     EXPECT_LT(result.epsilon_lb, claimed);
   }
