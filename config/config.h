@@ -56,6 +56,10 @@ enum class CeilingAction { kHalt, kExit };
 // privacy.unit_field (file sources).
 enum class PrivacyUnit { kRecord, kKey, kField };
 std::string_view PrivacyUnitName(PrivacyUnit unit);  // "record" | "key" | "field"
+// What one guarantee protects, in words, for `vipsd status`, `vipsd-privacy
+// plan` and the docs: "one record", or "every record of one unit (one Kafka
+// message key), up to 20 of them per step". `unit` is a PrivacyUnitName.
+std::string DescribeProtection(std::string_view unit, const std::string& field, int64_t cap);
 enum class SourceType { kFile, kKafka };
 enum class SinkType { kFile, kKafka };
 

@@ -559,6 +559,13 @@ bool AppliesWith(const Key& key, const Choices& choices) {
 
 }  // namespace internal
 
+std::string DescribeProtection(std::string_view unit, const std::string& field, int64_t cap) {
+  if (unit == "record") return "one record";
+  return "every record of one unit (" +
+         (unit == "key" ? std::string("one Kafka message key") : "one value of field " + field) +
+         "), up to " + std::to_string(cap) + " of them per step";
+}
+
 std::string_view PrivacyUnitName(PrivacyUnit unit) {
   for (const auto& named : internal::kPrivacyUnits) {
     if (named.value == unit) return named.name;

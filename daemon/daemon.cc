@@ -667,6 +667,8 @@ Status Daemon::Run() {
   run_started_at_ = std::floor(WallNow());
   ingest_->SetCapacity(paced_ ? config_.pool_capacity : 0);
   metrics_->SetAccountingMode(keeper_->state().mode);
+  // The start-up check made the ledger's unit and cap the configured ones.
+  metrics_->SetPrivacyUnit(config_.privacy_unit, config_.driver.max_records_per_unit);
   metrics_->step().Set(static_cast<double>(driver_->next_step() - 1));
   const Status initialized = Initialize();
   if (!initialized.ok()) {

@@ -217,8 +217,12 @@ bool LabelApplies(size_t, const MetricsOptions&) {
 }
 template <>
 bool LabelApplies<connectors::RejectReason>(size_t index, const MetricsOptions& options) {
-  return connectors::RejectReasonApplies(static_cast<connectors::RejectReason>(index),
-                                         options.model_type);
+  const auto reason = static_cast<connectors::RejectReason>(index);
+  if (reason == connectors::RejectReason::kMissingUnit ||
+      reason == connectors::RejectReason::kBadUnit) {
+    return options.per_unit;
+  }
+  return connectors::RejectReasonApplies(reason, options.model_type);
 }
 
 }  // namespace
@@ -440,6 +444,14 @@ void Metrics::SetAccountingMode(AccountingMode mode) const {
     const auto candidate = static_cast<AccountingMode>(i);
     privacy_accounting_mode(candidate).Set(candidate == mode ? 1 : 0);
   }
+}
+
+void Metrics::SetPrivacyUnit(config::PrivacyUnit unit, int64_t max_records_per_unit) const {
+  for (size_t i = 0; i < MetricLabelValues<config::PrivacyUnit>::kCount; ++i) {
+    const auto candidate = static_cast<config::PrivacyUnit>(i);
+    privacy_unit(candidate).Set(candidate == unit ? 1 : 0);
+  }
+  privacy_max_records_per_unit().Set(static_cast<double>(max_records_per_unit));
 }
 
 void Metrics::RecordReload(ReloadResult result, double unix_seconds) const {

@@ -57,6 +57,7 @@
 
 #include "connectors/decode/json_document.h"
 #include "core/base/status.h"
+#include "config/config.h"  // PrivacyUnit, PrivacyUnitName
 #include "daemon/ledger.h"  // AccountingMode, AccountingModeName
 
 namespace prometheus {
@@ -109,6 +110,11 @@ template <>
 struct MetricLabelValues<AccountingMode> {
   static constexpr size_t kCount = 2;
   static std::string_view Name(AccountingMode v) { return AccountingModeName(v); }
+};
+template <>
+struct MetricLabelValues<config::PrivacyUnit> {
+  static constexpr size_t kCount = 3;
+  static std::string_view Name(config::PrivacyUnit v) { return config::PrivacyUnitName(v); }
 };
 template <>
 struct MetricLabelValues<SkipReason> {
@@ -184,6 +190,14 @@ inline constexpr std::array<double, 14> kCheckpointWriteDurationBuckets = {
         "1 when updates stopped because the next step would cross the epsilon ceiling, else 0.") \
   GAUGE_BY(privacy_accounting_mode, "",                                                          \
            "1 for the active privacy accounting mode, 0 for the other.", "mode", AccountingMode) \
+  GAUGE_BY(privacy_unit, "",                                                                     \
+           "1 for what epsilon protects (record: one record; key: every record of one Kafka "    \
+           "message key; field: every record with one value of privacy.unit_field), 0 for the "  \
+           "others.",                                                                            \
+           "unit", config::PrivacyUnit)                                                          \
+  GAUGE(privacy_max_records_per_unit, "records",                                                 \
+        "Records of one unit a step may use (privacy.max_records_per_unit); 0 when the unit is " \
+        "one record.")                                                                           \
   GAUGE(noise_multiplier, "",                                                                    \
         "Configured noise multiplier sigma: Gaussian noise standard deviation per unit of L2 "   \
         "clip bound.")                                                                           \
@@ -366,6 +380,9 @@ struct MetricsOptions {
   // are exported (metrics.expose_step_timing). When false they are not
   // registered and their handles do nothing.
   bool expose_step_timing = true;
+  // privacy.unit is not record: the unit's reject reasons (missing_unit,
+  // bad_unit) get series too.
+  bool per_unit = false;
 };
 
 // OK if `address` is "" or a numeric "IPv4:port" with port in [0, 65535];
@@ -426,6 +443,8 @@ class Metrics {
   void SetPrivacyBudget(double epsilon_spent, double epsilon_ceiling, double delta) const;
   // 1 for `mode`, 0 for the other mode.
   void SetAccountingMode(AccountingMode mode) const;
+  // vipsd_privacy_unit and vipsd_privacy_max_records_per_unit.
+  void SetPrivacyUnit(config::PrivacyUnit unit, int64_t max_records_per_unit) const;
   // Counts the reload, sets vipsd_config_last_reload_successful and, on
   // success, the success timestamp to `unix_seconds`.
   void RecordReload(ReloadResult result, double unix_seconds) const;

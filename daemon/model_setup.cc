@@ -174,6 +174,11 @@ release::Release MakeRelease(const ModelBundle& bundle, const config::VipsdConfi
                          {"visible_bias_prior_precision", config.sbn.visible_bias_prior_precision},
                          {"hidden_bias_prior_precision", config.sbn.hidden_bias_prior_precision}};
   }
+  if (config.privacy_unit != config::PrivacyUnit::kRecord) {
+    m.privacy_unit = std::string(config::PrivacyUnitName(config.privacy_unit));
+    if (config.privacy_unit == config::PrivacyUnit::kField) m.unit_field = config.unit_field;
+    m.max_records_per_unit = config.driver.max_records_per_unit;
+  }
   m.config_fingerprint = ConfigFingerprint(config);
   m.is_private = is_private && facts.noise_is_private;
   m.noise_description = is_private ? facts.noise_description : "none (sigma = 0, NOT PRIVATE)";

@@ -15,6 +15,7 @@ StatusOr<OfflineRunSummary> RunOffline(const config::VipsdConfig& config, Daemon
   metrics_options.version = "offline";
   metrics_options.model_type = config.model_type;
   metrics_options.expose_step_timing = config.expose_step_timing;
+  metrics_options.per_unit = config.privacy_unit != config::PrivacyUnit::kRecord;
   VIPSD_ASSIGN_OR_RETURN(auto metrics, Metrics::Create(metrics_options));
   VIPSD_ASSIGN_OR_RETURN(auto output, NewFileOutput(config));
   int64_t releases = 0;

@@ -147,6 +147,7 @@ std::optional<int> Service::StartMetrics() {
   metrics_options.model_type = config_.model_type;
   metrics_options.input_topics = config_.source_topics;
   metrics_options.expose_step_timing = config_.expose_step_timing;
+  metrics_options.per_unit = config_.privacy_unit != config::PrivacyUnit::kRecord;
   auto metrics = Metrics::Create(metrics_options);
   if (!metrics.ok()) {
     Log(LogLevel::kError, "main", "metrics: " + metrics.status().ToString());

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config/config.h"
 #include "connectors/file/file_util.h"
 #include "core/base/format.h"
 #include "daemon/budget.h"
@@ -87,6 +88,14 @@ void ReportLedger(const LedgerState& state, std::optional<double> delta,
   report.String("model_type", state.model_type);
   report.String("source", std::string(SourceKindName(state.source)));
   report.String("mode", std::string(AccountingModeName(state.mode)));
+  // What the ε protects (privacy.unit, docs/privacy_accounting.md §6d).
+  report.String("unit", state.unit);
+  if (state.unit != "record") {
+    if (state.unit == "field") report.String("unit_field", state.unit_field);
+    report.Integer("max_records_per_unit", state.max_records_per_unit);
+  }
+  report.String("protects", config::DescribeProtection(state.unit, state.unit_field,
+                                                       state.max_records_per_unit));
   report.String("schedule", std::string(ScheduleKindName(state.schedule)));
   if (state.schedule == ScheduleKind::kFixed) {
     report.Number("sampling_rate", state.fixed_sampling_rate);

@@ -98,7 +98,10 @@ constexpr Field kFields[] = {
 constexpr Field kOptionalFields[] = {{"schedule", Kind::kString},
                                      {"conversion", Kind::kString},
                                      {"vocabulary_source", Kind::kString},
-                                     {"hyperparameters", Kind::kObject}};
+                                     {"hyperparameters", Kind::kObject},
+                                     {"privacy_unit", Kind::kString},
+                                     {"unit_field", Kind::kString},
+                                     {"max_records_per_unit", Kind::kInteger}};
 
 // Integers must fit int64 (nlohmann keeps unsigned values above INT64_MAX
 // as unsigned).
@@ -195,6 +198,15 @@ StatusOr<release::Release> DecodeReleaseFiles(
       if (!value.is_number()) return bad("hyperparameters." + name + " must be a number");
       m.hyperparameters.emplace_back(name, value.get<double>());
     }
+  }
+  if (manifest.contains("privacy_unit")) {
+    m.privacy_unit = manifest["privacy_unit"].get<std::string>();
+    // Absent: "record", which a manifest never spells out.
+    if (m.privacy_unit == "record") return bad("privacy_unit record is written by leaving it out");
+  }
+  if (manifest.contains("unit_field")) m.unit_field = manifest["unit_field"].get<std::string>();
+  if (manifest.contains("max_records_per_unit")) {
+    m.max_records_per_unit = manifest["max_records_per_unit"].get<int64_t>();
   }
   m.config_fingerprint = manifest["config_fingerprint"].get<std::string>();
   m.is_private = manifest["is_private"].get<bool>();

@@ -186,6 +186,11 @@ std::string ManifestJsonUnchecked(const Release& release,
   field("vocabulary_fingerprint", JsonString(m.vocabulary_fingerprint));
   field("vocabulary_source", JsonString(m.vocabulary_source));
   field("hyperparameters", JsonNumberObject(m.hyperparameters));
+  if (m.privacy_unit != "record") {
+    field("privacy_unit", JsonString(m.privacy_unit));
+    if (m.privacy_unit == "field") field("unit_field", JsonString(m.unit_field));
+    field("max_records_per_unit", std::to_string(m.max_records_per_unit));
+  }
   field("config_fingerprint", JsonString(m.config_fingerprint));
   field("is_private", m.is_private ? "true" : "false");
   field("noise_description", JsonString(m.noise_description));
@@ -280,6 +285,22 @@ Status Validate(const Release& release) {
     if (!(std::isfinite(value) && value > 0)) {
       return FieldError("hyperparameters." + name, "a finite number > 0");
     }
+  }
+  if (m.privacy_unit != "record" && m.privacy_unit != "key" && m.privacy_unit != "field") {
+    return FieldError("privacy_unit", "record, key or field");
+  }
+  if (m.privacy_unit == "field"
+          ? !AllOf(m.unit_field, 128,
+                   [](char c) { return IsKeyName(c) || c == '.' || c == '-'; })
+          : !m.unit_field.empty()) {
+    return FieldError("unit_field",
+                      "1-128 of [A-Za-z0-9_.-] with privacy_unit field, empty otherwise");
+  }
+  if (m.privacy_unit == "record" ? m.max_records_per_unit != 0
+                                 : !(m.max_records_per_unit >= 1 &&
+                                     m.max_records_per_unit <= 1000000)) {
+    return FieldError("max_records_per_unit",
+                      "in [1, 1000000] with a privacy unit, 0 with privacy_unit record");
   }
   if (m.noise_description.empty() || m.noise_description.size() > 256 ||
       !IsPrintableAscii(m.noise_description)) {

@@ -99,6 +99,15 @@ struct ReleaseMetadata {
   // BLR: prior_shape, prior_rate; SBN: the prior precisions), each finite
   // and > 0 (optional field; empty for releases written before it existed).
   std::vector<std::pair<std::string, double>> hyperparameters;
+  // What the ε protects (privacy.unit; docs/privacy_accounting.md §6d):
+  // "record" (one record; the manifest then omits these three fields, as
+  // releases written before them did), "key" (every record of one Kafka
+  // message key) or "field" (every record with one value of the JSON field
+  // unit_field: [A-Za-z0-9_.-], 1-128); max_records_per_unit in
+  // [1, 1000000] for a unit, 0 for "record" (optional fields).
+  std::string privacy_unit = "record";
+  std::string unit_field;
+  int64_t max_records_per_unit = 0;
   std::string config_fingerprint;      // BLAKE2b-256, 64 lowercase hex
   bool is_private = false;  // requires σ > 0, an accountant, 0 < δ < 1, C_b > 0
   std::string noise_description;  // e.g. "chacha20-os-seeded"

@@ -40,6 +40,9 @@ class Release(object):
     delta = property(lambda self: self.manifest["delta"])
     is_private = property(lambda self: self.manifest["is_private"])
     hyperparameters = property(lambda self: dict(self.manifest.get("hyperparameters", {})))
+    # What epsilon_spent protects: "record", "key" or "field" (privacy.unit).
+    privacy_unit = property(lambda self: self.manifest.get("privacy_unit", "record"))
+    max_records_per_unit = property(lambda self: self.manifest.get("max_records_per_unit", 0))
     dimensions = property(lambda self: dict(self.manifest["dimensions"]))
 
     def __repr__(self):

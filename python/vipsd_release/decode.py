@@ -79,7 +79,9 @@ METADATA_FIELDS = {
 }
 # Added within schema 1 (older releases lack them); checked when present.
 OPTIONAL_METADATA_FIELDS = {"schedule": str, "conversion": str, "vocabulary_source": str,
-                            "hyperparameters": dict}
+                            "hyperparameters": dict, "privacy_unit": str, "unit_field": str,
+                            "max_records_per_unit": int}
+_UNIT_FIELD = re.compile(r"[A-Za-z0-9_.\-]{1,128}\Z")
 ARRAY_FIELDS = {"name": str, "shape": list, "dtype": str, "file": str, "bytes": int, "blake2b": str}
 _ARRAY_NAME = re.compile(r"[a-z0-9_]{1,64}\Z")
 _HEX256 = re.compile(r"[0-9a-f]{64}\Z")
@@ -252,6 +254,18 @@ def _metadata_problem(m):
             return "hyperparameters must be keyed by names of [A-Za-z0-9_] (1-64)"
         if not _has_type(value, _NUMBER) or not math.isfinite(value) or not value > 0:
             return "hyperparameters.%s must be a finite number > 0" % name
+    # What the epsilon protects (privacy.unit): absent is one record.
+    unit = m.get("privacy_unit", "record")
+    if "privacy_unit" in m and unit == "record":
+        return "privacy_unit record is written by leaving it out"
+    if unit not in ("record", "key", "field"):
+        return "privacy_unit must be record, key or field"
+    field = m.get("unit_field", "")
+    if not (_UNIT_FIELD.match(field) if unit == "field" else field == ""):
+        return "unit_field must be 1-128 of [A-Za-z0-9_.-] with privacy_unit field, empty otherwise"
+    cap = m.get("max_records_per_unit", 0)
+    if not (cap == 0 if unit == "record" else 1 <= cap <= 1000000):
+        return "max_records_per_unit must be in [1, 1000000] with a privacy unit, 0 with privacy_unit record"
     description = m["noise_description"]
     if not (1 <= len(description) <= 256 and all(" " <= c <= "~" for c in description)):
         return "noise_description must be 1-256 printable ASCII characters"

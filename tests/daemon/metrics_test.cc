@@ -120,7 +120,7 @@ TEST(MetricsTest, NoMetricOrLabelSuggestsPrivateData) {
   // Label names form a small, fixed, public set.
   const std::set<std::string> allowed_labels = {"version", "model_type", "mode",  "topic",
                                                 "reason",  "cause",      "result", "kind",
-                                                "le"};
+                                                "le",      "unit"};
   std::istringstream in(text);
   std::string line;
   while (std::getline(in, line)) {
@@ -207,16 +207,33 @@ TEST(MetricsTest, LabelledSeriesWithFixedValuesExistAtZero) {
   const std::string text = metrics->SerializeText();
   // Reject reasons: a series for each reason the configured model (lda)
   // can produce, none for the others (BLR's, SBN's).
+  // The privacy unit's reasons only in unit mode (below).
   for (size_t i = 0; i < connectors::kNumRejectReasons; ++i) {
     const auto reason = static_cast<connectors::RejectReason>(i);
     const std::string series = "vipsd_records_rejected_total{reason=\"" +
                                std::string(connectors::RejectReasonName(reason)) + "\"}";
-    if (connectors::RejectReasonApplies(reason, "lda")) {
+    const bool unit_reason = reason == connectors::RejectReason::kMissingUnit ||
+                             reason == connectors::RejectReason::kBadUnit;
+    if (connectors::RejectReasonApplies(reason, "lda") && !unit_reason) {
       EXPECT_EQ(SampleValue(text, series), 0.0) << series;
     } else {
       EXPECT_EQ(text.find(series), std::string::npos) << series;
     }
   }
+  MetricsOptions per_unit = RegistryOnly();
+  per_unit.per_unit = true;
+  auto unit_metrics = MakeMetrics(per_unit);
+  ASSERT_NE(unit_metrics, nullptr);
+  const std::string unit_text = unit_metrics->SerializeText();
+  EXPECT_EQ(SampleValue(unit_text, "vipsd_records_rejected_total{reason=\"missing_unit\"}"), 0.0);
+  EXPECT_EQ(SampleValue(unit_text, "vipsd_records_rejected_total{reason=\"bad_unit\"}"), 0.0);
+  // The unit the ε protects: one of three, and the cap.
+  unit_metrics->SetPrivacyUnit(config::PrivacyUnit::kKey, 20);
+  const std::string set_text = unit_metrics->SerializeText();
+  EXPECT_EQ(SampleValue(set_text, "vipsd_privacy_unit{unit=\"key\"}"), 1.0);
+  EXPECT_EQ(SampleValue(set_text, "vipsd_privacy_unit{unit=\"record\"}"), 0.0);
+  EXPECT_EQ(SampleValue(set_text, "vipsd_privacy_unit{unit=\"field\"}"), 0.0);
+  EXPECT_EQ(SampleValue(set_text, "vipsd_privacy_max_records_per_unit"), 20.0);
   EXPECT_NE(text.find("reason=\"bad_text\""), std::string::npos);
   EXPECT_EQ(text.find("reason=\"norm_too_large\""), std::string::npos);
   EXPECT_EQ(text.find("reason=\"not_binary\""), std::string::npos);

@@ -17,8 +17,10 @@
 #include <cstring>
 
 #include "core/release/release.h"
+#include "core/svi/step_randomness.h"
 #include "daemon/checkpoint.h"
 #include "daemon/ledger.h"
+#include "daemon/state_status.h"
 #include "tests/testing/ledger_text.h"
 
 namespace vipsd::daemon {
@@ -467,6 +469,95 @@ TEST(OfflineRunTest, SigmoidBeliefNetworkRunsThroughTheSamePath) {
   while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
   ASSERT_EQ(pclose(pipe), 0) << out;
   EXPECT_NE(out.find("sbn"), std::string::npos) << out;
+}
+
+// Unit-level privacy end to end (privacy.unit: field): every pooled record
+// carries its own unit's digest, records without a usable unit id are
+// dead-lettered by reason without their content, the ledger records the
+// unit and a restart with another cap is refused.
+TEST(OfflineRunTest, AUnitFromANamedFieldIsCarriedRecordedAndKept) {
+  const std::string dir = ::testing::TempDir() + "offline_run_unit";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::vector<std::string> words = {"apple", "banana", "cherry", "date", "elder", "fig"};
+  {
+    std::ofstream vocab(dir + "/vocab.txt");
+    for (const std::string& word : words) vocab << word << "\n";
+    std::ofstream corpus(dir + "/train.jsonl");
+    // Person k writes 20 documents, each of word k only.
+    for (int d = 0; d < 120; ++d) {
+      const int person = d % 6;
+      corpus << "{\"id\": " << d << ", \"text\": \"" << words[person] << " " << words[person]
+             << "\", \"person\": \"" << kSecret << person << "\"}\n";
+    }
+    corpus << "{\"id\": 500, \"text\": \"apple\"}\n";                      // no unit
+    corpus << "{\"id\": 501, \"text\": \"apple\", \"person\": 1.5}\n";     // bad unit
+    corpus << "{\"id\": 502, \"text\": \"apple\", \"person\": \"\"}\n";    // bad unit
+  }
+  const auto write_config = [&](int cap) {
+    std::ofstream(dir + "/vipsd.yaml")
+        << "model:\n  type: lda\n  lda:\n    topics: 2\n    vocabulary: vocab.txt\n"
+           "    alpha: 0.5\n    eta: 0.1\n    resample_length: 20\n"
+           "privacy:\n  noise_multiplier: 1.0\n  sampling_rate: 0.5\n  delta: 1.0e-5\n"
+           "  epsilon_ceiling: 50\n  unit: field\n  unit_field: person\n"
+           "  max_records_per_unit: "
+        << cap << "\n"
+        << "schedule:\n  tau0: 1\n  kappa: 0.7\n  threads: 2\n  max_steps: 4\n"
+           "source:\n  type: file\n  path: train.jsonl\n"
+           "sink:\n  type: file\n  directory: releases\n  publish_every: 2\n"
+           "state:\n  directory: state\ndead_letter:\n  path: dead.jsonl\n";
+  };
+  write_config(3);
+  auto config = config::LoadConfigFile(dir + "/vipsd.yaml");
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  int64_t checked = 0;
+  DaemonHooks hooks;
+  hooks.before_step = [&](int64_t, int64_t, const svi::RecordPool& pool,
+                          const std::vector<std::string>&) {
+    pool.ForEach([&](const model::Record& record, const svi::RecordOrigin&, int64_t) {
+      const int person = record.word_ids.at(0);
+      EXPECT_EQ(record.unit, svi::UnitDigest(std::string(kSecret) + std::to_string(person)));
+      ++checked;
+    });
+  };
+  auto summary = RunOffline(*config, {}, hooks);
+  ASSERT_TRUE(summary.ok()) << summary.status().message();
+  EXPECT_EQ(summary->steps_run, 4);
+  EXPECT_EQ(summary->records_pooled, 120);
+  EXPECT_EQ(summary->records_rejected, 3);
+  EXPECT_EQ(checked, 4 * 120);
+  const std::string dead = Slurp(dir + "/dead.jsonl");
+  EXPECT_NE(dead.find("missing_unit"), std::string::npos) << dead;
+  EXPECT_NE(dead.find("bad_unit"), std::string::npos) << dead;
+  EXPECT_EQ(dead.find(kSecret), std::string::npos) << dead;
+  const std::string ledger = Slurp(dir + "/state/ledger");
+  EXPECT_EQ(ledger.rfind("vipsd-ledger 6\n", 0), 0u);
+  EXPECT_NE(ledger.find("\nunit field person 3\n"), std::string::npos);
+  EXPECT_EQ(ledger.find(kSecret), std::string::npos);
+  // The release and `vipsd status` say what the ε protects.
+  const std::string manifest = Slurp(dir + "/releases/step-4/manifest.json");
+  EXPECT_NE(manifest.find("\"privacy_unit\": \"field\",\n  \"unit_field\": \"person\",\n"
+                          "  \"max_records_per_unit\": 3,"),
+            std::string::npos)
+      << manifest;
+  StateStatusOptions status_options;
+  status_options.directory = dir + "/state";
+  auto status = StateStatus(status_options);
+  ASSERT_TRUE(status.ok()) << status.status().ToString();
+  EXPECT_NE(status->text.find("every record of one unit (one value of field person), up to 3 of "
+                              "them per step"),
+            std::string::npos)
+      << status->text;
+  // The unit and its cap belong to the state directory.
+  write_config(4);
+  auto other = config::LoadConfigFile(dir + "/vipsd.yaml");
+  ASSERT_TRUE(other.ok()) << other.status().message();
+  auto refused = RunOffline(*other);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("max_records_per_unit 3; this configuration says "
+                                            "unit field (field person) with max_records_per_unit 4"),
+            std::string::npos)
+      << refused.status().message();
 }
 
 }  // namespace

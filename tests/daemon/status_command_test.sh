@@ -51,6 +51,8 @@ cp -r "$work/state" "$work/nostatus" && rm "$work/nostatus/status.json"
 "$vipsd" status --state "$work/nostatus" >"$work/s3.txt"
 grep -q "epsilon_spent: *unknown (no delta" "$work/s3.txt" || { cat "$work/s3.txt"; fail "no delta"; }
 grep -q "^mode: *global" "$work/s3.txt" || { cat "$work/s3.txt"; fail "text form"; }
+grep -q "^unit: *record$" "$work/s3.txt" || { cat "$work/s3.txt"; fail "text: unit record"; }
+grep -q "^protects: *one record$" "$work/s3.txt" || { cat "$work/s3.txt"; fail "text: protects"; }
 
 # A directory whose steps all ran private names no first non-private step.
 python3 -c "import json,sys; a=json.load(open(sys.argv[1])); assert a['private'] is True and a['first_non_private_step'] is None and a['first_fixed_seed_step'] is None, a" \

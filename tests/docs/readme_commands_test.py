@@ -10,8 +10,9 @@ and what the README says about them is what they print (issue 29).
 * The step count the README gives for the demo ("about N steps") is the
   planner's steps_to_ceiling for config/examples/demo.yaml.
 * Every field the README's `plan --json` paragraph names is a key of
-  `plan --json` for a global-accounting configuration (the demo) or a
-  residency one, and every key plan prints is named there.
+  `plan --json` for a global-accounting configuration (the demo), a
+  residency one or one with a privacy unit (key or field), and every key
+  plan prints is named there.
 """
 import json
 import os
@@ -90,6 +91,28 @@ def main():
         with open(os.path.join(examples, "residency.yaml"), "w", encoding="utf-8") as f:
             f.write(text)
         residency = run([planner, "plan", "--config", "residency.yaml", "--json"], examples)
+        # A privacy unit: the message key (the demo) and a named field (the
+        # offline example).
+        keyed_text = text.replace("accounting: residency", "accounting: global\n  unit: key\n"
+                                  "  max_records_per_unit: 5", 1)
+        with open(os.path.join(examples, "keyed.yaml"), "w", encoding="utf-8") as f:
+            f.write(keyed_text)
+        with open(os.path.join(examples, "lda_offline.yaml"), encoding="utf-8") as f:
+            field_text = re.sub(r"\n  noise: secure[^\n]*", "\n  noise: secure\n  unit: field\n"
+                                "  unit_field: person\n  max_records_per_unit: 5", f.read(), count=1)
+        with open(os.path.join(examples, "field.yaml"), "w", encoding="utf-8") as f:
+            f.write(field_text)
+        unit_plans = []
+        for name, unit in (("keyed.yaml", "key"), ("field.yaml", "field")):
+            result = run([planner, "plan", "--config", name, "--json"], examples)
+            try:
+                unit_plans.append(json.loads(result.stdout))
+            except ValueError:
+                failures.append(f"plan --json on a {unit} unit printed no JSON: "
+                                f"{result.stderr.strip()[-300:]}")
+                continue
+            if unit_plans[-1].get("unit") != unit:
+                failures.append(f"the {unit} unit planned as {unit_plans[-1].get('unit')}")
     finally:
         shutil.rmtree(work)
     try:
@@ -101,6 +124,8 @@ def main():
     if residency_plan and residency_plan.get("accounting") != "residency":
         failures.append(f"the residency configuration planned as {residency_plan.get('accounting')}")
     printed = (set(plan) | set(residency_plan)) - {"command"}
+    for unit_plan in unit_plans:
+        printed |= set(unit_plan) - {"command"}
     for key in sorted(printed - named):
         failures.append(f"plan --json prints `{key}`, which the README's paragraph does not name")
     for key in sorted(named - printed):

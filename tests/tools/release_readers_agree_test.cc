@@ -196,5 +196,64 @@ TEST(ReleaseReadersAgreeTest, BothReadAValidReleaseAndBothRefuseEveryDamagedOne)
   }
 }
 
+// The privacy unit's manifest fields (written only for a unit): both readers
+// read them, and both refuse every inconsistent combination.
+TEST(ReleaseReadersAgreeTest, BothReadThePrivacyUnitAndRefuseInconsistentOnes) {
+  const std::string root = ::testing::TempDir() + "release_readers_agree_unit";
+  fs::remove_all(root);
+  fs::create_directories(root);
+  release::Release keyed = GoodRelease();
+  keyed.metadata.privacy_unit = "key";
+  keyed.metadata.max_records_per_unit = 20;
+  const std::string unit_fields = "\"privacy_unit\": \"key\",\n  \"max_records_per_unit\": 20,";
+  const std::vector<Case> cases = {
+      {"valid", nullptr},
+      {"record spelt out", InManifest("\"privacy_unit\": \"key\"", "\"privacy_unit\": \"record\"")},
+      {"unknown unit", InManifest("\"privacy_unit\": \"key\"", "\"privacy_unit\": \"person\"")},
+      {"cap 0", InManifest("\"max_records_per_unit\": 20", "\"max_records_per_unit\": 0")},
+      {"cap too large",
+       InManifest("\"max_records_per_unit\": 20", "\"max_records_per_unit\": 1000001")},
+      {"cap a string", InManifest("\"max_records_per_unit\": 20", "\"max_records_per_unit\": \"20\"")},
+      {"cap without a unit", InManifest(unit_fields, "\"max_records_per_unit\": 20,")},
+      {"a unit without a cap", InManifest(unit_fields, "\"privacy_unit\": \"key\",")},
+      {"a field with unit key",
+       InManifest("\"privacy_unit\": \"key\"", "\"privacy_unit\": \"key\", \"unit_field\": \"a\"")},
+      {"unit field without its name",
+       InManifest("\"privacy_unit\": \"key\"", "\"privacy_unit\": \"field\"")},
+      {"a field name with a space",
+       InManifest("\"privacy_unit\": \"key\"",
+                  "\"privacy_unit\": \"field\", \"unit_field\": \"a b\"")},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string dir = root + "/" + std::to_string(&c - cases.data());
+    auto sink = ReleaseFileSink::Open(dir);
+    ASSERT_TRUE(sink.ok());
+    ASSERT_TRUE(sink->Write(keyed).ok());
+    const std::string release_dir = dir + "/step-8";
+    ASSERT_NE(Slurp(release_dir + "/manifest.json").find(unit_fields), std::string::npos);
+    if (c.damage) c.damage(release_dir);
+    auto cpp = ReadReleaseDirectory(release_dir);
+    const PythonVerdict python = RunPython(release_dir);
+    if (!c.damage) {
+      ASSERT_TRUE(cpp.ok()) << cpp.status().ToString();
+      EXPECT_EQ(cpp->metadata.privacy_unit, "key");
+      EXPECT_EQ(cpp->metadata.max_records_per_unit, 20);
+      EXPECT_EQ(python.status, 0) << python.output;
+      continue;
+    }
+    EXPECT_FALSE(cpp.ok()) << "the C++ reader accepted it";
+    EXPECT_NE(python.status, 0) << "the reference decoder accepted it: " << python.output;
+    EXPECT_THAT(python.output, Not(HasSubstr("Traceback"))) << python.output;
+  }
+  // A record-level release carries none of the three fields.
+  auto sink = ReleaseFileSink::Open(root + "/record");
+  ASSERT_TRUE(sink.ok());
+  ASSERT_TRUE(sink->Write(GoodRelease()).ok());
+  const std::string manifest = Slurp(root + "/record/step-8/manifest.json");
+  EXPECT_EQ(manifest.find("privacy_unit"), std::string::npos);
+  EXPECT_EQ(manifest.find("max_records_per_unit"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace vipsd::connectors

@@ -335,11 +335,23 @@ int RunPlan(const Parsed& p, bool json_output, std::ostream& out, std::ostream& 
   }
   const bool paced = config->source_type == config::SourceType::kKafka;
   const bool starts = *steps > 0 && (!residency || *window_epsilon <= ceiling);
+  // What the ε below protects (privacy.unit): per record, or per unit.
+  const std::string unit(config::PrivacyUnitName(config->privacy_unit));
+  const std::string protects = config::DescribeProtection(
+      unit, config->unit_field, config->driver.max_records_per_unit);
   if (json_output) {
     JsonObject json;
     json.AddString("command", "plan");
     json.AddString("schedule", fixed ? "fixed" : "adaptive");
     json.AddString("accounting", residency ? "residency" : "global");
+    json.AddString("unit", unit);
+    if (config->privacy_unit == config::PrivacyUnit::kField) {
+      json.AddString("unit_field", config->unit_field);
+    }
+    if (config->privacy_unit != config::PrivacyUnit::kRecord) {
+      json.AddInt("max_records_per_unit", config->driver.max_records_per_unit);
+    }
+    json.AddString("protects", protects);
     json.AddString("accountant", privacy::AccountantName(kind));
     json.Add("sampling_rate", q);
     json.Add("noise_multiplier", sigma);
@@ -378,7 +390,11 @@ int RunPlan(const Parsed& p, bool json_output, std::ostream& out, std::ostream& 
       << (residency ? "residency" : "global") << ", accountant: "
       << privacy::AccountantName(kind) << "\n"
       << "  sampling rate " << Human(q) << ", noise multiplier " << Human(sigma) << ", delta "
-      << Human(delta) << ", epsilon ceiling " << Human(ceiling) << "\n";
+      << Human(delta) << ", epsilon ceiling " << Human(ceiling) << "\n"
+      << "  protects: " << protects
+      << (config->privacy_unit == config::PrivacyUnit::kRecord
+              ? "\n"
+              : " (the sampling rate is the rate at which units are sampled)\n");
   if (residency) {
     out << "  window: each record is a candidate in at most " << config->window_steps
         << " steps: epsilon per record " << Human(*window_epsilon)
