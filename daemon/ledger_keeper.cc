@@ -67,6 +67,12 @@ bool LedgerKeeper::AdmitsStep(double sampling_rate, double noise_multiplier, dou
             : state_.accountant.steps() + 1;
     auto at = fixed_schedule_->Epsilon(steps, delta);
     if (!at.ok()) return refuse(at.status());
+    // The next step's check, computed while this step runs (a new step
+    // count is a PLD composition; issue 30: off the step's serial path).
+    const int64_t next = state_.mode == AccountingMode::kResidency
+                             ? std::min<int64_t>(state_.residency->max_residency_steps(), steps + 1)
+                             : steps + 1;
+    if (next != steps) fixed_schedule_->Prefetch(next, delta);
     *epsilon_after = at->epsilon;
     *window_epsilon = at->epsilon;
     return at->epsilon <= ceiling;

@@ -9,7 +9,8 @@
 # The whole suite under gcc's TSan: VIPSD_SANITIZE=thread scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-targets=(daemon_test metrics_test kafka_source_test kafka_producer_test step_driver_test lda_test)
+targets=(daemon_test metrics_test kafka_source_test kafka_producer_test step_driver_test lda_test
+         fixed_schedule_test)
 launcher=()
 if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
@@ -20,4 +21,4 @@ CC=clang CXX=clang++ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWit
 ninja -C build-tsan -j"${VIPSD_JOBS:-$(nproc)}" "${targets[@]}"
 export TSAN_OPTIONS=${TSAN_OPTIONS:-suppressions=$PWD/scripts/tsan.supp halt_on_error=1}
 scripts/ctest_run.sh build-tsan -j"$(nproc)" \
-  -R '^(DaemonTest|MetricsTest|KafkaSourceTest|KafkaProducerTest|Protocols/KafkaSource|StepDriverTest|LdaModelTest)'
+  -R '^(DaemonTest|MetricsTest|KafkaSourceTest|KafkaProducerTest|Protocols/KafkaSource|StepDriverTest|LdaModelTest|FixedScheduleAccountantTest.Prefetch)'

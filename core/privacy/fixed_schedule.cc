@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -30,6 +31,41 @@ FixedScheduleAccountant::FixedScheduleAccountant(double sampling_rate, double no
       per_step_rdp_(std::make_shared<const std::vector<double>>(std::move(per_step_rdp))),
       memo_(std::make_shared<Memo>()) {}
 
+FixedScheduleAccountant::Memo::~Memo() {
+  if (prefetch.joinable()) prefetch.join();
+}
+
+StatusOr<ScheduleEpsilon> FixedScheduleAccountant::Compute(double sampling_rate,
+                                                           double noise_multiplier,
+                                                           const std::vector<double>& per_step_rdp,
+                                                           int64_t steps, double delta) {
+  ScheduleEpsilon out;
+  PldOptions options;
+  options.discretization = kScheduleDiscretization;
+  VIPSD_ASSIGN_OR_RETURN(out.pld,
+                         PldEpsilon(sampling_rate, noise_multiplier, steps, delta, options));
+  const std::vector<double>& orders = DefaultRdpOrders();
+  std::vector<double> rdp(orders.size());
+  for (size_t i = 0; i < orders.size(); ++i) {
+    rdp[i] = per_step_rdp[i] * static_cast<double>(steps);
+  }
+  VIPSD_ASSIGN_OR_RETURN(const EpsilonAtOrder at,
+                         EpsilonFromRdp(orders, rdp, delta, RdpConversion::kImproved));
+  out.rdp = at.epsilon;
+  out.rdp_order = at.order;
+  out.epsilon = std::min(out.pld, out.rdp);
+  return out;
+}
+
+void FixedScheduleAccountant::Store(Memo& memo, int64_t steps, double delta,
+                                    const ScheduleEpsilon& value) {
+  std::lock_guard<std::mutex> lock(memo.mutex);
+  // A bounded memo: the daemon asks for n and n + 1, the planner a few
+  // dozen points of a search.
+  if (memo.values.size() > 4096) memo.values.clear();
+  memo.values.emplace(std::make_pair(steps, delta), value);
+}
+
 StatusOr<ScheduleEpsilon> FixedScheduleAccountant::Epsilon(int64_t steps, double delta) const {
   if (!(delta > 0.0 && delta < 1.0)) return InvalidArgumentError("delta must be in (0, 1)");
   if (steps < 0) return InvalidArgumentError("steps must be >= 0");
@@ -39,27 +75,33 @@ StatusOr<ScheduleEpsilon> FixedScheduleAccountant::Epsilon(int64_t steps, double
     const auto it = memo_->values.find({steps, delta});
     if (it != memo_->values.end()) return it->second;
   }
-  ScheduleEpsilon out;
-  PldOptions options;
-  options.discretization = kScheduleDiscretization;
-  VIPSD_ASSIGN_OR_RETURN(out.pld,
-                         PldEpsilon(sampling_rate_, noise_multiplier_, steps, delta, options));
-  const std::vector<double>& orders = DefaultRdpOrders();
-  std::vector<double> rdp(orders.size());
-  for (size_t i = 0; i < orders.size(); ++i) {
-    rdp[i] = (*per_step_rdp_)[i] * static_cast<double>(steps);
-  }
-  VIPSD_ASSIGN_OR_RETURN(const EpsilonAtOrder at,
-                         EpsilonFromRdp(orders, rdp, delta, RdpConversion::kImproved));
-  out.rdp = at.epsilon;
-  out.rdp_order = at.order;
-  out.epsilon = std::min(out.pld, out.rdp);
-  std::lock_guard<std::mutex> lock(memo_->mutex);
-  // A bounded memo: the daemon asks for n and n + 1, the planner a few
-  // dozen points of a search.
-  if (memo_->values.size() > 4096) memo_->values.clear();
-  memo_->values.emplace(std::make_pair(steps, delta), out);
+  VIPSD_ASSIGN_OR_RETURN(
+      const ScheduleEpsilon out,
+      Compute(sampling_rate_, noise_multiplier_, *per_step_rdp_, steps, delta));
+  Store(*memo_, steps, delta, out);
   return out;
+}
+
+void FixedScheduleAccountant::Prefetch(int64_t steps, double delta) const {
+  if (!(delta > 0.0 && delta < 1.0) || steps <= 0) return;
+  Memo& memo = *memo_;
+  std::lock_guard<std::mutex> one_at_a_time(memo.prefetch_mutex);
+  {
+    std::lock_guard<std::mutex> lock(memo.mutex);
+    if (memo.prefetching || memo.values.count({steps, delta}) > 0) return;
+    memo.prefetching = true;
+  }
+  // The previous prefetch has finished (prefetching was false): join it
+  // before its std::thread is replaced (under prefetch_mutex).
+  if (memo.prefetch.joinable()) memo.prefetch.join();
+  // The thread uses the memo by reference: ~Memo joins it first.
+  memo.prefetch = std::thread([&memo, q = sampling_rate_, sigma = noise_multiplier_,
+                               curve = per_step_rdp_, steps, delta] {
+    auto value = Compute(q, sigma, *curve, steps, delta);
+    if (value.ok()) Store(memo, steps, delta, *value);
+    std::lock_guard<std::mutex> lock(memo.mutex);
+    memo.prefetching = false;
+  });
 }
 
 StatusOr<int64_t> FixedScheduleAccountant::MaxSteps(double delta, double epsilon_ceiling,

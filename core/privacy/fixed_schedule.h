@@ -21,15 +21,24 @@
 // planner (`vipsd-privacy plan --config`), the manifests and the metrics all
 // take ε from this class, so they agree to the last digit.
 //
+// Cost. ε(n) for an n not seen before is a PLD composition (15–17 ms at
+// n ≈ 1000–2000 on the development machine; bench/accounting_table), and the
+// daemon asks for a new n before every step. Prefetch(n, δ) computes ε(n)
+// on a background thread, so that the daemon's check before step n finds
+// it memoised: the charge leaves the step's serial path (issue 30). The
+// value is the one Epsilon computes (the same function, memoised).
+//
 // What is private: nothing; only (q, σ, δ, step counts).
-// Thread-safety: Epsilon/MaxSteps may be called from several threads (the
-// memo is guarded by a mutex).
+// Thread-safety: Epsilon/MaxSteps/Prefetch may be called from several
+// threads (the memo is guarded by a mutex). A prefetch still running when
+// the last copy of the accountant goes away is waited for.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -64,6 +73,12 @@ class FixedScheduleAccountant {
   // it checks ε(steps + 1) before every step.
   StatusOr<int64_t> MaxSteps(double delta, double epsilon_ceiling, int64_t limit) const;
 
+  // Starts computing Epsilon(steps, delta) in the background unless it is
+  // memoised or a prefetch is still running (then it does nothing: at most
+  // one background computation at a time). Errors are not reported here;
+  // Epsilon reports them when asked.
+  void Prefetch(int64_t steps, double delta) const;
+
   double sampling_rate() const { return sampling_rate_; }
   double noise_multiplier() const { return noise_multiplier_; }
 
@@ -76,8 +91,17 @@ class FixedScheduleAccountant {
   std::shared_ptr<const std::vector<double>> per_step_rdp_;  // over DefaultRdpOrders()
   struct Memo {
     std::mutex mutex;
-    std::map<std::pair<int64_t, double>, ScheduleEpsilon> values;
+    std::map<std::pair<int64_t, double>, ScheduleEpsilon> values;  // guarded by mutex
+    std::mutex prefetch_mutex;        // one Prefetch call at a time
+    std::thread prefetch;             // guarded by prefetch_mutex (and joined by ~Memo)
+    bool prefetching = false;         // guarded by mutex
+    ~Memo();                          // joins `prefetch`
   };
+  // ε(steps) from the settings alone (no memo).
+  static StatusOr<ScheduleEpsilon> Compute(double sampling_rate, double noise_multiplier,
+                                           const std::vector<double>& per_step_rdp,
+                                           int64_t steps, double delta);
+  static void Store(Memo& memo, int64_t steps, double delta, const ScheduleEpsilon& value);
   std::shared_ptr<Memo> memo_;
 };
 

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
 #include <vector>
 
 #include "core/privacy/pld_accountant.h"
@@ -84,6 +85,45 @@ TEST(FixedScheduleAccountantTest, EdgesAndInvalidArguments) {
   EXPECT_FALSE(FixedScheduleAccountant::Create(0.0, 1.0).ok());
   EXPECT_FALSE(FixedScheduleAccountant::Create(1.5, 1.0).ok());
   EXPECT_FALSE(FixedScheduleAccountant::Create(0.5, 0.0).ok());
+}
+
+// Prefetch (issue 30) computes in the background exactly what Epsilon
+// computes, from any number of threads at once (TSan runs this test), and an
+// accountant that goes away while a prefetch runs waits for it.
+TEST(FixedScheduleAccountantTest, PrefetchGivesTheSameValuesFromAnyThread) {
+  auto reference = FixedScheduleAccountant::Create(0.1, 2.0);
+  auto accountant = FixedScheduleAccountant::Create(0.1, 2.0);
+  ASSERT_TRUE(reference.ok() && accountant.ok());
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&accountant, t] {
+      for (int64_t n = 1; n <= 12; ++n) {
+        accountant->Prefetch(n + t, 1e-5);
+        EXPECT_TRUE(accountant->Epsilon(n, 1e-5).ok());
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (int64_t n = 1; n <= 14; ++n) {
+    const auto want = reference->Epsilon(n, 1e-5);
+    const auto got = accountant->Epsilon(n, 1e-5);
+    ASSERT_TRUE(want.ok() && got.ok());
+    EXPECT_EQ(got->epsilon, want->epsilon) << n;
+    EXPECT_EQ(got->pld, want->pld) << n;
+    EXPECT_EQ(got->rdp, want->rdp) << n;
+  }
+  // A copy shares the memo and the prefetch; the last one to go waits.
+  {
+    auto short_lived = FixedScheduleAccountant::Create(0.2, 1.5);
+    ASSERT_TRUE(short_lived.ok());
+    const FixedScheduleAccountant copy = *short_lived;
+    copy.Prefetch(400, 1e-5);
+  }
+  // Arguments Epsilon would refuse start nothing.
+  accountant->Prefetch(0, 1e-5);
+  accountant->Prefetch(-3, 1e-5);
+  accountant->Prefetch(5, 0.0);
+  accountant->Prefetch(5, 1.0);
 }
 
 }  // namespace
