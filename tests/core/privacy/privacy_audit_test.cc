@@ -129,6 +129,60 @@ void Report(const char* model, const AuditResult& result, double claimed) {
               claimed, kSigma, kDelta);
 }
 
+// One step, q = 1, σ = kSigma, charged but never refused (the audit runs
+// thousands of them).
+svi::DriverConfig AuditDriver() {
+  svi::DriverConfig driver;
+  driver.sampling_rate = 1.0;
+  driver.noise_multiplier = kSigma;
+  driver.delta = kDelta;
+  driver.epsilon_ceiling = 1e9;
+  driver.enforce_ceiling = false;
+  return driver;
+}
+
+// D for the BLR audits: 12 records with x in dimensions 0 and 1 (d = 3),
+// record i of unit "unit-i" (read only by the unit-level step).
+std::vector<model::Record> BlrPool() {
+  std::vector<model::Record> pool;
+  for (int i = 0; i < 12; ++i) {
+    model::Record record;
+    const double angle = 0.5 * i;
+    record.features = {0.7 * std::cos(angle), 0.7 * std::sin(angle), 0.0};
+    record.label = i % 2;
+    record.unit = svi::UnitDigest("unit-" + std::to_string(i));
+    pool.push_back(record);
+  }
+  return pool;
+}
+
+// The one-step BLR audit of `pool` against `with_canary`: the distinguisher
+// reads h = Σ⁻¹μ's coordinate 2 after the step, which is affine in the
+// noisy s1 sum there (only the canary touches dimension 2).
+AuditResult AuditBlr(const std::vector<model::Record>& pool,
+                     const std::vector<model::Record>& with_canary,
+                     const svi::DriverConfig& driver) {
+  models::BlrConfig config;
+  config.dim = 3;
+  auto model = models::BlrModel::Create(config);
+  EXPECT_TRUE(model.ok());
+  const std::vector<model::NamedArray> initial = (*model)->CheckpointArrays();
+  auto noise = privacy::SecureNoiseSource::Create();
+  EXPECT_TRUE(noise.ok());
+  privacy::RdpAccountant accountant;
+  size_t precision_mean = 0;
+  for (size_t i = 0; i < initial.size(); ++i) {
+    if (initial[i].name == "precision_mean") precision_mean = i;
+  }
+  return Audit([&](bool canary_in) {
+    EXPECT_TRUE((*model)->RestoreCheckpoint(initial).ok());
+    auto step = svi::StepDriver::Create(model->get(), noise->get(), &accountant, driver);
+    EXPECT_TRUE(step.ok());
+    EXPECT_TRUE((*step)->Step(canary_in ? with_canary : pool).ok());
+    return (*model)->CheckpointArrays().at(precision_mean).data[2];
+  });
+}
+
 #ifdef VIPSD_AUDIT_BUILD_WITHOUT_CLIPPING
 constexpr bool kClippingDisabled = true;
 #else
@@ -172,12 +226,7 @@ TEST(PrivacyAuditTest, LdaStepAgainstASaturatingCanaryDocument) {
   auto noise = privacy::SecureNoiseSource::Create();
   ASSERT_TRUE(noise.ok());
   privacy::RdpAccountant accountant;  // charged by every trial; never enforced here
-  svi::DriverConfig driver;
-  driver.sampling_rate = 1.0;
-  driver.noise_multiplier = kSigma;
-  driver.delta = kDelta;
-  driver.epsilon_ceiling = 1e9;
-  driver.enforce_ceiling = false;
+  const svi::DriverConfig driver = AuditDriver();
   auto score = [&](bool canary_in) {
     EXPECT_TRUE((*model)->RestoreCheckpoint(initial).ok());
     auto step = svi::StepDriver::Create(model->get(), noise->get(), &accountant, driver);
@@ -204,46 +253,13 @@ TEST(PrivacyAuditTest, LogisticRegressionStepAgainstASaturatingCanaryRecord) {
   // s1 = (y - 1/2) x saturates its bound 1/2 there. The audit build without
   // bounds gets a canary with ||x|| = 10, which the production model refuses
   // and the production mechanism would clip.
-  models::BlrConfig config;
-  config.dim = 3;
-  auto model = models::BlrModel::Create(config);
-  ASSERT_TRUE(model.ok());
-  const std::vector<model::NamedArray> initial = (*model)->CheckpointArrays();
-  std::vector<model::Record> pool;
-  for (int i = 0; i < 12; ++i) {
-    model::Record record;
-    const double angle = 0.5 * i;
-    record.features = {0.7 * std::cos(angle), 0.7 * std::sin(angle), 0.0};
-    record.label = i % 2;
-    pool.push_back(record);
-  }
+  const std::vector<model::Record> pool = BlrPool();
   std::vector<model::Record> with_canary = pool;
   model::Record canary;
   canary.features = {0.0, 0.0, kClippingDisabled ? 10.0 : 1.0};
   canary.label = 1;
   with_canary.push_back(canary);
-  auto noise = privacy::SecureNoiseSource::Create();
-  ASSERT_TRUE(noise.ok());
-  privacy::RdpAccountant accountant;
-  svi::DriverConfig driver;
-  driver.sampling_rate = 1.0;
-  driver.noise_multiplier = kSigma;
-  driver.delta = kDelta;
-  driver.epsilon_ceiling = 1e9;
-  driver.enforce_ceiling = false;
-  size_t precision_mean = 0;
-  for (size_t i = 0; i < initial.size(); ++i) {
-    if (initial[i].name == "precision_mean") precision_mean = i;
-  }
-  auto score = [&](bool canary_in) {
-    EXPECT_TRUE((*model)->RestoreCheckpoint(initial).ok());
-    auto step = svi::StepDriver::Create(model->get(), noise->get(), &accountant, driver);
-    EXPECT_TRUE(step.ok());
-    EXPECT_TRUE((*step)->Step(canary_in ? with_canary : pool).ok());
-    // h = Σ⁻¹μ after the step is affine in the noisy s1 sum.
-    return (*model)->CheckpointArrays().at(precision_mean).data[2];
-  };
-  const AuditResult result = Audit(score);
+  const AuditResult result = AuditBlr(pool, with_canary, AuditDriver());
   const double claimed = ClaimedEpsilon();
   Report("BLR", result, claimed);
   if (kClippingDisabled) {
@@ -270,20 +286,7 @@ TEST(PrivacyAuditTest, UnitLevelStepAgainstACanaryUnitOfTwentySaturatingRecords)
   // a unit on its own (VIPSD_AUDIT_BUILD_PER_RECORD_UNIT_CLIPPING in
   // step_driver.cc): the canary then moves it 20 times as far, and the
   // audit must catch that.
-  models::BlrConfig config;
-  config.dim = 3;
-  auto model = models::BlrModel::Create(config);
-  ASSERT_TRUE(model.ok());
-  const std::vector<model::NamedArray> initial = (*model)->CheckpointArrays();
-  std::vector<model::Record> pool;
-  for (int i = 0; i < 12; ++i) {
-    model::Record record;
-    const double angle = 0.5 * i;
-    record.features = {0.7 * std::cos(angle), 0.7 * std::sin(angle), 0.0};
-    record.label = i % 2;
-    record.unit = svi::UnitDigest("unit-" + std::to_string(i));
-    pool.push_back(record);
-  }
+  const std::vector<model::Record> pool = BlrPool();
   std::vector<model::Record> with_canary = pool;
   for (int i = 0; i < 20; ++i) {
     model::Record canary;
@@ -292,28 +295,9 @@ TEST(PrivacyAuditTest, UnitLevelStepAgainstACanaryUnitOfTwentySaturatingRecords)
     canary.unit = svi::UnitDigest("canary");
     with_canary.push_back(canary);
   }
-  auto noise = privacy::SecureNoiseSource::Create();
-  ASSERT_TRUE(noise.ok());
-  privacy::RdpAccountant accountant;
-  svi::DriverConfig driver;
-  driver.sampling_rate = 1.0;
-  driver.noise_multiplier = kSigma;
-  driver.delta = kDelta;
-  driver.epsilon_ceiling = 1e9;
-  driver.enforce_ceiling = false;
+  svi::DriverConfig driver = AuditDriver();
   driver.max_records_per_unit = 20;
-  size_t precision_mean = 0;
-  for (size_t i = 0; i < initial.size(); ++i) {
-    if (initial[i].name == "precision_mean") precision_mean = i;
-  }
-  auto score = [&](bool canary_in) {
-    EXPECT_TRUE((*model)->RestoreCheckpoint(initial).ok());
-    auto step = svi::StepDriver::Create(model->get(), noise->get(), &accountant, driver);
-    EXPECT_TRUE(step.ok());
-    EXPECT_TRUE((*step)->Step(canary_in ? with_canary : pool).ok());
-    return (*model)->CheckpointArrays().at(precision_mean).data[2];
-  };
-  const AuditResult result = Audit(score);
+  const AuditResult result = AuditBlr(pool, with_canary, driver);
   const double claimed = ClaimedEpsilon();
   Report("BLR, a unit of 20 records", result, claimed);
   if (kClippingDisabled || kUnitClipsPerRecord) {
