@@ -65,6 +65,8 @@ r = vr.load(release_dir)
 assert r.release_id == "step-2" and r.step == 2 and r.model_type == "lda", r
 assert r.is_private and r.epsilon_spent > 0, r.manifest
 assert r.hyperparameters["alpha"] == float(alpha), (r.hyperparameters, alpha)
+# A record-level release names no unit: it protects one record.
+assert r.privacy_unit == "record" and r.max_records_per_unit == 0, r.manifest
 assert r.manifest["vocabulary_source"].endswith("/demo/vocab.txt"), r.manifest
 K, V = r.dimensions["K"], r.dimensions["V"]
 assert r.arrays["lambda"].shape == (K, V)
