@@ -177,6 +177,18 @@ class DaemonKafkaTest : public ::testing::Test {
     ASSERT_EQ(code, 0) << out;
   }
 
+  // Produces (key, line) pairs with kcat; an empty key is an empty key.
+  void ProduceKeyedWithKcat(const std::vector<std::pair<std::string, std::string>>& records) {
+    std::string input;
+    for (const auto& [key, line] : records) input += key + "\t" + line + "\n";
+    ASSERT_TRUE(connectors::WriteFileDurably(dir_ + "/input.txt", input, false, 0600).ok());
+    int code = 0;
+    const std::string out = Shell("kcat -P -b " + bootstrap_ + " -t " + input_topic_ +
+                                      " -K '\t' -l " + dir_ + "/input.txt 2>&1",
+                                  &code);
+    ASSERT_EQ(code, 0) << out;
+  }
+
   // Dumps a topic with kcat in the reference decoder's format.
   std::string DumpTopic(const std::string& topic) {
     const std::string path = dir_ + "/" + topic + ".dump";
@@ -301,6 +313,37 @@ TEST_F(DaemonKafkaTest, KcatInReleasesOutDeadLettersAndKeepsRunning) {
   // Log lines carry no record content.
   EXPECT_EQ(vipsd.Log().find("not json"), std::string::npos);
   EXPECT_EQ(vipsd.Log().find("zebra"), std::string::npos);
+}
+
+// privacy.unit: key end to end: the message key is the unit, a record
+// without one is dead-lettered (missing_unit), and the ledger, the releases
+// and the exit say what the budget protects.
+TEST_F(DaemonKafkaTest, TheMessageKeyIsThePrivacyUnitEndToEnd) {
+  WriteVocabulary(6);
+  std::vector<std::pair<std::string, std::string>> records;
+  for (int i = 0; i < 60; ++i) records.emplace_back("person-" + std::to_string(i % 6), Document(i));
+  records.emplace_back("", Document(500));  // no unit id
+  ProduceKeyedWithKcat(records);
+  VipsdProcess vipsd(WriteConfig(std::string(kPrivate) + "  unit: key\n  max_records_per_unit: 3\n"),
+                     dir_ + "/vipsd.log");
+  ASSERT_TRUE(WaitFor([&] { return ReleasedSteps().size() >= 3; }, 60s)) << vipsd.Log();
+  std::string dead;
+  ASSERT_TRUE(WaitFor([&] {
+    dead = Slurp(DumpTopic("dead"));
+    return dead.find("vipsd-reason=missing_unit") != std::string::npos;
+  }, 30s)) << dead;
+  std::string decoded;
+  ReleasedSteps(&decoded);
+  EXPECT_NE(decoded.find("\"privacy_unit\": \"key\""), std::string::npos) << decoded;
+  EXPECT_NE(decoded.find("\"max_records_per_unit\": 3"), std::string::npos) << decoded;
+  EXPECT_TRUE(WaitFor([&] { return CommittedTotal() == 61; }, 30s)) << CommittedTotal();
+  vipsd.Kill(SIGTERM);
+  EXPECT_EQ(vipsd.Wait(30s), 0) << vipsd.Log();
+  const daemon::LedgerState state = Ledger();
+  EXPECT_EQ(state.unit, "key");
+  EXPECT_EQ(state.max_records_per_unit, 3);
+  // The unit ids never reach the log.
+  EXPECT_EQ(vipsd.Log().find("person-"), std::string::npos);
 }
 
 TEST_F(DaemonKafkaTest, SigkillMidRunThenRestartContinuesBudgetAndSteps) {
