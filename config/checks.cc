@@ -175,14 +175,16 @@ void CheckPrivacyUnit(const VipsdConfig& config, Diagnostics* diag) {
     error("privacy.unit_field", "only allowed with privacy.unit: field");
   }
   if (config.accounting == Accounting::kResidency) {
+    const std::string unit(PrivacyUnitName(config.privacy_unit));
     error("privacy.accounting",
-          "residency cannot be used with privacy.unit " + std::string(PrivacyUnitName(config.privacy_unit)) +
+          "residency cannot be used with privacy.unit " + unit +
               ": it bounds how many steps one record is a candidate in, and a unit can keep "
               "sending new records (use global)");
   }
   if (!config.work_topic.empty()) {
+    const std::string unit(PrivacyUnitName(config.privacy_unit));
     error("state.work_topic",
-          "shared work cannot be used with privacy.unit " + std::string(PrivacyUnitName(config.privacy_unit)) +
+          "shared work cannot be used with privacy.unit " + unit +
               " yet: a unit whose records sit in partitions of two processes would contribute "
               "one clipped vector from each");
   }

@@ -72,7 +72,8 @@ Status CheckLedgerBelongs(const config::VipsdConfig& config, const ModelBundle& 
         " mode; the accounting mode cannot change for a state directory (use a new one)");
   }
   const std::string unit(config::PrivacyUnitName(config.privacy_unit));
-  const std::string field = config.privacy_unit == config::PrivacyUnit::kField ? config.unit_field : "";
+  const std::string field =
+      config.privacy_unit == config::PrivacyUnit::kField ? config.unit_field : "";
   const int64_t cap = config.privacy_unit == config::PrivacyUnit::kRecord
                           ? 0
                           : config.driver.max_records_per_unit;

@@ -54,8 +54,9 @@ StatusOr<std::vector<StreamCandidates>> RecordPool::Candidates(
     for (const model::Record& record : stream.records) candidates.records.push_back(&record);
     candidates.offsets = stream.offsets;
   }
-  std::sort(streams.begin(), streams.end(),
-            [](const StreamCandidates& a, const StreamCandidates& b) { return a.stream < b.stream; });
+  std::sort(streams.begin(), streams.end(), [](const StreamCandidates& a, const StreamCandidates& b) {
+    return a.stream < b.stream;
+  });
   return streams;
 }
 

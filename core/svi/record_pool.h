@@ -79,7 +79,8 @@ class RecordPool {
   // offset order, the streams sorted by name (the order the driver adds
   // their partial sums in). INVALID_ARGUMENT for a stream index without a
   // name.
-  StatusOr<std::vector<StreamCandidates>> Candidates(std::span<const std::string> stream_names) const;
+  StatusOr<std::vector<StreamCandidates>> Candidates(
+      std::span<const std::string> stream_names) const;
 
   // Every record with its origin and candidate count, stream by stream
   // (index order), each in offset order. For checks and tests.

@@ -151,8 +151,9 @@ Status SampleUnits(const StepKey& key, const std::vector<StreamCandidates>& stre
     for (size_t j = 0; j < chosen[s].size(); ++j) seed_of[s][chosen[s][j]] = words[j];
   }
   for (size_t s = 0; s < streams.size(); ++s) {
-    std::sort(homed[s].begin(), homed[s].end(),
-              [](const Contribution& a, const Contribution& b) { return a.home_index < b.home_index; });
+    std::sort(homed[s].begin(), homed[s].end(), [](const Contribution& a, const Contribution& b) {
+      return a.home_index < b.home_index;
+    });
     Batch& batch = batches[s];
     for (const Contribution& contribution : homed[s]) {
       for (const Member& m : contribution.members) {
