@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "core/base/format.h"
+#include "core/privacy/privacy_unit.h"
 
 namespace vipsd::config::internal {
 
@@ -163,11 +164,7 @@ void CheckPrivacyUnit(const VipsdConfig& config, Diagnostics* diag) {
     }
     if (config.unit_field.empty()) {
       error("privacy.unit", "field needs privacy.unit_field (the JSON key of the unit id)");
-    } else if (config.unit_field.size() > 128 ||
-               !std::all_of(config.unit_field.begin(), config.unit_field.end(), [](char c) {
-                 return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                        (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
-               })) {
+    } else if (!privacy::IsUnitFieldName(config.unit_field)) {
       error("privacy.unit_field",
             "must be 1 to 128 characters of A-Z, a-z, 0-9, '_', '.' and '-' (a JSON key)");
     }

@@ -3,6 +3,7 @@
 #include <cassert>
 
 #include "config/checks.h"
+#include "core/privacy/privacy_unit.h"
 
 namespace vipsd::config {
 namespace internal {
@@ -206,7 +207,7 @@ void AddPrivacy(std::vector<Key>& keys) {
   keys.push_back(
       String("privacy.unit_field", VIPSD_MEMBER(unit_field)).OnReload(Reload::kStateDirectory));
   keys.push_back(Integer("privacy.max_records_per_unit", VIPSD_MEMBER(driver.max_records_per_unit),
-                         1, 1000000)
+                         1, privacy::kMaxRecordsPerUnit)
                      .DerivedDefault()
                      .OnReload(Reload::kStateDirectory));
   keys.push_back(

@@ -19,6 +19,7 @@
 #include "connectors/file/file_util.h"
 #include "core/base/format.h"
 #include "core/privacy/filter_weights.h"
+#include "core/privacy/privacy_unit.h"
 #include "core/release/release.h"
 
 namespace vipsd::daemon {
@@ -229,11 +230,14 @@ Status DecodeUnitLine(Reader& reader, LedgerState& state) {
   if (!(words >> word >> kind) || word != "unit" || (kind != "key" && kind != "field")) {
     return reader.Bad("bad unit line (unit key CAP | unit field NAME CAP)");
   }
-  if (kind == "field" && !(words >> field)) return reader.Bad("bad unit line (no field)");
+  if (kind == "field" && (!(words >> field) || !privacy::IsUnitFieldName(field))) {
+    return reader.Bad("bad unit line (no field, or not 1-128 of A-Z a-z 0-9 _ . -)");
+  }
   if (!(words >> cap) || (words >> extra)) return reader.Bad("bad unit line");
   int64_t parsed = 0;
   const auto [end, error] = std::from_chars(cap.data(), cap.data() + cap.size(), parsed);
-  if (error != std::errc() || end != cap.data() + cap.size() || parsed < 1 || parsed > 1000000) {
+  if (error != std::errc() || end != cap.data() + cap.size() || parsed < 1 ||
+      parsed > privacy::kMaxRecordsPerUnit) {
     return reader.Bad("bad unit cap (must be an integer in [1, 1000000])");
   }
   state.unit = kind;

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "core/base/format.h"
+#include "core/privacy/privacy_unit.h"
 
 namespace vipsd::release {
 namespace {
@@ -289,16 +290,14 @@ Status Validate(const Release& release) {
   if (m.privacy_unit != "record" && m.privacy_unit != "key" && m.privacy_unit != "field") {
     return FieldError("privacy_unit", "record, key or field");
   }
-  if (m.privacy_unit == "field"
-          ? !AllOf(m.unit_field, 128,
-                   [](char c) { return IsKeyName(c) || c == '.' || c == '-'; })
-          : !m.unit_field.empty()) {
+  if (m.privacy_unit == "field" ? !privacy::IsUnitFieldName(m.unit_field)
+                                 : !m.unit_field.empty()) {
     return FieldError("unit_field",
                       "1-128 of [A-Za-z0-9_.-] with privacy_unit field, empty otherwise");
   }
   if (m.privacy_unit == "record" ? m.max_records_per_unit != 0
                                  : !(m.max_records_per_unit >= 1 &&
-                                     m.max_records_per_unit <= 1000000)) {
+                                     m.max_records_per_unit <= privacy::kMaxRecordsPerUnit)) {
     return FieldError("max_records_per_unit",
                       "in [1, 1000000] with a privacy unit, 0 with privacy_unit record");
   }

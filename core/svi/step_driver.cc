@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/privacy/gaussian_mechanism.h"
+#include "core/privacy/privacy_unit.h"
 
 namespace vipsd::svi {
 namespace {
@@ -19,8 +20,6 @@ namespace {
 // Records per accumulation chunk (see Step). Part of the result's
 // definition: changing it changes the floating-point summation order.
 constexpr size_t kChunkRecords = 64;
-
-constexpr int64_t kMaxRecordsPerUnit = 1000000;
 
 // Seconds since `since`, and moves `since` to now.
 double Lap(std::chrono::steady_clock::time_point& since) {
@@ -180,7 +179,7 @@ Status ValidateDriverConfig(const DriverConfig& c) {
   }
   if (!(c.kappa > 0.5 && c.kappa <= 1)) return InvalidArgumentError("kappa must be in (0.5, 1]");
   if (c.threads < 1 || c.threads > 256) return InvalidArgumentError("threads must be in [1, 256]");
-  if (c.max_records_per_unit < 0 || c.max_records_per_unit > kMaxRecordsPerUnit) {
+  if (c.max_records_per_unit < 0 || c.max_records_per_unit > privacy::kMaxRecordsPerUnit) {
     return InvalidArgumentError("max_records_per_unit must be in [0, 1000000] (0 = record-level)");
   }
   if (c.noise_multiplier > 0) {
