@@ -217,12 +217,8 @@ bool LabelApplies(size_t, const MetricsOptions&) {
 }
 template <>
 bool LabelApplies<connectors::RejectReason>(size_t index, const MetricsOptions& options) {
-  const auto reason = static_cast<connectors::RejectReason>(index);
-  if (reason == connectors::RejectReason::kMissingUnit ||
-      reason == connectors::RejectReason::kBadUnit) {
-    return options.per_unit;
-  }
-  return connectors::RejectReasonApplies(reason, options.model_type);
+  return connectors::RejectReasonApplies(static_cast<connectors::RejectReason>(index),
+                                         options.model_type, options.per_unit);
 }
 
 }  // namespace

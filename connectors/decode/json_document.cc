@@ -684,10 +684,11 @@ DecodeResult DecodeJsonDocument(std::string_view record, const text::Vocabulary&
   return document;
 }
 
-bool RejectReasonApplies(RejectReason reason, std::string_view model_type) {
+bool RejectReasonApplies(RejectReason reason, std::string_view model_type, bool per_unit) {
   switch (reason) {
-    case RejectReason::kMissingUnit:  // every model, in unit mode
+    case RejectReason::kMissingUnit:  // every model, in unit mode only
     case RejectReason::kBadUnit:
+      return per_unit;
     case RejectReason::kInvalidJson:
     case RejectReason::kNotAnObject:
     case RejectReason::kLineTooLong:

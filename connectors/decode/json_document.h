@@ -79,7 +79,8 @@ std::string_view RejectReasonDescription(RejectReason reason);
 // Whether the input path of `model_type` ("lda" | "blr" | "sbn") can
 // reject a record for `reason` (its decoder, the JSONL source's line limit,
 // the Kafka source's size limit). Metrics create series only for these.
-bool RejectReasonApplies(RejectReason reason, std::string_view model_type);
+// `per_unit`: privacy.unit is not record (missing_unit and bad_unit apply).
+bool RejectReasonApplies(RejectReason reason, std::string_view model_type, bool per_unit = false);
 
 struct DecodeFailure {
   RejectReason reason;

@@ -207,14 +207,11 @@ TEST(MetricsTest, LabelledSeriesWithFixedValuesExistAtZero) {
   const std::string text = metrics->SerializeText();
   // Reject reasons: a series for each reason the configured model (lda)
   // can produce, none for the others (BLR's, SBN's).
-  // The privacy unit's reasons only in unit mode (below).
   for (size_t i = 0; i < connectors::kNumRejectReasons; ++i) {
     const auto reason = static_cast<connectors::RejectReason>(i);
     const std::string series = "vipsd_records_rejected_total{reason=\"" +
                                std::string(connectors::RejectReasonName(reason)) + "\"}";
-    const bool unit_reason = reason == connectors::RejectReason::kMissingUnit ||
-                             reason == connectors::RejectReason::kBadUnit;
-    if (connectors::RejectReasonApplies(reason, "lda") && !unit_reason) {
+    if (connectors::RejectReasonApplies(reason, "lda")) {
       EXPECT_EQ(SampleValue(text, series), 0.0) << series;
     } else {
       EXPECT_EQ(text.find(series), std::string::npos) << series;

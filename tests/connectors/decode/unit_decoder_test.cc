@@ -65,8 +65,10 @@ TEST(UnitDecoderTest, TheReasonsHaveStableNamesAndNameNoValue) {
   EXPECT_EQ(RejectReasonName(RejectReason::kMissingUnit), "missing_unit");
   EXPECT_EQ(RejectReasonName(RejectReason::kBadUnit), "bad_unit");
   for (const std::string model : {"lda", "blr", "sbn"}) {
-    EXPECT_TRUE(RejectReasonApplies(RejectReason::kMissingUnit, model));
-    EXPECT_TRUE(RejectReasonApplies(RejectReason::kBadUnit, model));
+    EXPECT_TRUE(RejectReasonApplies(RejectReason::kMissingUnit, model, /*per_unit=*/true));
+    EXPECT_TRUE(RejectReasonApplies(RejectReason::kBadUnit, model, /*per_unit=*/true));
+    EXPECT_FALSE(RejectReasonApplies(RejectReason::kMissingUnit, model));
+    EXPECT_FALSE(RejectReasonApplies(RejectReason::kBadUnit, model));
   }
 }
 
