@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Broker-fault harness: the real vipsd against a 3-broker Kafka cluster
 hosted in another process (vipsd-mock-kafka) while records flow, through a
-sequence of faults: one broker down and up; every broker down for longer
+sequence of faults: one broker down and up (broker 1, made the leader of
+input partition docs:0 first: the mock picks leaders at random, and a broker
+that leads nothing vipsd reads or writes can go down unnoticed); every broker down for longer
 than the publish timeout; retriable request errors injected on produce,
 fetch and list-offsets (the slot clock); offset commits refused with
 OFFSET_METADATA_TOO_LARGE (not retried by librdkafka, so the failure must
@@ -58,6 +60,14 @@ class Run:
         os.makedirs(self.work)
         self.kafka = harness.MockKafka(args.mock_kafka, 3,
                                        [("docs", 3), ("releases", 1), ("dead", 1), ("alerts", 1)])
+        # Broker 1, which the first fault takes down, leads input partition
+        # docs:0 (the daemon fetches from it); the release topic is on
+        # broker 2, so releases go on while broker 1 is down.
+        self.kafka.command("leader docs 0 1")
+        self.kafka.command("leader releases 0 2")
+        leaders = self.kafka.leaders()
+        check(leaders.get(("docs", 0)) == 1 and leaders.get(("releases", 0)) == 2,
+              "the mock did not take the leaders the harness set: %s" % leaders)
         self.port = harness.free_port()
         self.group = "vipsd-fault-%d" % os.getpid()
         self.config = harness.write_setup(

@@ -86,6 +86,15 @@ class MockKafka:
             out[int(p)] = (int(low), int(high))
         return out
 
+    def leaders(self):
+        """{(topic, partition): leader broker id} from the cluster's metadata,
+        read by kcat (an independent client)."""
+        result = run(["kcat", "-L", "-J", "-b", self.bootstrap], timeout=60)
+        check(result.returncode == 0, "kcat -L failed: %s" % result.stderr[-500:])
+        metadata = json.loads(result.stdout)
+        return {(t["topic"], p["partition"]): p["leader"]
+                for t in metadata["topics"] for p in t["partitions"]}
+
     def describe(self):
         """Whether the cluster process still runs, and the tail of its stderr."""
         code = self.proc.poll()

@@ -11,6 +11,10 @@
 //   topic NAME PARTITIONS          create a topic
 //   down ID | up ID                take broker ID (1..N) down / bring it back
 //   rtt ID MS                      add MS ms to every response of broker ID
+//   leader TOPIC PARTITION ID      make broker ID the partition's leader
+//                                  (the mock picks leaders at random when a
+//                                  topic is created; a fault drill that takes
+//                                  one broker down pins what it leads first)
 //   errors API COUNT ERROR...      the next COUNT requests of API (produce,
 //                                  fetch, list_offsets, metadata, offset_commit,
 //                                  offset_fetch, find_coordinator, join_group,
@@ -55,7 +59,7 @@ constexpr const char* kUsage =
     "Usage: vipsd-mock-kafka [--brokers N] [--topic NAME:PARTITIONS]... [--bootstrap-file PATH]\n"
     "\n"
     "Prints 'bootstrap LIST', then answers commands on stdin, one line each:\n"
-    "  topic NAME PARTITIONS | down ID | up ID | rtt ID MS |\n"
+    "  topic NAME PARTITIONS | down ID | up ID | rtt ID MS | leader TOPIC PARTITION ID |\n"
     "  errors API COUNT ERROR... | clear API | committed GROUP TOPIC |\n"
     "  watermarks TOPIC | quit\n"
     "API: produce fetch list_offsets metadata offset_commit offset_fetch\n"
@@ -202,6 +206,17 @@ std::string Run(MockCluster& cluster, Inspector& inspector, const std::string& l
       return "error usage: rtt ID MS";
     }
     return mock_line(rd_kafka_mock_broker_set_rtt(cluster.mock_handle(), id, ms));
+  }
+  if (command == "leader") {
+    std::string topic;
+    int partition = -1, id = 0;
+    if (!(in >> topic >> partition >> id) || partition < 0 || id < 1 ||
+        id > cluster.broker_count()) {
+      return "error usage: leader TOPIC PARTITION ID (ID in 1.." +
+             std::to_string(cluster.broker_count()) + ")";
+    }
+    return mock_line(
+        rd_kafka_mock_partition_set_leader(cluster.mock_handle(), topic.c_str(), partition, id));
   }
   if (command == "errors" || command == "clear") {
     std::string api;
