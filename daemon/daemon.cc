@@ -85,6 +85,7 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const config::VipsdConfig& conf
       svi::StepDriver::Create(daemon->bundle_.model.get(), daemon->noise_.get(),
                               config.is_private() ? &live.accountant : nullptr,
                               daemon->DriverConfigFor(config), live.next_step));
+  if (daemon->hooks_.after_sample) daemon->driver_->set_sample_observer(daemon->hooks_.after_sample);
   if (!daemon->paced_) {
     // The offline run: max_steps and max_epochs (one epoch = 1/q steps,
     // validated against overflow by the configuration) bound this run.

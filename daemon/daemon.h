@@ -123,6 +123,10 @@ struct DaemonHooks {
   std::function<void(int64_t step, int64_t slot, const svi::RecordPool& pool,
                      const std::vector<std::string>& stream_names)>
       before_step;
+  // Called on the step thread after each step's sampling (step 2) with the
+  // step's contributions (svi::SampleObserver): PRIVATE, for in-process
+  // tests of who was sampled; never set by main.cc.
+  svi::SampleObserver after_sample;
   // Called after each release was confirmed by the sink.
   std::function<void(const release::Release&)> after_release;
   // Fault injection: called before each ledger commit; a non-OK status is

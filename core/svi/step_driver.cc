@@ -165,6 +165,32 @@ Status SampleUnits(const StepKey& key, const std::vector<StreamCandidates>& stre
   return Status::Ok();
 }
 
+// Hands step `step`'s contributions to `observer` (StepDriver::set_sample_observer).
+void ReportContributions(const SampleObserver& observer, int64_t step,
+                         const std::vector<StreamCandidates>& streams,
+                         const std::vector<Batch>& batches) {
+  std::unordered_map<const model::Record*, std::pair<size_t, int64_t>> where;
+  for (size_t s = 0; s < streams.size(); ++s) {
+    for (size_t i = 0; i < streams[s].records.size(); ++i) {
+      where.emplace(streams[s].records[i], std::make_pair(s, streams[s].offsets[i]));
+    }
+  }
+  Contributions contributions;
+  for (const Batch& batch : batches) {
+    size_t begin = 0;
+    for (size_t j = 0; j < batch.contributions(); ++j) {
+      const size_t end = batch.ends.empty() ? j + 1 : batch.ends[j];
+      auto& contribution = contributions.emplace_back();
+      for (size_t r = begin; r < end; ++r) {
+        const auto& [s, offset] = where.at(batch.records[r]);
+        contribution.emplace_back(streams[s].stream, offset);
+      }
+      begin = end;
+    }
+  }
+  observer(step, contributions);
+}
+
 }  // namespace
 
 Status ValidateDriverConfig(const DriverConfig& c) {
@@ -375,6 +401,7 @@ Status StepDriver::SumStreams(const StepKey& key, const std::vector<StreamCandid
       batch.seeds.swap(seed_words);
     }
   }
+  if (on_sample_) ReportContributions(on_sample_, next_step_, streams, batches);
   if (phases != nullptr) phases->sample += Lap(clock);
 
   // 3 + 4. E-step, clip and sum, in parallel over fixed chunks. The chunk

@@ -135,6 +135,13 @@ struct StepTicket {
 // order; the driver resets the partial after the call.
 using PartialSink = std::function<Status(size_t stream_index, privacy::GaussianSumMechanism& partial)>;
 
+// One step's contributions after step 2, in the order they are summed: each
+// is the (stream name, offset) of a record — record-level — or of the chosen
+// records of one kept unit. PRIVATE (which records were sampled): for tests
+// and audits in the same process (the daemon's DaemonHooks::after_sample).
+using Contributions = std::vector<std::vector<std::pair<std::string, int64_t>>>;
+using SampleObserver = std::function<void(int64_t step, const Contributions& contributions)>;
+
 class StepDriver {
  public:
   // `model` and `noise` must outlive the driver; `accountant` too, and it
@@ -183,6 +190,10 @@ class StepDriver {
     on_release_ = std::move(observer);
   }
 
+  // Called by SumStreams after step 2 (see SampleObserver); none by default,
+  // and nothing is collected without one.
+  void set_sample_observer(SampleObserver observer) { on_sample_ = std::move(observer); }
+
   // Applies a new (q, σ, schedule, ceiling); same validation as Create.
   // Turning a non-private driver private (or back) is refused.
   Status Reconfigure(const DriverConfig& config);
@@ -209,6 +220,7 @@ class StepDriver {
   std::unique_ptr<privacy::GaussianSumMechanism> total_;
   std::unique_ptr<privacy::GaussianSumMechanism> current_;  // the stream being summed
   std::function<void(const Eigen::VectorXd&, int64_t)> on_release_;
+  SampleObserver on_sample_;
   std::vector<std::unique_ptr<privacy::GaussianSumMechanism>> spare_;
 };
 

@@ -66,6 +66,7 @@ struct Options {
   std::string extra_metrics;
   std::string model = "lda";
   std::string schedule;  // privacy.schedule; empty: not written (fixed for a new directory)
+  int64_t unit_cap = 0;  // > 0: privacy.unit: key with this max_records_per_unit
 };
 
 std::string WriteConfig(const std::string& dir, const Options& o) {
@@ -84,6 +85,7 @@ std::string WriteConfig(const std::string& dir, const Options& o) {
          << "\n  accounting: " << o.accounting << "\n  warn_at: [0.5]\n  noise: " << o.noise
          << "\n";
     if (!o.schedule.empty()) yaml << "  schedule: " << o.schedule << "\n";
+    if (o.unit_cap > 0) yaml << "  unit: key\n  max_records_per_unit: " << o.unit_cap << "\n";
   }
   yaml << "schedule:\n  tau0: 1\n  kappa: 0.7\n  threads: 2\n  interval_seconds: " << o.interval
        << "\n  window_steps: " << o.window << "\n  max_steps: " << o.max_steps << "\n";
@@ -308,6 +310,110 @@ TEST(DaemonTest, AddingOneRecordChangesOnlyItsOwnMembershipEvenWithASlowStep) {
     }
   }
   EXPECT_EQ(slots_with_r, kWindow);
+}
+
+// The unit-level neighbour structure (issue 28): the daemon on D, on D
+// minus every record of unit u, and on D minus two other units, with the
+// same fixed-seed step keys. Every step's contributions (DaemonHooks::
+// after_sample: which units were kept, which of their records were chosen)
+// must be the same in all three runs except for the removed units' own.
+// u has 10 records (over the cap of 3) spread over two partitions; other
+// units have 1 to 7 records, some over two partitions as well. u's records
+// are alone in partitions 2 and 3, and b's and g's come after every other
+// record of theirs, so no removal moves another record's offset: the
+// sampling words are keyed by (stream, offset), and a removal that shifted
+// offsets would draw other records' words afresh — independent uniform
+// words either way (the same distribution), but not the same values a test
+// can compare.
+TEST(DaemonTest, RemovingOneUnitChangesOnlyItsOwnSamplingAndContributions) {
+  constexpr int64_t kCap = 3;
+  constexpr int64_t kSteps = 12;
+  using StepContributions = std::set<std::vector<std::string>>;  // record ids per contribution
+  auto run = [&](const std::set<char>& removed, const std::string& name) {
+    Harness h(name);
+    std::map<std::pair<std::string, int64_t>, std::string> ids;  // (stream, offset) -> record id
+    auto append = [&](int32_t partition, char unit, int i) {
+      if (removed.count(unit) > 0) return;
+      const std::string id = std::string(1, unit) + std::to_string(i);
+      const int64_t offset = h.topic->Append(
+          partition, "{\"id\": \"" + id + "\", \"text\": \"apple banana cherry\"}", 1.0,
+          std::string(1, unit));
+      ids[{StreamName("docs", partition), offset}] = id;
+    };
+    for (int i = 0; i < 10; ++i) append(2 + i % 2, 'u', i);
+    // b and g, removed in the third run, come last in their partitions.
+    for (const std::string units : {"acdefh", "bg"}) {
+      for (int i = 0; i < 7; ++i) {
+        for (char unit : units) {
+          const int records = 1 + (unit - 'a') % 7;  // a: 1 ... g: 7, h: 1
+          if (i < records) append(unit <= 'c' ? 0 : (unit >= 'f' ? i % 2 : 1), unit, i);
+        }
+      }
+    }
+    std::mutex mutex;
+    std::map<int64_t, StepContributions> steps;
+    DaemonHooks hooks;
+    hooks.after_sample = [&](int64_t step, const svi::Contributions& contributions) {
+      StepContributions named;
+      for (const auto& contribution : contributions) {
+        std::vector<std::string> records;
+        for (const auto& [stream, offset] : contribution) records.push_back(ids.at({stream, offset}));
+        std::sort(records.begin(), records.end());
+        named.insert(records);
+      }
+      std::lock_guard<std::mutex> lock(mutex);
+      steps[step] = named;
+    };
+    Options options;
+    options.noise = "fixed_seed";
+    options.unit_cap = kCap;
+    options.q = 0.5;
+    DaemonOptions flag;
+    flag.allow_fixed_seed_noise = true;
+    auto daemon = h.Make(WriteConfig(h.dir, options), hooks, flag);
+    EXPECT_TRUE(daemon.ok()) << daemon.status().ToString();
+    if (daemon.ok()) {
+      EXPECT_TRUE(RunUntil(**daemon, [&](const DaemonStatus& s) { return s.steps_run >= kSteps; })
+                      .ok());
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    return steps;
+  };
+  const auto all = run({}, "unit_neighbour_d");
+  const auto without_u = run({'u'}, "unit_neighbour_d_minus_u");
+  const auto without_others = run({'b', 'g'}, "unit_neighbour_d_minus_bg");
+  // Contributions of the units in `units`, by the first letter of their ids.
+  auto only = [](const StepContributions& step, const std::set<char>& units, bool keep) {
+    StepContributions out;
+    for (const auto& contribution : step) {
+      if ((units.count(contribution.front()[0]) > 0) == keep) out.insert(contribution);
+    }
+    return out;
+  };
+  int u_kept = 0;
+  for (int64_t step = 1; step <= kSteps; ++step) {
+    ASSERT_TRUE(all.count(step) && without_u.count(step) && without_others.count(step))
+        << "step " << step;
+    const StepContributions& d = all.at(step);
+    EXPECT_EQ(only(d, {'u'}, false), without_u.at(step)) << "step " << step;
+    EXPECT_EQ(only(d, {'b', 'g'}, false), without_others.at(step)) << "step " << step;
+    // u's contribution is the same whatever other units are present.
+    EXPECT_EQ(only(d, {'u'}, true), only(without_others.at(step), {'u'}, true)) << "step " << step;
+    for (const auto& contribution : d) {
+      // One contribution per kept unit, all of it that unit's, at most the cap.
+      for (const std::string& id : contribution) EXPECT_EQ(id[0], contribution.front()[0]);
+      const int records = contribution.front()[0] == 'u' ? 10 : 1 + (contribution.front()[0] - 'a') % 7;
+      EXPECT_EQ(static_cast<int64_t>(contribution.size()), std::min<int64_t>(records, kCap))
+          << "step " << step << " unit " << contribution.front()[0];
+      if (contribution.front()[0] == 'u') ++u_kept;
+    }
+    std::set<char> units;
+    for (const auto& contribution : d) units.insert(contribution.front()[0]);
+    EXPECT_EQ(units.size(), d.size()) << "a unit contributed twice in step " << step;
+  }
+  // q = 0.5 over 12 steps with the fixed seed: u is kept in some steps, not all.
+  EXPECT_GT(u_kept, 0);
+  EXPECT_LT(u_kept, kSteps);
 }
 
 TEST(DaemonTest, ReleasesLeaveAtTheirPublicDeadlineNotWhenTheStepFinished) {

@@ -34,6 +34,7 @@ struct FakeTopic {
   struct Entry {
     std::string payload;
     double appended = 0;  // unix seconds
+    std::string key;      // the message key ("" none)
   };
   std::mutex mutex;
   std::map<int32_t, std::vector<Entry>> partitions;
@@ -41,10 +42,11 @@ struct FakeTopic {
 
   // Appends at `appended` (unix seconds; default: long ago). Append times
   // within a partition must not decrease.
-  int64_t Append(int32_t partition, std::string payload, double appended = 1.0) {
+  int64_t Append(int32_t partition, std::string payload, double appended = 1.0,
+                 std::string key = "") {
     std::lock_guard<std::mutex> lock(mutex);
     auto& log = partitions[partition];
-    log.push_back({std::move(payload), appended});
+    log.push_back({std::move(payload), appended, std::move(key)});
     return static_cast<int64_t>(log.size()) - 1;
   }
 };
@@ -78,6 +80,7 @@ class FakeSource : public InputSource {
           record.partition = partition;
           record.offset = at;
           record.payload = log[static_cast<size_t>(at)].payload;
+          record.key = log[static_cast<size_t>(at)].key;
           record.oversize = record.payload.size() > 4000;
           record.below_committed = committed_at_start_.count(partition) > 0 &&
                                    at < committed_at_start_[partition];
