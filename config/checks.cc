@@ -137,6 +137,12 @@ void CheckPrivacyUnit(const VipsdConfig& config, Diagnostics* diag) {
   const auto error = [&](const std::string& key, const std::string& what) {
     diag->errors.push_back(At(config, key, what));
   };
+  const bool shared = !config.work_topic.empty();
+  if (config.line_of("privacy.unit_partitioner") > 0 &&
+      (config.privacy_unit != PrivacyUnit::kKey || !shared)) {
+    error("privacy.unit_partitioner",
+          "only allowed with privacy.unit: key and state.work_topic (shared work)");
+  }
   if (!per_unit) {
     if (config.line_of("privacy.max_records_per_unit") > 0) {
       error("privacy.max_records_per_unit", "only allowed with privacy.unit: key or field");
@@ -178,12 +184,14 @@ void CheckPrivacyUnit(const VipsdConfig& config, Diagnostics* diag) {
               ": it bounds how many steps one record is a candidate in, and a unit can keep "
               "sending new records (use global)");
   }
-  if (!config.work_topic.empty()) {
-    const std::string unit(PrivacyUnitName(config.privacy_unit));
-    error("state.work_topic",
-          "shared work cannot be used with privacy.unit " + unit +
-              " yet: a unit whose records sit in partitions of two processes would contribute "
-              "one clipped vector from each");
+  if (shared && config.privacy_unit == PrivacyUnit::kKey &&
+      config.unit_partitioner == privacy::UnitPartitioner::kNone) {
+    error("privacy.unit",
+          "shared work with privacy.unit: key needs privacy.unit_partitioner: murmur2 | crc32, "
+          "the partitioner your producers send keys with (murmur2: Java clients' default and "
+          "librdkafka's murmur2_random; crc32: librdkafka's default, consistent_random): a unit "
+          "counts only in the partition its key goes to, so that processes summing different "
+          "partitions never clip one unit twice");
   }
 }
 

@@ -37,6 +37,7 @@
 #include "core/models/blr.h"
 #include "core/models/lda.h"
 #include "core/models/sbn.h"
+#include "core/privacy/privacy_unit.h"
 #include "core/svi/slot_windows.h"
 #include "core/svi/step_driver.h"
 
@@ -98,6 +99,9 @@ struct VipsdConfig {
   // The privacy unit; the cap is driver.max_records_per_unit (0 = record).
   PrivacyUnit privacy_unit = PrivacyUnit::kRecord;
   std::string unit_field;  // kField: the JSON key holding the unit id
+  // Shared work with privacy.unit: key: the producers' key partitioner (a
+  // unit counts only in the partition its key goes to); kNone otherwise.
+  privacy::UnitPartitioner unit_partitioner = privacy::UnitPartitioner::kNone;
   // Unset: the ledger's schedule for an existing state directory, kFixed
   // for a new one.
   std::optional<Schedule> schedule;

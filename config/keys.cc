@@ -20,6 +20,8 @@ constexpr Named<Schedule> kSchedules[] = {{"fixed", Schedule::kFixed},
 constexpr Named<PrivacyUnit> kPrivacyUnits[] = {{"record", PrivacyUnit::kRecord},
                                                 {"key", PrivacyUnit::kKey},
                                                 {"field", PrivacyUnit::kField}};
+constexpr Named<privacy::UnitPartitioner> kUnitPartitioners[] = {
+    {"murmur2", privacy::UnitPartitioner::kMurmur2}, {"crc32", privacy::UnitPartitioner::kCrc32}};
 constexpr Named<CeilingAction> kCeilingActions[] = {{"halt", CeilingAction::kHalt},
                                                     {"exit", CeilingAction::kExit}};
 constexpr Named<SourceType> kSourceTypes[] = {{"file", SourceType::kFile},
@@ -210,6 +212,12 @@ void AddPrivacy(std::vector<Key>& keys) {
                          1, privacy::kMaxRecordsPerUnit)
                      .DerivedDefault()
                      .OnReload(Reload::kStateDirectory));
+  // Shared work with a unit: the producers' key partitioner, which decides
+  // a unit's home partition (core/privacy/privacy_unit.h).
+  keys.push_back(Choice("privacy.unit_partitioner", VIPSD_MEMBER(unit_partitioner),
+                        kUnitPartitioners)
+                     .DerivedDefault()
+                     .OnReload(Reload::kRestart));
   keys.push_back(
       Removed("privacy.residency_steps",
               "no longer a key: a record is a candidate in exactly the steps of its window, so its "

@@ -152,7 +152,7 @@ StatusOr<svi::StepResult> Coordinator::StepCharged(const Context& context,
     }
     for (const WorkStream* stream : ready) {
       VIPSD_ASSIGN_OR_RETURN(sums[stream->name],
-                             LocalPartial(ingest, *context.driver, plan.key, *stream));
+                             LocalPartial(ingest, *context.driver, plan, *stream));
       ++out->partials_local;
     }
     if (sums.size() == plan.wanted.size()) break;

@@ -82,7 +82,7 @@ StatusOr<ModelBundle> BuildModel(const config::VipsdConfig& config) {
                                                 config.privacy_unit == config::PrivacyUnit::kKey
                                                     ? connectors::UnitSource::kKey
                                                     : connectors::UnitSource::kField,
-                                                config.unit_field);
+                                                config.unit_field, config.unit_partitioner);
   }
   bundle.model_fingerprint = ModelFingerprint(*bundle.model, bundle.vocabulary_fingerprint);
   bundle.record_settings = RecordSettings(config, bundle.vocabulary_fingerprint);
@@ -95,7 +95,8 @@ std::string RecordSettings(const config::VipsdConfig& config,
   for (const auto& [path, value] : config::AppliedKeyValues(config)) {
     if (path == "model.lda.vocabulary") {
       out += path + " (BLAKE2b-256 of its terms): " + vocabulary_fingerprint + "\n";
-    } else if (path.rfind("model.", 0) == 0 || path == "source.max_record_bytes") {
+    } else if (path.rfind("model.", 0) == 0 || path == "source.max_record_bytes" ||
+               path.rfind("privacy.unit", 0) == 0 || path == "privacy.max_records_per_unit") {
       out += path + ": " + value + "\n";
     }
   }

@@ -47,8 +47,10 @@ struct ModelBundle {
 // The settings that decide a record's statistic or whether it is
 // dead-lettered, as "key: value" lines in the key table's order: every
 // model.* key that applies to the configured model.type (the vocabulary by
-// its fingerprint, since two processes may keep one file at two paths) and
-// source.max_record_bytes. Public values only.
+// its fingerprint, since two processes may keep one file at two paths),
+// source.max_record_bytes, and the privacy unit's keys (privacy.unit*,
+// privacy.max_records_per_unit: which records form one contribution, and
+// in which partition). Public values only.
 std::string RecordSettings(const config::VipsdConfig& config,
                            const std::string& vocabulary_fingerprint);
 

@@ -44,12 +44,29 @@ std::optional<std::vector<std::pair<int64_t, std::string>>> WorkIo::Poll(
   return std::nullopt;
 }
 
-StatusOr<std::string> LocalPartial(Ingest& ingest, svi::StepDriver& driver,
-                                   const svi::StepKey& key, const WorkStream& stream) {
+StatusOr<std::string> LocalPartial(Ingest& ingest, svi::StepDriver& driver, const WorkPlan& plan,
+                                   const WorkStream& stream) {
   std::vector<svi::StreamCandidates> one{ingest.Candidates(stream.name, stream.low, stream.high)};
+  if (driver.config().max_records_per_unit > 0) {
+    // "topic:partition"; the topic's partitions are the plan's streams
+    // named "topic:*".
+    const size_t colon = stream.name.rfind(':');
+    if (colon == std::string::npos) {
+      return InternalError("work plan stream '" + stream.name + "' is not topic:partition");
+    }
+    const std::string prefix = stream.name.substr(0, colon + 1);
+    int32_t count = 0;
+    for (const WorkStream& s : plan.streams) count += s.name.rfind(prefix, 0) == 0 ? 1 : 0;
+    one[0].partition = static_cast<int32_t>(std::stol(stream.name.substr(colon + 1)));
+    one[0].partition_count = count;
+    if (one[0].partition < 0 || one[0].partition >= count) {
+      return InternalError("work plan stream '" + stream.name + "': partition outside the " +
+                           std::to_string(count) + " partitions the plan lists for its topic");
+    }
+  }
   std::string encoded;
   VIPSD_RETURN_IF_ERROR(driver.SumStreams(
-      key, one, [&encoded](size_t, privacy::GaussianSumMechanism& partial) -> Status {
+      plan.key, one, [&encoded](size_t, privacy::GaussianSumMechanism& partial) -> Status {
         VIPSD_ASSIGN_OR_RETURN(encoded, partial.EncodeUnreleased());
         return Status::Ok();
       }));

@@ -212,7 +212,7 @@ void Worker::WorkOnPlan() {
   };
   for (const WorkStream* stream : ready) {
     WorkPartial partial = partial_of(*stream);
-    auto sum = LocalPartial(ingest_, *driver_, plan_->key, *stream);
+    auto sum = LocalPartial(ingest_, *driver_, *plan_, *stream);
     if (!sum.ok()) {
       // The coordinator waits for this partition: leave the group (the
       // process stops with this error) so that another process sums it.

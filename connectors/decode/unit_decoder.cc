@@ -11,8 +11,10 @@ namespace {
 
 class UnitDecoder final : public RecordDecoder {
  public:
-  UnitDecoder(std::unique_ptr<RecordDecoder> inner, UnitSource source, std::string field)
-      : inner_(std::move(inner)), source_(source), field_(std::move(field)) {}
+  UnitDecoder(std::unique_ptr<RecordDecoder> inner, UnitSource source, std::string field,
+              privacy::UnitPartitioner partitioner)
+      : inner_(std::move(inner)), source_(source), field_(std::move(field)),
+        partitioner_(partitioner) {}
 
   RecordDecodeResult Decode(std::string_view bytes) const override {
     return DecodeKeyed(bytes, std::string_view());
@@ -25,6 +27,7 @@ class UnitDecoder final : public RecordDecoder {
     if (source_ == UnitSource::kKey) {
       if (key.empty()) return DecodeFailure{RejectReason::kMissingUnit};
       record->unit = svi::UnitDigest(key);
+      record->unit_hash = privacy::UnitKeyHash(partitioner_, key);
       return result;
     }
     // The model's decoder accepted the bytes as one JSON object; read the
@@ -49,13 +52,15 @@ class UnitDecoder final : public RecordDecoder {
   std::unique_ptr<RecordDecoder> inner_;
   UnitSource source_;
   std::string field_;
+  privacy::UnitPartitioner partitioner_;
 };
 
 }  // namespace
 
 std::unique_ptr<RecordDecoder> NewUnitDecoder(std::unique_ptr<RecordDecoder> inner,
-                                              UnitSource source, std::string field) {
-  return std::make_unique<UnitDecoder>(std::move(inner), source, std::move(field));
+                                              UnitSource source, std::string field,
+                                              privacy::UnitPartitioner partitioner) {
+  return std::make_unique<UnitDecoder>(std::move(inner), source, std::move(field), partitioner);
 }
 
 }  // namespace vipsd::connectors

@@ -18,12 +18,16 @@
 #include <string>
 
 #include "connectors/decode/record_decoder.h"
+#include "core/privacy/privacy_unit.h"
 
 namespace vipsd::connectors {
 
 enum class UnitSource { kKey, kField };
 
-std::unique_ptr<RecordDecoder> NewUnitDecoder(std::unique_ptr<RecordDecoder> inner,
-                                              UnitSource source, std::string field = "");
+// `partitioner` (kKey only): also store the key's partitioner hash in
+// model::Record::unit_hash (shared work: the unit's home partition).
+std::unique_ptr<RecordDecoder> NewUnitDecoder(
+    std::unique_ptr<RecordDecoder> inner, UnitSource source, std::string field = "",
+    privacy::UnitPartitioner partitioner = privacy::UnitPartitioner::kNone);
 
 }  // namespace vipsd::connectors

@@ -48,6 +48,10 @@ struct Record {
   // of the record's unit id (svi::UnitDigest), the same for every record of
   // one unit; all zero in record mode. PRIVATE: it tells whose record this is.
   std::array<uint8_t, 16> unit{};
+  // Shared work with a unit (privacy.unit_partitioner): the partitioner
+  // hash of the unit id (privacy::UnitKeyHash), which decides the unit's
+  // home partition; 0 otherwise. PRIVATE, as `unit`.
+  uint32_t unit_hash = 0;
 };
 
 // A record's statistic in sparse form: flat coordinates of the statistic

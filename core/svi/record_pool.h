@@ -56,6 +56,13 @@ struct StreamCandidates {
   std::string stream;
   std::vector<const model::Record*> records;
   std::vector<int64_t> offsets;
+  // Unit-level shared work (privacy/privacy_unit.h, home partition): when
+  // partition_count > 0 this stream is partition `partition` of a topic
+  // with partition_count partitions, and a unit's records here are
+  // candidates only if it is the unit's home (UnitHomePartition of the
+  // record's unit_hash). Public (the step's plan).
+  int32_t partition = -1;
+  int32_t partition_count = 0;
 };
 
 class RecordPool {

@@ -74,8 +74,10 @@ struct Batch {
   size_t contributions() const { return ends.empty() ? records.size() : ends.size(); }
 };
 
-// Unit-level step 2 (DriverConfig::max_records_per_unit). Every decision
-// about unit u depends on the step key and u's own candidates only:
+// Unit-level step 2 (DriverConfig::max_records_per_unit). A stream with a
+// home rule (StreamCandidates::partition_count > 0) offers only the records
+// of units whose home partition it is. Every decision about unit u depends
+// on the step key and u's own candidates only:
 //   kept(u): UnitWord(key, d(u)) < ⌊q·2^64⌋;
 //   chosen: u's candidates with the `cap` smallest (rank(s, o), s, o) —
 //           rank = word(s, o, kUnitRankNonce), s in stream (name) order;
@@ -104,6 +106,12 @@ Status SampleUnits(const StepKey& key, const std::vector<StreamCandidates>& stre
     offsets.clear();
     indices.clear();
     for (size_t i = 0; i < stream.records.size(); ++i) {
+      // Shared work: a unit counts only in its home partition.
+      if (stream.partition_count > 0 &&
+          privacy::UnitHomePartition(stream.records[i]->unit_hash, stream.partition_count) !=
+              stream.partition) {
+        continue;
+      }
       const auto& digest = stream.records[i]->unit;
       auto [it, fresh] = kept.try_emplace(digest, true);
       if (fresh && q < 1.0) it->second = UnitWord(key, digest) < threshold;

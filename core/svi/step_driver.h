@@ -91,7 +91,9 @@ struct DriverConfig {
   // unit contributes at most C of its candidate records (the C with the
   // smallest rank word, svi/step_randomness.h), and step 3 sums their
   // statistics and clips the sum once, as one record's. All of a unit's
-  // records must be among `streams` of one SumStreams call (one process).
+  // candidates must be among `streams` of one SumStreams call: in one
+  // process, or, when the work is shared, in the unit's home partition
+  // (StreamCandidates::partition_count; records elsewhere are not used).
   int64_t max_records_per_unit = 0;
 };
 

@@ -139,8 +139,9 @@ std::string KafkaWith(const std::string& from, const std::string& to) {
 
 // privacy.unit (docs/privacy_accounting.md "The privacy unit"): the unit id
 // comes from the message key (kafka) or a named field (file), the cap is
-// required with a unit and refused without one, and what cannot keep a
-// unit's bound (residency, shared work) is refused with the reason.
+// required with a unit and refused without one, what cannot keep a unit's
+// bound (residency) is refused with the reason, and shared work needs the
+// producers' key partitioner (privacy.unit_partitioner).
 // `keys` (whole lines) go after privacy.noise.
 std::string PrivacyKeys(const std::string& example, const std::string& keys) {
   std::string text = example;
@@ -170,8 +171,20 @@ TEST(ConfigTest, PrivacyUnitKeysAndWhatTheyCannotBeCombinedWith) {
   EXPECT_EQ(keyed->privacy_unit, PrivacyUnit::kKey);
   EXPECT_EQ(keyed->driver.max_records_per_unit, 20);
 
-  std::string shared = PrivacyKeys(global_kafka, "  unit: key\n  max_records_per_unit: 3\n");
-  shared.replace(shared.find("  # work_topic: vipsd-work"), 26, "  work_topic: vipsd-work");
+  auto share = [](std::string text) {
+    text.replace(text.find("  # work_topic: vipsd-work"), 26, "  work_topic: vipsd-work");
+    text.replace(text.find("  # ledger_topic: vipsd-ledger"), 30, "  ledger_topic: vipsd-ledger");
+    return text;
+  };
+  const std::string shared = share(PrivacyKeys(global_kafka, "  unit: key\n  max_records_per_unit: 3\n"));
+  // Shared work with a unit names the producers' partitioner.
+  auto partitioned = ParseConfig(
+      share(PrivacyKeys(global_kafka,
+                        "  unit: key\n  max_records_per_unit: 3\n  unit_partitioner: crc32\n")),
+      "s.yaml");
+  ASSERT_TRUE(partitioned.ok()) << partitioned.status().message();
+  EXPECT_EQ(partitioned->unit_partitioner, privacy::UnitPartitioner::kCrc32);
+  EXPECT_EQ(keyed->unit_partitioner, privacy::UnitPartitioner::kNone);
   const std::vector<Bad> cases = {
       {PrivacyKeys(Example(), "  unit: person\n"),
        "privacy.unit: must be one of record, key, field, got 'person'"},
@@ -193,7 +206,15 @@ TEST(ConfigTest, PrivacyUnitKeysAndWhatTheyCannotBeCombinedWith) {
        "privacy.unit: field is for source.type: file"},
       {PrivacyKeys(KafkaExample(), "  unit: key\n  max_records_per_unit: 3\n"),
        "privacy.accounting: residency cannot be used with privacy.unit key"},
-      {shared, "state.work_topic: shared work cannot be used with privacy.unit key"},
+      {shared,
+       "privacy.unit: shared work with privacy.unit: key needs privacy.unit_partitioner: "
+       "murmur2 | crc32"},
+      {PrivacyKeys(global_kafka,
+                   "  unit: key\n  max_records_per_unit: 3\n  unit_partitioner: murmur2\n"),
+       "privacy.unit_partitioner: only allowed with privacy.unit: key and state.work_topic"},
+      {share(PrivacyKeys(global_kafka,
+                         "  unit: key\n  max_records_per_unit: 3\n  unit_partitioner: java\n")),
+       "privacy.unit_partitioner: must be one of murmur2, crc32, got 'java'"},
   };
   for (const Bad& bad : cases) {
     auto config = ParseConfig(bad.text, "f.yaml");

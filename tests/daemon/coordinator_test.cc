@@ -10,6 +10,7 @@
 #include <chrono>
 #include <thread>
 
+#include "core/privacy/privacy_unit.h"
 #include "core/privacy/secure_noise.h"
 #include "daemon/worker.h"
 #include "tests/testing/memory_ledger_log.h"
@@ -158,6 +159,89 @@ TEST(CoordinatorTest, ASharedStepIsBitForBitTheStepOfOneProcess) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].data, b[i].data) << a[i].name;
   EXPECT_EQ(coordinator.keeper->state().accountant, accountant);  // the same charge
+}
+
+// Unit-level shared work (issue 28): unit u's records sit in both
+// partitions, docs:0 summed here and docs:1 by a worker. u counts only in
+// its home partition (the one its key's murmur2 hash sends it to), so it
+// contributes one clipped vector, not one per process: the shared step
+// equals, bit for bit, one process's step on the same log without u's
+// records outside its home (appended last there, so no other offset moves).
+TEST(CoordinatorTest, AUnitCountsOnlyInItsHomePartitionWhenTheWorkIsShared) {
+  const std::string unit_lines =
+      "  unit: key\n  max_records_per_unit: 3\n  unit_partitioner: murmur2\n";
+  auto home = [](const std::string& key) {
+    return privacy::UnitHomePartition(
+        privacy::UnitKeyHash(privacy::UnitPartitioner::kMurmur2, key), 2);
+  };
+  // Keys by home partition: three units at home in each, and u.
+  std::vector<std::string> at_home[2];
+  for (int i = 0; at_home[0].size() < 4 || at_home[1].size() < 3; ++i) {
+    const std::string key = "unit-" + std::to_string(i);
+    if (at_home[home(key)].size() < (home(key) == 0 ? 4u : 3u)) at_home[home(key)].push_back(key);
+  }
+  const std::string u = at_home[0].back();  // home: docs:0
+  const char* texts[] = {"apple banana apple cherry", "date elder fig fig", "fig apple"};
+  auto fill = [&](FakeTopic& topic, bool strays) {
+    int n = 0;
+    for (int partition = 0; partition < 2; ++partition) {
+      for (const std::string& key : at_home[partition]) {
+        const int records = key == u ? 5 : 1 + n % 3;
+        for (int r = 0; r < records; ++r, ++n) {
+          topic.Append(partition, "{\"id\": " + std::to_string(n) + ", \"text\": \"" +
+                                      texts[n % 3] + "\"}", 1.0, key);
+        }
+      }
+    }
+    // u's records outside its home partition, last in docs:1.
+    for (int r = 0; strays && r < 4; ++r, ++n) {
+      topic.Append(1, "{\"id\": " + std::to_string(n) + ", \"text\": \"" + texts[n % 3] + "\"}",
+                   1.0, u);
+    }
+  };
+  // q = 1: every unit, u included, is kept in the step.
+  WorkFixture f("coordinator_unit", unit_lines, /*records=*/false, /*q=*/"1");
+  fill(*f.topic, /*strays=*/true);
+  MemoryLog ledger_log;
+  CoordinatorProcess coordinator(f, ledger_log, {0});
+  WorkerProcess worker(f, {1});
+  SlotOutputs out;
+  auto shared = coordinator.Step(f, &out);
+  ASSERT_TRUE(shared.ok()) << shared.status().ToString();
+  EXPECT_EQ(out.partials_local, 1);
+  EXPECT_EQ(out.partials_remote, 1);
+
+  // One process on the log without the strays, every unit in one partition.
+  FakeTopic alone_log;
+  fill(alone_log, /*strays=*/false);
+  ModelBundle solo = std::move(BuildModel(f.config)).value();
+  auto noise = std::move(privacy::SecureNoiseSource::CreateReproducible(7)).value();
+  privacy::RdpAccountant accountant;
+  svi::DriverConfig driver_config = f.config.driver;
+  driver_config.adaptivity = AccountingAdaptivity();
+  ASSERT_EQ(driver_config.max_records_per_unit, 3);
+  auto driver = std::move(svi::StepDriver::Create(solo.model.get(), noise.get(), &accountant,
+                                                  driver_config, 1))
+                    .value();
+  std::vector<std::vector<model::Record>> records(2);
+  std::vector<svi::StreamCandidates> streams(2);
+  for (int partition = 0; partition < 2; ++partition) {
+    streams[partition].stream = "docs:" + std::to_string(partition);
+    for (const auto& entry : alone_log.partitions.at(partition)) {
+      records[partition].push_back(
+          std::get<model::Record>(solo.decoder->DecodeKeyed(entry.payload, entry.key)));
+    }
+    for (size_t i = 0; i < records[partition].size(); ++i) {
+      streams[partition].records.push_back(&records[partition][i]);
+      streams[partition].offsets.push_back(static_cast<int64_t>(i));
+    }
+  }
+  auto alone = driver->Step(streams);
+  ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+  const auto a = coordinator.bundle.model->CheckpointArrays();
+  const auto b = solo.model->CheckpointArrays();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].data, b[i].data) << a[i].name;
 }
 
 TEST(CoordinatorTest, APartitionNoProcessCanHoldStopsStepping) {

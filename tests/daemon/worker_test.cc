@@ -219,7 +219,12 @@ TEST(WorkerTest, RecordSettingsNameTheModelsKeysAndTheVocabularyByContent) {
                               bundle.vocabulary_fingerprint));
   EXPECT_EQ(text.find(f.config.vocabulary_path), std::string::npos);  // not its path
   EXPECT_EQ(text.find("model.blr."), std::string::npos);  // another model's keys
-  EXPECT_EQ(text.find("privacy."), std::string::npos);    // the coordinator's alone
+  // The privacy unit decides which records form one contribution: it is in.
+  EXPECT_THAT(text, HasSubstr("privacy.unit: record\n"));
+  // q, σ, δ and the ceiling are the coordinator's alone.
+  EXPECT_EQ(text.find("privacy.sampling_rate"), std::string::npos);
+  EXPECT_EQ(text.find("privacy.noise_multiplier"), std::string::npos);
+  EXPECT_EQ(text.find("privacy.epsilon_ceiling"), std::string::npos);
 }
 
 }  // namespace

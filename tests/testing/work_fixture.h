@@ -36,7 +36,11 @@ struct WorkFixture {
     return o;
   }();
 
-  explicit WorkFixture(const std::string& name) {
+  // `extra_privacy`: more lines of the privacy section (indented two
+  // spaces); `records`: whether to append the nine default records; `q`:
+  // privacy.sampling_rate.
+  explicit WorkFixture(const std::string& name, const std::string& extra_privacy = "",
+                       bool records = true, const std::string& q = "0.5") {
     dir = ::testing::TempDir() + "work_" + name;
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
@@ -44,10 +48,11 @@ struct WorkFixture {
     std::ofstream(dir + "/vipsd.yaml")
         << "model:\n  type: lda\n  lda:\n    topics: 2\n    vocabulary: vocab.txt\n"
            "    alpha: 0.5\n    eta: 0.1\n    resample_length: 10\n"
-           "privacy:\n  noise_multiplier: 1.0\n  sampling_rate: 0.5\n  delta: 1.0e-5\n"
+           "privacy:\n  noise_multiplier: 1.0\n  sampling_rate: " << q << "\n  delta: 1.0e-5\n"
            "  epsilon_ceiling: 1000\n  schedule: adaptive\n  noise: fixed_seed\n"
            "  noise_seed: 7\n"
-           "schedule:\n  tau0: 1\n  kappa: 0.7\n  threads: 1\n  interval_seconds: 1\n"
+        << extra_privacy
+        << "schedule:\n  tau0: 1\n  kappa: 0.7\n  threads: 1\n  interval_seconds: 1\n"
            "source:\n  type: kafka\n  topics: [docs]\n"
            "sink:\n  type: kafka\n  topic: releases\n"
            "dead_letter:\n  topic: dead\n"
@@ -59,7 +64,7 @@ struct WorkFixture {
     if (loaded.ok()) config = *loaded;
     metrics = NewTestMetrics();
     const char* texts[] = {"apple banana apple cherry", "date elder fig fig", "fig apple"};
-    for (int i = 0; i < 9; ++i) {
+    for (int i = 0; records && i < 9; ++i) {
       topic->Append(i % 2, "{\"id\": " + std::to_string(i) + ", \"text\": \"" +
                                texts[i % 3] + "\"}");
     }
