@@ -115,6 +115,42 @@ struct WorkerProcess {
   }
 };
 
+// Step 1 in one process on every record of `log`'s partitions 0 and 1 (with
+// their message keys), with the fixture's configuration and noise seed.
+struct SoloResult {
+  std::vector<model::NamedArray> arrays;  // the model after the step
+  double rho = 0;
+  privacy::RdpAccountant accountant;
+};
+SoloResult SoloStep(const WorkFixture& f, const FakeTopic& log) {
+  SoloResult result;
+  ModelBundle solo = std::move(BuildModel(f.config)).value();
+  auto noise = std::move(privacy::SecureNoiseSource::CreateReproducible(7)).value();
+  svi::DriverConfig driver_config = f.config.driver;
+  driver_config.adaptivity = AccountingAdaptivity();
+  auto driver = std::move(svi::StepDriver::Create(solo.model.get(), noise.get(),
+                                                  &result.accountant, driver_config, 1))
+                    .value();
+  std::vector<std::vector<model::Record>> records(2);
+  std::vector<svi::StreamCandidates> streams(2);
+  for (int partition = 0; partition < 2; ++partition) {
+    streams[partition].stream = "docs:" + std::to_string(partition);
+    for (const auto& entry : log.partitions.at(partition)) {
+      records[partition].push_back(
+          std::get<model::Record>(solo.decoder->DecodeKeyed(entry.payload, entry.key)));
+    }
+    for (size_t i = 0; i < records[partition].size(); ++i) {
+      streams[partition].records.push_back(&records[partition][i]);
+      streams[partition].offsets.push_back(static_cast<int64_t>(i));
+    }
+  }
+  auto alone = driver->Step(streams);
+  EXPECT_TRUE(alone.ok()) << alone.status().ToString();
+  if (alone.ok()) result.rho = alone->rho;
+  result.arrays = solo.model->CheckpointArrays();
+  return result;
+}
+
 TEST(CoordinatorTest, ASharedStepIsBitForBitTheStepOfOneProcess) {
   WorkFixture f("coordinator_equal");
   MemoryLog ledger_log;
@@ -130,35 +166,12 @@ TEST(CoordinatorTest, ASharedStepIsBitForBitTheStepOfOneProcess) {
   EXPECT_EQ(shared->sampling_rate, f.config.driver.sampling_rate);
 
   // One process, the same seed, every record of both windows.
-  ModelBundle solo = std::move(BuildModel(f.config)).value();
-  auto noise = std::move(privacy::SecureNoiseSource::CreateReproducible(7)).value();
-  privacy::RdpAccountant accountant;
-  svi::DriverConfig driver_config = f.config.driver;
-  driver_config.adaptivity = AccountingAdaptivity();
-  auto driver = std::move(svi::StepDriver::Create(solo.model.get(), noise.get(), &accountant,
-                                                  driver_config, 1))
-                    .value();
-  std::vector<std::vector<model::Record>> records(2);
-  std::vector<svi::StreamCandidates> streams(2);
-  for (int partition = 0; partition < 2; ++partition) {
-    streams[partition].stream = "docs:" + std::to_string(partition);
-    for (const auto& entry : f.topic->partitions.at(partition)) {
-      records[partition].push_back(
-          std::get<model::Record>(solo.decoder->Decode(entry.payload)));
-    }
-    for (size_t i = 0; i < records[partition].size(); ++i) {
-      streams[partition].records.push_back(&records[partition][i]);
-      streams[partition].offsets.push_back(static_cast<int64_t>(i));
-    }
-  }
-  auto alone = driver->Step(streams);
-  ASSERT_TRUE(alone.ok()) << alone.status().ToString();
-  EXPECT_EQ(alone->rho, shared->rho);
+  const SoloResult alone = SoloStep(f, *f.topic);
+  EXPECT_EQ(alone.rho, shared->rho);
   const auto a = coordinator.bundle.model->CheckpointArrays();
-  const auto b = solo.model->CheckpointArrays();
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].data, b[i].data) << a[i].name;
-  EXPECT_EQ(coordinator.keeper->state().accountant, accountant);  // the same charge
+  ASSERT_EQ(a.size(), alone.arrays.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].data, alone.arrays[i].data) << a[i].name;
+  EXPECT_EQ(coordinator.keeper->state().accountant, alone.accountant);  // the same charge
 }
 
 // Unit-level shared work (issue 28): unit u's records sit in both
@@ -212,36 +225,13 @@ TEST(CoordinatorTest, AUnitCountsOnlyInItsHomePartitionWhenTheWorkIsShared) {
   EXPECT_EQ(out.partials_remote, 1);
 
   // One process on the log without the strays, every unit in one partition.
+  ASSERT_EQ(f.config.driver.max_records_per_unit, 3);
   FakeTopic alone_log;
   fill(alone_log, /*strays=*/false);
-  ModelBundle solo = std::move(BuildModel(f.config)).value();
-  auto noise = std::move(privacy::SecureNoiseSource::CreateReproducible(7)).value();
-  privacy::RdpAccountant accountant;
-  svi::DriverConfig driver_config = f.config.driver;
-  driver_config.adaptivity = AccountingAdaptivity();
-  ASSERT_EQ(driver_config.max_records_per_unit, 3);
-  auto driver = std::move(svi::StepDriver::Create(solo.model.get(), noise.get(), &accountant,
-                                                  driver_config, 1))
-                    .value();
-  std::vector<std::vector<model::Record>> records(2);
-  std::vector<svi::StreamCandidates> streams(2);
-  for (int partition = 0; partition < 2; ++partition) {
-    streams[partition].stream = "docs:" + std::to_string(partition);
-    for (const auto& entry : alone_log.partitions.at(partition)) {
-      records[partition].push_back(
-          std::get<model::Record>(solo.decoder->DecodeKeyed(entry.payload, entry.key)));
-    }
-    for (size_t i = 0; i < records[partition].size(); ++i) {
-      streams[partition].records.push_back(&records[partition][i]);
-      streams[partition].offsets.push_back(static_cast<int64_t>(i));
-    }
-  }
-  auto alone = driver->Step(streams);
-  ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+  const SoloResult alone = SoloStep(f, alone_log);
   const auto a = coordinator.bundle.model->CheckpointArrays();
-  const auto b = solo.model->CheckpointArrays();
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].data, b[i].data) << a[i].name;
+  ASSERT_EQ(a.size(), alone.arrays.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].data, alone.arrays[i].data) << a[i].name;
 }
 
 TEST(CoordinatorTest, APartitionNoProcessCanHoldStopsStepping) {
