@@ -178,7 +178,7 @@ void Daemon::UpdateBudgetMetrics() {
   status_.halted = halted_;
   status_.window_overflow = overflow_;
   status_.next_step = keeper_->committed().next_step;
-  status_.steps_run = steps_run_ - (uncommitted_step_ != nullptr ? 1 : 0);
+  status_.steps_run = steps_run_ - UncommittedSteps();
   status_.slots_skipped = slots_skipped_;
   status_.last_slot = keeper_->state().windows.last_slot();
   status_.pool_records = pool_.size();
@@ -447,6 +447,24 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
       out.log_lines.emplace_back(LogLevel::kInfo, "the budget admits the next step again; resuming");
     }
   }
+  if (out.deadline > 0 && WallNow() > out.deadline && !control_.stopping()) {
+    // Late (the step, or the wait for its window, ran past the deadline):
+    // nothing about this slot leaves now, not even the ledger commit, or
+    // its time would tell how long the step took. Its outputs wait for the
+    // next slot's deadline, a public boundary t_k + release_delay + j·Δ,
+    // and leave with that slot's, under one commit that covers both; the
+    // next slot starts at once, so that a single late step costs nothing
+    // else. A second late slot in a row waits for the next boundary itself
+    // (so that outputs never wait for ever when steps keep overrunning).
+    if (late_.empty()) {
+      out.late = true;
+      late_.push_back(std::move(out));
+      AdvanceWindow();
+      return;
+    }
+    out.late = true;
+    out.deadline = NextBoundary(out.deadline, WallNow());
+  }
   // Nothing about this slot happens before its public deadline, not even
   // the ledger commit: the ledger file's times and its ledger-topic entry
   // would otherwise tell when the step finished, hence its batch size.
@@ -455,17 +473,29 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
   const bool committed = CommitOrRetryLedger(&out);
   if (!committed) {
     out.publish = false;
-    if (out.stepped) HoldUntilCommitted(out);
+    if (out.stepped || !late_.empty()) HoldUntilCommitted(out);
+  }
+  // A checkpoint is due if this slot's step or a late one it commits is a
+  // multiple of checkpoint_every.
+  bool checkpoint_due = stepped && out.step % config_.checkpoint_every == 0;
+  for (const SlotOutputs& late : late_) {
+    checkpoint_due = checkpoint_due || (late.stepped && late.step % config_.checkpoint_every == 0);
   }
   if (on_time) {
     Emit(out);
   } else {
+    WithholdLateOnStop();
     publisher_->WithholdOnStop(out);
   }
   // After the release: the checkpoint's write time depends on the model's
   // size and the disk only, but it need not delay the release.
-  if (stepped && committed && out.step % config_.checkpoint_every == 0) SaveCheckpointNow();
+  if (checkpoint_due && committed) SaveCheckpointNow();
   AdvanceWindow();
+}
+
+void Daemon::WithholdLateOnStop() {
+  for (const SlotOutputs& late : late_) publisher_->WithholdOnStop(late);
+  late_.clear();
 }
 
 // ---------------------------------------------------------------------------
@@ -498,20 +528,35 @@ void Daemon::OnFenced(const Status& error) {
 void Daemon::HoldUntilCommitted(SlotOutputs& out) {
   // Nothing about a step appears before its charge is durable: its log
   // lines, alerts and metrics wait for the commit that covers it (a retry's,
-  // which then reports it); a restart before that runs the step again.
-  auto held = std::make_unique<SlotOutputs>(out);
-  held->publish = false;  // the publisher owes its model once committed
-  uncommitted_step_ = std::move(held);
+  // which then reports it); a restart before that runs the step again. The
+  // late slots this commit was to cover wait with it, oldest first.
+  std::vector<SlotOutputs> held;
+  for (SlotOutputs& late : late_) held.push_back(std::move(late));
+  late_.clear();
+  if (out.stepped) held.push_back(out);
   out.stepped = false;
   out.partials_local = out.partials_remote = 0;
   out.alerts.clear();
   out.log_lines.clear();
-  out.log_lines.emplace_back(
-      LogLevel::kError,
-      "slot " + std::to_string(out.slot) + ": step " + std::to_string(out.step) +
-          " ran but its ledger commit failed; nothing about it is released or reported until "
-          "a commit succeeds (a restart before then runs step " + std::to_string(out.step) +
-          " again)");
+  for (SlotOutputs& step_out : held) {
+    step_out.publish = false;  // the publisher owes its model once committed
+    if (step_out.stepped) {
+      out.log_lines.emplace_back(
+          LogLevel::kError,
+          "slot " + std::to_string(step_out.slot) + ": step " + std::to_string(step_out.step) +
+              " ran but its ledger commit failed; nothing about it is released or reported "
+              "until a commit succeeds (a restart before then runs step " +
+              std::to_string(step_out.step) + " again)");
+    }
+    uncommitted_.push_back(std::move(step_out));
+  }
+}
+
+int64_t Daemon::UncommittedSteps() const {
+  int64_t steps = 0;
+  for (const SlotOutputs& held : uncommitted_) steps += held.stepped ? 1 : 0;
+  for (const SlotOutputs& late : late_) steps += late.stepped ? 1 : 0;
+  return steps;
 }
 
 void Daemon::SaveCheckpointNow() {
@@ -552,16 +597,28 @@ void Daemon::Emit(SlotOutputs& out) {
     }
     return line;
   };
-  if (out.ledger_committed && uncommitted_step_ != nullptr) {
-    // This slot's commit also covers a step whose own commit failed: it is
-    // reported now (its model leaves through the owed release).
-    std::unique_ptr<SlotOutputs> held = std::move(uncommitted_step_);
-    const std::string line = report(*held);
-    for (const std::string& alert : held->alerts) {
-      publisher_->PublishAlert(alert, !config_.alert_topic.empty());
+  // Slots this slot's commit also covers, reported now: steps whose own
+  // commit failed (their model leaves through the owed release), then late
+  // slots (ProcessSlot; their release is this slot's: the latest model).
+  bool late_publish = false;
+  if (out.ledger_committed) {
+    for (std::vector<SlotOutputs>* held : {&uncommitted_, &late_}) {
+      const std::string suffix = held == &uncommitted_ ? " committed_at_slot=" : " reported_at_slot=";
+      for (const SlotOutputs& step_out : *held) {
+        if (step_out.late) publisher_->CountOverrun(step_out.slot, out.slot);
+        const std::string line = report(step_out);
+        for (const std::string& alert : step_out.alerts) {
+          publisher_->PublishAlert(alert, !config_.alert_topic.empty());
+        }
+        if (!line.empty()) {
+          Log(LogLevel::kInfo, kComponent, line + suffix + std::to_string(out.slot));
+        }
+        late_publish = late_publish || step_out.publish;
+      }
+      held->clear();
     }
-    Log(LogLevel::kInfo, kComponent, line + " committed_at_slot=" + std::to_string(out.slot));
   }
+  if (out.late) publisher_->CountOverrun(out.slot, out.slot);
   if (out.ledger_committed) {
     metrics_->ledger_commits_total().Increment();
     metrics_->ledger_commit_duration_seconds().Observe(out.ledger_commit_seconds);
@@ -577,7 +634,8 @@ void Daemon::Emit(SlotOutputs& out) {
   std::string line = report(out);
   UpdateBudgetMetrics();
   const bool retry_due = publisher_->retry_due(WallNow());
-  if (!keeper_->sticky() && !keeper_->failing() && model_step_ > 0 && (out.publish || retry_due)) {
+  if (!keeper_->sticky() && !keeper_->failing() && model_step_ > 0 &&
+      (out.publish || late_publish || retry_due)) {
     const Status published = PublishModel(publish_time);
     if (published.ok()) {
       if (out.stepped) line += " released=step-" + std::to_string(model_step_);
@@ -643,14 +701,18 @@ Status Daemon::PublishModel(double publish_time) {
 // ---------------------------------------------------------------------------
 // Run
 
+double Daemon::NextBoundary(double deadline, double now) const {
+  const double interval = keeper_->state().windows.interval_seconds();
+  if (now <= deadline || interval <= 0) return deadline;
+  return deadline + std::ceil((now - deadline) / interval) * interval;
+}
+
 double Daemon::WaitForFinalReleaseTime() {
   const svi::SlotWindows& windows = keeper_->state().windows;
-  double at = windows.SlotTime(windows.last_slot() + 1) + config_.release_delay_seconds;
-  const double interval = windows.interval_seconds();
-  const double now = WallNow();
-  // Late for a reason outside the data (a slow disk): the next public
-  // boundary after now, t + j × interval.
-  if (now > at && interval > 0) at += std::ceil((now - at) / interval) * interval;
+  // Late (a slow disk, a late step): the next public boundary after now,
+  // t + j × interval.
+  const double at = NextBoundary(
+      windows.SlotTime(windows.last_slot() + 1) + config_.release_delay_seconds, WallNow());
   // A stop request ends the wait: its time is the operator's, not the data's.
   (void)control_.SleepUntil(at);
   return at;
@@ -702,6 +764,24 @@ Status Daemon::Run() {
     if (control_.stopping()) break;
     ++slot;
   }
+  if (!late_.empty()) {
+    // The loop ended right after a late slot. Its charge is committed
+    // first; then its outputs leave at the next public boundary if the run
+    // ended by itself, or are withheld (log lines said) on a stop.
+    SlotOutputs out;
+    out.slot = late_.back().slot;
+    const bool ended = IsFinished() && !control_.stopping();
+    out.deadline = ended && paced_ ? WaitForFinalReleaseTime() : 0;
+    const bool committed = CommitOrRetryLedger(&out);
+    if (committed && ended && !control_.stopping()) {
+      Emit(out);
+    } else if (committed) {
+      WithholdLateOnStop();
+    } else {
+      HoldUntilCommitted(out);  // not durable: said, and not counted as run
+      for (const auto& [level, line] : out.log_lines) Log(level, kComponent, line);
+    }
+  }
   if (config_.max_steps > 0 && steps_run_ >= config_.max_steps) {
     Log(LogLevel::kInfo, kComponent, "schedule.max_steps reached; stopping");
   }
@@ -741,7 +821,7 @@ Status Daemon::Run() {
   // What is durable: a step whose commit never succeeded is not counted.
   Log(LogLevel::kInfo, kComponent,
       "stopped: next_step=" + std::to_string(keeper_->committed().next_step) + " steps_this_run=" +
-          std::to_string(steps_run_ - (uncommitted_step_ != nullptr ? 1 : 0)) +
+          std::to_string(steps_run_ - UncommittedSteps()) +
           (config_.is_private() ? " epsilon_spent=" + FixedDecimal(CommittedEpsilon(), 4) : ""));
   return result;
 }

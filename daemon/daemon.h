@@ -45,11 +45,15 @@
 //      about this step leaves the process, and at a time that says nothing
 //      about how long the step took — then publishes the release (every
 //      publish_every steps), alerts, metrics and the step's log line, then
-//      the checkpoint (every checkpoint_every steps). A step that finishes
-//      after its deadline is published at once, and the overrun is logged
-//      and counted. A step whose commit fails reports nothing until a later
-//      commit covers it. The final release of a run that ends by itself
-//      leaves at the next slot's deadline (or a later boundary).
+//      the checkpoint (every checkpoint_every steps). A slot that finishes
+//      after its deadline is held, ledger commit included: the next slot
+//      starts at once, and at ITS deadline (a public boundary t_k +
+//      release_delay + j·Δ) one commit covers both and both slots' outputs
+//      leave, with one release of the latest model; the overrun is counted
+//      and logged then. If that slot is late too, it waits for the next
+//      boundary after it finished instead, so nothing waits for ever. A step whose commit fails reports nothing until a
+//      later commit covers it. The final release of a run that ends by
+//      itself leaves at the next slot's deadline (or a later boundary).
 // At the ceiling the configured action runs: halt (final release of the
 // current model, no more steps, slots keep being observed; a reload after
 // which a step fits again resumes) or exit (the same, then Run() returns
@@ -209,14 +213,21 @@ class Daemon {
   void CheckWarnings(SlotOutputs* out);
   // The ledger and what follows it.
   bool CommitOrRetryLedger(SlotOutputs* out);
-  // A stepped slot whose ledger commit failed: its report waits in
-  // uncommitted_step_ for the commit that covers it; `out` keeps one line.
+  // A slot whose ledger commit failed: its report, and the late slots' the
+  // commit was to cover, wait in uncommitted_ for the commit that covers
+  // them; `out` keeps one line per step.
   void HoldUntilCommitted(SlotOutputs& out);
+  // Steps run in this process whose charge is not durable yet.
+  int64_t UncommittedSteps() const;
   // The ledger replica found another owner of the job (sticky; stops).
   void OnFenced(const Status& error);
   void SaveCheckpointNow();
-  // A slot's outputs, at its deadline.
+  // A slot's outputs, at its deadline (with the late slots its commit
+  // covers, first).
   void Emit(SlotOutputs& out);
+  // Stopping with late slots held: their log lines are said, their
+  // release withheld (the next run's includes them).
+  void WithholdLateOnStop();
   Status PublishModel(double publish_time);
   StatusOr<release::Release> BuildRelease(double publish_time) const;
   void Reload();
@@ -236,6 +247,9 @@ class Daemon {
   // at (the deadline of the slot after the last one processed, or a later
   // boundary of the public clock) and returns it.
   double WaitForFinalReleaseTime();
+  // The first public boundary deadline + j × interval (j ≥ 0) at or after
+  // `now`.
+  double NextBoundary(double deadline, double now) const;
   bool IsFinished() const;
   InputSource* source() const;
 
@@ -264,7 +278,10 @@ class Daemon {
   // The step model_step_ ran as in this process (its ρ, q and σ label the
   // release; a later reload must not relabel it); nullopt until one ran.
   std::optional<svi::StepResult> model_step_result_;
-  std::unique_ptr<SlotOutputs> uncommitted_step_;  // null: none waits
+  std::vector<SlotOutputs> uncommitted_;  // oldest first
+  // Slots that finished after their deadline, oldest first: held, commit
+  // included, until the next slot's deadline (ProcessSlot).
+  std::vector<SlotOutputs> late_;
   bool halted_ = false;
   bool overflow_ = false;            // stepping stopped by a window over capacity
   int64_t overflow_capacity_ = 0;    // the pool.capacity it overflowed

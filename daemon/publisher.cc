@@ -27,26 +27,28 @@ Publisher::Publisher(OutputSink* sink, Metrics* metrics, RunControl* control, bo
 
 bool Publisher::WaitForDeadline(const SlotOutputs& out) {
   if (out.deadline <= 0) return true;
-  const bool overran = WallNow() > out.deadline;
-  if (!control_->SleepUntil(out.deadline)) return false;
-  if (overran) {
-    metrics_->release_deadline_overruns_total().Increment();
-    ++overruns_unreported_;
-    if (WallNow() - last_overrun_log_ >= 10) {
-      Log(LogLevel::kWarning, kComponent,
-          std::to_string(overruns_unreported_) + " slot(s) up to slot " +
-              std::to_string(out.slot) +
-              " finished after their release deadline (slot time + release_delay_seconds; at "
-              "start-up the consumer group join delays the first slots); their outputs left "
-              "at once, and this line and vipsd_release_deadline_overruns_total reveal the "
-              "overruns. If it persists, raise schedule.release_delay_seconds up to "
-              "schedule.interval_seconds, then the interval (steps run one after another: "
-              "none gets more than one interval)");
-      last_overrun_log_ = WallNow();
-      overruns_unreported_ = 0;
-    }
+  return control_->SleepUntil(out.deadline);
+}
+
+void Publisher::CountOverrun(int64_t late_slot, int64_t at_slot) {
+  metrics_->release_deadline_overruns_total().Increment();
+  ++overruns_unreported_;
+  if (WallNow() - last_overrun_log_ >= 10) {
+    Log(LogLevel::kWarning, kComponent,
+        std::to_string(overruns_unreported_) + " slot(s) up to slot " +
+            std::to_string(late_slot) +
+            " finished after their release deadline (slot time + release_delay_seconds; at "
+            "start-up the consumer group join delays the first slots); their outputs and "
+            "ledger commits waited for a later slot's deadline (slot " +
+            std::to_string(at_slot) +
+            " for the last), so only this line, vipsd_release_deadline_overruns_total and "
+            "the release's slot reveal the overruns, not how long a step took. If it "
+            "persists, raise schedule.release_delay_seconds up to "
+            "schedule.interval_seconds, then the interval (steps run one after another: "
+            "none gets more than one interval)");
+    last_overrun_log_ = WallNow();
+    overruns_unreported_ = 0;
   }
-  return true;
 }
 
 std::string Publisher::ReportStep(const SlotOutputs& out, const ReportContext& context) {

@@ -5,9 +5,11 @@
 // A slot's outputs (SlotOutputs) are gathered while its step runs and held
 // until its public deadline t_k + release_delay_seconds (WaitForDeadline):
 // nothing the step thread makes observable about a step happens at a time
-// that depends on how long the step took. A step that finishes after its
-// deadline is published at once; the overrun is counted
-// (vipsd_release_deadline_overruns_total) and logged at most every 10 s.
+// that depends on how long the step took. A slot that finishes after its
+// deadline is held by the daemon until a later slot's deadline (a public
+// boundary) and leaves with it; the overrun is counted then
+// (CountOverrun: vipsd_release_deadline_overruns_total) and logged at most
+// every 10 s.
 //
 // Releases. A due release that cannot be delivered is owed: the current
 // model (post-processing of released noisy sums, so re-publishing costs no
@@ -50,6 +52,9 @@ namespace vipsd::daemon {
 struct SlotOutputs {
   int64_t slot = 0;
   double deadline = 0;  // unix seconds; 0 = at once (unpaced)
+  // The slot ran past its own deadline; `deadline` was moved to the next
+  // public boundary (counted as an overrun when it is emitted).
+  bool late = false;
   bool stepped = false;
   int64_t step = 0;
   double rho = 0;
@@ -80,9 +85,11 @@ class Publisher {
   Publisher(OutputSink* sink, Metrics* metrics, RunControl* control, bool paced,
             std::function<void(const release::Release&)> after_release);
 
-  // Waits for `out`'s deadline (false: stopping first), counting and
-  // logging an overrun.
+  // Waits for `out`'s deadline (false: stopping first).
   bool WaitForDeadline(const SlotOutputs& out);
+  // Slot `late_slot` finished after its deadline and its outputs leave at
+  // slot `at_slot`'s: counted and logged (at most every 10 s).
+  void CountOverrun(int64_t late_slot, int64_t at_slot);
 
   // How a step is reported: `epsilon` is the committed ε text, "spent/
   // ceiling" ("" when not private), `pool_size` the solo pool's size,

@@ -86,6 +86,15 @@ const std::vector<std::pair<std::string, std::string>> kBlrNonPrivate = {
     {"  noise_multiplier: 1\n", "  noise_multiplier: 0\n"},
     {"  interval_seconds: 1\n", "  interval_seconds: 1\n  max_steps: 5\n"}};
 
+// `kafka` as one job over several processes (ledger and work topics) with
+// the message key as the privacy unit, partitioned by `partitioner`.
+std::string Shared(const std::string& kafka, const std::string& partitioner) {
+  return With(kafka, {{"accounting: global", "accounting: global\n  unit: key\n"
+                                              "  max_records_per_unit: 4\n"
+                                              "  unit_partitioner: " + partitioner},
+                      {"  directory: s\n", "  directory: s\n  ledger_topic: l\n  work_topic: w\n"}});
+}
+
 struct EnumReload {
   std::string key;
   std::string running, next;  // the two files
@@ -113,6 +122,8 @@ std::vector<EnumReload> Cases() {
        With(kafka, {{"accounting: global", "accounting: global\n  unit: key\n"
                                             "  max_records_per_unit: 4"}}),
        "record", "key"},
+      {"privacy.unit_partitioner", Shared(kafka, "murmur2"), Shared(kafka, "crc32"), "murmur2",
+       "crc32"},
       {"privacy.on_ceiling", kafka, With(kafka, {{"on_ceiling: halt", "on_ceiling: exit"}}), "halt",
        "exit", /*live=*/true},
       {"source.type", kafka, FileRun(), "kafka", "file"},

@@ -193,15 +193,23 @@ TEST(DaemonTest, StepsOnThePublicClockDeadLettersMalformedRecordsAndCommitsBefor
   h.topic->Append(0, std::string(5000, 'x'));                    // oversize
   auto daemon = h.Make(WriteConfig(h.dir, {}));
   ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
-  ASSERT_TRUE(RunUntil(**daemon, [](const DaemonStatus& s) { return s.steps_run >= 5; }).ok());
+  ASSERT_TRUE(RunUntil(**daemon, [](const DaemonStatus& s) {
+                return s.steps_run >= 5 && s.last_published_step >= 5;
+              }).ok());
   const DaemonStatus status = (*daemon)->status();
   EXPECT_GE(status.steps_run, 5);
   EXPECT_EQ(status.pool_records, 61);
   std::lock_guard<std::mutex> lock(h.sink->mutex);
   EXPECT_TRUE(h.sink->ledger_violations.empty());
-  ASSERT_GE(h.sink->releases.size(), 5u);
+  ASSERT_GE(h.sink->releases.size(), 1u);
+  // One release per step, except that a slot that overran its 20 ms
+  // deadline leaves with the next one (as the next step's model).
+  int64_t previous = 0;
   for (size_t i = 0; i < h.sink->releases.size(); ++i) {
-    EXPECT_EQ(h.sink->releases[i].release.release_id, "step-" + std::to_string(i + 1));
+    const std::string& id = h.sink->releases[i].release.release_id;
+    ASSERT_EQ(id.rfind("step-", 0), 0u) << id;
+    EXPECT_GT(std::stoll(id.substr(5)), previous) << id;
+    previous = std::stoll(id.substr(5));
     for (const auto& file : h.sink->releases[i].release.files) {
       if (file.name == "manifest.json") {
         EXPECT_EQ(file.bytes.find(kSecret), std::string::npos);
@@ -424,7 +432,7 @@ TEST(DaemonTest, ReleasesLeaveAtTheirPublicDeadlineNotWhenTheStepFinished) {
   // deadline before it takes the next slot, so with a delay above the
   // interval a step's budget is min(delay, interval), and a late first step
   // (the group join) makes the next ones overrun until the clock is caught
-  // up; an overrun's outputs leave at once, whichever order they are in.
+  // up; an overrun's outputs leave at a later slot's deadline.
   options.interval = 0.25;
   options.release_delay = 0.2;
   options.start_time = std::floor(WallNow()) + 1;
@@ -448,21 +456,88 @@ TEST(DaemonTest, ReleasesLeaveAtTheirPublicDeadlineNotWhenTheStepFinished) {
   };
   auto daemon = h.Make(WriteConfig(h.dir, options), hooks);
   ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
-  ASSERT_TRUE(RunUntil(**daemon, [](const DaemonStatus& s) { return s.steps_run >= 4; }).ok());
+  ASSERT_TRUE(RunUntil(**daemon, [](const DaemonStatus& s) {
+                return s.steps_run >= 4 && s.last_published_step >= 4;
+              }).ok());
   std::lock_guard<std::mutex> lock(h.sink->mutex);
   std::lock_guard<std::mutex> slots_lock(slots_mutex);
-  ASSERT_GE(h.sink->releases.size(), 3u);
+  ASSERT_GE(h.sink->releases.size(), 2u);
   for (const Published& published : h.sink->releases) {
     const int64_t step = std::stoll(published.release.release_id.substr(5));
     ASSERT_TRUE(slot_of_step.count(step)) << published.release.release_id;
-    const double deadline =
+    // Its slot's deadline, or (a second late slot in a row) a later
+    // boundary of the public clock: deadline + j × interval.
+    const double own_deadline =
         options.start_time + static_cast<double>(slot_of_step.at(step)) * 0.25 + 0.2;
+    const double j = std::round((published.publish_time - own_deadline) / 0.25);
+    EXPECT_GE(j, 0) << published.release.release_id;
+    const double deadline = own_deadline + j * 0.25;
     EXPECT_NEAR(published.publish_time, deadline, 1e-6) << published.release.release_id;
     EXPECT_GE(published.wall_time, deadline) << published.release.release_id;
     EXPECT_TRUE(std::any_of(commit_times.begin(), commit_times.end(), [&](double t) {
       return t >= deadline && t <= published.wall_time;
     })) << published.release.release_id << ": its ledger commit was not at its deadline";
   }
+}
+
+// Issue 26: a slot that finishes after its deadline (here step 2, slowed
+// past it by 0.8 s) leaves nothing at the time it finished: its ledger
+// commit and release wait for the next slot's deadline, a public boundary
+// t_0 + k·interval + delay, and the next slot starts at once. Every commit
+// and every release happens right at a boundary (within 0.2 s of the last
+// one; a step-2 output at the time step 2 finished would be 0.4 s past it).
+TEST(DaemonTest, ALateSlotWaitsForTheNextPublicBoundaryCommitIncluded) {
+  Harness h("late_slot");
+  for (int i = 0; i < 20; ++i) h.topic->Append(0, Document(i));
+  Options options;
+  options.interval = 0.5;
+  options.release_delay = 0.4;
+  options.start_time = std::floor(WallNow()) + 1;
+  std::mutex mutex;
+  std::vector<double> commit_times;
+  DaemonHooks hooks;
+  hooks.before_step = [&](int64_t step, int64_t, const svi::RecordPool&,
+                          const std::vector<std::string>&) {
+    if (step == 2) std::this_thread::sleep_for(800ms);
+  };
+  hooks.ledger_fault = [&]() {
+    std::lock_guard<std::mutex> lock(mutex);
+    commit_times.push_back(WallNow());
+    return Status::Ok();
+  };
+  auto daemon = h.Make(WriteConfig(h.dir, options), hooks);
+  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+  std::atomic<double> stop_requested{0};  // a commit on stop is at the operator's time
+  ASSERT_TRUE(RunUntil(**daemon, [&](const DaemonStatus& s) {
+                const bool done = s.steps_run >= 5 && s.last_published_step >= 5;
+                if (done && stop_requested == 0) stop_requested = WallNow();
+                return done;
+              }).ok());
+  // The last public boundary at or before `t`.
+  auto boundary = [&](double t) {
+    return options.start_time + options.release_delay +
+           std::floor((t - options.start_time - options.release_delay) / options.interval) *
+               options.interval;
+  };
+  std::lock_guard<std::mutex> lock(h.sink->mutex);
+  std::lock_guard<std::mutex> commits_lock(mutex);
+  ASSERT_GE(commit_times.size(), 4u);
+  for (size_t i = 1; i < commit_times.size(); ++i) {
+    // The start-up commit (the first) and a stop's are at the operator's
+    // times; every other commit is at a boundary.
+    const double t = commit_times[i];
+    if (t >= stop_requested) continue;
+    EXPECT_LT(t - boundary(t), 0.2) << "a commit between boundaries, at t0 + " << t - options.start_time;
+  }
+  ASSERT_GE(h.sink->releases.size(), 2u);
+  for (const Published& published : h.sink->releases) {
+    const std::string& id = published.release.release_id;
+    EXPECT_NE(id, "step-2");  // its outputs left with the next slot's, as its model
+    EXPECT_NEAR(published.publish_time, boundary(published.publish_time + 1e-9), 1e-6) << id;
+    EXPECT_GE(published.wall_time, published.publish_time) << id;
+    EXPECT_LT(published.wall_time - published.publish_time, 0.2) << id << " left between boundaries";
+  }
+  EXPECT_GE(h.metrics->release_deadline_overruns_total().Value(), 1);
 }
 
 // Issue 26: the final release of a run that ends by itself (max_steps,
@@ -998,11 +1073,14 @@ TEST(DaemonTest, LogisticRegressionRunsThroughTheSameDaemon) {
   options.model = "blr";
   auto daemon = h.Make(WriteConfig(h.dir, options));
   ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
-  ASSERT_TRUE(RunUntil(**daemon, [](const DaemonStatus& s) { return s.steps_run >= 3; }).ok());
+  ASSERT_TRUE(RunUntil(**daemon, [](const DaemonStatus& s) {
+                return s.steps_run >= 3 && s.last_published_step >= 3;
+              }).ok());
   EXPECT_EQ((*daemon)->status().pool_records, 201);
   std::lock_guard<std::mutex> lock(h.sink->mutex);
   EXPECT_TRUE(h.sink->ledger_violations.empty());
-  ASSERT_GE(h.sink->releases.size(), 3u);
+  ASSERT_FALSE(h.sink->releases.empty());  // (a late slot's leaves with the next one's)
+  EXPECT_EQ(h.sink->releases.back().release.release_id, "step-" + std::to_string((*daemon)->status().last_published_step));
   std::set<std::string> files;
   for (const auto& file : h.sink->releases.back().release.files) files.insert(file.name);
   EXPECT_TRUE(files.count("mean.npy") && files.count("covariance.npy"));
