@@ -10,6 +10,11 @@
 // "phase_seconds" splits the training wall time by step phase (charge,
 // sample, E-step + clip + sum, noise, M-step); "max_rss_mib" is the peak
 // resident memory of the whole run (corpus included).
+// --unit-cap C runs unit-level privacy (privacy.unit in the daemon) with
+// the Wikipedia article as the unit: a paragraph's id "enwiki123_p4"
+// belongs to unit "enwiki123"; each step keeps an article with probability
+// q and sums at most C of its paragraphs before one clip (the StepDriver's
+// DriverConfig::max_records_per_unit). "units" and "unit_cap" are reported.
 // λ is written as raw little-endian doubles (K × V, row-major) for the
 // script to hand to the peers' evaluator.
 #include <nlohmann/json.hpp>
@@ -23,6 +28,7 @@
 #include <fstream>
 #include <map>
 #include <numeric>
+#include <set>
 #include <algorithm>
 #include <iostream>
 #include <string>
@@ -35,10 +41,14 @@
 #include "core/privacy/strong_composition.h"
 #include "core/privacy/secure_noise.h"
 #include "core/svi/step_driver.h"
+#include "core/svi/step_randomness.h"
 
 namespace {
 
-std::vector<std::vector<int32_t>> ReadIds(const std::string& path, int64_t* tokens) {
+// The documents' ids; with `names`, also each document's "id" (the peer
+// kit's tokenizer keeps it), "" where absent.
+std::vector<std::vector<int32_t>> ReadIds(const std::string& path, int64_t* tokens,
+                                          std::vector<std::string>* names = nullptr) {
   std::ifstream in(path);
   std::vector<std::vector<int32_t>> docs;
   std::string line;
@@ -48,8 +58,18 @@ std::vector<std::vector<int32_t>> ReadIds(const std::string& path, int64_t* toke
     auto object = nlohmann::json::parse(line);
     docs.push_back(object.at("ids").get<std::vector<int32_t>>());
     *tokens += static_cast<int64_t>(docs.back().size());
+    if (names != nullptr) {
+      names->push_back(object.contains("id") && object["id"].is_string()
+                           ? object["id"].get<std::string>() : std::string());
+    }
   }
   return docs;
+}
+
+// "enwiki14742_p0" -> "enwiki14742" (scripts/prepare_wikipedia.py's rule).
+std::string Article(const std::string& paragraph_id) {
+  const size_t cut = paragraph_id.rfind("_p");
+  return cut == std::string::npos ? paragraph_id : paragraph_id.substr(0, cut);
 }
 
 double CpuSeconds() {
@@ -78,12 +98,27 @@ int main(int argc, char** argv) {
                  "[--kappa 0.7] [--threads 1] [--sigma 0] [--N 500] [--clip 0.1] "
                  "[--epsilon 3] [--delta 1e-5] [--seed 0] [--lambda-out FILE] [--vocab FILE]\n"
                  "       [--q Q (instead of --batch)] [--steps T (instead of --passes)]\n"
-                 "       [--validation IDS.jsonl] [--eval-every S (perplexity on --test every S steps)]\n";
+                 "       [--validation IDS.jsonl] [--eval-every S (perplexity on --test every S steps)]\n"
+                 "       [--unit-cap C (unit-level privacy, the article as the unit)]\n";
     return 2;
   }
   int64_t train_tokens = 0, test_tokens = 0;
-  auto train = ReadIds(args["--train"], &train_tokens);
-  std::erase_if(train, [](const auto& d) { return d.empty(); });  // as the peer kit does
+  std::vector<std::string> train_names;
+  auto train = ReadIds(args["--train"], &train_tokens, &train_names);
+  {  // empty documents dropped, as the peer kit does
+    size_t kept = 0;
+    for (size_t d = 0; d < train.size(); ++d) {
+      if (train[d].empty()) continue;
+      if (kept != d) {  // (a self-move would empty the string)
+        train[kept] = std::move(train[d]);
+        train_names[kept] = std::move(train_names[d]);
+      }
+      ++kept;
+    }
+    train.resize(kept);
+    train_names.resize(kept);
+  }
+  const int64_t unit_cap = std::stoll(get("--unit-cap", "0"));
   const auto test = ReadIds(args["--test"], &test_tokens);
   int64_t validation_tokens = 0;
   const auto validation = args.count("--validation")
@@ -117,6 +152,7 @@ int main(int argc, char** argv) {
   driver_config.threads = std::stoi(get("--threads", "1"));
   driver_config.delta = std::stod(get("--delta", "1e-5"));
   driver_config.epsilon_ceiling = std::stod(get("--epsilon", "3"));
+  driver_config.max_records_per_unit = unit_cap;
   std::unique_ptr<vipsd::privacy::NoiseSource> noise_source;
   if (sigma > 0) {
     auto secure = vipsd::privacy::SecureNoiseSource::Create();
@@ -136,7 +172,19 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::vector<vipsd::model::Record> pool(train.size());
-  for (size_t d = 0; d < train.size(); ++d) pool[d].word_ids = train[d];
+  std::set<std::string> units;
+  for (size_t d = 0; d < train.size(); ++d) {
+    pool[d].word_ids = train[d];
+    if (unit_cap > 0) {
+      if (train_names[d].empty()) {
+        std::cerr << "--unit-cap: document " << d << " of --train has no \"id\"\n";
+        return 2;
+      }
+      const std::string article = Article(train_names[d]);
+      pool[d].unit = vipsd::svi::UnitDigest(article);
+      units.insert(article);
+    }
+  }
   const double passes = std::stod(get("--passes", "1"));
   const auto steps = args.count("--steps") ? std::stoll(args["--steps"]) : static_cast<int64_t>(
       std::ceil(passes * static_cast<double>(train.size()) / batch));
@@ -200,7 +248,9 @@ int main(int argc, char** argv) {
                          {"estep", phases.estep}, {"noise", phases.noise},
                          {"mstep", phases.mstep}}},
       {"max_rss_mib", MaxRssMiB()},
+      {"unit_cap", unit_cap},
   };
+  if (unit_cap > 0) out["units"] = units.size();
   if (!per_step.empty()) out["per_step"] = per_step;
   if (!validation.empty()) {
     auto v = vipsd::models::DocumentCompletion((*model)->lambda(), lda.alpha, validation);

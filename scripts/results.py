@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Regenerate docs/results.md and its plots (the VIPS paper's experiments, issue 15).
 
-  scripts/results.py [--parts lda,blr,sbn] [--out out/results] [--docs docs] [--smoke]
+  scripts/results.py [--parts lda,blr,sbn,lda_unit] [--out out/results] [--docs docs] [--smoke]
 
 Every number in docs/results.md comes from a run this script starts (or finds
 in its cache, OUT/runs/NAME.json: delete a file to re-run it). Runs go through
@@ -17,6 +17,8 @@ Data (never committed; ../shared/data):
        of the line number), test.jsonl for the final figures only
   sbn  binarized Fashion-MNIST: the first 5,000 training images for
        training, the next 1,000 for validation, 1,000 test images
+  lda_unit  the lda part's prepared corpus (OUT/wikipedia), with the article
+       as the privacy unit (issue 28)
 
 Settings are chosen on the validation splits only (the *validation* tables);
 the test files are read only by the final runs. --smoke runs every part on
@@ -28,7 +30,7 @@ commands stay listed), so one part can be regenerated alone.
 Needs Debian's python3 with numpy and matplotlib (python3-matplotlib), and
 scipy for the peer kit's evaluator (python3-scipy); scripts/setup.sh --bench
 installs them. Wall time at full scale on 2 cores: LDA about 70 minutes,
-BLR about 5, SBN about 40.
+BLR about 5, SBN about 40, LDA at unit level about 45.
 """
 import argparse
 import hashlib
@@ -122,6 +124,45 @@ LDA_EPSILONS = [0.5, 1, 2, 4]
 LDA_STRONG_EPSILONS = [1, 2]
 
 
+def lda_epsilon_axes(ax, nonprivate, unigram, title):
+    """The non-private and unigram lines, log ε axis, labels and legend of
+    an LDA perplexity-against-ε figure."""
+    ax.axhline(nonprivate, color="k", lw=1, label="non-private (one pass, minibatch 20,000)")
+    if unigram is not None:
+        ax.axhline(unigram, color="gray", lw=1, ls="-.", label="unigram")
+    ax.set_xscale("log")
+    ax.set_xlabel("ε (δ = 1e-5)")
+    ax.set_ylabel("held-out document-completion perplexity")
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+
+
+def kit_baselines(r, data, vocab, lambda_name):
+    """{split: unigram perplexity, split_kit_nonprivate: the kit's score of
+    OUT/runs/LAMBDA_NAME.bin} for the validation and test splits, from the
+    peer kit's evaluator (cached in OUT/runs/kit_LAMBDA_NAME_SPLIT.json)."""
+    out = {}
+    for split in ("validation", "test"):
+        path = os.path.join(r.out, "runs", f"kit_{lambda_name}_{split}.json")
+        if not os.path.exists(path):
+            import numpy as np
+            lam = np.fromfile(os.path.join(r.out, "runs", lambda_name + ".bin"), dtype="<f8").reshape(LDA_K, -1)
+            np.save(os.path.join(r.out, "runs", lambda_name + ".npy"), lam)
+            res = subprocess.run([PY, os.path.join(SHARED, "peers", "doc_completion.py"),
+                                  os.path.join(r.out, "runs", lambda_name + ".npy"), "--kind", "lambda",
+                                  "--alpha", str(LDA_ALPHA), "--eta", str(LDA_ALPHA), "--vocab", vocab,
+                                  "--test", os.path.join(data, split + ".jsonl"),
+                                  "--train", os.path.join(data, "train.jsonl")],
+                                 check=True, capture_output=True, text=True).stdout
+            with open(path, "w") as f:
+                f.write(res)
+        with open(path) as f:
+            kit = json.load(f)
+        out[split] = kit["unigram"]["doc_completion_perplexity"]
+        out[split + "_kit_nonprivate"] = kit["doc_completion_perplexity"]
+    return out
+
+
 def lda_part(r, smoke, figs, md):
     data = os.path.join(r.out, "wikipedia")
     if smoke:
@@ -185,26 +226,7 @@ def lda_part(r, smoke, figs, md):
         curves[k].sort(key=lambda row: row[0])
 
     # Unigram baselines from the kit's evaluator (text files; skipped in smoke mode).
-    unigram = {}
-    if not smoke:
-        for split in ("validation", "test"):
-            path = os.path.join(r.out, "runs", f"unigram_{split}.json")
-            if not os.path.exists(path):
-                import numpy as np
-                lam = np.fromfile(os.path.join(r.out, "runs", "lambda_np.bin"), dtype="<f8").reshape(LDA_K, -1)
-                np.save(os.path.join(r.out, "runs", "lambda_np.npy"), lam)
-                res = subprocess.run([PY, os.path.join(SHARED, "peers", "doc_completion.py"),
-                                      os.path.join(r.out, "runs", "lambda_np.npy"), "--kind", "lambda",
-                                      "--alpha", str(LDA_ALPHA), "--eta", str(LDA_ALPHA), "--vocab", vocab,
-                                      "--test", os.path.join(data, split + ".jsonl"),
-                                      "--train", os.path.join(data, "train.jsonl")],
-                                     check=True, capture_output=True, text=True).stdout
-                with open(path, "w") as f:
-                    f.write(res)
-            with open(path) as f:
-                kit = json.load(f)
-            unigram[split] = kit["unigram"]["doc_completion_perplexity"]
-            unigram[split + "_kit_nonprivate"] = kit["doc_completion_perplexity"]
+    unigram = {} if smoke else kit_baselines(r, data, vocab, "lambda_np")
 
     np_ref = runs["nonprivate_reference"]["doc_completion_perplexity"]
     uni = unigram.get("test")
@@ -222,14 +244,7 @@ def lda_part(r, smoke, figs, md):
         xs = [row[2]["epsilon_rdp"] for row in curves["fixed"]]
         ax.plot(xs, [row[2]["doc_completion_perplexity"] for row in curves["fixed"]], "^:",
                 label="same runs, ε by RDP alone", alpha=0.7)
-        ax.axhline(np_ref, color="k", lw=1, label="non-private (one pass, minibatch 20,000)")
-        if uni is not None:
-            ax.axhline(uni, color="gray", lw=1, ls="-.", label="unigram")
-        ax.set_xscale("log")
-        ax.set_xlabel("ε (δ = 1e-5)")
-        ax.set_ylabel("held-out document-completion perplexity")
-        ax.set_title(f"Wikipedia LDA, K = {LDA_K}: perplexity against ε")
-        ax.legend(fontsize=7)
+        lda_epsilon_axes(ax, np_ref, uni, f"Wikipedia LDA, K = {LDA_K}: perplexity against ε")
     plot(os.path.join(figs, "lda_perplexity_vs_epsilon.png"), fig2)
 
     # Figure 3: perplexity per step.
@@ -302,6 +317,119 @@ def lda_part(r, smoke, figs, md):
     md.append("```\n")
     return {"chosen": {"q": q, "steps": steps, "tau0": tau0}, "unigram_test": uni, "nonprivate_test": np_ref,
             "eps": {f"{a}_{e}": res["doc_completion_perplexity"] for a in curves for e, _, res in curves[a]}}
+
+
+# ------------------------------------------------------------- LDA, unit level
+
+# Unit-level privacy (issue 28): the article is the unit; each step keeps an
+# article with probability q and sums at most `cap` of its paragraphs before
+# one clip at C = a·N. Candidates (cap, a, T), compared at ε = 4 on the
+# validation split (at ε = 2 every candidate is far behind the unigram
+# line): a grid of cap × a × T, then larger caps, more steps and a smaller
+# clip around the best of the grid (a = 0.3 lost everywhere).
+LDA_UNIT_CANDIDATES = [(cap, clip, steps) for cap in (1, 4) for clip in (0.1, 0.3) for steps in (3, 8)] + [
+    (16, 0.1, 3), (16, 0.1, 8), (16, 0.1, 15), (16, 0.05, 8), (64, 0.1, 8), (64, 0.1, 15)]
+LDA_UNIT_EPSILONS = [1, 2, 4]
+LDA_UNIT_SELECT_EPSILON = 4
+
+
+def lda_unit_part(r, smoke, figs, md):
+    data = os.path.join(r.out, "wikipedia")
+    if smoke:
+        candidates, epsilons = [(1, 0.1, 2), (4, 0.1, 2)], [2, 4]
+    else:
+        candidates, epsilons = LDA_UNIT_CANDIDATES, LDA_UNIT_EPSILONS
+    if not os.path.exists(os.path.join(data, "train_ids.jsonl")):
+        sys.exit(f"results: {data}/train_ids.jsonl is missing: run the lda part first "
+                 "(it prepares the corpus), or scripts/prepare_wikipedia.py DATA {data}")
+    train, val, test = (os.path.join(data, n + "_ids.jsonl") for n in ("train", "validation", "test"))
+    vocab = os.path.join(ROOT, "out", "wikipedia", "vocab.txt")
+    base = ["--train", train, "--V", 10000, "--K", LDA_K, "--alpha", LDA_ALPHA, "--eta", LDA_ALPHA,
+            "--N", LDA_N, "--threads", 2, "--delta", DELTA, "--q", 1.0, "--tau0", 1, "--epsilon", 100]
+
+    # 1. Validation: cap, clip and T at ε = 4 (q = 1, τ0 = 1: section 1's choice).
+    rows = []
+    for cap, clip, steps in candidates:
+        sigma = r.sigma(LDA_UNIT_SELECT_EPSILON, 1.0, steps, "fixed")
+        name = f"lda_unit_val_cap{cap}_clip{clip}_T{steps}"
+        res = r.run(name, "bench/lda_svi_run", base + ["--test", val, "--steps", steps, "--sigma", sigma,
+                                                       "--clip", clip, "--unit-cap", cap])
+        rows.append((cap, clip, steps, sigma, res["doc_completion_perplexity"], res.get("units")))
+    best = min(rows, key=lambda row: row[4])
+    cap, clip, steps = best[0], best[1], best[2]
+
+    # 2. Test file: unit level with the chosen (cap, clip, T), record level
+    # with section 1's schedule (q = 1, T = 15, a = 0.1), at each ε.
+    record_steps = 2 if smoke else 15
+    unit_runs, record_runs = [], []
+    for eps in epsilons:
+        sigma = r.sigma(eps, 1.0, steps, "fixed")
+        unit_runs.append((eps, sigma, r.run(
+            f"lda_unit_test_unit_eps{eps}", "bench/lda_svi_run",
+            base + ["--test", test, "--validation", val, "--steps", steps, "--sigma", sigma, "--clip", clip,
+                    "--unit-cap", cap])))
+        sigma = r.sigma(eps, 1.0, record_steps, "fixed")
+        record_runs.append((eps, sigma, r.run(
+            f"lda_unit_test_record_eps{eps}", "bench/lda_svi_run",
+            base + ["--test", test, "--validation", val, "--steps", record_steps, "--sigma", sigma,
+                    "--clip", LDA_CLIP])))
+    nonprivate = r.run("lda_unit_test_nonprivate", "bench/lda_svi_run",
+                       ["--train", train, "--V", 10000, "--K", LDA_K, "--alpha", LDA_ALPHA, "--eta", LDA_ALPHA,
+                        "--threads", 2, "--test", test, "--validation", val, "--batch", 20000, "--passes", 1,
+                        "--tau0", 64, "--lambda-out", os.path.join(r.out, "runs", "lambda_unit_np.bin")])
+    unigram = {} if smoke else kit_baselines(r, data, vocab, "lambda_unit_np")
+    uni = unigram.get("test")
+    np_test = nonprivate["doc_completion_perplexity"]
+
+    def gap(p):
+        return "" if uni is None else f"{(uni - p) / (uni - np_test):.1%}"
+
+    def fig(ax):
+        ax.plot([row[2]["epsilon"] for row in record_runs],
+                [row[2]["doc_completion_perplexity"] for row in record_runs], "o-",
+                label=f"record level (one paragraph; q = 1, T = {record_steps}, a = {LDA_CLIP})")
+        ax.plot([row[2]["epsilon"] for row in unit_runs],
+                [row[2]["doc_completion_perplexity"] for row in unit_runs], "s--",
+                label=f"unit level (one article, ≤ {cap} paragraphs per step; T = {steps}, a = {clip})")
+        lda_epsilon_axes(ax, np_test, uni, f"Wikipedia LDA, K = {LDA_K}: protecting a paragraph or an article")
+    plot(os.path.join(figs, "lda_unit_perplexity_vs_epsilon.png"), fig)
+
+    units = next((row[5] for row in rows if row[5]), None)
+    md.append("## 4. LDA on Wikipedia with the article as the privacy unit\n")
+    md.append("The unit is the article (a paragraph id `enwiki123_p4` belongs to `enwiki123`): neighbouring "
+              "data sets differ by *every paragraph of one article*, not by one paragraph. Each step keeps an "
+              "article with probability q and sums at most `cap` of its paragraphs (`privacy.max_records_per_unit`; "
+              "the ones with the smallest keyed rank) before one clip at C = a·N — the daemon's StepDriver, "
+              f"driven by `bench/lda_svi_run --unit-cap`. Training units: {units if units else 'see the runs'} "
+              "articles (section 1's 329,173 paragraphs); the model, N, K, α, η and δ are section 1's.\n")
+    md.append(f"### Choosing cap, clip and T (validation split, ε = {LDA_UNIT_SELECT_EPSILON}, q = 1, τ0 = 1)\n")
+    md.append("| cap | clip fraction a | T | σ | validation perplexity |\n|---|---|---|---|---|")
+    for row in rows:
+        md.append(f"| {row[0]} | {row[1]} | {row[2]} | {row[3]} | {row[4]:,.0f} |")
+    if "validation" in unigram:
+        md.append(f"| unigram | | | | {unigram['validation']:,.0f} |")
+    md.append(f"\nChosen: **cap = {cap}, a = {clip}, T = {steps}** (the lowest validation perplexity).\n")
+    md.append("### Held-out perplexity against ε (test file)\n")
+    md.append("![unit against record level](results/lda_unit_perplexity_vs_epsilon.png)\n")
+    md.append("| run | ε charged | σ | test perplexity | share of the unigram → non-private gap closed | "
+              "validation perplexity |\n|---|---|---|---|---|---|")
+    for label, runs in (("unit level", unit_runs), ("record level", record_runs)):
+        for eps, sigma, res in runs:
+            md.append(f"| {label}, ε = {eps} | {res['epsilon']:.3f} | {sigma} | "
+                      f"{res['doc_completion_perplexity']:,.0f} | {gap(res['doc_completion_perplexity'])} | "
+                      f"{res['validation_doc_completion_perplexity']:,.0f} |")
+    md.append(f"| non-private (minibatch 20,000, one pass, τ0 = 64) | – | 0 | {np_test:,.0f} | 100% | "
+              f"{nonprivate['validation_doc_completion_perplexity']:,.0f} |")
+    if uni is not None:
+        md.append(f"| unigram | – | – | {uni:,.0f} | 0% | {unigram['validation']:,.0f} |")
+    md.append("\nCommands (each run's JSON is in OUT/runs):\n")
+    md.append("```")
+    for name in sorted(n for n in r.commands if n.startswith("lda_unit_")):
+        md.append(f"{name}: {r.commands[name]}")
+    md.append("```\n")
+    return {"chosen": {"cap": cap, "clip": clip, "steps": steps}, "unigram_test": uni, "nonprivate_test": np_test,
+            "unit": {e: res["doc_completion_perplexity"] for e, _, res in unit_runs},
+            "record": {e: res["doc_completion_perplexity"] for e, _, res in record_runs}}
 
 
 # --------------------------------------------------------------------------- BLR
@@ -493,7 +621,7 @@ def previous_sections(path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--parts", default="lda,blr,sbn")
+    ap.add_argument("--parts", default="lda,blr,sbn,lda_unit")
     ap.add_argument("--out")
     ap.add_argument("--docs", help="where results.md and results/*.png go (default docs; OUT with --smoke)")
     ap.add_argument("--build", default=os.environ.get("VIPSD_BUILD_DIR", os.path.join(ROOT, "build")))
@@ -517,7 +645,8 @@ def main():
     summary = {}
     parts = args.parts.split(",")
     kept = previous_sections(os.path.join(docs, "results.md"))
-    for number, (part, fn) in enumerate((("lda", lda_part), ("blr", blr_part), ("sbn", sbn_part)), 1):
+    for number, (part, fn) in enumerate((("lda", lda_part), ("blr", blr_part), ("sbn", sbn_part),
+                                         ("lda_unit", lda_unit_part)), 1):
         if part in parts:
             summary[part] = fn(r, args.smoke, figs, md)
         elif number in kept:
