@@ -1,6 +1,7 @@
 #include "daemon/work_io.h"
 
 #include <algorithm>
+#include <charconv>
 
 #include "core/base/log.h"
 #include "core/privacy/gaussian_mechanism.h"
@@ -57,9 +58,14 @@ StatusOr<std::string> LocalPartial(Ingest& ingest, svi::StepDriver& driver, cons
     const std::string prefix = stream.name.substr(0, colon + 1);
     int32_t count = 0;
     for (const WorkStream& s : plan.streams) count += s.name.rfind(prefix, 0) == 0 ? 1 : 0;
-    one[0].partition = static_cast<int32_t>(std::stol(stream.name.substr(colon + 1)));
+    int32_t partition = -1;
+    const char* first = stream.name.data() + colon + 1;
+    const char* last = stream.name.data() + stream.name.size();
+    const auto [end, error] = std::from_chars(first, last, partition);
+    if (error != std::errc() || end != last) partition = -1;
+    one[0].partition = partition;
     one[0].partition_count = count;
-    if (one[0].partition < 0 || one[0].partition >= count) {
+    if (partition < 0 || partition >= count) {
       return InternalError("work plan stream '" + stream.name + "': partition outside the " +
                            std::to_string(count) + " partitions the plan lists for its topic");
     }
