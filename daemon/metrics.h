@@ -220,7 +220,8 @@ inline constexpr std::array<double, 14> kCheckpointWriteDurationBuckets = {
              "reason", SkipReason)                                                               \
   COUNTER(release_deadline_overruns_total, "slots",                                              \
           "Slots whose step finished after the public release deadline (slot time + "           \
-          "release_delay_seconds); each one reveals that its step took that long.")             \
+          "release_delay_seconds); their outputs left at a later slot's deadline; each one "    \
+          "reveals that its step ran past its deadline.")                                       \
   HISTOGRAM(step_duration_seconds, "seconds",                                                    \
             "Wall-clock duration of one step, sampling to M-step. Exported only with "           \
             "metrics.expose_step_timing: it reveals how long each step took.",                   \
