@@ -481,11 +481,12 @@ TEST(DaemonTest, ReleasesLeaveAtTheirPublicDeadlineNotWhenTheStepFinished) {
 }
 
 // Issue 26: a slot that finishes after its deadline (here step 2, slowed
-// past it by 0.8 s) leaves nothing at the time it finished: its ledger
+// past it by 0.85 s) leaves nothing at the time it finished: its ledger
 // commit and release wait for the next slot's deadline, a public boundary
 // t_0 + k·interval + delay, and the next slot starts at once. Every commit
-// and every release happens right at a boundary (within 0.2 s of the last
-// one; a step-2 output at the time step 2 finished would be 0.4 s past it).
+// and every release happens right at a boundary (within 0.3 s of the last
+// one, for slow sanitizer builds; a step-2 output at the time step 2
+// finished would be 0.45 s past it).
 TEST(DaemonTest, ALateSlotWaitsForTheNextPublicBoundaryCommitIncluded) {
   Harness h("late_slot");
   for (int i = 0; i < 20; ++i) h.topic->Append(0, Document(i));
@@ -498,7 +499,7 @@ TEST(DaemonTest, ALateSlotWaitsForTheNextPublicBoundaryCommitIncluded) {
   DaemonHooks hooks;
   hooks.before_step = [&](int64_t step, int64_t, const svi::RecordPool&,
                           const std::vector<std::string>&) {
-    if (step == 2) std::this_thread::sleep_for(800ms);
+    if (step == 2) std::this_thread::sleep_for(850ms);
   };
   hooks.ledger_fault = [&]() {
     std::lock_guard<std::mutex> lock(mutex);
@@ -527,7 +528,7 @@ TEST(DaemonTest, ALateSlotWaitsForTheNextPublicBoundaryCommitIncluded) {
     // times; every other commit is at a boundary.
     const double t = commit_times[i];
     if (t >= stop_requested) continue;
-    EXPECT_LT(t - boundary(t), 0.2) << "a commit between boundaries, at t0 + " << t - options.start_time;
+    EXPECT_LT(t - boundary(t), 0.3) << "a commit between boundaries, at t0 + " << t - options.start_time;
   }
   ASSERT_GE(h.sink->releases.size(), 2u);
   for (const Published& published : h.sink->releases) {
@@ -535,7 +536,7 @@ TEST(DaemonTest, ALateSlotWaitsForTheNextPublicBoundaryCommitIncluded) {
     EXPECT_NE(id, "step-2");  // its outputs left with the next slot's, as its model
     EXPECT_NEAR(published.publish_time, boundary(published.publish_time + 1e-9), 1e-6) << id;
     EXPECT_GE(published.wall_time, published.publish_time) << id;
-    EXPECT_LT(published.wall_time - published.publish_time, 0.2) << id << " left between boundaries";
+    EXPECT_LT(published.wall_time - published.publish_time, 0.3) << id << " left between boundaries";
   }
   EXPECT_GE(h.metrics->release_deadline_overruns_total().Value(), 1);
 }
