@@ -65,25 +65,6 @@ uint32_t Crc32(std::string_view key) {
 
 }  // namespace
 
-std::string_view UnitPartitionerName(UnitPartitioner partitioner) {
-  switch (partitioner) {
-    case UnitPartitioner::kMurmur2:
-      return "murmur2";
-    case UnitPartitioner::kCrc32:
-      return "crc32";
-    case UnitPartitioner::kNone:
-      break;
-  }
-  return "none";
-}
-
-std::optional<UnitPartitioner> ParseUnitPartitioner(std::string_view name) {
-  if (name == "none") return UnitPartitioner::kNone;
-  if (name == "murmur2") return UnitPartitioner::kMurmur2;
-  if (name == "crc32") return UnitPartitioner::kCrc32;
-  return std::nullopt;
-}
-
 uint32_t UnitKeyHash(UnitPartitioner partitioner, std::string_view key) {
   switch (partitioner) {
     case UnitPartitioner::kMurmur2:

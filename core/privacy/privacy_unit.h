@@ -22,7 +22,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <optional>
 #include <string_view>
 
 namespace vipsd::privacy {
@@ -40,10 +39,6 @@ inline bool IsUnitFieldName(std::string_view name) {
 }
 
 enum class UnitPartitioner { kNone, kMurmur2, kCrc32 };
-
-// "none" | "murmur2" | "crc32", and back (nullopt for anything else).
-std::string_view UnitPartitionerName(UnitPartitioner partitioner);
-std::optional<UnitPartitioner> ParseUnitPartitioner(std::string_view name);
 
 // The key's partitioner hash (see above); 0 for kNone.
 uint32_t UnitKeyHash(UnitPartitioner partitioner, std::string_view key);
