@@ -46,6 +46,8 @@ constexpr int64_t kCountMax = int64_t{1} << 40;  // steps, cadences
 // Number rules; each key's allowed text says the same in words.
 bool Positive(double x) { return x > 0; }
 bool NonNegative(double x) { return x >= 0; }
+// σ: the exact discrete sampler's range (privacy::kMaxNoiseMultiplier).
+bool NoiseMultiplier(double x) { return x >= 0 && x <= 1024; }
 bool Fraction(double x) { return x > 0 && x <= 1; }     // (0, 1]
 bool OpenFraction(double x) { return x > 0 && x < 1; }  // (0, 1)
 bool UpToAMillion(double x) { return x > 0 && x <= 1e6; }
@@ -175,7 +177,7 @@ Key NumberList(std::string path, Get get, bool (*rule)(double), std::string rule
 void AddPrivacy(std::vector<Key>& keys) {
   keys.push_back(SectionRow("privacy").Required());
   keys.push_back(Number("privacy.noise_multiplier", VIPSD_MEMBER(driver.noise_multiplier),
-                        NonNegative, "a number >= 0 (0 = non-private)")
+                        NoiseMultiplier, "a number in [0, 1024] (0 = non-private)")
                      .Required()
                      .OnReload(Reload::kLiveWithinPrivacyMode));
   keys.push_back(Number("privacy.sampling_rate", VIPSD_MEMBER(driver.sampling_rate), Fraction,

@@ -191,8 +191,11 @@ StatusOr<svi::StepResult> Coordinator::StepCharged(const Context& context,
     }
   }
   const privacy::BlockLayout& layout = context.bundle->model->statistic_layout();
-  if (total_ == nullptr) {
-    total_ = std::make_unique<privacy::GaussianSumMechanism>(layout);
+  const privacy::SumKind kind = context.driver->config().noise_multiplier > 0
+                                    ? privacy::SumKind::kGrid
+                                    : privacy::SumKind::kFloat;
+  if (total_ == nullptr || total_->kind() != kind) {
+    total_ = std::make_unique<privacy::GaussianSumMechanism>(layout, kind);
   } else {
     total_->Reset();
   }

@@ -9,6 +9,7 @@
 
 #include "core/base/format.h"
 #include "core/base/log.h"
+#include "core/privacy/gaussian_mechanism.h"
 #include "core/privacy/secure_noise.h"
 #include "daemon/checkpoint.h"
 #include "daemon/coordinator.h"
@@ -670,6 +671,14 @@ StatusOr<release::Release> Daemon::BuildRelease(double publish_time) const {
                                                           : driver_->config().noise_multiplier;
   facts.sampling_rate = model_step_result_.has_value() ? model_step_result_->sampling_rate
                                                        : driver_->config().sampling_rate;
+  // The grid and the discrete noise (public: functions of the layout and σ).
+  if (facts.noise_multiplier > 0) {
+    auto discrete =
+        privacy::DiscreteNoiseFor(bundle_.model->statistic_layout(), facts.noise_multiplier);
+    if (discrete.ok()) {
+      facts.noise_description += "; " + privacy::DescribeDiscreteNoise(*discrete);
+    }
+  }
   facts.created_at = publish_time;
   if (facts.rho <= 0) {
     facts.rho = svi::StepSize(config_.driver.tau0, config_.driver.kappa,

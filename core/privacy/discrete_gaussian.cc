@@ -291,6 +291,11 @@ StatusOr<DiscreteGaussianSampler> DiscreteGaussianSampler::Create(Rational sigma
   return DiscreteGaussianSampler(sigma2, t, dt, 2 * nd * tt);
 }
 
+Status NoiseSource::FillDiscreteGaussian(const DiscreteGaussianSampler& sampler,
+                                         std::span<int64_t> out) {
+  return sampler.Fill(*this, out);
+}
+
 Status DiscreteGaussianSampler::Fill(NoiseSource& source, std::span<int64_t> out) const {
   internal::RandomWords words(source);
   const u128 n = sigma2_.numerator;

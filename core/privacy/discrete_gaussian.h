@@ -9,12 +9,12 @@
 // Gaussian for Differential Privacy" (NeurIPS 2020; arXiv:2004.00010), here
 // "CKS".
 //
-// This file is a building block only: nothing in vipsd calls it yet. The step
-// driver, the release format, the ledger and the PLD/RDP accountants still use
-// the floating-point Gaussian (secure_noise.h, gaussian_mechanism.h). What is
-// not done (docs/privacy_accounting.md §8): the power-of-two grid for the
-// statistics, the multivariate L2 accounting under Poisson subsampling, the
-// wiring into releases.
+// Where it is used. Every private release draws its noise here:
+// GaussianSumMechanism::Release (gaussian_mechanism.h) adds N_Z(0, σ_g²) to
+// an exact integer sum of grid-rounded statistics, through
+// NoiseSource::FillDiscreteGaussian. The accounting of that mechanism (a
+// proven reduction to the continuous Gaussian the accountants charge) is in
+// gaussian_mechanism.h and docs/privacy_accounting.md §1a.
 //
 // Sampler guarantees (DiscreteGaussianSampler).
 //  * Exact in distribution. It is CKS Algorithm 1 as published: Bernoulli(

@@ -12,12 +12,7 @@
 namespace vipsd::privacy {
 namespace {
 
-// Noise std in the scaled space, σ·sqrt(B), rounded up: the two roundings
-// (sqrt, product) are each below DBL_EPSILON/2 relative.
-double ScaledNoiseStd(size_t num_blocks, double noise_multiplier) {
-  return noise_multiplier * std::sqrt(static_cast<double>(num_blocks)) *
-         (1.0 + 4.0 * DBL_EPSILON);
-}
+__extension__ typedef unsigned __int128 U128;
 
 bool SameLayout(const BlockLayout& a, const BlockLayout& b) {
   if (a.num_blocks() != b.num_blocks()) return false;
@@ -37,7 +32,72 @@ Status AlreadyReleasedError() {
       "this step's sum has already been released; call Reset() before the next step");
 }
 
+// (2^g + 2^(g−10))², exact for 10 ≤ g ≤ 30.
+uint64_t BlockBoundSquared(int g) {
+  const uint64_t root = (uint64_t{1} << g) + (uint64_t{1} << (g - kGridSlackBits));
+  return root * root;
+}
+
+// The largest coordinate magnitude a rounded block can hold: 2^g + 2^(g−10).
+int64_t MaxGridValue(int g) {
+  return static_cast<int64_t>((uint64_t{1} << g) + (uint64_t{1} << (g - kGridSlackBits)));
+}
+
 }  // namespace
+
+int GridExponent(size_t num_blocks) {
+  // kMaxNoiseMultiplier² = 2^20. σ²·S ≤ 2^62 − 2^23 keeps
+  // ⌈σ²·S·(1 + 2^-40)⌉ + τ² below 2^62 (DiscreteNoiseFor).
+  const U128 limit = (static_cast<U128>(1) << 62) - (static_cast<U128>(1) << 23);
+  for (int g = 20; g >= 10; --g) {
+    const U128 total = (static_cast<U128>(1) << 20) * num_blocks * BlockBoundSquared(g);
+    if (num_blocks <= (uint64_t{1} << 40) && total <= limit) return g;
+  }
+  return 10;
+}
+
+StatusOr<DiscreteNoise> DiscreteNoiseFor(const BlockLayout& layout, double noise_multiplier) {
+  if (!std::isfinite(noise_multiplier) || noise_multiplier <= 0) {
+    return InvalidArgumentError("noise_multiplier must be finite and > 0, got " +
+                                std::to_string(noise_multiplier));
+  }
+  if (noise_multiplier > kMaxNoiseMultiplier) {
+    return OutOfRangeError("noise_multiplier " + std::to_string(noise_multiplier) +
+                           " is above the largest the exact discrete sampler supports (" +
+                           std::to_string(kMaxNoiseMultiplier) + ")");
+  }
+  DiscreteNoise noise;
+  noise.noise_multiplier = noise_multiplier;
+  noise.grid_exponent = GridExponent(layout.num_blocks());
+  U128 total = 0;
+  for (size_t b = 0; b < layout.num_blocks(); ++b) {
+    noise.block_bound_squared.push_back(BlockBoundSquared(noise.grid_exponent));
+    total += noise.block_bound_squared.back();
+  }
+  if (total >= (static_cast<U128>(1) << 62)) {
+    return OutOfRangeError("the statistic has too many blocks for the exact discrete sampler");
+  }
+  noise.bound_squared = static_cast<uint64_t>(total);
+  // ⌈σ²·S·(1 + 2^-40)⌉ + τ²: σ is exact in long double, σ·σ and the product
+  // with S (< 2^62, exact) each round by < 2^-63 relative, which the factor
+  // 1 + 2^-40 more than covers, so the result is ≥ σ²·S + τ².
+  const long double sigma = noise_multiplier;
+  const long double scaled = sigma * sigma * static_cast<long double>(noise.bound_squared) *
+                             (1.0L + std::ldexp(1.0L, -40));
+  const long double ceiling = std::ceil(scaled) + static_cast<long double>(kReductionTau2);
+  if (!(ceiling < std::ldexp(1.0L, 62))) {
+    return OutOfRangeError("noise_multiplier " + std::to_string(noise_multiplier) +
+                           " needs sigma_g^2 >= 2^62 grid units for this statistic");
+  }
+  noise.sigma2 = Rational{static_cast<uint64_t>(ceiling), 1};
+  return noise;
+}
+
+std::string DescribeDiscreteNoise(const DiscreteNoise& noise) {
+  return "discrete-gaussian grid=2^-" + std::to_string(noise.grid_exponent) +
+         " sensitivity^2=" + std::to_string(noise.bound_squared) +
+         " sigma_g^2=" + std::to_string(noise.sigma2.numerator) + " (grid units)";
+}
 
 StatusOr<std::vector<double>> NoiseStdPerBlock(const BlockLayout& layout,
                                                double noise_multiplier) {
@@ -45,16 +105,70 @@ StatusOr<std::vector<double>> NoiseStdPerBlock(const BlockLayout& layout,
     return InvalidArgumentError("noise_multiplier must be finite and >= 0, got " +
                                 std::to_string(noise_multiplier));
   }
-  const double scaled_std = ScaledNoiseStd(layout.num_blocks(), noise_multiplier);
   std::vector<double> stds;
   stds.reserve(layout.num_blocks());
-  for (const Block& block : layout.blocks()) stds.push_back(scaled_std * block.clip_bound);
+  if (noise_multiplier == 0) {
+    stds.assign(layout.num_blocks(), 0.0);
+    return stds;
+  }
+  VIPSD_ASSIGN_OR_RETURN(DiscreteNoise noise, DiscreteNoiseFor(layout, noise_multiplier));
+  const double grid_std =
+      std::ldexp(std::sqrt(static_cast<double>(noise.sigma2.numerator)), -noise.grid_exponent) *
+      (1.0 + 4.0 * DBL_EPSILON);
+  for (const Block& block : layout.blocks()) stds.push_back(grid_std * block.clip_bound);
   return stds;
 }
 
-GaussianSumMechanism::GaussianSumMechanism(BlockLayout layout)
+GaussianSumMechanism::GaussianSumMechanism(BlockLayout layout, SumKind kind)
     : layout_(std::move(layout)),
-      scaled_sum_(Eigen::VectorXd::Zero(static_cast<Eigen::Index>(layout_.total_size()))) {}
+      kind_(kind),
+      grid_exponent_(GridExponent(layout_.num_blocks())),
+      block_bound_squared_(layout_.num_blocks(), BlockBoundSquared(grid_exponent_)) {
+  if (kind_ == SumKind::kGrid) {
+    sum_.assign(layout_.total_size(), 0);
+  } else {
+    float_sum_.assign(layout_.total_size(), 0.0);
+  }
+}
+
+void GaussianSumMechanism::RoundToGrid(std::span<double> scaled, size_t block_index) {
+  const uint64_t bound = block_bound_squared_[block_index];
+  grid_scratch_.resize(scaled.size());
+  // |x| ≤ 1 (+ ulps) after the clipping, so x·2^g is exact and far inside
+  // int64; the clamp to ±2^40 only matters for a value that escaped the
+  // clipping (it then fails the bound below).
+  constexpr double kClamp = 1099511627776.0;  // 2^40
+  auto round_and_measure = [&]() -> U128 {
+    U128 norm = 0;
+    for (size_t i = 0; i < scaled.size(); ++i) {
+      const double units =
+          std::clamp(std::ldexp(scaled[i], grid_exponent_), -kClamp, kClamp);
+      const auto n = static_cast<int64_t>(std::nearbyint(units));
+      grid_scratch_[i] = n;
+      const uint64_t magnitude = n < 0 ? uint64_t{0} - static_cast<uint64_t>(n)
+                                       : static_cast<uint64_t>(n);
+      norm += static_cast<U128>(magnitude) * magnitude;
+    }
+    return norm;
+  };
+#ifdef VIPSD_AUDIT_BUILD_WITHOUT_CLIPPING
+  // NOT PRIVATE. Only in privacy_audit_no_clip_test (tests/CMakeLists.txt):
+  // the exact integer bound is a second clipping, which the audit must see
+  // bypassed too.
+  (void)bound;
+  round_and_measure();
+  return;
+#endif
+  if (round_and_measure() <= bound) return;
+  // ||n|| ≤ ||x||·2^g + sqrt(m)/2: shrinking x by 1 − (sqrt(m)/2 + 1)/2^g
+  // leaves ||n|| < 2^g (the + 1 covers the floating-point product).
+  const double slack = (std::sqrt(static_cast<double>(scaled.size())) / 2 + 1) *
+                       std::ldexp(1.0, -grid_exponent_);
+  const double factor = slack < 1 ? 1 - slack : 0;
+  for (double& value : scaled) value *= factor;
+  if (round_and_measure() <= bound) return;
+  std::fill(grid_scratch_.begin(), grid_scratch_.end(), 0);
+}
 
 Status GaussianSumMechanism::Add(std::span<const double> record) {
   if (released_) return AlreadyReleasedError();
@@ -64,6 +178,10 @@ Status GaussianSumMechanism::Add(std::span<const double> record) {
                                 " coordinates but the block layout expects " +
                                 std::to_string(layout_.total_size()));
   }
+  if (counts_.accepted >= kMaxContributions) {
+    ++counts_.rejected;
+    return ResourceExhaustedError("this step's sum already holds the most records one sum can");
+  }
   // Allocated on first use: sparse-only accumulators never need it.
   scratch_.resize(static_cast<Eigen::Index>(layout_.total_size()));
   std::copy(record.begin(), record.end(), scratch_.data());
@@ -72,15 +190,20 @@ Status GaussianSumMechanism::Add(std::span<const double> record) {
     ++counts_.rejected;
     return status;
   }
-  for (const Block& block : layout_.blocks()) {
-    auto segment = scratch_.segment(static_cast<Eigen::Index>(block.offset),
-                                    static_cast<Eigen::Index>(block.size));
+  for (size_t b = 0; b < layout_.num_blocks(); ++b) {
+    const Block& block = layout_.block(b);
+    const std::span<double> segment = clipped.subspan(block.offset, block.size);
     // Correctly rounded division; |values| ≤ C_b so nothing overflows.
-    segment /= block.clip_bound;
+    for (double& value : segment) value /= block.clip_bound;
     // The division may round the scaled norm a few ulps above 1.
-    ClipToL2Bound(clipped.subspan(block.offset, block.size), 1.0);
+    ClipToL2Bound(segment, 1.0);
+    if (kind_ == SumKind::kFloat) {
+      for (size_t i = 0; i < block.size; ++i) float_sum_[block.offset + i] += segment[i];
+      continue;
+    }
+    RoundToGrid(segment, b);
+    for (size_t i = 0; i < block.size; ++i) sum_[block.offset + i] += grid_scratch_[i];
   }
-  scaled_sum_ += scratch_;
   sum_is_zero_ = false;
   dense_ = true;
   ++counts_.accepted;
@@ -94,6 +217,10 @@ Status GaussianSumMechanism::AddSparse(std::span<const uint32_t> indices,
     ++counts_.rejected;
     return InvalidArgumentError("sparse statistic: " + std::to_string(indices.size()) +
                                 " indices but " + std::to_string(values.size()) + " values");
+  }
+  if (counts_.accepted >= kMaxContributions) {
+    ++counts_.rejected;
+    return ResourceExhaustedError("this step's sum already holds the most records one sum can");
   }
   const size_t total = layout_.total_size();
   for (size_t i = 0; i < indices.size(); ++i) {
@@ -111,7 +238,8 @@ Status GaussianSumMechanism::AddSparse(std::span<const uint32_t> indices,
   sparse_scratch_.assign(values.begin(), values.end());
   const std::span<double> scratch(sparse_scratch_);
   size_t begin = 0;
-  for (const Block& block : layout_.blocks()) {
+  for (size_t b = 0; b < layout_.num_blocks(); ++b) {
+    const Block& block = layout_.block(b);
     // Indices are sorted and blocks are contiguous: this block's values are
     // the run of indices in [offset, offset + size).
     while (begin < indices.size() && indices[begin] < block.offset) ++begin;
@@ -122,11 +250,14 @@ Status GaussianSumMechanism::AddSparse(std::span<const uint32_t> indices,
       ClipToL2Bound(segment, block.clip_bound);
       for (double& value : segment) value /= block.clip_bound;
       ClipToL2Bound(segment, 1.0);
+      if (kind_ == SumKind::kFloat) {
+        for (size_t i = begin; i < end; ++i) float_sum_[indices[i]] += segment[i - begin];
+      } else {
+        RoundToGrid(segment, b);
+        for (size_t i = begin; i < end; ++i) sum_[indices[i]] += grid_scratch_[i - begin];
+      }
     }
     begin = end;
-  }
-  for (size_t i = 0; i < indices.size(); ++i) {
-    scaled_sum_[static_cast<Eigen::Index>(indices[i])] += sparse_scratch_[i];
   }
   if (!dense_) {
     for (const uint32_t index : indices) MarkPage(index / kPage);
@@ -142,27 +273,37 @@ Status GaussianSumMechanism::Merge(GaussianSumMechanism&& other) {
   if (!SameLayout(layout_, other.layout_)) {
     return InvalidArgumentError("Merge: the two mechanisms have different block layouts");
   }
+  if (kind_ != other.kind_) {
+    return InvalidArgumentError("Merge: a grid sum and a floating-point (non-private) sum");
+  }
+  if (counts_.accepted + other.counts_.accepted > kMaxContributions) {
+    return ResourceExhaustedError("Merge: together the two sums hold more records than one sum can");
+  }
   if (sum_is_zero_) {
-    // 0 + x == x exactly: a running sum starts at +0.0 and, in
-    // round-to-nearest, never becomes −0.0 (x + y is −0.0 only if both are),
-    // so taking over the other buffer gives the same bits as adding it, and
-    // the other side is left with our zeros (and our empty tracking).
-    scaled_sum_.swap(other.scaled_sum_);
+    // 0 + x == x: take over the other buffer (and its tracking); the other
+    // side is left with our zeros.
+    sum_.swap(other.sum_);
+    float_sum_.swap(other.float_sum_);
     sum_is_zero_ = other.sum_is_zero_;
     other.sum_is_zero_ = true;
     page_touched_.swap(other.page_touched_);
     touched_pages_.swap(other.touched_pages_);
     std::swap(dense_, other.dense_);
   } else if (!other.dense_ && !other.sum_is_zero_) {
-    const auto size = static_cast<size_t>(scaled_sum_.size());
+    const size_t size = layout_.total_size();
     for (const uint32_t page : other.touched_pages_) {
       const size_t begin = static_cast<size_t>(page) * kPage;
       const size_t end = std::min(size, begin + kPage);
-      for (size_t i = begin; i < end; ++i) scaled_sum_.data()[i] += other.scaled_sum_.data()[i];
+      if (kind_ == SumKind::kGrid) {
+        for (size_t i = begin; i < end; ++i) sum_[i] += other.sum_[i];
+      } else {
+        for (size_t i = begin; i < end; ++i) float_sum_[i] += other.float_sum_[i];
+      }
       if (!dense_) MarkPage(page);
     }
   } else if (!other.sum_is_zero_) {
-    scaled_sum_ += other.scaled_sum_;
+    for (size_t i = 0; i < sum_.size(); ++i) sum_[i] += other.sum_[i];
+    for (size_t i = 0; i < float_sum_.size(); ++i) float_sum_[i] += other.float_sum_[i];
     dense_ = true;
   }
   counts_.accepted += other.counts_.accepted;
@@ -172,13 +313,29 @@ Status GaussianSumMechanism::Merge(GaussianSumMechanism&& other) {
   return Status::Ok();
 }
 
-GaussianRelease GaussianSumMechanism::ScaleBack(Eigen::VectorXd scaled) const {
+GaussianRelease GaussianSumMechanism::ScaleBack(std::span<const int64_t> noise) const {
+  Eigen::VectorXd out(static_cast<Eigen::Index>(layout_.total_size()));
   for (const Block& block : layout_.blocks()) {
-    scaled.segment(static_cast<Eigen::Index>(block.offset),
-                   static_cast<Eigen::Index>(block.size)) *= block.clip_bound;
+    if (kind_ == SumKind::kFloat) {
+      for (size_t i = block.offset; i < block.offset + block.size; ++i) {
+        out[static_cast<Eigen::Index>(i)] = float_sum_[i] * block.clip_bound;
+      }
+      continue;
+    }
+    for (size_t i = block.offset; i < block.offset + block.size; ++i) {
+      // |sum| ≤ 2^61 and |noise| far below 2^62: no int64 overflow. The
+      // conversion to double and the scaling are post-processing of the
+      // integer (a power-of-two step, then one rounding for C_b).
+      const int64_t value = noise.empty() ? sum_[i] : sum_[i] + noise[i];
+      out[static_cast<Eigen::Index>(i)] =
+          std::ldexp(static_cast<double>(value), -grid_exponent_) * block.clip_bound;
+    }
   }
   GaussianRelease release;
-  release.noisy_sum = std::move(scaled);
+  release.noisy_sum = std::move(out);
+  release.noise.grid_exponent = grid_exponent_;
+  release.noise.block_bound_squared = block_bound_squared_;
+  for (const uint64_t bound : block_bound_squared_) release.noise.bound_squared += bound;
   return release;
 }
 
@@ -190,14 +347,29 @@ StatusOr<GaussianRelease> GaussianSumMechanism::Release(NoiseSource& noise,
         "noise_multiplier must be finite and > 0, got " + std::to_string(noise_multiplier) +
         "; the sigma = 0 baseline must use ReleaseNonPrivate()");
   }
-  // One buffer: the standard normals, then (in place) the noisy scaled sum.
-  Eigen::VectorXd noisy(scaled_sum_.size());
-  noise.FillStandardNormal(std::span<double>(noisy.data(), static_cast<size_t>(noisy.size())));
-  const double scaled_std = ScaledNoiseStd(layout_.num_blocks(), noise_multiplier);
-  noisy = scaled_sum_ + scaled_std * noisy;  // coefficient-wise: no aliasing problem
+  if (kind_ != SumKind::kGrid) {
+    return FailedPreconditionError(
+        "a floating-point (non-private) sum cannot be released with noise; private sums use the "
+        "grid");
+  }
+  VIPSD_ASSIGN_OR_RETURN(DiscreteNoise parameters, DiscreteNoiseFor(layout_, noise_multiplier));
+  VIPSD_ASSIGN_OR_RETURN(DiscreteGaussianSampler sampler,
+                         DiscreteGaussianSampler::Create(parameters.sigma2));
+  std::vector<int64_t> draws(sum_.size());
+  VIPSD_RETURN_IF_ERROR(noise.FillDiscreteGaussian(sampler, draws));
+  // A draw beyond 2^61 has probability below exp(−2^122/2^63): never; the
+  // check keeps the integer addition in ScaleBack provably exact.
+  constexpr int64_t kDrawLimit = int64_t{1} << 61;
+  for (const int64_t z : draws) {
+    if (z > kDrawLimit || z < -kDrawLimit) {
+      return InternalError("discrete Gaussian draw outside the exact-addition range");
+    }
+  }
+  GaussianRelease release = ScaleBack(draws);
   released_ = true;
   ClearSum();  // the private sum is no longer needed
-  GaussianRelease release = ScaleBack(std::move(noisy));
+  sodium_memzero(draws.data(), draws.size() * sizeof(int64_t));
+  release.noise = std::move(parameters);
   release.noise_multiplier = noise_multiplier;
   release.is_private = noise.is_private();
   release.noise_description = noise.description();
@@ -207,7 +379,7 @@ StatusOr<GaussianRelease> GaussianSumMechanism::Release(NoiseSource& noise,
 StatusOr<GaussianRelease> GaussianSumMechanism::ReleaseNonPrivate() {
   if (released_) return AlreadyReleasedError();
   released_ = true;
-  GaussianRelease release = ScaleBack(scaled_sum_);
+  GaussianRelease release = ScaleBack({});
   ClearSum();
   release.noise_multiplier = 0;
   release.is_private = false;
@@ -237,12 +409,20 @@ void GaussianSumMechanism::MarkPage(size_t page) {
 void GaussianSumMechanism::ClearSum() {
   if (!sum_is_zero_) {
     if (dense_ || page_touched_.empty()) {
-      scaled_sum_.setZero();
+      std::fill(sum_.begin(), sum_.end(), 0);
+      std::fill(float_sum_.begin(), float_sum_.end(), 0.0);
     } else {
-      const auto size = static_cast<size_t>(scaled_sum_.size());
+      const size_t size = layout_.total_size();
       for (const uint32_t page : touched_pages_) {
         const size_t begin = static_cast<size_t>(page) * kPage;
-        std::fill(scaled_sum_.data() + begin, scaled_sum_.data() + std::min(size, begin + kPage), 0.0);
+        const size_t end = std::min(size, begin + kPage);
+        for (size_t i = begin; i < end; ++i) {
+          if (kind_ == SumKind::kGrid) {
+            sum_[i] = 0;
+          } else {
+            float_sum_[i] = 0.0;
+          }
+        }
       }
     }
   }
@@ -254,7 +434,8 @@ void GaussianSumMechanism::ClearSum() {
 
 namespace {
 
-constexpr char kTransferMagic[4] = {'V', 'P', 'S', '1'};
+constexpr char kTransferMagic[4] = {'V', 'P', 'S', '2'};
+constexpr char kFloatTransferMagic[4] = {'V', 'P', 'S', 'F'};
 constexpr size_t kDigestBytes = 32;
 enum TransferKind : uint8_t { kTransferZero = 0, kTransferPages = 1, kTransferDense = 2 };
 
@@ -266,16 +447,19 @@ void PutF64(std::string& out, double d) {
   std::memcpy(&v, &d, sizeof v);
   PutU64(out, v);
 }
+void PutI64(std::string& out, int64_t value) { PutU64(out, static_cast<uint64_t>(value)); }
 
 void Digest(std::string_view bytes, unsigned char (&out)[kDigestBytes]) {
   crypto_generichash(out, kDigestBytes, reinterpret_cast<const unsigned char*>(bytes.data()),
                      bytes.size(), nullptr, 0);
 }
 
-// BLAKE2b of everything that defines the layout, so that a partial made
-// under another configuration (another K, V, block or bound) is refused.
+// BLAKE2b of everything that defines the layout and the grid, so that a
+// partial made under another configuration (another K, V, block, bound or
+// grid) is refused.
 std::string LayoutDigest(const BlockLayout& layout) {
   std::string text;
+  PutU64(text, static_cast<uint64_t>(GridExponent(layout.num_blocks())));
   PutU64(text, layout.num_blocks());
   for (size_t index = 0; index < layout.num_blocks(); ++index) {
     const Block& block = layout.block(index);
@@ -308,6 +492,12 @@ class Reader {
     std::memcpy(d, &v, sizeof v);
     return true;
   }
+  bool I64(int64_t* value) {
+    uint64_t v;
+    if (!U64(&v)) return false;
+    *value = static_cast<int64_t>(v);
+    return true;
+  }
   bool Bytes(size_t n, std::string_view* out) {
     if (bytes_.size() - pos_ < n) return false;
     *out = bytes_.substr(pos_, n);
@@ -325,12 +515,20 @@ class Reader {
 
 StatusOr<std::string> GaussianSumMechanism::EncodeUnreleased() const {
   if (released_) return AlreadyReleasedError();
-  std::string out(kTransferMagic, sizeof kTransferMagic);
+  std::string out(kind_ == SumKind::kGrid ? kTransferMagic : kFloatTransferMagic,
+                  sizeof kTransferMagic);
   out += LayoutDigest(layout_);
   PutU64(out, layout_.total_size());
   PutU64(out, counts_.accepted);
   PutU64(out, counts_.rejected);
-  const auto size = static_cast<size_t>(scaled_sum_.size());
+  const size_t size = layout_.total_size();
+  auto put = [&](size_t i) {
+    if (kind_ == SumKind::kGrid) {
+      PutI64(out, sum_[i]);
+    } else {
+      PutF64(out, float_sum_[i]);
+    }
+  };
   if (sum_is_zero_) {
     out.push_back(static_cast<char>(kTransferZero));
   } else if (!dense_ && !page_touched_.empty()) {
@@ -342,12 +540,12 @@ StatusOr<std::string> GaussianSumMechanism::EncodeUnreleased() const {
       PutU64(out, page);
       const size_t begin = static_cast<size_t>(page) * kPage;
       for (size_t i = begin; i < std::min(size, begin + kPage); ++i) {
-        PutF64(out, scaled_sum_.data()[i]);
+        put(i);
       }
     }
   } else {
     out.push_back(static_cast<char>(kTransferDense));
-    for (size_t i = 0; i < size; ++i) PutF64(out, scaled_sum_.data()[i]);
+    for (size_t i = 0; i < size; ++i) put(i);
   }
   unsigned char digest[kDigestBytes];
   Digest(out, digest);
@@ -363,8 +561,11 @@ StatusOr<std::unique_ptr<GaussianSumMechanism>> GaussianSumMechanism::DecodeUnre
   if (bytes.size() < sizeof kTransferMagic + 2 * kDigestBytes + 3 * 8 + 1) {
     return bad("truncated");
   }
-  if (std::memcmp(bytes.data(), kTransferMagic, sizeof kTransferMagic) != 0) {
-    return bad("not a VPS1 partial sum");
+  SumKind kind = SumKind::kGrid;
+  if (std::memcmp(bytes.data(), kFloatTransferMagic, sizeof kTransferMagic) == 0) {
+    kind = SumKind::kFloat;
+  } else if (std::memcmp(bytes.data(), kTransferMagic, sizeof kTransferMagic) != 0) {
+    return bad("not a VPS2 (or VPSF) partial sum");
   }
   unsigned char digest[kDigestBytes];
   Digest(bytes.substr(0, bytes.size() - kDigestBytes), digest);
@@ -381,16 +582,29 @@ StatusOr<std::unique_ptr<GaussianSumMechanism>> GaussianSumMechanism::DecodeUnre
   if (layout_digest != LayoutDigest(layout) || total != layout.total_size()) {
     return bad("made under another statistic layout (model or clip configuration)");
   }
-  auto mechanism = std::make_unique<GaussianSumMechanism>(layout);
+  if (accepted > kMaxContributions) return bad("more records than one sum can hold");
+  auto mechanism = std::make_unique<GaussianSumMechanism>(layout, kind);
   mechanism->counts_.accepted = accepted;
   mechanism->counts_.rejected = rejected;
   std::string_view kind_byte;
   if (!in.Bytes(1, &kind_byte)) return bad("truncated");
   const auto size = static_cast<size_t>(layout.total_size());
-  double* sum = mechanism->scaled_sum_.data();
+  int64_t* sum = mechanism->sum_.data();
+  // No sum of `accepted` rounded records can exceed this in magnitude.
+  const U128 reach = static_cast<U128>(accepted) *
+                     static_cast<uint64_t>(MaxGridValue(GridExponent(layout.num_blocks())));
   auto read_value = [&](size_t i) -> bool {
-    double v;
-    if (!in.F64(&v) || !std::isfinite(v)) return false;
+    if (kind == SumKind::kFloat) {
+      double d;
+      if (!in.F64(&d) || !std::isfinite(d)) return false;
+      mechanism->float_sum_[i] = d;
+      return true;
+    }
+    int64_t v;
+    if (!in.I64(&v)) return false;
+    const uint64_t magnitude = v < 0 ? uint64_t{0} - static_cast<uint64_t>(v)
+                                     : static_cast<uint64_t>(v);
+    if (magnitude > reach) return false;
     sum[i] = v;
     return true;
   };
@@ -411,7 +625,7 @@ StatusOr<std::unique_ptr<GaussianSumMechanism>> GaussianSumMechanism::DecodeUnre
         previous = page;
         const size_t begin = static_cast<size_t>(page) * kPage;
         for (size_t i = begin; i < std::min(size, begin + kPage); ++i) {
-          if (!read_value(i)) return bad("truncated or non-finite coordinate");
+          if (!read_value(i)) return bad("truncated, or a coordinate out of reach");
         }
         mechanism->MarkPage(static_cast<size_t>(page));
       }
@@ -420,7 +634,7 @@ StatusOr<std::unique_ptr<GaussianSumMechanism>> GaussianSumMechanism::DecodeUnre
     }
     case kTransferDense:
       for (size_t i = 0; i < size; ++i) {
-        if (!read_value(i)) return bad("truncated or non-finite coordinate");
+        if (!read_value(i)) return bad("truncated, or a coordinate out of reach");
       }
       mechanism->dense_ = true;
       mechanism->sum_is_zero_ = false;

@@ -1,24 +1,62 @@
-// GaussianSumMechanism: the one Gaussian mechanism of a step (docs/privacy_accounting.md §1).
+// GaussianSumMechanism: the one noise mechanism of a step
+// (docs/privacy_accounting.md §1 and §1a). It is a discrete Gaussian over an
+// exact integer sum; the accountants charge it as the continuous Gaussian
+// with noise multiplier σ, by the reduction proven below.
 //
 // Records enter only through Add(), which clips every block b of the record
 // to its bound C_b (ClipRecordStatistic, block_layout.h), scales it by 1/C_b
 // and re-checks that the scaled block has L2 norm ≤ 1 (shrinking it by a few
-// ulps if rounding in the division pushed it over). Each accepted record
-// therefore contributes a scaled vector of L2 norm ≤ sqrt(B), B = #blocks,
-// and adding or removing one record changes the scaled sum by at most
-// sqrt(B) in L2 (exact arithmetic; see "Rounding").
+// ulps if rounding in the division pushed it over).
 //
-// Release(noise, σ) adds N(0, σ²·B) independently to every coordinate of the
-// scaled sum and multiplies block b by C_b. The released block b therefore
-// carries per-coordinate noise of standard deviation σ·sqrt(B)·C_b
-// (NoiseStdPerBlock). Dividing the L2 sensitivity sqrt(B) by the noise std
-// σ·sqrt(B) gives an effective noise multiplier of exactly σ, so one release
-// is one Gaussian mechanism with noise multiplier σ: the accountant charges
-// one step of SampledGaussianRdp(q, σ, ·) (rdp.h) per release. The release
-// happens whether or not any record was added: an empty sum is noised just
-// the same, since skipping it would reveal that the batch was empty.
+// The grid. Each scaled coordinate x is then rounded to the nearest integer
+// multiple of 2^-g (n = nearbyint(x·2^g): x·2^g is exact, the rounding is
+// round-half-even, deterministic), g = GridExponent(B), B = #blocks (20 for
+// one to three blocks). The rounded block must satisfy, checked exactly in
+// 128-bit integers,
+//     Σ_i n_i² ≤ S_b = (2^g + 2^(g−10))²   (L2 ≤ (1 + 2^-10) grid-units·2^g),
+// and if it does not (rounding adds at most sqrt(m)/2 for m coordinates, so
+// only a block with m > 2^(2g−18) ≈ 4·10^6 coordinates can fail), the block
+// is shrunk by (1 − (sqrt(m)/2 + 1)/2^g) and rounded again, which provably
+// passes; the check is repeated and, as a last resort, the block is zeroed.
+// So the sensitivity is exact in integers: adding or removing one record (or
+// one unit's clipped sum) changes the integer sum by a vector v with
+// ||v||₂² ≤ S = Σ_b S_b. The sum is accumulated in int64 (|n_i| ≤ 2^21;
+// at most kMaxContributions records per sum, so no overflow), hence it is
+// independent of the order in which records were added or partial sums
+// merged.
 //
-// σ = 0 (the non-private SVI baseline, docs/models.md, "The stochastic step") is a separate method,
+// The noise. Release(noise, σ) adds Z ~ N_Z(0, σ_g²) independently to every
+// coordinate of the integer sum (the exact CKS sampler, discrete_gaussian.h,
+// no floating point in any sampling decision), with the integer
+//     σ_g² = ⌈σ²·S·(1 + 2^-40)⌉ + τ²,   τ² = 100,
+// and releases (sum + Z)·2^-g·C_b for block b (a deterministic function of
+// the integer output: post-processing). Every output is on the grid 2^-g·C_b
+// whatever the data, so no output is possible under one dataset and
+// impossible under its neighbour (Mironov's low-order-bit attack has nothing
+// to read).
+//
+// Why the accountant may charge the continuous Gaussian at σ. Let
+// s² = σ_g² − τ² ≥ σ²·S. (1) The continuous mechanism v ↦ v + N(0, s²·I) on
+// the integer sums has L2 sensitivity sqrt(S), so its noise multiplier
+// s/sqrt(S) ≥ σ: it is at least as private as the subsampled Gaussian the
+// PLD/RDP accountants charge at σ. (2) Post-process each coordinate y by the
+// kernel K(k | y) ∝ exp(−(k − y)²/(2τ²)) on the integers k. K commutes with
+// integer shifts, so the result is v + W with W independent of the data.
+// (3) By Poisson summation, Σ_k exp(−(k − y)²/(2τ²)) = τ·sqrt(2π)·(1 ± ε_τ)
+// with ε_τ = 2·Σ_{m≥1} exp(−2π²τ²m²), so W's pmf is within a factor
+// (1 ± ε_τ)^±1 of the Gaussian density of variance s² + τ² = σ_g² at k, and
+// N_Z(0, σ_g²)'s pmf is within (1 + ε_σg)^±1 of the same density. Hence the
+// noise actually added and W have pmfs within a ratio e^{±η} per coordinate,
+// η = 3ε_τ < 10^-856. (4) Over a whole run of T releases of D coordinates,
+// any transcript's probability (every Poisson batch, adaptive choice and
+// noise draw included) is within e^{±TDη} of the post-processed continuous
+// mechanism's, so an (ε, δ) guarantee of the latter gives (ε + 2TDη,
+// e^{TDη}·δ) for what vipsd samples: for any T, D < 10^12 that is
+// (ε + 10^-832, δ·(1 + 10^-832)), below what a double can represent. The
+// price is noise, not ε: σ_g/sqrt(S) exceeds σ by the rounding slack 2^-10
+// (0.098 %) and τ²/(σ²S) (< 10^-10 at g = 20).
+//
+// // σ = 0 (the non-private SVI baseline, docs/models.md, "The stochastic step") is a separate method,
 // ReleaseNonPrivate(); Release() refuses σ ≤ 0. Each release result says
 // whether it is private (σ > 0 and a private NoiseSource).
 //
@@ -35,12 +73,12 @@
 // field (docs/architecture.md and README "Running as a service"). What is public: the layout, the bounds C_b, σ, the
 // per-block noise std, and the noisy released sum.
 //
-// Rounding. Clipping is pessimistic (block_layout.h). The noise scale
-// σ·sqrt(B) is rounded up by 4·DBL_EPSILON relative. The floating-point sum
-// itself is not exactly order-independent: adding a record to a non-zero sum
-// can change each coordinate by up to half an ulp of the running sum beyond
-// the record's own value; this and the floating-point sampler caveat
-// (secure_noise.h) are documented as known issues, not mitigated.
+// Limits. σ ≤ kMaxNoiseMultiplier (1024), so that σ_g² < 2^62, the exact
+// sampler's range; Release refuses a larger σ (the configuration does too).
+// Per-record rounding to 2^-21 of a block's bound is a bias of at most that
+// much per coordinate and record (a value below it becomes 0); at g = 20 and
+// 10^6 records a step that is 0.5 of one bound, against noise of σ·sqrt(B)
+// bounds.
 //
 // Thread-safety: NOT thread-safe. Give each worker its own instance with the
 // same layout and combine them with Merge() before releasing.
@@ -56,13 +94,47 @@
 
 #include "core/base/status.h"
 #include "core/privacy/block_layout.h"
+#include "core/privacy/discrete_gaussian.h"
 #include "core/privacy/noise_source.h"
 
 namespace vipsd::privacy {
 
-// Per-coordinate noise std of each block, σ·sqrt(B)·C_b, in layout order
-// (with the same upward rounding as Release). Depends only on public
-// configuration. σ must be finite and ≥ 0.
+// The largest noise multiplier a release accepts (see "Limits").
+inline constexpr double kMaxNoiseMultiplier = 1024;
+// The rounding slack of a block's integer bound: 2^-kGridSlackBits.
+inline constexpr int kGridSlackBits = 10;
+// τ² of the reduction (grid units²).
+inline constexpr uint64_t kReductionTau2 = 100;
+// At most this many records (or unit sums) in one sum (int64 headroom).
+inline constexpr uint64_t kMaxContributions = uint64_t{1} << 40;
+
+// g for a layout of `num_blocks` blocks: the largest g in [10, 20] with
+// kMaxNoiseMultiplier²·B·(2^g + 2^(g−10))² ≤ 2^62 − 2^23 (so σ_g² < 2^62;
+// g = 20 for B ≤ 3, 19 for B ≤ 15); 10 if
+// none (such a layout, B > 2^21, then refuses large σ at release).
+int GridExponent(size_t num_blocks);
+
+// The public parameters of a release's discrete noise (all integers in grid
+// units; the grid of block b is 2^-g·C_b).
+struct DiscreteNoise {
+  int grid_exponent = 0;                     // g
+  std::vector<uint64_t> block_bound_squared;  // S_b = (2^g + 2^(g−10))²
+  uint64_t bound_squared = 0;                // S = Σ_b S_b
+  Rational sigma2;                           // σ_g² (denominator 1)
+  double noise_multiplier = 0;               // σ
+};
+// InvalidArgument for σ not finite or ≤ 0; OutOfRange above
+// kMaxNoiseMultiplier or when σ_g² leaves the sampler's range.
+StatusOr<DiscreteNoise> DiscreteNoiseFor(const BlockLayout& layout, double noise_multiplier);
+
+// One line for release manifests (noise_description) and status, e.g.
+// "discrete-gaussian grid=2^-20 S=2203322695680 sigma_g^2=2203322695780".
+std::string DescribeDiscreteNoise(const DiscreteNoise& noise);
+
+// Per-coordinate noise scale of each block, sqrt(σ_g²)·2^-g·C_b (rounded
+// up; the discrete Gaussian's std is slightly below its parameter), in layout
+// order. About σ·sqrt(B)·(1 + 2^-10)·C_b. Depends only on public
+// configuration. σ must be finite and ≥ 0 (0 gives zeros).
 StatusOr<std::vector<double>> NoiseStdPerBlock(const BlockLayout& layout,
                                                double noise_multiplier);
 
@@ -75,11 +147,21 @@ struct GaussianRelease {
   bool is_private = false;
   // NoiseSource::description(), or "none (sigma = 0, NOT PRIVATE)".
   std::string noise_description;
+  // The discrete noise's parameters (grid_exponent set also for the
+  // non-private release, whose sum is on the same grid; sigma2 0/1 there).
+  DiscreteNoise noise;
 };
+
+// How a mechanism sums. kGrid is the private mechanism above. kFloat sums
+// the clipped, scaled records in doubles without rounding them: only for the
+// non-private baseline (σ = 0), whose models may declare no proven bound (a
+// placeholder 2^400, far beyond what a grid can resolve); Release() refuses
+// a kFloat sum.
+enum class SumKind { kGrid, kFloat };
 
 class GaussianSumMechanism {
  public:
-  explicit GaussianSumMechanism(BlockLayout layout);
+  explicit GaussianSumMechanism(BlockLayout layout, SumKind kind = SumKind::kGrid);
 
   // Not copyable (a copy could be released a second time). Movable by
   // construction only; a moved-from mechanism has an empty layout.
@@ -89,11 +171,14 @@ class GaussianSumMechanism {
   GaussianSumMechanism& operator=(GaussianSumMechanism&&) = delete;
 
   const BlockLayout& layout() const { return layout_; }
+  SumKind kind() const { return kind_; }
 
-  // Clips a copy of `record`, scales it and adds it to the sum. A rejected
-  // record is not summed and is counted as rejected. Errors:
+  // Clips a copy of `record`, scales it, rounds it to the grid and adds it
+  // to the integer sum. A rejected record is not summed and is counted as
+  // rejected. Errors:
   //   INVALID_ARGUMENT     record.size() != layout().total_size()
   //   OUT_OF_RANGE         a NaN or infinite coordinate
+  //   RESOURCE_EXHAUSTED   kMaxContributions records already summed
   //   FAILED_PRECONDITION  already released (call Reset)
   Status Add(std::span<const double> record);
 
@@ -103,9 +188,10 @@ class GaussianSumMechanism {
   // `values` are the matching coordinates (same length). Equivalent to Add()
   // of the dense vector with zeros elsewhere: the same per-block clipping
   // (the norm of a block is the norm of its listed values), scaling and
-  // re-check, with the same guarantee (every block ≤ its bound); results can
-  // differ in the last bits because the rounding margin counts the listed
-  // coordinates instead of the block size. Errors (nothing summed, counted as rejected):
+  // re-check and grid rounding, with the same guarantee (every block's
+  // integer norm² ≤ S_b); results can differ by a grid step because the
+  // clipping margin counts the listed coordinates instead of the block size.
+  // Errors (nothing summed, counted as rejected):
   //   INVALID_ARGUMENT     length mismatch, index out of range or not
   //                        strictly increasing
   //   OUT_OF_RANGE         a NaN or infinite value
@@ -115,14 +201,19 @@ class GaussianSumMechanism {
   // Adds another accumulator's sum and counts (same layout, neither
   // released). `other` is consumed: its sum and counts are cleared and it
   // refuses Add/Release until Reset(), so its records cannot be released
-  // twice. On error neither side changes.
+  // twice. Integer addition: the result does not depend on the order of
+  // merges. On error (another layout or kind, or more than
+  // kMaxContributions records together) neither side changes.
   Status Merge(GaussianSumMechanism&& other);
 
-  // The private release: noise multiplier σ must be finite and > 0.
-  // FAILED_PRECONDITION if already released.
+  // The private release (see the header comment): σ must be finite, > 0
+  // and ≤ kMaxNoiseMultiplier. FAILED_PRECONDITION if already released or
+  // a kFloat sum;
+  // a sampler error (never expected; discrete_gaussian.h) releases nothing
+  // and leaves the sum unreleased.
   StatusOr<GaussianRelease> Release(NoiseSource& noise, double noise_multiplier);
 
-  // NOT PRIVATE: the exact (clipped) sum, σ = 0, is_private = false. Only
+  // NOT PRIVATE: the exact (clipped, grid-rounded) sum, σ = 0, is_private = false. Only
   // for the explicit non-private baseline mode and for tests.
   StatusOr<GaussianRelease> ReleaseNonPrivate();
 
@@ -137,13 +228,16 @@ class GaussianSumMechanism {
   // has the input topic's access control) and never into a log, metric,
   // release or error message. Encoding does not release or change the
   // mechanism; the receiver decodes it and Merges it into the one sum that
-  // is released once. Format: "VPS1", BLAKE2b-256 of the layout (names,
-  // kinds, dims, offsets, sizes, bounds), the counts, the touched pages (or
-  // the dense sum), then BLAKE2b-256 of all of it; little-endian IEEE doubles,
-  // so a decoded sum has the same bits. FAILED_PRECONDITION if released.
+  // is released once. Format: "VPS2", BLAKE2b-256 of the layout (names,
+  // kinds, dims, offsets, sizes, bounds, grid exponent), the counts, the
+  // touched pages (or the dense sum), then BLAKE2b-256 of all of it;
+  // little-endian two's-complement int64 grid units ("VPSF" and IEEE doubles
+  // for a kFloat sum; the decoded mechanism has the kind of its bytes).
+  // FAILED_PRECONDITION if released.
   StatusOr<std::string> EncodeUnreleased() const;
-  // DATA_LOSS for anything malformed, truncated, of another layout or with a
-  // non-finite coordinate; the decoded mechanism is unreleased.
+  // DATA_LOSS for anything malformed, truncated, of another layout, with
+  // more than kMaxContributions records or a coordinate no such sum can
+  // reach; the decoded mechanism is unreleased.
   static StatusOr<std::unique_ptr<GaussianSumMechanism>> DecodeUnreleased(
       const BlockLayout& layout, std::string_view bytes);
 
@@ -157,19 +251,27 @@ class GaussianSumMechanism {
   PrivateCounts private_counts() const { return counts_; }
 
  private:
-  GaussianRelease ScaleBack(Eigen::VectorXd scaled) const;
+  // The released vector: (sum_[i] + noise[i])·2^-g·C_b (noise may be empty).
+  GaussianRelease ScaleBack(std::span<const int64_t> noise) const;
+  // Rounds the scaled block values to the grid into grid_scratch_ (same
+  // length) with Σ n² ≤ S_b guaranteed (see the header comment).
+  void RoundToGrid(std::span<double> scaled, size_t block_index);
 
   BlockLayout layout_;
-  Eigen::VectorXd scaled_sum_;
+  SumKind kind_ = SumKind::kGrid;
+  int grid_exponent_ = 0;
+  std::vector<uint64_t> block_bound_squared_;  // S_b
+  std::vector<int64_t> sum_;        // grid units (kGrid)
+  std::vector<double> float_sum_;   // scaled units (kFloat)
   Eigen::VectorXd scratch_;  // the record being clipped (dense Add; allocated on first use)
   std::vector<double> sparse_scratch_;  // the sparse record being clipped
-  bool sum_is_zero_ = true;  // scaled_sum_ is all zeros: Reset() need not refill it
+  std::vector<int64_t> grid_scratch_;   // its rounded values
+  bool sum_is_zero_ = true;  // sum_ is all zeros: Reset() need not refill it
   // Which coordinates may be non-zero, in pages of kPage coordinates, so that
   // Merge and Reset of a sparse sum (LDA: a chunk of documents touches a few
   // percent of K·V) cost the touched pages, not the whole vector. Valid while
-  // !dense_; a dense Add (or merging a dense sum) sets dense_. Skipping
-  // untouched pages gives the same bits: they hold +0.0, and x + (+0.0) == x
-  // for every sum here (a sum that starts at +0.0 never becomes −0.0).
+  // !dense_; a dense Add (or merging a dense sum) sets dense_. Untouched
+  // pages hold 0.
   static constexpr size_t kPage = 16;
   void MarkPage(size_t page);
   void ClearSum();  // zero the sum (touched pages only when tracked) and the tracking

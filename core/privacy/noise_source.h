@@ -15,18 +15,33 @@
 #include <span>
 #include <string>
 
+#include "core/base/status.h"
+
 namespace vipsd::privacy {
+
+class DiscreteGaussianSampler;
 
 class NoiseSource {
  public:
   virtual ~NoiseSource() = default;
 
-  // Fills `out` with independent N(0, 1) draws.
+  // Fills `out` with independent N(0, 1) draws (floating point: NOT used for
+  // releases any more, which take FillDiscreteGaussian; kept for tests and
+  // benchmarks that compare the two).
   virtual void FillStandardNormal(std::span<double> out) = 0;
 
   // Fills `out` with independent uniformly random 64-bit words (used for
   // Poisson sampling decisions, which must be as unpredictable as the noise).
   virtual void FillUniformBits(std::span<uint64_t> out) = 0;
+
+  // Fills `out` with independent draws from the discrete Gaussian `sampler`
+  // (the release noise, discrete_gaussian.h). The default runs the exact
+  // sampler on this source's FillUniformBits words; only test sources
+  // override it (a zero-noise source returns zeros). Errors as
+  // DiscreteGaussianSampler::Fill (out is then zero-filled and must not be
+  // released).
+  virtual Status FillDiscreteGaussian(const DiscreteGaussianSampler& sampler,
+                                      std::span<int64_t> out);
 
   // False for any source that an adversary could predict (fixed seed) or
   // that adds no noise. Releases made with such a source are not private.

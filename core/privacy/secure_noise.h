@@ -26,18 +26,18 @@
 // the 2^-53 resolution of its uniforms and the double rounding of the tables
 // (the layer areas agree to ~1e-16 relative).
 //
-// Floating-point caveat (not mitigated). Every floating-point Gaussian sampler
-// produces only a data-independent, non-uniform subset of doubles, and the
-// low-order bits of "value + noise" can then reveal the value (Mironov, "On
-// Significance of the Least Significant Bits for Differential Privacy", CCS
-// 2012; Jin et al., "Are We There Yet? Timing and Floating-Point Attacks on
-// Differential Privacy Systems", S&P 2022, which attack ziggurat, polar and
-// Box–Muller samplers). vipsd does NOT defend against this: it does not
-// sample a discrete Gaussian (Canonne, Kamath, Steinke 2020) nor snap
-// released values to a coarse grid. The guarantee therefore holds for the
-// idealised real-valued mechanism; see README "Known issues". Timing: the
-// rejection loops make the run time depend (weakly) on the noise values, never
-// on private records.
+// Floating-point caveat, and why releases do not use this sampler. Every
+// floating-point Gaussian sampler produces only a data-independent,
+// non-uniform subset of doubles, and the low-order bits of "value + noise"
+// can then reveal the value (Mironov, "On Significance of the Least
+// Significant Bits for Differential Privacy", CCS 2012; Jin et al., "Are We
+// There Yet? Timing and Floating-Point Attacks on Differential Privacy
+// Systems", S&P 2022, which attack ziggurat, polar and Box–Muller samplers).
+// Releases therefore take their noise from FillDiscreteGaussian (the exact
+// integer sampler of discrete_gaussian.h, on this source's random words)
+// over integer sums (gaussian_mechanism.h); FillStandardNormal is kept for
+// tests and benchmarks only. Timing: the rejection loops make the run time
+// depend (weakly) on the noise values, never on private records.
 //
 // Reproducible mode. CreateReproducible(seed) derives the key from the seed
 // (BLAKE2b via crypto_generichash, domain-separated). Anyone who knows the

@@ -299,8 +299,10 @@ StatusOr<StepResult> StepDriver::Step(const std::vector<StreamCandidates>& strea
   if (ticket.result.outcome == StepResult::Outcome::kRefusedCeiling) return ticket.result;
   StepPhaseSeconds phases = ticket.result.phase_seconds;
   const privacy::BlockLayout& layout = model_->statistic_layout();
-  if (total_ == nullptr) {
-    total_ = std::make_unique<privacy::GaussianSumMechanism>(layout);
+  const privacy::SumKind kind =
+      config_.noise_multiplier > 0 ? privacy::SumKind::kGrid : privacy::SumKind::kFloat;
+  if (total_ == nullptr || total_->kind() != kind) {
+    total_ = std::make_unique<privacy::GaussianSumMechanism>(layout, kind);
   } else {
     total_->Reset();
   }
@@ -437,8 +439,10 @@ Status StepDriver::SumStreams(const StepKey& key, const std::vector<StreamCandid
     }
   }
   const privacy::BlockLayout& layout = model_->statistic_layout();
-  if (current_ == nullptr) {
-    current_ = std::make_unique<privacy::GaussianSumMechanism>(layout);
+  const privacy::SumKind kind =
+      config_.noise_multiplier > 0 ? privacy::SumKind::kGrid : privacy::SumKind::kFloat;
+  if (current_ == nullptr || current_->kind() != kind) {
+    current_ = std::make_unique<privacy::GaussianSumMechanism>(layout, kind);
   } else {
     current_->Reset();
   }
@@ -472,9 +476,10 @@ Status StepDriver::SumStreams(const StepKey& key, const std::vector<StreamCandid
         if (!spare.empty()) {
           sum = std::move(spare.back());
           spare.pop_back();
+          if (sum->kind() != kind) sum.reset();  // σ crossed 0 by a reload
         }
       }
-      if (!sum) sum = std::make_unique<privacy::GaussianSumMechanism>(layout);
+      if (!sum) sum = std::make_unique<privacy::GaussianSumMechanism>(layout, kind);
       const Chunk& chunk = chunks[index];
       const Batch& batch = batches[chunk.stream];
       for (size_t c = chunk.begin; c < chunk.end; ++c) {

@@ -8,6 +8,12 @@ void ZeroNoiseSource::FillStandardNormal(std::span<double> out) {
   std::fill(out.begin(), out.end(), 0.0);
 }
 
+Status ZeroNoiseSource::FillDiscreteGaussian(const privacy::DiscreteGaussianSampler&,
+                                             std::span<int64_t> out) {
+  std::fill(out.begin(), out.end(), 0);
+  return Status::Ok();
+}
+
 void ZeroNoiseSource::FillUniformBits(std::span<uint64_t> out) {
   for (auto& word : out) {
     uint64_t z = (state_ += 0x9E3779B97F4A7C15ULL);

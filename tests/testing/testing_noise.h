@@ -1,7 +1,8 @@
 // TEST-ONLY noise sources. NOT PRIVATE.
 //
-// ZeroNoiseSource returns zeros from FillStandardNormal, which turns the
-// Gaussian mechanism into the identity: useful for checking that the
+// ZeroNoiseSource returns zeros from FillStandardNormal and
+// FillDiscreteGaussian, which turns the release mechanism into the identity
+// on the grid-rounded sum: useful for checking that the
 // mechanism's plumbing (scaling, clipping, mirroring) is exact. It lives in
 // tests/testing so that no release binary can link it.
 #pragma once
@@ -18,6 +19,8 @@ class ZeroNoiseSource final : public privacy::NoiseSource {
  public:
   explicit ZeroNoiseSource(uint64_t bits_seed = 1) : state_(bits_seed) {}
   void FillStandardNormal(std::span<double> out) override;
+  Status FillDiscreteGaussian(const privacy::DiscreteGaussianSampler& sampler,
+                              std::span<int64_t> out) override;
   void FillUniformBits(std::span<uint64_t> out) override;  // splitmix64
   bool is_private() const override { return false; }
   std::string description() const override {

@@ -8,6 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -25,12 +26,16 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// Test fake: every "normal draw" is exactly 1, so release − sum is exactly
-// the per-coordinate noise scale. NOT PRIVATE.
+// Test fake: every noise draw is exactly 1 (one grid step), so release −
+// sum is exactly the grid step 2^-g·C_b. NOT PRIVATE.
 class OnesNoiseSource final : public NoiseSource {
  public:
   void FillStandardNormal(std::span<double> out) override {
     std::fill(out.begin(), out.end(), 1.0);
+  }
+  Status FillDiscreteGaussian(const DiscreteGaussianSampler&, std::span<int64_t> out) override {
+    std::fill(out.begin(), out.end(), 1);
+    return Status::Ok();
   }
   void FillUniformBits(std::span<uint64_t> out) override {
     std::fill(out.begin(), out.end(), 0);
@@ -102,22 +107,56 @@ long double Norm(const Eigen::VectorXd& v, size_t offset, size_t size) {
   return std::sqrt(sum);
 }
 
-TEST(GaussianMechanismTest, ZeroNoiseReleaseEqualsTheClippedSumExactly) {
+// What the mechanism adds for one record, in grid units: clip, scale by
+// 1/C_b, re-check, round each coordinate to the nearest multiple of 2^-g
+// (the path of the header comment, replayed here).
+std::vector<int64_t> GridContribution(const BlockLayout& layout, std::vector<double> record) {
+  EXPECT_TRUE(ClipRecordStatistic(layout, record).ok());
+  const int g = GridExponent(layout.num_blocks());
+  std::vector<int64_t> out(record.size());
+  for (const Block& block : layout.blocks()) {
+    const std::span<double> segment(record.data() + block.offset, block.size);
+    for (double& value : segment) value /= block.clip_bound;
+    ClipToL2Bound(segment, 1.0);
+    for (size_t i = 0; i < block.size; ++i) {
+      out[block.offset + i] = static_cast<int64_t>(std::nearbyint(std::ldexp(segment[i], g)));
+    }
+  }
+  return out;
+}
+
+// A release's values back in grid units; fails the test if one is not an
+// exact integer multiple of its block's grid step 2^-g·C_b.
+std::vector<int64_t> GridUnits(const BlockLayout& layout, const Eigen::VectorXd& released) {
+  const int g = GridExponent(layout.num_blocks());
+  std::vector<int64_t> out(static_cast<size_t>(released.size()));
+  for (const Block& block : layout.blocks()) {
+    for (size_t i = block.offset; i < block.offset + block.size; ++i) {
+      const double units = std::ldexp(released[static_cast<Eigen::Index>(i)] / block.clip_bound, g);
+      EXPECT_EQ(units, std::nearbyint(units)) << block.name << " " << i << " is off the grid";
+      out[i] = static_cast<int64_t>(units);
+    }
+  }
+  return out;
+}
+
+TEST(GaussianMechanismTest, ZeroNoiseReleaseIsTheGridRoundedClippedSumExactly) {
   const BlockLayout layout = PowerOfTwoLayout();
+  EXPECT_EQ(GridExponent(layout.num_blocks()), 20);
   GaussianSumMechanism mechanism(layout);
-  Eigen::VectorXd expected = Eigen::VectorXd::Zero(layout.total_size());
+  std::vector<int64_t> expected(layout.total_size(), 0);
   for (std::vector<double> record : RandomRecords(layout, 500, 1)) {
     ASSERT_TRUE(mechanism.Add(record).ok());
-    ASSERT_TRUE(ClipRecordStatistic(layout, record).ok());
-    expected += Eigen::Map<const Eigen::VectorXd>(record.data(), record.size());
+    const std::vector<int64_t> units = GridContribution(layout, record);
+    for (size_t i = 0; i < units.size(); ++i) expected[i] += units[i];
   }
   testing::ZeroNoiseSource zero;
   auto release = mechanism.Release(zero, 1.5);
   ASSERT_TRUE(release.ok()) << release.status().ToString();
-  EXPECT_TRUE((release->noisy_sum.array() == expected.array()).all())
-      << "max difference " << (release->noisy_sum - expected).cwiseAbs().maxCoeff();
+  EXPECT_EQ(GridUnits(layout, release->noisy_sum), expected);
   EXPECT_FALSE(release->is_private);  // the zero source is not private
   EXPECT_EQ(mechanism.private_counts().accepted, 500u);
+  EXPECT_EQ(release->noise.grid_exponent, 20);
 }
 
 TEST(GaussianMechanismTest, ZeroNoiseReleaseMatchesClippedSumForGeneralBounds) {
@@ -129,7 +168,8 @@ TEST(GaussianMechanismTest, ZeroNoiseReleaseMatchesClippedSumForGeneralBounds) {
   GaussianSumMechanism mechanism(layout);
   Eigen::VectorXd expected = Eigen::VectorXd::Zero(layout.total_size());
   Eigen::VectorXd magnitude = Eigen::VectorXd::Zero(layout.total_size());
-  for (std::vector<double> record : RandomRecords(layout, 500, 2)) {
+  constexpr int kRecords = 500;
+  for (std::vector<double> record : RandomRecords(layout, kRecords, 2)) {
     ASSERT_TRUE(mechanism.Add(record).ok());
     ASSERT_TRUE(ClipRecordStatistic(layout, record).ok());
     const Eigen::Map<const Eigen::VectorXd> clipped(record.data(), record.size());
@@ -139,12 +179,18 @@ TEST(GaussianMechanismTest, ZeroNoiseReleaseMatchesClippedSumForGeneralBounds) {
   testing::ZeroNoiseSource zero;
   auto release = mechanism.Release(zero, 0.8);
   ASSERT_TRUE(release.ok());
-  for (Eigen::Index i = 0; i < expected.size(); ++i) {
-    EXPECT_NEAR(release->noisy_sum[i], expected[i], 1e-13 * magnitude[i]) << i;
+  const int g = GridExponent(layout.num_blocks());
+  for (const Block& block : layout.blocks()) {
+    // Each record's coordinate moves by at most half a grid step.
+    const double rounding = kRecords * std::ldexp(0.5, -g) * block.clip_bound;
+    for (size_t i = block.offset; i < block.offset + block.size; ++i) {
+      const auto j = static_cast<Eigen::Index>(i);
+      EXPECT_NEAR(release->noisy_sum[j], expected[j], rounding + 1e-13 * magnitude[j]) << i;
+    }
   }
 }
 
-TEST(GaussianMechanismTest, NoiseScaleIsSigmaTimesSqrtBlocksTimesBound) {
+TEST(GaussianMechanismTest, NoiseScaleIsSigmaTimesSqrtBlocksTimesBoundPlusTheGridSlack) {
   const BlockLayout layout = PowerOfTwoLayout();
   constexpr double kSigma = 1.3;
   auto stds = NoiseStdPerBlock(layout, kSigma);
@@ -152,11 +198,23 @@ TEST(GaussianMechanismTest, NoiseScaleIsSigmaTimesSqrtBlocksTimesBound) {
   ASSERT_EQ(stds->size(), 3u);
   for (size_t b = 0; b < 3; ++b) {
     const double exact = kSigma * std::sqrt(3.0) * layout.block(b).clip_bound;
-    EXPECT_GE((*stds)[b], exact);  // rounded up, never down
-    EXPECT_NEAR((*stds)[b], exact, 1e-14 * exact);
+    EXPECT_GE((*stds)[b], exact);  // never below what the accountant assumes
+    // ... and above it by the grid slack 2^-10 (0.098 %) and no more.
+    EXPECT_NEAR((*stds)[b], exact * (1 + std::ldexp(1.0, -10)), 1e-9 * exact);
   }
+  auto noise = DiscreteNoiseFor(layout, kSigma);
+  ASSERT_TRUE(noise.ok());
+  const uint64_t root = (uint64_t{1} << 20) + (uint64_t{1} << 10);
+  EXPECT_EQ(noise->bound_squared, 3 * root * root);
+  // σ_g² = ⌈σ²·S·(1 + 2^-40)⌉ + 100, checked in long double against the
+  // pieces: at least σ²·S + 100, at most 1 + 2^-39 relative above.
+  const long double target = 1.3L * 1.3L * static_cast<long double>(noise->bound_squared);
+  EXPECT_GE(static_cast<long double>(noise->sigma2.numerator), target + 100);
+  EXPECT_LE(static_cast<long double>(noise->sigma2.numerator),
+            target * (1 + std::ldexp(1.0L, -39)) + 101);
+  EXPECT_EQ(noise->sigma2.denominator, 1u);
   // Deterministic check of the plumbing: with every draw equal to 1, each
-  // coordinate of block b moves by exactly its noise std.
+  // coordinate of block b moves by exactly one grid step 2^-20·C_b.
   GaussianSumMechanism mechanism(layout);
   OnesNoiseSource ones;
   auto release = mechanism.Release(ones, kSigma);
@@ -164,9 +222,17 @@ TEST(GaussianMechanismTest, NoiseScaleIsSigmaTimesSqrtBlocksTimesBound) {
   for (size_t b = 0; b < 3; ++b) {
     const Block& block = layout.block(b);
     for (size_t i = block.offset; i < block.offset + block.size; ++i) {
-      EXPECT_EQ(release->noisy_sum[i], (*stds)[b]) << block.name << " " << i;
+      EXPECT_EQ(release->noisy_sum[i], std::ldexp(block.clip_bound, -20)) << block.name << " " << i;
     }
   }
+  EXPECT_EQ(release->noise.sigma2.numerator, noise->sigma2.numerator);
+  EXPECT_THAT(DescribeDiscreteNoise(release->noise),
+              HasSubstr("discrete-gaussian grid=2^-20 sensitivity^2=" +
+                        std::to_string(3 * root * root)));
+  // Above the sampler's range: refused, nothing released.
+  GaussianSumMechanism big(layout);
+  EXPECT_EQ(big.Release(ones, kMaxNoiseMultiplier * 2).status().code(), StatusCode::kOutOfRange);
+  EXPECT_FALSE(big.released());
 }
 
 TEST(GaussianMechanismTest, EmpiricalNoiseStdPerBlockMatchesConfiguration) {
@@ -257,7 +323,7 @@ TEST(GaussianMechanismTest, EmptySumIsStillNoised) {
   EXPECT_EQ(mechanism.private_counts().accepted, 0u);
 }
 
-TEST(GaussianMechanismTest, AddingOneAdversarialRecordMovesTheScaledSumAtMostSqrtB) {
+TEST(GaussianMechanismTest, AddingOneAdversarialRecordMovesTheIntegerSumAtMostItsExactBound) {
   const BlockLayout layout = PowerOfTwoLayout();
   const size_t n = layout.total_size();
   const long double sqrt_blocks = std::sqrt(3.0L);
@@ -283,33 +349,155 @@ TEST(GaussianMechanismTest, AddingOneAdversarialRecordMovesTheScaledSumAtMostSqr
   const auto base_records = RandomRecords(layout, 100, 7);
   GaussianSumMechanism base(layout);
   for (const auto& record : base_records) ASSERT_TRUE(base.Add(record).ok());
-  const Eigen::VectorXd base_scaled = ScaledFromRelease(layout, ReleaseExactly(base));
+  const std::vector<int64_t> base_units = GridUnits(layout, ReleaseExactly(base));
+  const int g = GridExponent(layout.num_blocks());
+  const long double block_bound = std::ldexp(1.0L, g) * (1 + std::ldexp(1.0L, -10));
 
   for (size_t r = 0; r < adversarial.size(); ++r) {
     SCOPED_TRACE("record " + std::to_string(r));
-    // Alone: the record's scaled contribution y, exactly.
+    // Alone: the record's contribution v in grid units, exactly.
     GaussianSumMechanism alone(layout);
     ASSERT_TRUE(alone.Add(adversarial[r]).ok());
-    const Eigen::VectorXd contribution = ScaledFromRelease(layout, ReleaseExactly(alone));
+    const Eigen::VectorXd alone_released = ReleaseExactly(alone);
+    const std::vector<int64_t> v = GridUnits(layout, alone_released);
+    const Eigen::VectorXd contribution = ScaledFromRelease(layout, alone_released);
     long double total_squared = 0;
     for (const Block& block : layout.blocks()) {
+      // Exact in integers: Σ v_i² ≤ S_b = (2^g + 2^(g−10))².
+      Uint128 squared = 0;
+      for (size_t i = block.offset; i < block.offset + block.size; ++i) {
+        const auto magnitude = static_cast<Uint128>(v[i] < 0 ? -v[i] : v[i]);
+        squared += magnitude * magnitude;
+      }
+      const uint64_t root = (uint64_t{1} << g) + (uint64_t{1} << (g - 10));
+      EXPECT_LE(squared, static_cast<Uint128>(root) * root) << block.name;
       const long double block_norm = Norm(contribution, block.offset, block.size);
-      EXPECT_LE(block_norm, 1.0L) << block.name;
-      total_squared += block_norm * block_norm;
+      EXPECT_LE(block_norm, 1.0L + std::ldexp(1.0L, -10)) << block.name;
+      total_squared += std::ldexp(static_cast<long double>(squared), 0) / (block_bound * block_bound);
     }
     EXPECT_LE(std::sqrt(total_squared), sqrt_blocks);
 
-    // Added to a non-empty sum S, the record contributes exactly y: the new
-    // sum is the correctly rounded S + y, coordinate by coordinate (so the
-    // change is y up to half an ulp of the new sum).
+    // Added to a non-empty sum, the record contributes exactly v whatever
+    // the sum holds (integer addition).
     GaussianSumMechanism with_record(layout);
     for (const auto& record : base_records) ASSERT_TRUE(with_record.Add(record).ok());
     ASSERT_TRUE(with_record.Add(adversarial[r]).ok());
-    const Eigen::VectorXd new_scaled = ScaledFromRelease(layout, ReleaseExactly(with_record));
-    for (Eigen::Index i = 0; i < new_scaled.size(); ++i) {
-      EXPECT_EQ(new_scaled[i], base_scaled[i] + contribution[i]) << "coordinate " << i;
+    const std::vector<int64_t> new_units = GridUnits(layout, ReleaseExactly(with_record));
+    for (size_t i = 0; i < new_units.size(); ++i) {
+      EXPECT_EQ(new_units[i], base_units[i] + v[i]) << "coordinate " << i;
     }
   }
+}
+
+TEST(GaussianMechanismTest, ARoundingThatWouldPassTheBoundIsShrunkUntilTheIntegerNormFits) {
+  // 5·10^6 coordinates, each just past half-way to the next grid point and
+  // rounded up: the block's norm is ≤ 1, the rounded one would exceed
+  // (1 + 2^-10)·2^g. The mechanism must shrink it and still keep Σ n² ≤ S_b.
+  constexpr size_t kSize = 5'000'000;
+  const BlockLayout layout = MakeLayout({{"big", BlockKind::kVector, kSize, 1.0}});
+  const int g = GridExponent(1);
+  // All but one coordinate at 460.51 grid units (rounded up to 461), one
+  // coordinate padding the norm to 0.99999.
+  constexpr double kFraction = 460.51;
+  const long double unit = std::ldexp(1.0L, g);
+  const long double rest = 0.99999L * unit * unit - (kSize - 1) * static_cast<long double>(kFraction) * kFraction;
+  ASSERT_GT(rest, 0);
+  std::vector<double> record(kSize, std::ldexp(kFraction, -g));
+  record[0] = static_cast<double>(std::sqrt(rest) / unit);
+  long double norm2 = 0, rounded2 = 0;
+  for (const double x : record) {
+    norm2 += static_cast<long double>(x) * x;
+    const long double n = std::nearbyint(std::ldexp(static_cast<long double>(x), g));
+    rounded2 += n * n;
+  }
+  ASSERT_LE(norm2, 1.0L);
+  const long double bound_root = unit + std::ldexp(1.0L, g - 10);
+  ASSERT_GT(rounded2, bound_root * bound_root);  // plain rounding would break the bound
+  GaussianSumMechanism mechanism(layout);
+  ASSERT_TRUE(mechanism.Add(record).ok());
+  const std::vector<int64_t> units = GridUnits(layout, ReleaseExactly(mechanism));
+  Uint128 squared = 0;
+  for (const int64_t n : units) squared += static_cast<Uint128>(n * n);
+  const uint64_t root = (uint64_t{1} << g) + (uint64_t{1} << (g - 10));
+  EXPECT_LE(squared, static_cast<Uint128>(root) * root);
+  EXPECT_GT(squared, 0u);  // shrunk, not zeroed
+}
+
+TEST(GaussianMechanismTest, IntegerSumsAreIdenticalForAnyRecordOrderAndMergeTree) {
+  const BlockLayout layout = MakeLayout({
+      {"a", BlockKind::kVector, 7, 0.3},
+      {"s", BlockKind::kSymmetricMatrix, 3, 1.7},
+  });
+  auto records = RandomRecords(layout, 300, 11);
+  GaussianSumMechanism forward(layout);
+  for (const auto& record : records) ASSERT_TRUE(forward.Add(record).ok());
+  const Eigen::VectorXd reference = ReleaseExactly(forward);
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 5; ++trial) {
+    std::shuffle(records.begin(), records.end(), rng);
+    // Spread the shuffled records over 1..4 partials, merged in a random order.
+    const size_t parts = 1 + trial % 4;
+    std::vector<std::unique_ptr<GaussianSumMechanism>> partials;
+    for (size_t p = 0; p < parts; ++p) partials.push_back(std::make_unique<GaussianSumMechanism>(layout));
+    for (size_t r = 0; r < records.size(); ++r) {
+      ASSERT_TRUE(partials[(r * 7 + trial) % parts]->Add(records[r]).ok());
+    }
+    std::shuffle(partials.begin(), partials.end(), rng);
+    GaussianSumMechanism total(layout);
+    for (auto& partial : partials) ASSERT_TRUE(total.Merge(std::move(*partial)).ok());
+    const Eigen::VectorXd released = ReleaseExactly(total);
+    EXPECT_TRUE((released.array() == reference.array()).all()) << "trial " << trial;
+  }
+  // The floating-point sum of the same records is not order-independent:
+  // this is what the test would catch in the old mechanism.
+  double forward_sum = 0, backward_sum = 0;
+  for (size_t r = 0; r < records.size(); ++r) forward_sum += records[r][0] * 1e-3 + 1.0 / (r + 3);
+  for (size_t r = records.size(); r-- > 0;) backward_sum += records[r][0] * 1e-3 + 1.0 / (r + 3);
+  EXPECT_NE(forward_sum, backward_sum);
+}
+
+TEST(GaussianMechanismTest, EveryReleasedValueIsOnTheGridWhateverTheNeighbouringData) {
+  // Two neighbouring datasets (D and D plus one record), many private
+  // releases each: every value on both sides is an integer number of grid
+  // steps, so no output can occur on one side and be impossible on the other
+  // (the low-order-bit attack). The continuous Gaussian fails this.
+  const BlockLayout layout = MakeLayout({
+      {"a", BlockKind::kVector, 4, 0.75},
+      {"s", BlockKind::kSymmetricMatrix, 2, 3.0},
+  });
+  const auto records = RandomRecords(layout, 30, 12);
+  auto noise = Reproducible(99);
+  std::vector<std::vector<int64_t>> residues(2);
+  for (int side = 0; side < 2; ++side) {
+    for (int release_index = 0; release_index < 2000; ++release_index) {
+      GaussianSumMechanism mechanism(layout);
+      for (size_t r = 0; r < records.size() - (side == 0 ? 1 : 0); ++r) {
+        ASSERT_TRUE(mechanism.Add(records[r]).ok());
+      }
+      auto release = mechanism.Release(*noise, 0.7);
+      ASSERT_TRUE(release.ok());
+      const std::vector<int64_t> units = GridUnits(layout, release->noisy_sum);
+      if (::testing::Test::HasFailure()) return;
+      residues[side].push_back(units[0] & 0xff);
+    }
+  }
+  // Low bits are spread over the same classes on both sides.
+  std::vector<int> seen0(256, 0), seen1(256, 0);
+  for (const int64_t r : residues[0]) ++seen0[static_cast<size_t>(r)];
+  for (const int64_t r : residues[1]) ++seen1[static_cast<size_t>(r)];
+  int both = 0;
+  for (int c = 0; c < 256; ++c) both += seen0[c] > 0 && seen1[c] > 0;
+  EXPECT_GT(both, 200);
+  // The floating-point mechanism's outputs x + σ·N(0, 1) are off the grid.
+  auto floating = Reproducible(100);
+  std::vector<double> draws(100);
+  floating->FillStandardNormal(draws);
+  int off_grid = 0;
+  for (const double z : draws) {
+    const double units = std::ldexp((0.3 + 0.7 * std::sqrt(2.0) * 0.75 * z) / 0.75, 20);
+    off_grid += units != std::nearbyint(units);
+  }
+  EXPECT_GT(off_grid, 95);
 }
 
 TEST(GaussianMechanismTest, ReleaseRequiresAPositiveFiniteNoiseMultiplier) {

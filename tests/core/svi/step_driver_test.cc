@@ -57,6 +57,11 @@ class CountingNoise final : public privacy::NoiseSource {
     normals += out.size();
     inner_.FillStandardNormal(out);
   }
+  Status FillDiscreteGaussian(const privacy::DiscreteGaussianSampler& sampler,
+                              std::span<int64_t> out) override {
+    normals += out.size();
+    return inner_.FillDiscreteGaussian(sampler, out);
+  }
   void FillUniformBits(std::span<uint64_t> out) override {
     bits += out.size();
     inner_.FillUniformBits(out);
