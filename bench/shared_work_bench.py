@@ -8,7 +8,8 @@ Every run gets a fresh vipsd-mock-kafka (another process) with a 6-partition
 input topic holding the first --docs records of the corpus (lz4-compressed:
 the mock keeps ~5 MiB per partition). The daemons step as fast as they can
 (schedule.interval_seconds far below a step's time: every slot is late), with
-window_steps: all, so every step samples q of all --docs records. Workers
+window_steps: 1000000000 (longer than the run; all is refused
+for a private stream), so every step samples q of all --docs records. Workers
 start first (they wait for the coordinator's first plan), the coordinator
 last; it stops at --steps, then the workers get SIGTERM. Measured:
 
@@ -71,8 +72,9 @@ privacy:
 schedule:
   threads: %d
   interval_seconds: 0.05
+  start_delay_seconds: 0
   release_delay_seconds: 0
-  window_steps: all
+  window_steps: 1000000000
   max_steps: %d
 pool:
   capacity: %d

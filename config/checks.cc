@@ -126,7 +126,12 @@ namespace {
 
 // An error or warning at the line of `key` (0 if the file leaves it out).
 Diagnostics::Entry At(const VipsdConfig& config, const std::string& key, const std::string& what) {
-  const int line = config.line_of(key);
+  int line = config.line_of(key);
+  // An absent key (its default is refused): the line of its section.
+  for (std::string prefix = key; line == 0 && prefix.find('.') != std::string::npos;) {
+    prefix.erase(prefix.rfind('.'));
+    line = config.line_of(prefix);
+  }
   return {line, config.file + ":" + std::to_string(line) + ": " + key + ": " + what};
 }
 
@@ -212,6 +217,22 @@ void CheckWholeFile(const VipsdConfig& config, Diagnostics* diag) {
            "residency accounting needs a finite window (a whole number >= 1: each record is a "
            "candidate in at most that many steps), got all"));
   }
+  // An unbounded window on a stream makes the capacity stop certain: once
+  // more than pool.capacity records have arrived, stepping stops for good,
+  // and when that happens depends on the data and is not in epsilon.
+  if (config.is_private() && config.source_type == SourceType::kKafka &&
+      config.window_steps == svi::kWindowAll &&
+      config.accounting != Accounting::kResidency) {
+    diag->errors.push_back(At(
+        config, "schedule.window_steps",
+        std::string(config.line_of("schedule.window_steps") > 0 ? "all" : "all (the default)") +
+            " is refused for a private run on a Kafka stream: every step's candidates would be "
+        "all the records ever appended, so stepping would stop for good once more than "
+        "pool.capacity (" + std::to_string(config.pool_capacity) +
+            ") records had arrived, at a time that depends on the data and is not covered by "
+            "epsilon; set a whole number >= 1 (each step then sees the records of the last "
+            "window_steps slot intervals)"));
+  }
   CheckPrivacyUnit(config, diag);
   if (config.source_type == SourceType::kFile && !config.dead_letter_path.empty() &&
       std::filesystem::path(config.dead_letter_path).lexically_normal() ==
@@ -223,16 +244,7 @@ void CheckWholeFile(const VipsdConfig& config, Diagnostics* diag) {
   }
   // Legal but unwise values: warnings with the reason.
   if (!config.is_private()) return;
-  if (config.source_type == SourceType::kKafka && config.window_steps == 0) {
-    diag->warnings.push_back(At(
-        config, "schedule.window_steps",
-        "warning: all, on a Kafka stream: every step's candidates are all the records ever "
-        "appended, so stepping stops for good once more than pool.capacity (" +
-            std::to_string(config.pool_capacity) +
-            ") records have arrived, and when it stops is not covered by epsilon (SECURITY.md); "
-            "set a finite window (each step then sees the records of the last window_steps "
-            "slot intervals)"));
-  }
+
   if (config.driver.delta > 1e-3) {
     diag->warnings.push_back(
         At(config, "privacy.delta",

@@ -114,6 +114,10 @@ struct VipsdConfig {
   int64_t window_steps = 0;               // M >= 1, or 0 = all (svi::kWindowAll)
   double release_delay_seconds = 0;       // a step's outputs leave at slot time + this
   double start_time = 0;                  // unix seconds of slot 0; 0 = ledger creation
+  // The first slot a run observes is the first due at least this long after
+  // the daemon starts (a public time: room for the group join and the
+  // initial read, so that start-up does not make the first slots late).
+  double start_delay_seconds = 10;
   int64_t max_steps = 0;                  // 0 = no limit
   double max_epochs = 0;                  // file source; 0 = no limit; one epoch = 1/q steps
 

@@ -48,6 +48,7 @@ bool Positive(double x) { return x > 0; }
 bool NonNegative(double x) { return x >= 0; }
 // σ: the exact discrete sampler's range (privacy::kMaxNoiseMultiplier).
 bool NoiseMultiplier(double x) { return x >= 0 && x <= 1024; }
+bool StartDelay(double x) { return x >= 0 && x <= 3600; }
 bool Fraction(double x) { return x > 0 && x <= 1; }     // (0, 1]
 bool OpenFraction(double x) { return x > 0 && x < 1; }  // (0, 1)
 bool UpToAMillion(double x) { return x > 0 && x <= 1e6; }
@@ -344,6 +345,13 @@ void AddSchedule(std::vector<Key>& keys) {
                         "leaves at its slot time plus this; default interval_seconds)")
                      .Only(Dimension::kSourceType, "kafka", clock_only)
                      .DerivedDefault(DefaultReleaseDelay)
+                     .Live());
+  keys.push_back(Number("schedule.start_delay_seconds", VIPSD_MEMBER(start_delay_seconds),
+                        StartDelay,
+                        "a number of seconds in [0, 3600] (the first slot a run steps is the "
+                        "first due at least this long after the daemon starts: room for the "
+                        "consumer group join and the initial read; default 10)")
+                     .Only(Dimension::kSourceType, "kafka", clock_only)
                      .Live());
   keys.push_back(Number("schedule.start_time", VIPSD_MEMBER(start_time), UnixTime,
                         "unix seconds in [1e9, 1e11] (the time of slot 0 of a new state "

@@ -216,13 +216,19 @@ Status Daemon::Initialize() {
       VIPSD_RETURN_IF_ERROR(state.windows.AddStream(stream, origin));
     }
     // Slots whose time passed while no daemon observed them are missed: the
-    // records appended meanwhile belong to the first slot observed now.
-    const int64_t first = state.windows.FirstSlotAtOrAfter(WallNow());
+    // records appended meanwhile belong to the first slot observed now. The
+    // first slot observed is the first due schedule.start_delay_seconds
+    // after now (public: the start time and a configured delay), which
+    // leaves the consumer group join and the initial read out of the first
+    // slots' deadlines.
+    const int64_t first = state.windows.FirstSlotAtOrAfter(WallNow() + config_.start_delay_seconds);
     if (first > state.windows.last_slot() + 1) {
       const int64_t missed = first - 1 - state.windows.last_slot();
       if (state.windows.last_slot() > 0) {
         Log(LogLevel::kInfo, kComponent,
-            std::to_string(missed) + " slots passed while vipsd was not running (" +
+            std::to_string(missed) +
+                " slots passed while vipsd was not running or fall within "
+                "schedule.start_delay_seconds of its start (" +
                 std::to_string(state.windows.last_slot() + 1) + " to " +
                 std::to_string(first - 1) + "); the first slot observed is " +
                 std::to_string(first));

@@ -320,6 +320,18 @@ StatusOr<std::unique_ptr<OutputSink>> NewDaemonOutput(const config::VipsdConfig&
                                                       const std::string& bootstrap_servers) {
   VIPSD_ASSIGN_OR_RETURN(auto producer, connectors::KafkaProducer::Create(
                                             ProducerOptions(config, bootstrap_servers)));
+  // The topics' leaders now, during schedule.start_delay_seconds, so that
+  // the first release (or dead letter, or alert) does not spend its slot's
+  // deadline on a metadata lookup. A failure only costs that lookup later.
+  for (const std::string* topic : {&config.release_topic, &config.dead_letter_topic,
+                                   &config.alert_topic}) {
+    if (topic->empty()) continue;
+    const Status warmed = producer->WarmTopic(*topic, std::chrono::seconds(2));
+    if (!warmed.ok()) {
+      Log(LogLevel::kWarning, "kafka", "could not prefetch the metadata of " + *topic + ": " +
+                                           warmed.ToString());
+    }
+  }
   std::optional<connectors::ReleaseFileSink> file_sink;
   const std::string& directory = config.sink_type == config::SinkType::kFile
                                      ? config.sink_directory

@@ -409,6 +409,23 @@ Status KafkaProducer::PublishRelease(const std::string& topic,
   return status;
 }
 
+Status KafkaProducer::WarmTopic(const std::string& topic, std::chrono::milliseconds timeout) {
+  std::shared_lock<std::shared_mutex> lifecycle(lifecycle_mutex_);
+  if (closed_) return FailedPreconditionError("the producer is closed");
+  std::string errstr;
+  std::unique_ptr<RdKafka::Topic> handle(
+      RdKafka::Topic::create(producer_.get(), topic, nullptr, errstr));
+  if (handle == nullptr) return InvalidArgumentError("topic " + topic + ": " + errstr);
+  RdKafka::Metadata* metadata = nullptr;
+  const RdKafka::ErrorCode err = producer_->metadata(
+      false, handle.get(), &metadata, static_cast<int>(std::max<int64_t>(timeout.count(), 1)));
+  std::unique_ptr<RdKafka::Metadata> owned(metadata);
+  if (err != RdKafka::ERR_NO_ERROR) {
+    return UnavailableError("metadata of " + topic + ": " + RdKafka::err2str(err));
+  }
+  return Status::Ok();
+}
+
 Status KafkaProducer::Close(std::chrono::milliseconds timeout) {
   std::unique_lock<std::shared_mutex> lifecycle(lifecycle_mutex_);
   if (closed_) return Status::Ok();

@@ -135,6 +135,12 @@ class KafkaProducer {
   Status PublishRelease(const std::string& topic, const release::EncodedRelease& release,
                         std::chrono::milliseconds timeout, int64_t timestamp_ms = 0);
 
+  // Fetches `topic`'s metadata (its partitions' leaders) now, so that the
+  // first message produced to it later does not wait for that lookup.
+  // UNAVAILABLE (the librdkafka error) if the metadata cannot be had within
+  // `timeout`; nothing is produced either way.
+  Status WarmTopic(const std::string& topic, std::chrono::milliseconds timeout);
+
   // flush(timeout), then outq_len(): UNAVAILABLE "N message(s)/request(s)
   // not delivered" if anything is left, then the handle is destroyed.
   Status Close(std::chrono::milliseconds timeout);

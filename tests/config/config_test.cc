@@ -728,12 +728,27 @@ TEST(ConfigTest, AnUnboundedWindowOnAStreamIsWarnedAndTheCapacityMarginStated) {
             "than 100000 records arrive within 5000 s (on average more than 20 records/s)");
 
   text.replace(text.find("window_steps: 500 "), 18, "window_steps: all ");
+  // Private on a stream: refused, naming the key, its line and the reason.
+  auto refused = ParseConfig(text, "k.yaml");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("schedule.window_steps: all is refused for a private run on a Kafka "
+                        "stream"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("k.yaml:"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("pool.capacity (100000)"));
+  // Leaving the key out means all: refused the same way.
+  std::string absent = text;
+  absent.erase(absent.find("  window_steps: all "),
+               absent.find('\n', absent.find("  window_steps: all ")) -
+                   absent.find("  window_steps: all ") + 1);
+  auto refused_default = ParseConfig(absent, "k.yaml");
+  ASSERT_FALSE(refused_default.ok());
+  EXPECT_THAT(refused_default.status().message(),
+              HasSubstr("schedule.window_steps: all (the default) is refused"));
+  // Non-private: allowed; the margin says the stop is certain.
+  text.replace(text.find("noise_multiplier: 1.1"), 21, "noise_multiplier: 0  ");
   auto unbounded = ParseConfig(text, "k.yaml");
   ASSERT_TRUE(unbounded.ok()) << unbounded.status().message();
-  ASSERT_EQ(unbounded->warnings.size(), 1u);
-  EXPECT_THAT(unbounded->warnings[0],
-              HasSubstr("schedule.window_steps: warning: all, on a Kafka stream"));
-  EXPECT_THAT(unbounded->warnings[0], HasSubstr("pool.capacity (100000)"));
   EXPECT_TRUE(CapacityMarginOf(*unbounded).unbounded);
   EXPECT_THAT(CapacityMarginOf(*unbounded).text, HasSubstr("stops for good once more than 100000"));
   // A file run has no window and no margin.

@@ -277,6 +277,8 @@ schedule:
   tau0: 1
   kappa: 0.7
   threads: 1
+  start_delay_seconds: 0
+  window_steps: 1000000000
   interval_seconds: %s
 source:
   type: kafka

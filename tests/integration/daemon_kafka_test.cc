@@ -150,6 +150,10 @@ class DaemonKafkaTest : public ::testing::Test {
          << "\n    vocabulary: vocab.txt\n    alpha: 0.5\n    eta: 0.1\n    resample_length: 10\n"
          << "privacy:\n" << privacy
          << "schedule:\n  tau0: 1\n  kappa: 0.7\n  threads: 2\n  interval_seconds: 0.2\n"
+         << "  start_delay_seconds: 0\n"
+         << (extra_schedule.find("window_steps") == std::string::npos
+                 ? "  window_steps: 1000000000\n"
+                 : "")
          << extra_schedule
          << "source:\n  type: kafka\n  topics: [" << input_topic_ << "]\n  group_id: " << group_
          << "\n" << source_extra_
@@ -777,7 +781,7 @@ TEST_F(DaemonKafkaTest, ThreeProcessesSharingTheWorkReleaseBitForBitWhatOneProce
   for (int i = 0; i < 240; ++i) lines.push_back(Document(i));
   ProduceWithKcat(lines);
   const std::string privacy = std::string(kPrivate) + "  noise: fixed_seed\n  noise_seed: 7\n";
-  const std::string schedule = "  window_steps: all\n  max_steps: " + std::to_string(kSteps) + "\n";
+  const std::string schedule = "  window_steps: 1000000000\n  max_steps: " + std::to_string(kSteps) + "\n";
   const std::vector<std::string> flag = {"--insecure-fixed-seed-noise"};
   {
     state_directory_ = "state-solo";

@@ -82,7 +82,7 @@ TEST(DaemonNeighbourTest, OneAddedRecordChangesOnlyItsOwnWindowsOnARealBroker) {
             "    alpha: 0.5\n    eta: 0.1\n    resample_length: 4\n"
             "privacy:\n  noise_multiplier: 1.0\n  sampling_rate: 0.5\n  delta: 1.0e-5\n"
             "  epsilon_ceiling: 1000\n  noise: fixed_seed\n  noise_seed: 7\n"
-            "schedule:\n  tau0: 1\n  kappa: 0.7\n  threads: 1\n  interval_seconds: "
+            "schedule:\n  tau0: 1\n  kappa: 0.7\n  threads: 1\n  start_delay_seconds: 0\n  interval_seconds: "
          << kInterval << "\n  window_steps: " << kWindow << "\n  start_time: " << start << "\n"
          << "source:\n  type: kafka\n  topics: [" << name << "]\n  group_id: nb-" << name << "-"
          << getpid() << "\n"

@@ -53,6 +53,7 @@ struct WorkFixture {
            "  noise_seed: 7\n"
         << extra_privacy
         << "schedule:\n  tau0: 1\n  kappa: 0.7\n  threads: 1\n  interval_seconds: 1\n"
+           "  start_delay_seconds: 0\n  window_steps: 1000000000\n"
            "source:\n  type: kafka\n  topics: [docs]\n"
            "sink:\n  type: kafka\n  topic: releases\n"
            "dead_letter:\n  topic: dead\n"
