@@ -49,9 +49,10 @@ int GridExponent(size_t num_blocks) {
   // kMaxNoiseMultiplier² = 2^20. σ²·S ≤ 2^62 − 2^23 keeps
   // ⌈σ²·S·(1 + 2^-40)⌉ + τ² below 2^62 (DiscreteNoiseFor).
   const U128 limit = (static_cast<U128>(1) << 62) - (static_cast<U128>(1) << 23);
+  if (num_blocks > (uint64_t{1} << 21)) return 10;  // (the product below stays < 2^128)
   for (int g = 20; g >= 10; --g) {
     const U128 total = (static_cast<U128>(1) << 20) * num_blocks * BlockBoundSquared(g);
-    if (num_blocks <= (uint64_t{1} << 40) && total <= limit) return g;
+    if (total <= limit) return g;
   }
   return 10;
 }
