@@ -257,7 +257,10 @@ void CheckCostTable() {
   const std::pair<double, double> settings[] = {{0.1, 2.0},  {0.01, 1.1}, {0.004, 1.0},
                                                 {0.05, 0.6}, {0.5, 0.6},  {0.001, 0.8},
                                                 {1e-6, 100}};
-  for (const auto& [q, sigma] : settings) {
+  for (const auto& setting : settings) {
+    // Plain copies: C++20 lambdas may not capture structured bindings in
+    // clang 14 (the thread-safety build).
+    const double q = setting.first, sigma = setting.second;
     double before = 1e300, after = 1e300;
     for (int i = 0; i < 5; ++i) {
       before = std::min(before, MicrosPerCall(1, [&](int) {
