@@ -18,7 +18,7 @@ sed -e "s|vocabulary: demo/vocab.txt|vocabulary: $demo/vocab.txt|" \
     -e "s|listen: 127.0.0.1:0 .*|listen: 127.0.0.1:$port|" \
     -e "s|on_ceiling: exit .*|on_ceiling: halt|" \
     -e "s|interval_seconds: 0.15 .*|interval_seconds: 0.05|" \
-    -e "s|start_delay_seconds: 5 .*|start_delay_seconds: 0|" \
+    -e "s|start_delay_seconds: [0-9.]* .*|start_delay_seconds: 0|" \
     "$source_dir/config/examples/demo.yaml" > "$work/vipsd.yaml"
 "$vipsd" --config "$work/vipsd.yaml" --check-config
 exec "$source_dir/tests/integration/prometheus_scrape_test.sh" \
