@@ -53,8 +53,10 @@
 // mechanism's, so an (ε, δ) guarantee of the latter gives (ε + 2TDη,
 // e^{TDη}·δ) for what vipsd samples: for any T, D < 10^12 that is
 // (ε + 10^-832, δ·(1 + 10^-832)), below what a double can represent. The
-// price is noise, not ε: σ_g/sqrt(S) exceeds σ by the rounding slack 2^-10
-// (0.098 %) and τ²/(σ²S) (< 10^-10 at g = 20).
+// price is noise, not ε: the noise per scaled coordinate, sqrt(σ_g²)·2^-g,
+// exceeds the σ·sqrt(B) of an exact mechanism by the rounding slack, a
+// factor 1 + 2^-10 (0.098 %), and by τ²/(2σ²S) relative (5·10^-11 at
+// σ = 1, g = 20, one block).
 //
 // // σ = 0 (the non-private SVI baseline, docs/models.md, "The stochastic step") is a separate method,
 // ReleaseNonPrivate(); Release() refuses σ ≤ 0. Each release result says
