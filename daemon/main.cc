@@ -36,6 +36,7 @@
 #include "daemon/offline_run.h"
 #include "daemon/service.h"
 #include "daemon/state_status.h"
+#include "daemon/step_calibration.h"
 
 #ifndef VIPSD_VERSION
 #define VIPSD_VERSION "unknown"
@@ -61,7 +62,10 @@ constexpr const char* kUsage =
     "                                 address, librdkafka properties, the state\n"
     "                                 directory (writable; its ledger and checkpoint\n"
     "                                 against FILE), the first step and the residency\n"
-    "                                 window against the epsilon ceiling\n"
+    "                                 window against the epsilon ceiling; with Kafka,\n"
+    "                                 the capacity margin and a worst-case step timed\n"
+    "                                 on synthetic records against the slot (a warning\n"
+    "                                 if 1.5 x it does not fit)\n"
     "  vipsd status --state DIR [--delta D] [--json]\n"
     "                                 what a state directory holds, read without the\n"
     "                                 lock and without writing: mode, schedule, next\n"
@@ -216,6 +220,21 @@ int main(int argc, char** argv) {
     std::cout << "vipsd: " << config_path << " is valid\n";
     const config::CapacityMargin margin = config::CapacityMarginOf(*config);
     if (margin.applies) std::cout << "vipsd: " << margin.text << "\n";
+    if (config->source_type == config::SourceType::kKafka) {
+      // The worst-case step on public synthetic records (step_calibration.h).
+      auto timing = daemon::CalibrateWorstCaseStep(*config);
+      if (!timing.ok()) {
+        say(LogLevel::kError, "timing a worst-case step: " + std::string(timing.status().message()));
+        return 2;
+      }
+      if (timing->fits) {
+        std::cout << "vipsd: " << timing->text << "\n";
+      } else {
+        say(LogLevel::kWarning,
+            config->file + ":" + std::to_string(config->line_of("schedule.interval_seconds")) +
+                ": schedule.interval_seconds: warning: " + timing->text);
+      }
+    }
     return 0;
   }
   SetMinLogLevel(config->log_level);

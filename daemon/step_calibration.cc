@@ -1,0 +1,158 @@
+#include "daemon/step_calibration.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "core/base/format.h"
+#include "core/model/model.h"
+#include "core/privacy/rdp_accountant.h"
+#include "core/privacy/secure_noise.h"
+#include "core/svi/step_driver.h"
+#include "daemon/model_setup.h"
+
+namespace vipsd::daemon {
+namespace {
+
+constexpr double kTailProbability = 1e-9;
+
+// N·KL(b/N ‖ q) for b/N > q (the Chernoff exponent of the upper tail).
+double UpperTailExponent(int64_t n, int64_t b, double q) {
+  const double a = static_cast<double>(b) / static_cast<double>(n);
+  if (a >= 1) return -static_cast<double>(n) * std::log(q);
+  return static_cast<double>(n) * (a * std::log(a / q) + (1 - a) * std::log((1 - a) / (1 - q)));
+}
+
+int64_t Dimension(const model::Model& model, const std::string& name, int64_t fallback) {
+  for (const auto& [key, value] : model.dimensions()) {
+    if (key == name) return value;
+  }
+  return fallback;
+}
+
+// Public synthetic records of the configured model, from a fixed seed.
+std::vector<model::Record> SyntheticRecords(const config::VipsdConfig& config,
+                                            const model::Model& model, int64_t count) {
+  std::mt19937_64 rng(20261127);
+  std::vector<model::Record> records(static_cast<size_t>(count));
+  if (config.model_type == "lda") {
+    const int64_t vocabulary = std::max<int64_t>(1, Dimension(model, "V", 1));
+    const int64_t length = config.lda.resample_length > 0 ? config.lda.resample_length : 100;
+    std::uniform_int_distribution<int64_t> word(0, vocabulary - 1);
+    for (auto& record : records) {
+      record.word_ids.resize(static_cast<size_t>(length));
+      for (auto& id : record.word_ids) id = static_cast<int32_t>(word(rng));
+    }
+  } else if (config.model_type == "blr") {
+    const int64_t dim = std::max<int64_t>(1, Dimension(model, "d", 1));
+    std::normal_distribution<double> normal;
+    for (size_t r = 0; r < records.size(); ++r) {
+      records[r].features.resize(static_cast<size_t>(dim));
+      for (double& x : records[r].features) x = normal(rng);
+      records[r].label = static_cast<double>(r % 2);
+    }
+  } else {
+    const int64_t visible = std::max<int64_t>(1, Dimension(model, "J", 1));
+    std::bernoulli_distribution bit(0.5);
+    for (auto& record : records) {
+      record.features.resize(static_cast<size_t>(visible));
+      for (double& x : record.features) x = bit(rng) ? 1.0 : 0.0;
+    }
+  }
+  return records;
+}
+
+std::string Seconds(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%.3g s", value);
+  return buffer;
+}
+
+}  // namespace
+
+int64_t BatchBound(int64_t n, double q) {
+  if (n <= 0) return 0;
+  if (q >= 1) return n;
+  const double threshold = -std::log(kTailProbability);
+  int64_t low = static_cast<int64_t>(std::ceil(q * static_cast<double>(n)));
+  if (low >= n) return n;
+  // The exponent increases in b above the mean: the first b past the
+  // threshold, by bisection on (mean, n].
+  int64_t high = n;
+  if (UpperTailExponent(n, high, q) < threshold) return n;
+  while (high - low > 1) {
+    const int64_t mid = low + (high - low) / 2;
+    if (UpperTailExponent(n, mid, q) >= threshold) {
+      high = mid;
+    } else {
+      low = mid;
+    }
+  }
+  return high;
+}
+
+StatusOr<StepCalibration> CalibrateWorstCaseStep(const config::VipsdConfig& config) {
+  if (config.source_type != config::SourceType::kKafka) {
+    return FailedPreconditionError("the worst-case step is timed for a Kafka source only");
+  }
+  StepCalibration out;
+  int64_t bound = BatchBound(config.pool_capacity, config.driver.sampling_rate);
+  if (config.driver.max_records_per_unit > 0) {
+    bound = std::min<int64_t>(config.pool_capacity,
+                              bound * std::max<int64_t>(1, config.driver.max_records_per_unit));
+  }
+  out.batch_bound = std::max<int64_t>(bound, 1);
+  out.timed_records = std::min(out.batch_bound, kCalibrationRecords);
+
+  VIPSD_ASSIGN_OR_RETURN(ModelBundle bundle, BuildModel(config));
+  const std::vector<model::Record> records =
+      SyntheticRecords(config, *bundle.model, out.timed_records);
+  svi::DriverConfig driver_config = config.driver;
+  driver_config.sampling_rate = 1;
+  driver_config.max_records_per_unit = 0;  // one record per synthetic unit: the same work
+  driver_config.epsilon_ceiling = 1e300;
+  driver_config.enforce_ceiling = false;
+  VIPSD_ASSIGN_OR_RETURN(auto noise, privacy::SecureNoiseSource::Create());
+  privacy::RdpAccountant accountant;
+  VIPSD_ASSIGN_OR_RETURN(auto driver,
+                         svi::StepDriver::Create(bundle.model.get(), noise.get(),
+                                                 driver_config.noise_multiplier > 0 ? &accountant
+                                                                                    : nullptr,
+                                                 driver_config));
+  double slowest = 0;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const auto start = std::chrono::steady_clock::now();
+    VIPSD_ASSIGN_OR_RETURN(svi::StepResult result,
+                           driver->Step(std::span<const model::Record>(records)));
+    (void)result;
+    slowest = std::max(
+        slowest, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  out.step_seconds = slowest * static_cast<double>(out.batch_bound) /
+                     static_cast<double>(out.timed_records);
+  out.budget_seconds = std::min(config.release_delay_seconds, config.step_interval_seconds);
+  out.fits = kCalibrationSafety * out.step_seconds <= out.budget_seconds;
+  out.text = "a step on " + std::to_string(out.batch_bound) +
+             " records (the batch Poisson sampling at q = " +
+             ShortestNumber(config.driver.sampling_rate) + " from pool.capacity " +
+             std::to_string(config.pool_capacity) + " exceeds with probability < 1e-9" +
+             (out.timed_records < out.batch_bound
+                  ? "; timed on " + std::to_string(out.timed_records) + " and scaled"
+                  : "") +
+             ") took " + Seconds(out.step_seconds) + " on this machine; a slot gives a step " +
+             Seconds(out.budget_seconds) +
+             " (min of schedule.release_delay_seconds and schedule.interval_seconds)";
+  if (!out.fits) {
+    out.text += ", less than " + Seconds(kCalibrationSafety * out.step_seconds) + " (" +
+                ShortestNumber(kCalibrationSafety) +
+                " x the step): steps would overrun their deadlines; raise "
+                "schedule.interval_seconds (and release_delay_seconds) or lower pool.capacity";
+  }
+  return out;
+}
+
+}  // namespace vipsd::daemon

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# `vipsd --check-config` times a worst-case step on synthetic records
+# (daemon/step_calibration.h): the demo's slot fits it; a 10 ms slot does
+# not, and the warning names the key, its line and the measured figure.
+# Usage: check_config_step_time_test.sh VIPSD SOURCE_DIR
+set -euo pipefail
+vipsd=$1
+source_dir=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+sed -e "s|vocabulary: demo/vocab.txt|vocabulary: $source_dir/config/examples/demo/vocab.txt|" \
+    -e "s|demo_corpus: demo/corpus.jsonl|demo_corpus: $source_dir/config/examples/demo/corpus.jsonl|" \
+    -e "s|mirror_directory: .*|mirror_directory: $work/releases|" \
+    -e "s|  directory: ../../out/demo/state|  directory: $work/state|" \
+    "$source_dir/config/examples/demo.yaml" > "$work/ok.yaml"
+"$vipsd" --config "$work/ok.yaml" --check-config > "$work/ok.out" 2> "$work/ok.err"
+grep -q "a step on [0-9]* records (the batch Poisson sampling at q = 0.1 from pool.capacity 20000" "$work/ok.out" \
+  || { echo "no step timing line:"; cat "$work/ok.out" "$work/ok.err"; exit 1; }
+if grep -q "would overrun" "$work/ok.out" "$work/ok.err"; then
+  echo "the demo's slot was judged too short:"; cat "$work/ok.out" "$work/ok.err"; exit 1
+fi
+sed -e "s|interval_seconds: 0.3 |interval_seconds: 0.01 |" "$work/ok.yaml" > "$work/fast.yaml"
+"$vipsd" --config "$work/fast.yaml" --check-config > "$work/fast.out" 2> "$work/fast.err"
+grep -q "fast.yaml:[0-9]*: schedule.interval_seconds: warning: a step on [0-9]* records .* took [0-9.e-]* s on this machine; a slot gives a step 0.01 s .*steps would overrun" "$work/fast.err" \
+  || { echo "no overrun warning for a 10 ms slot:"; cat "$work/fast.out" "$work/fast.err"; exit 1; }
+echo "ok: $(grep -o 'took [0-9.e-]* s' "$work/ok.out")"
