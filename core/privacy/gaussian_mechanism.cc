@@ -596,8 +596,12 @@ StatusOr<std::unique_ptr<GaussianSumMechanism>> GaussianSumMechanism::DecodeUnre
                      static_cast<uint64_t>(MaxGridValue(GridExponent(layout.num_blocks())));
   auto read_value = [&](size_t i) -> bool {
     if (kind == SumKind::kFloat) {
+      // Each record adds at most 1 per scaled coordinate (its block norm
+      // is ≤ 1), so no sum of `accepted` records is larger (found by
+      // fuzz_partial_sum: a huge value overflowed the release).
       double d;
       if (!in.F64(&d) || !std::isfinite(d)) return false;
+      if (std::fabs(d) > static_cast<double>(accepted) * (1 + std::ldexp(1.0, -20)) + 1) return false;
       mechanism->float_sum_[i] = d;
       return true;
     }

@@ -1,0 +1,71 @@
+// The un-noised partial-sum transfer (GaussianSumMechanism::DecodeUnreleased,
+// the bytes workers put on the work topic) on arbitrary bytes: as given (the
+// checksum must refuse nearly all of them) and re-signed so that the parser
+// behind the checksum is reached. The fuzzed bytes replace the body after
+// a valid header (magic, layout digest, size, counts) of a fixed two-block
+// layout. A decoded partial encodes to the same bytes, merges into a fresh
+// sum, and its non-private release is finite.
+#include <sodium.h>
+
+#include <string>
+
+#include "core/privacy/gaussian_mechanism.h"
+#include "fuzz/fuzz_util.h"
+
+using namespace vipsd;
+
+namespace {
+
+constexpr size_t kDigestBytes = 32;
+
+const privacy::BlockLayout& Layout() {
+  static const privacy::BlockLayout layout = *privacy::BlockLayout::Create(
+      {{"a", privacy::BlockKind::kVector, 40, 2.0},
+       {"s", privacy::BlockKind::kSymmetricMatrix, 3, 0.5}});
+  return layout;
+}
+
+// Magic, layout digest, total size, and the two counts of a real partial.
+std::string Header(bool grid) {
+  privacy::GaussianSumMechanism mechanism(
+      Layout(), grid ? privacy::SumKind::kGrid : privacy::SumKind::kFloat);
+  std::vector<double> record(Layout().total_size(), 0.25);
+  (void)mechanism.Add(record);
+  const std::string bytes = *mechanism.EncodeUnreleased();
+  return bytes.substr(0, 4 + kDigestBytes + 8);  // counts come from the input
+}
+
+std::string Signed(std::string body) {
+  unsigned char digest[kDigestBytes];
+  crypto_generichash(digest, kDigestBytes, reinterpret_cast<const unsigned char*>(body.data()),
+                     body.size(), nullptr, 0);
+  body.append(reinterpret_cast<const char*>(digest), kDigestBytes);
+  return body;
+}
+
+void Check(const std::string& bytes) {
+  auto decoded = privacy::GaussianSumMechanism::DecodeUnreleased(Layout(), bytes);
+  if (!decoded.ok()) return;
+  const auto encoded = (*decoded)->EncodeUnreleased();
+  if (!encoded.ok()) fuzz::Violated("a decoded partial does not encode");
+  auto again = privacy::GaussianSumMechanism::DecodeUnreleased(Layout(), *encoded);
+  if (!again.ok()) fuzz::Violated("a re-encoded partial does not decode");
+  privacy::GaussianSumMechanism total(Layout(), (*decoded)->kind());
+  if (!total.Merge(std::move(**decoded)).ok()) fuzz::Violated("a decoded partial does not merge");
+  const auto release = total.ReleaseNonPrivate();
+  if (!release.ok() || !release->noisy_sum.allFinite()) {
+    fuzz::Violated("a decoded partial releases a non-finite sum");
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  static const std::string grid_header = Header(true);
+  static const std::string float_header = Header(false);
+  const std::string input(fuzz::AsText(data + 1, size - 1));
+  Check(input);
+  Check(Signed((data[0] & 1 ? float_header : grid_header) + input));
+  return 0;
+}
