@@ -191,9 +191,7 @@ StatusOr<svi::StepResult> Coordinator::StepCharged(const Context& context,
     }
   }
   const privacy::BlockLayout& layout = context.bundle->model->statistic_layout();
-  const privacy::SumKind kind = context.driver->config().noise_multiplier > 0
-                                    ? privacy::SumKind::kGrid
-                                    : privacy::SumKind::kFloat;
+  const privacy::SumKind kind = privacy::SumKindFor(context.driver->config().noise_multiplier);
   if (total_ == nullptr || total_->kind() != kind) {
     total_ = std::make_unique<privacy::GaussianSumMechanism>(layout, kind);
   } else {

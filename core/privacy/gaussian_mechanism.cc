@@ -32,15 +32,18 @@ Status AlreadyReleasedError() {
       "this step's sum has already been released; call Reset() before the next step");
 }
 
-// (2^g + 2^(g−10))², exact for 10 ≤ g ≤ 30.
-uint64_t BlockBoundSquared(int g) {
-  const uint64_t root = (uint64_t{1} << g) + (uint64_t{1} << (g - kGridSlackBits));
-  return root * root;
+// The largest coordinate magnitude a rounded block can hold, and the
+// square root of its integer bound: 2^g + 2^(g−10).
+uint64_t MaxGridValue(int g) {
+  return (uint64_t{1} << g) + (uint64_t{1} << (g - kGridSlackBits));
 }
 
-// The largest coordinate magnitude a rounded block can hold: 2^g + 2^(g−10).
-int64_t MaxGridValue(int g) {
-  return static_cast<int64_t>((uint64_t{1} << g) + (uint64_t{1} << (g - kGridSlackBits)));
+// S_b = (2^g + 2^(g−10))², exact for 10 ≤ g ≤ 30.
+uint64_t BlockBoundSquared(int g) { return MaxGridValue(g) * MaxGridValue(g); }
+
+// |n| without overflow for every int64 (INT64_MIN included).
+uint64_t Magnitude(int64_t n) {
+  return n < 0 ? uint64_t{0} - static_cast<uint64_t>(n) : static_cast<uint64_t>(n);
 }
 
 }  // namespace
@@ -146,8 +149,7 @@ void GaussianSumMechanism::RoundToGrid(std::span<double> scaled, size_t block_in
           std::clamp(std::ldexp(scaled[i], grid_exponent_), -kClamp, kClamp);
       const auto n = static_cast<int64_t>(std::nearbyint(units));
       grid_scratch_[i] = n;
-      const uint64_t magnitude = n < 0 ? uint64_t{0} - static_cast<uint64_t>(n)
-                                       : static_cast<uint64_t>(n);
+      const uint64_t magnitude = Magnitude(n);
       norm += static_cast<U128>(magnitude) * magnitude;
     }
     return norm;
@@ -334,9 +336,6 @@ GaussianRelease GaussianSumMechanism::ScaleBack(std::span<const int64_t> noise) 
   }
   GaussianRelease release;
   release.noisy_sum = std::move(out);
-  release.noise.grid_exponent = grid_exponent_;
-  release.noise.block_bound_squared = block_bound_squared_;
-  for (const uint64_t bound : block_bound_squared_) release.noise.bound_squared += bound;
   return release;
 }
 
@@ -381,6 +380,7 @@ StatusOr<GaussianRelease> GaussianSumMechanism::ReleaseNonPrivate() {
   if (released_) return AlreadyReleasedError();
   released_ = true;
   GaussianRelease release = ScaleBack({});
+  if (kind_ == SumKind::kGrid) release.noise.grid_exponent = grid_exponent_;
   ClearSum();
   release.noise_multiplier = 0;
   release.is_private = false;
@@ -592,8 +592,7 @@ StatusOr<std::unique_ptr<GaussianSumMechanism>> GaussianSumMechanism::DecodeUnre
   const auto size = static_cast<size_t>(layout.total_size());
   int64_t* sum = mechanism->sum_.data();
   // No sum of `accepted` rounded records can exceed this in magnitude.
-  const U128 reach = static_cast<U128>(accepted) *
-                     static_cast<uint64_t>(MaxGridValue(GridExponent(layout.num_blocks())));
+  const U128 reach = static_cast<U128>(accepted) * MaxGridValue(GridExponent(layout.num_blocks()));
   auto read_value = [&](size_t i) -> bool {
     if (kind == SumKind::kFloat) {
       // Each record adds at most 1 per scaled coordinate (its block norm
@@ -607,9 +606,7 @@ StatusOr<std::unique_ptr<GaussianSumMechanism>> GaussianSumMechanism::DecodeUnre
     }
     int64_t v;
     if (!in.I64(&v)) return false;
-    const uint64_t magnitude = v < 0 ? uint64_t{0} - static_cast<uint64_t>(v)
-                                     : static_cast<uint64_t>(v);
-    if (magnitude > reach) return false;
+    if (Magnitude(v) > reach) return false;
     sum[i] = v;
     return true;
   };

@@ -149,8 +149,8 @@ struct GaussianRelease {
   bool is_private = false;
   // NoiseSource::description(), or "none (sigma = 0, NOT PRIVATE)".
   std::string noise_description;
-  // The discrete noise's parameters (grid_exponent set also for the
-  // non-private release, whose sum is on the same grid; sigma2 0/1 there).
+  // The discrete noise's parameters (DiscreteNoiseFor). A non-private
+  // release of a grid sum sets only grid_exponent; of a kFloat sum, nothing.
   DiscreteNoise noise;
 };
 
@@ -160,6 +160,11 @@ struct GaussianRelease {
 // placeholder 2^400, far beyond what a grid can resolve); Release() refuses
 // a kFloat sum.
 enum class SumKind { kGrid, kFloat };
+
+// The kind a step with noise multiplier σ sums in: kGrid when σ > 0.
+inline SumKind SumKindFor(double noise_multiplier) {
+  return noise_multiplier > 0 ? SumKind::kGrid : SumKind::kFloat;
+}
 
 class GaussianSumMechanism {
  public:

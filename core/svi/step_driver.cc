@@ -299,8 +299,7 @@ StatusOr<StepResult> StepDriver::Step(const std::vector<StreamCandidates>& strea
   if (ticket.result.outcome == StepResult::Outcome::kRefusedCeiling) return ticket.result;
   StepPhaseSeconds phases = ticket.result.phase_seconds;
   const privacy::BlockLayout& layout = model_->statistic_layout();
-  const privacy::SumKind kind =
-      config_.noise_multiplier > 0 ? privacy::SumKind::kGrid : privacy::SumKind::kFloat;
+  const privacy::SumKind kind = privacy::SumKindFor(config_.noise_multiplier);
   if (total_ == nullptr || total_->kind() != kind) {
     total_ = std::make_unique<privacy::GaussianSumMechanism>(layout, kind);
   } else {
@@ -439,8 +438,7 @@ Status StepDriver::SumStreams(const StepKey& key, const std::vector<StreamCandid
     }
   }
   const privacy::BlockLayout& layout = model_->statistic_layout();
-  const privacy::SumKind kind =
-      config_.noise_multiplier > 0 ? privacy::SumKind::kGrid : privacy::SumKind::kFloat;
+  const privacy::SumKind kind = privacy::SumKindFor(config_.noise_multiplier);
   if (current_ == nullptr || current_->kind() != kind) {
     current_ = std::make_unique<privacy::GaussianSumMechanism>(layout, kind);
   } else {
