@@ -82,6 +82,7 @@ source:
   type: kafka
   topics: [docs]
   group_id: %s
+  timestamps: create_time
 sink:
   type: kafka
   topic: releases

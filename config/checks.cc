@@ -258,6 +258,14 @@ void CheckWholeFile(const VipsdConfig& config, Diagnostics* diag) {
            "warning: an epsilon above 10 gives little protection (e^epsilon bounds how much a "
            "release may change an adversary's odds)"));
   }
+  if (config.source_type == SourceType::kKafka && config.source_timestamps == "create_time") {
+    diag->warnings.push_back(At(
+        config, "source.timestamps",
+        "warning: create_time trusts the producers' timestamps to decide which slot a record "
+        "belongs to: a producer that stamps the future can move the records sent after its own "
+        "in its partition by one slot (SECURITY.md); create the input topics with "
+        "message.timestamp.type=LogAppendTime and use log_append_time (the default)"));
+  }
   if (config.driver.noise_multiplier < 0.5) {
     diag->warnings.push_back(
         At(config, "privacy.noise_multiplier",

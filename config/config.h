@@ -118,6 +118,11 @@ struct VipsdConfig {
   // the daemon starts (a public time: room for the group join and the
   // initial read, so that start-up does not make the first slots late).
   double start_delay_seconds = 10;
+  // Slot k's cut is taken by record timestamps (source_timestamps), read
+  // once the clock is this long past t_k: the time a record appended before
+  // t_k may take to become readable, plus the broker's clock skew
+  // (core/svi/slot_windows.h). Default min(1, interval/4, release_delay/4).
+  double cut_grace_seconds = 1;
   int64_t max_steps = 0;                  // 0 = no limit
   double max_epochs = 0;                  // file source; 0 = no limit; one epoch = 1/q steps
 
@@ -132,6 +137,10 @@ struct VipsdConfig {
   std::vector<std::string> source_topics; // kafka
   std::string group_id = "vipsd";
   std::string start_position = "earliest";  // earliest | latest
+  // Whose timestamps decide slot cuts: "log_append_time" (the broker's; a
+  // message with another type is dead-lettered) or "create_time" (the
+  // producers' too: the weaker claim of SECURITY.md).
+  std::string source_timestamps = "log_append_time";
   // 960 KiB: a rejected record of this size still fits whole in a dead
   // letter under librdkafka's default message.max.bytes (1,000,000).
   int64_t max_record_bytes = 960 << 10;

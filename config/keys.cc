@@ -1,5 +1,6 @@
 #include "config/keys.h"
 
+#include <algorithm>
 #include <cassert>
 
 #include "config/checks.h"
@@ -56,6 +57,14 @@ bool DecayExponent(double x) { return x > 0.5 && x <= 1; }  // κ: Σρ_t = ∞,
 bool SlotInterval(double x) { return x >= 0.01 && x <= 86400 * 7; }
 bool WithinTenIntervals(double x, const VipsdConfig& config) {
   return x >= 0 && x <= 10 * config.step_interval_seconds;
+}
+bool CutGrace(double x, const VipsdConfig& config) {
+  return x >= 0 && x <= 60 && (x == 0 || x < config.step_interval_seconds) &&
+         x <= config.release_delay_seconds;
+}
+void DefaultCutGrace(VipsdConfig& config) {
+  config.cut_grace_seconds = std::min({1.0, config.step_interval_seconds / 4,
+                                       config.release_delay_seconds / 4});
 }
 bool UnixTime(double x) { return x >= 1e9 && x <= 1e11; }
 bool PublishTimeout(double x) { return x >= 1 && x <= 3600; }
@@ -353,6 +362,15 @@ void AddSchedule(std::vector<Key>& keys) {
                         "consumer group join and the initial read; default 10)")
                      .Only(Dimension::kSourceType, "kafka", clock_only)
                      .Live());
+  keys.push_back(Number("schedule.cut_grace_seconds", VIPSD_MEMBER(cut_grace_seconds), CutGrace,
+                        "a number of seconds in [0, 60], below interval_seconds (or 0) and at "
+                        "most release_delay_seconds (slot k's cut, by record timestamps, is read "
+                        "this long after its slot time: room for records appended before it to "
+                        "become readable; default min(1, interval_seconds / 4, "
+                        "release_delay_seconds / 4))")
+                     .Only(Dimension::kSourceType, "kafka", clock_only)
+                     .DerivedDefault(DefaultCutGrace)
+                     .Live());
   keys.push_back(Number("schedule.start_time", VIPSD_MEMBER(start_time), UnixTime,
                         "unix seconds in [1e9, 1e11] (the time of slot 0 of a new state "
                         "directory; default: when it is created)")
@@ -376,6 +394,9 @@ void AddSourceAndSink(std::vector<Key>& keys) {
   keys.push_back(
       String("source.start_position", VIPSD_MEMBER(start_position), {"earliest", "latest"})
           .Only(Dimension::kSourceType, "kafka"));
+  keys.push_back(String("source.timestamps", VIPSD_MEMBER(source_timestamps),
+                        {"log_append_time", "create_time"})
+                     .Only(Dimension::kSourceType, "kafka"));
   keys.push_back(
       Integer("source.max_record_bytes", VIPSD_MEMBER(max_record_bytes), 1, int64_t{1} << 30)
           .Only(Dimension::kSourceType, "kafka"));

@@ -18,6 +18,12 @@
 
 namespace vipsd::connectors {
 
+// Who set a message's timestamp: the broker when it appended the message
+// (Kafka message.timestamp.type=LogAppendTime; monotone per partition while
+// the broker's clock is), the producer (CreateTime; any value it chose), or
+// nobody (a file line; a pre-0.10 message format).
+enum class TimestampType { kNone, kCreateTime, kLogAppendTime };
+
 struct SourceMessage {
   std::string topic;
   int32_t partition = 0;
@@ -33,6 +39,11 @@ struct SourceMessage {
   // pooled or dead-lettered this record, so a rejected one need not be
   // dead-lettered again. False when the committed offset is unknown.
   bool below_committed = false;
+  // The message's timestamp (unix milliseconds) and who set it. Slot cuts
+  // are decided by it (core/svi/slot_windows.h): like the position, it is
+  // stream timing, not content.
+  int64_t timestamp_ms = -1;
+  TimestampType timestamp_type = TimestampType::kNone;
 };
 
 }  // namespace vipsd::connectors

@@ -51,15 +51,24 @@ StatusOr<WorkPlan> Coordinator::AppendPlan(const Context& context,
   plan.is_private = config.is_private();
   plan.key = ticket.key;
   plan.record_settings = context.bundle->record_settings;
+  plan.cut_time_ms = context.targets->cut_time_ms;
   std::vector<std::string> names = state.windows.Streams();
   std::sort(names.begin(), names.end());
   int64_t window_offsets = 0;
   for (const std::string& name : names) {
+    // [low, the last cut) before this slot's cut is recorded; the cut lies
+    // in [floor, end] and the process that reads the stream finds it.
     const svi::OffsetRange window = state.windows.Window(name, slot);
-    plan.streams.push_back({name, window.low, window.high});
-    window_offsets += window.high - window.low;
+    int64_t end = window.high, floor = window.high;
+    if (const auto it = context.targets->streams.find(name);
+        it != context.targets->streams.end()) {
+      end = std::max(it->second.end, window.low);
+      floor = std::clamp(it->second.floor, window.low, end);
+    }
+    plan.streams.push_back({name, window.low, floor, end});
+    window_offsets += end - window.low;
     // An empty window adds nothing: its partial sum is zero.
-    if (window.high > window.low) plan.wanted.push_back(name);
+    if (end > window.low) plan.wanted.push_back(name);
   }
   out->window_offsets = window_offsets;
   Checkpoint model;
@@ -128,6 +137,10 @@ StatusOr<svi::StepResult> Coordinator::StepCharged(const Context& context,
   // keeps its reader's assignment (a seek would re-assign it).
 
   std::map<std::string, std::string> sums;  // PRIVATE: stream → encoded partial
+  std::map<std::string, int64_t> cuts;       // stream → its cut (public: stream volume)
+  for (const WorkStream& stream : plan.streams) {
+    if (stream.high == stream.low) cuts[stream.name] = stream.high;  // nothing to read
+  }
   auto last_reminder = std::chrono::steady_clock::now();
   bool logged = false;
   while (sums.size() < plan.wanted.size()) {
@@ -138,9 +151,9 @@ StatusOr<svi::StepResult> Coordinator::StepCharged(const Context& context,
       if (sums.count(name) > 0) continue;
       const WorkStream* stream = FindStream(plan, name);
       if (!ingest.Assigned(name)) continue;
-      if (ingest.Complete(name, stream->high)) {
+      if (ingest.Complete(name)) {
         ready.push_back(stream);
-      } else if (ingest.Overflowing(name, stream->high)) {
+      } else if (ingest.Overflowing(name)) {
         overflowing = name;
       }
     }
@@ -151,8 +164,10 @@ StatusOr<svi::StepResult> Coordinator::StepCharged(const Context& context,
                              " (no release; the step was charged)");
     }
     for (const WorkStream* stream : ready) {
+      const int64_t cut = ingest.Target(stream->name);
       VIPSD_ASSIGN_OR_RETURN(sums[stream->name],
-                             LocalPartial(ingest, *context.driver, plan, *stream));
+                             LocalPartial(ingest, *context.driver, plan, *stream, cut));
+      cuts[stream->name] = cut;
       ++out->partials_local;
     }
     if (sums.size() == plan.wanted.size()) break;
@@ -181,7 +196,19 @@ StatusOr<svi::StepResult> Coordinator::StepCharged(const Context& context,
                                " does not fit the pool.capacity of the process holding it (" +
                                partial->instance + "; no release; the step was charged)");
       }
+      const WorkStream* stream = FindStream(plan, partial->stream);
+      if (partial->cut < stream->floor || partial->cut > stream->high) {
+        out->log_lines.emplace_back(
+            LogLevel::kWarning,
+            work_.Describe() + " offset " + std::to_string(offset) + ": the partial of " +
+                partial->stream + " from " + partial->instance + " names cut " +
+                std::to_string(partial->cut) + ", outside the plan's [" +
+                std::to_string(stream->floor) + ", " + std::to_string(stream->high) +
+                "]; ignored");
+        continue;
+      }
       sums[partial->stream] = std::move(partial->sum);
+      cuts[partial->stream] = partial->cut;
       ++out->partials_remote;
     }
     const auto now = std::chrono::steady_clock::now();
@@ -203,7 +230,9 @@ StatusOr<svi::StepResult> Coordinator::StepCharged(const Context& context,
                            privacy::GaussianSumMechanism::DecodeUnreleased(layout, sums.at(name)));
     VIPSD_RETURN_IF_ERROR(total_->Merge(std::move(*partial)));
   }
-  return context.driver->Finish(ticket, *total_);
+  VIPSD_ASSIGN_OR_RETURN(svi::StepResult result, context.driver->Finish(ticket, *total_));
+  *context.cuts = std::move(cuts);
+  return result;
 }
 
 }  // namespace vipsd::daemon

@@ -55,6 +55,11 @@ class Coordinator {
     int64_t model_step = 0;  // the step whose M-step the model includes
     // Called when ownership is lost while waiting (the daemon stops).
     std::function<void(const Status&)> on_fenced;
+    // The slot's cut rule (the ends observed, floors, slot time), and where
+    // the step puts every stream's cut once all partials are in (the ledger
+    // records them; empty when the step did not finish).
+    const SlotTargets* targets = nullptr;
+    std::map<std::string, int64_t>* cuts = nullptr;
   };
   StatusOr<svi::StepResult> Step(const Context& context, int64_t slot, SlotOutputs* out);
 

@@ -237,6 +237,7 @@ Status Daemon::Initialize() {
       }
       VIPSD_RETURN_IF_ERROR(state.windows.SkipTo(first - 1));
     }
+    clock_->SetGrace(config_.cut_grace_seconds);
     clock_->Schedule(first, state.windows.anchor_slot(), state.windows.anchor_time(),
                      state.windows.interval_seconds());
   }
@@ -311,11 +312,36 @@ bool Daemon::WaitForCuts(int64_t slot, std::map<std::string, StreamBounds>* boun
   }
 }
 
-bool Daemon::WaitForWindow(const std::map<std::string, StreamBounds>& bounds, bool* overflow) {
+SlotTargets Daemon::TargetsFor(int64_t slot,
+                               const std::map<std::string, StreamBounds>& bounds) const {
+  // Slot k's cut of a stream: its first record after t_k by timestamp,
+  // looked for from the previous cut (or the end observed for the previous
+  // slot, whichever is higher) up to the end observed now
+  // (core/svi/slot_windows.h).
+  SlotTargets targets;
+  const LedgerState& state = keeper_->state();
+  if (paced_) {
+    targets.cut_time_ms = static_cast<int64_t>(std::floor(state.windows.SlotTime(slot) * 1000));
+  }
+  for (const auto& [stream, b] : bounds) {
+    int64_t floor = b.end;
+    if (paced_) {
+      floor = state.windows.Cut(stream, state.windows.last_slot());
+      if (const auto previous = previous_ends_.find(stream); previous != previous_ends_.end()) {
+        floor = std::max(floor, previous->second);
+      }
+    }
+    targets.streams[stream] = {b.end, std::min(floor, b.end)};
+  }
+  return targets;
+}
+
+bool Daemon::WaitForWindow(int64_t slot, const std::map<std::string, StreamBounds>& bounds,
+                           bool* overflow, std::map<std::string, int64_t>* cuts) {
   *overflow = false;
-  std::map<std::string, int64_t> cuts;
-  for (const auto& [stream, b] : bounds) cuts[stream] = b.end;
-  ingest_->SetTargets(cuts);
+  std::map<std::string, int64_t> ends;
+  for (const auto& [stream, b] : bounds) ends[stream] = b.end;
+  ingest_->SetTargets(TargetsFor(slot, bounds));
   const LedgerState& state = keeper_->state();
   auto window_start = [&](const std::string& stream) {
     return paced_ ? state.windows.ResumeOffset(stream) : int64_t{0};
@@ -327,15 +353,17 @@ bool Daemon::WaitForWindow(const std::map<std::string, StreamBounds>& bounds, bo
     const uint64_t seen = control_.Generation();
     if (control_.stopping()) return false;
     ServiceRequests();
-    const WindowProgress progress = ingest_->Progress(cuts, window_start);
+    const WindowProgress progress = ingest_->Progress(ends, window_start);
     // Overflow iff the window holds more records than pool.capacity: the
     // ingest thread reads at most capacity + 1 of them.
     if (progress.behind.empty()) {
       *overflow = capacity > 0 && progress.held > capacity;
+      *cuts = ingest_->Cuts(ends);
       return true;
     }
     if (capacity > 0 && progress.held > capacity) {
       *overflow = true;
+      *cuts = ingest_->Cuts(ends);
       return true;
     }
     if (!logged && std::chrono::steady_clock::now() - wait_start > std::chrono::seconds(5)) {
@@ -344,7 +372,7 @@ bool Daemon::WaitForWindow(const std::map<std::string, StreamBounds>& bounds, bo
       std::string names;
       for (const auto& [name, read] : progress.behind) {
         names += (names.empty() ? "" : ", ") + name + " read to offset " + std::to_string(read) +
-                 " of " + std::to_string(cuts.at(name));
+                 " of " + std::to_string(ends.at(name));
       }
       Log(LogLevel::kInfo, kComponent,
           "waiting for input: the next slot needs the records below its cut of " + names +
@@ -354,11 +382,9 @@ bool Daemon::WaitForWindow(const std::map<std::string, StreamBounds>& bounds, bo
   }
 }
 
-void Daemon::AdmitWindow(const std::map<std::string, StreamBounds>& bounds) {
+void Daemon::AdmitWindow(const std::map<std::string, int64_t>& cuts) {
   // Records below the slot's cut enter the pool; everything the window no
   // longer covers was evicted when the previous slot ended (AdvanceWindow).
-  std::map<std::string, int64_t> cuts;
-  for (const auto& [stream, b] : bounds) cuts[stream] = b.end;
   for (auto& [id, taken] : ingest_->Admit(cuts)) {
     for (Staged& staged : taken) pool_.Add(std::move(staged.record), {id, staged.offset});
   }
@@ -393,18 +419,22 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
     }
   }
   bool overflow = false;
+  std::map<std::string, int64_t> cuts;
   if (coordinator_ != nullptr) {
     // Shared work: the partitions are spread over the processes; the step
-    // itself waits for every partition's partial sum (Coordinator::Step).
-    std::map<std::string, int64_t> cuts;
-    for (const auto& [stream, b] : bounds) cuts[stream] = b.end;
-    ingest_->SetTargets(cuts);
-  } else if (!WaitForWindow(bounds, &overflow)) {
+    // itself waits for every partition's partial sum (Coordinator::Step),
+    // and each partial names the cut its process found. The cuts are
+    // recorded after the step (RecordSharedCuts).
+    slot_targets_ = TargetsFor(slot, bounds);
+    shared_cuts_.clear();
+    ingest_->SetTargets(slot_targets_);
+  } else if (!WaitForWindow(slot, bounds, &overflow, &cuts)) {
     return;  // stopping
   }
   if (paced_) {
-    std::map<std::string, int64_t> cuts;
-    for (const auto& [stream, b] : bounds) cuts[stream] = b.end;
+    for (const auto& [stream, b] : bounds) previous_ends_[stream] = b.end;
+  }
+  if (paced_ && coordinator_ == nullptr) {
     const Status recorded = state.windows.RecordCuts(slot, cuts);
     if (!recorded.ok()) {
       // A log end below an earlier cut (the topic was deleted and recreated,
@@ -415,7 +445,7 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
               "; no further step until an operator acts");
       (void)state.windows.SkipTo(slot);
     }
-  } else {
+  } else if (!paced_) {
     (void)state.windows.SkipTo(slot);
   }
   if (overflow && !overflow_) {
@@ -424,7 +454,7 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
                                std::to_string(config_.pool_capacity) + " records",
                            &out);
   }
-  if (!overflow && coordinator_ == nullptr) AdmitWindow(bounds);
+  if (!overflow && coordinator_ == nullptr) AdmitWindow(cuts);
 
   bool stepped = false;
   if (keeper_->failing()) {
@@ -452,6 +482,20 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
     stepped = RunStep(slot, &out);
     if (stepped && was_halted) {
       out.log_lines.emplace_back(LogLevel::kInfo, "the budget admits the next step again; resuming");
+    }
+  }
+  if (paced_ && coordinator_ != nullptr) {
+    // Shared work: the cuts the step's partials named. A slot not stepped
+    // to the end has none: it is recorded as missed (its records belong to
+    // the next slot stepped, whose floors are at least this slot's ends).
+    const Status recorded = shared_cuts_.empty() ? state.windows.SkipTo(slot)
+                                                 : state.windows.RecordCuts(slot, shared_cuts_);
+    if (!recorded.ok()) {
+      keeper_->Stick(recorded);
+      out.log_lines.emplace_back(LogLevel::kError,
+                                 "slot " + std::to_string(slot) + ": " + recorded.ToString() +
+                                     "; no further step until an operator acts");
+      (void)state.windows.SkipTo(slot);
     }
   }
   if (out.deadline > 0 && WallNow() > out.deadline && !control_.stopping()) {
@@ -744,6 +788,11 @@ bool Daemon::IsFinished() const {
 Status Daemon::Run() {
   run_started_at_ = std::floor(WallNow());
   ingest_->SetCapacity(paced_ ? config_.pool_capacity : 0);
+  if (paced_) {
+    ingest_->SetTimestampPolicy(config_.source_timestamps == "create_time"
+                                    ? TimestampPolicy::kAny
+                                    : TimestampPolicy::kLogAppendTime);
+  }
   metrics_->SetAccountingMode(keeper_->state().mode);
   // The start-up check made the ledger's unit and cap the configured ones.
   metrics_->SetPrivacyUnit(config_.privacy_unit, config_.driver.max_records_per_unit);

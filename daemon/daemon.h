@@ -98,6 +98,7 @@
 #include "core/svi/slot_windows.h"
 #include "core/svi/step_driver.h"
 #include "daemon/io.h"
+#include "daemon/ingest.h"
 #include "daemon/ledger.h"
 #include "daemon/ledger_replica.h"
 #include "daemon/metrics.h"
@@ -194,12 +195,15 @@ class Daemon {
   Status Initialize();
   // The slot loop.
   bool WaitForCuts(int64_t slot, std::map<std::string, StreamBounds>* bounds);
-  bool WaitForWindow(const std::map<std::string, StreamBounds>& bounds, bool* overflow);
+  bool WaitForWindow(int64_t slot, const std::map<std::string, StreamBounds>& bounds,
+                     bool* overflow, std::map<std::string, int64_t>* cuts);
+  // Slot `slot`'s cut rule for the ends observed (`bounds`).
+  SlotTargets TargetsFor(int64_t slot, const std::map<std::string, StreamBounds>& bounds) const;
   // A reload or a new partition to cover, asked while the step thread waits.
   void ServiceRequests();
   void CoverNewStreams();
   void ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>& bounds);
-  void AdmitWindow(const std::map<std::string, StreamBounds>& bounds);
+  void AdmitWindow(const std::map<std::string, int64_t>& cuts);
   void AdvanceWindow();
   // The step.
   bool RunStep(int64_t slot, SlotOutputs* out);
@@ -289,6 +293,13 @@ class Daemon {
   double sticky_logged_at_ = 0;      // when the last "not stepping" line was said
   int64_t steps_run_ = 0;
   int64_t slots_skipped_ = 0;
+  // The log ends observed for the last slot processed (the floor of the next
+  // slot's cuts, TargetsFor); empty after a start.
+  std::map<std::string, int64_t> previous_ends_;
+  // Shared work: the slot's cut rule for the plan, and the cuts its step
+  // found (empty when the slot was not stepped to the end).
+  SlotTargets slot_targets_;
+  std::map<std::string, int64_t> shared_cuts_;
   int64_t step_limit_ = 0;           // offline run: steps from max_steps / max_epochs; 0 = none
   std::optional<Status> run_error_;  // returned by Run()
 

@@ -86,7 +86,10 @@ StatusOr<bool> Daemon::ApplyReload(config::VipsdConfig next, std::vector<std::st
       return moved;
     }
   }
-  if (paced_) ingest_->SetCapacity(next.pool_capacity);
+  if (paced_) {
+    ingest_->SetCapacity(next.pool_capacity);
+    clock_->SetGrace(next.cut_grace_seconds);
+  }
   state.windows = std::move(windows);
   pool_.set_max_candidate_steps(paced_ ? next.window_steps : 0);
   if (overflow_ && (next.pool_capacity > overflow_capacity_)) {

@@ -47,6 +47,8 @@ bool Daemon::RunStep(int64_t slot, SlotOutputs* out) {
     context.bundle = &bundle_;
     context.model_step = model_step_;
     context.on_fenced = [this](const Status& error) { OnFenced(error); };
+    context.targets = &slot_targets_;
+    context.cuts = &shared_cuts_;
     result = coordinator_->Step(context, slot, out);
     if (!result.ok() && result.status().code() == StatusCode::kOutOfRange) {
       // A process could not hold a partition's window: stepping stops as

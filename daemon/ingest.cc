@@ -128,6 +128,7 @@ uint32_t Ingest::StreamIdLocked(const std::string& stream) {
     staging_.emplace_back();
     next_unread_.push_back(0);
     target_.push_back(kNoTarget);
+    floor_.push_back(0);
   }
   return it->second;
 }
@@ -142,12 +143,42 @@ std::vector<std::string> Ingest::StreamNames() const {
   return stream_names_;
 }
 
-void Ingest::SetTargets(const std::map<std::string, int64_t>& cuts) {
+SlotTargets SlotTargets::AtEnds(const std::map<std::string, int64_t>& ends) {
+  SlotTargets targets;
+  for (const auto& [stream, end] : ends) targets.streams[stream] = {end, end};
+  return targets;
+}
+
+void Ingest::SetTimestampPolicy(TimestampPolicy policy) {
+  MutexLock lock(&mutex_);
+  timestamp_policy_ = policy;
+}
+
+void Ingest::LowerTargetLocked(uint32_t id, const Staged& staged) {
+  // The first record at or above the floor stamped after the slot time
+  // belongs to a later slot: the cut is its offset. Records are staged in
+  // offset order, so the first one found is the lowest.
+  if (cut_time_ms_ != kNoCutTime && staged.offset >= floor_[id] && staged.offset < target_[id] &&
+      staged.timestamp_ms > cut_time_ms_) {
+    target_[id] = staged.offset;
+  }
+}
+
+void Ingest::SetTargets(const SlotTargets& targets) {
   {
     MutexLock lock(&mutex_);
     // The ingest thread counts staged records below the new targets.
     for (uint32_t id = 0; id < stream_names_.size(); ++id) target_[id] = kNoTarget;
-    for (const auto& [stream, cut] : cuts) target_[StreamIdLocked(stream)] = cut;
+    cut_time_ms_ = targets.cut_time_ms;
+    for (const auto& [stream, target] : targets.streams) {
+      const uint32_t id = StreamIdLocked(stream);
+      target_[id] = target.end;
+      floor_[id] = std::min(target.floor, target.end);
+      for (const Staged& staged : staging_[id]) {
+        if (staged.offset >= target_[id]) break;
+        LowerTargetLocked(id, staged);
+      }
+    }
     staged_in_window_ = 0;
     for (uint32_t id = 0; id < stream_names_.size(); ++id) {
       for (const Staged& staged : staging_[id]) {
@@ -158,19 +189,29 @@ void Ingest::SetTargets(const std::map<std::string, int64_t>& cuts) {
   wake_.notify_all();
 }
 
-WindowProgress Ingest::Progress(const std::map<std::string, int64_t>& cuts,
+WindowProgress Ingest::Progress(const std::map<std::string, int64_t>& streams,
                                 const std::function<int64_t(const std::string&)>& window_start) {
   WindowProgress progress;
   MutexLock lock(&mutex_);
-  for (const auto& [stream, cut] : cuts) {
+  for (const auto& [stream, end] : streams) {
     const uint32_t id = StreamIdLocked(stream);
+    const int64_t target = std::min(target_[id], end);
     const int64_t low = window_start(stream);
-    if (cut > low && next_unread_[id] < cut) {
+    if (target > low && next_unread_[id] < target) {
       progress.behind.emplace_back(stream, std::max(next_unread_[id], low));
     }
   }
   progress.held = pool_size_ + staged_in_window_;
   return progress;
+}
+
+std::map<std::string, int64_t> Ingest::Cuts(const std::map<std::string, int64_t>& streams) {
+  std::map<std::string, int64_t> cuts = streams;
+  MutexLock lock(&mutex_);
+  for (auto& [stream, cut] : cuts) {
+    cut = std::min(cut, target_[StreamIdLocked(stream)]);
+  }
+  return cuts;
 }
 
 std::vector<std::pair<uint32_t, std::deque<Staged>>> Ingest::Admit(
@@ -211,6 +252,7 @@ void Ingest::AdvanceTo(const std::map<std::string, int64_t>& low) {
     }
     // The next slot's cut is not known yet: every staged record counts.
     int64_t staged = 0;
+    cut_time_ms_ = kNoCutTime;
     for (uint32_t id = 0; id < stream_names_.size(); ++id) {
       target_[id] = kNoTarget;
       staged += static_cast<int64_t>(staging_[id].size());
@@ -220,16 +262,22 @@ void Ingest::AdvanceTo(const std::map<std::string, int64_t>& low) {
   wake_.notify_all();
 }
 
-bool Ingest::CompleteLocked(const std::string& stream, int64_t high) {
+bool Ingest::CompleteLocked(const std::string& stream) {
   // Reading starts at a window's start (the resume offsets are windows'
   // lows, which never decrease), and re-delivered offsets are dropped, so
   // everything in [low, next_unread) has been read here.
-  return next_unread_[StreamIdLocked(stream)] >= high;
+  const uint32_t id = StreamIdLocked(stream);
+  return target_[id] != kNoTarget && next_unread_[id] >= target_[id];
 }
 
-bool Ingest::Complete(const std::string& stream, int64_t high) {
+bool Ingest::Complete(const std::string& stream) {
   MutexLock lock(&mutex_);
-  return CompleteLocked(stream, high);
+  return CompleteLocked(stream);
+}
+
+int64_t Ingest::Target(const std::string& stream) {
+  MutexLock lock(&mutex_);
+  return target_[StreamIdLocked(stream)];
 }
 
 bool Ingest::AssignedLocked(const std::string& stream) const {
@@ -244,10 +292,10 @@ bool Ingest::Assigned(const std::string& stream) const {
   return AssignedLocked(stream);
 }
 
-bool Ingest::Overflowing(const std::string& stream, int64_t high) {
+bool Ingest::Overflowing(const std::string& stream) {
   MutexLock lock(&mutex_);
   if (capacity_ <= 0 || pool_size_ + staged_in_window_ <= capacity_) return false;
-  return AssignedLocked(stream) && !CompleteLocked(stream, high);
+  return AssignedLocked(stream) && !CompleteLocked(stream);
 }
 
 svi::StreamCandidates Ingest::Candidates(const std::string& stream, int64_t low, int64_t high) {
@@ -419,11 +467,26 @@ Status Ingest::IngestBatch(PollBatch& batch) {
       if (covered_streams_.count(stream) == 0) uncovered.insert(stream);
     }
   }
+  TimestampPolicy policy;
+  {
+    MutexLock lock(&mutex_);
+    policy = timestamp_policy_;
+  }
   std::vector<std::optional<model::Record>> decoded(records.size());
   std::vector<std::pair<size_t, connectors::RejectReason>> rejected;
   for (size_t i = 0; i < records.size(); ++i) {
     metrics_->records_consumed_total(records[i].topic).Increment();
     if (duplicate[i]) continue;
+    // A timestamp the cuts may not trust: the record would decide a cut
+    // (core/svi/slot_windows.h) with a time its producer chose, or none.
+    const connectors::TimestampType type = records[i].timestamp_type;
+    if ((policy == TimestampPolicy::kLogAppendTime &&
+         type != connectors::TimestampType::kLogAppendTime) ||
+        (policy == TimestampPolicy::kAny &&
+         (type == connectors::TimestampType::kNone || records[i].timestamp_ms < 0))) {
+      rejected.emplace_back(i, connectors::RejectReason::kUntrustedTimestamp);
+      continue;
+    }
     if (records[i].oversize) {
       rejected.emplace_back(i, connectors::RejectReason::kRecordTooLarge);
       continue;
@@ -451,7 +514,9 @@ Status Ingest::IngestBatch(PollBatch& batch) {
       if (records[i].offset < next_unread_[id]) continue;  // duplicate
       next_unread_[id] = records[i].offset + 1;
       if (decoded[i].has_value()) {
-        staging_[id].push_back({std::move(*decoded[i]), records[i].offset});
+        staging_[id].push_back(
+            {std::move(*decoded[i]), records[i].offset, records[i].timestamp_ms});
+        LowerTargetLocked(id, staging_[id].back());
         if (records[i].offset < target_[id]) ++staged_in_window_;
         ++records_pooled_;
       } else {

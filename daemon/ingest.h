@@ -21,10 +21,12 @@
 //     the pool exceed pool.capacity by one, polling waits — an overflow is
 //     then a count, never a guess about unread offsets.
 //
-// What decides which records a step sees is NOT here: the step thread asks
-// for the records below each stream's cut (Admit) and the cut comes from the
-// slot clock. Ingest only makes sure that everything below a cut has been
-// read (Progress) and hands it over in offset order.
+// What decides which records a step sees is the cut rule of
+// core/svi/slot_windows.h: the slot clock observes each stream's end, and
+// the first staged record after the slot time (by its timestamp) lowers the
+// stream's target to the cut (SetTargets). Ingest makes sure that
+// everything below a cut has been read (Progress) and hands it over in
+// offset order (Admit).
 //
 // Privacy: staged records are private; they leave only through Admit and
 // Candidates (to the step thread). Counters (records pooled, rejected,
@@ -42,6 +44,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -65,6 +68,31 @@ namespace vipsd::daemon {
 struct Staged {
   model::Record record;
   int64_t offset = 0;
+  int64_t timestamp_ms = -1;  // the message's (stream timing, not content)
+};
+
+// Which message timestamps a paced run trusts to decide its slot cuts
+// (source.timestamps); a message with any other is dead-lettered
+// (untrusted_timestamp). kIgnore: an unpaced run (no cuts; a file has none).
+enum class TimestampPolicy { kIgnore, kLogAppendTime, kAny };
+
+// "No slot time": a target is the observed end itself.
+inline constexpr int64_t kNoCutTime = std::numeric_limits<int64_t>::max();
+
+// What the step thread (or a worker, for a plan) gathers for: every stream's
+// observed end and the slot's cut rule. A stream's CUT is the offset of its
+// first staged record at or above `floor` whose timestamp is after
+// `cut_time_ms` (a record of a later slot), or `end` when there is none
+// below it (core/svi/slot_windows.h).
+struct SlotTargets {
+  int64_t cut_time_ms = kNoCutTime;  // floor(t_k · 1000)
+  struct Stream {
+    int64_t end = 0;    // the log end observed at t_k + grace
+    int64_t floor = 0;  // no cut below this (the previous cut, or end observed at t_{k−1} + grace)
+  };
+  std::map<std::string, Stream> streams;
+  // Ends only: the cut is the end (an unpaced run; kNoCutTime).
+  static SlotTargets AtEnds(const std::map<std::string, int64_t>& ends);
 };
 
 // Where reading stands against a slot's cuts.
@@ -120,12 +148,22 @@ class Ingest {
   void RequestCover() EXCLUDES(mutex_);
 
   void SetCapacity(int64_t capacity) EXCLUDES(mutex_);
-  // The cut of each stream the step thread gathers for (the rest: none).
-  void SetTargets(const std::map<std::string, int64_t>& cuts) EXCLUDES(mutex_);
-  // How far reading stands against `cuts`; `window_start(stream)` is where
-  // the stream's window begins (nothing below it is needed).
-  WindowProgress Progress(const std::map<std::string, int64_t>& cuts,
+  // Before Start: which timestamps this run trusts (default kIgnore).
+  void SetTimestampPolicy(TimestampPolicy policy) EXCLUDES(mutex_);
+  // What the step thread gathers for (the other streams: nothing). Each
+  // stream's target starts at its end and drops to its cut as soon as the
+  // record that decides it is staged.
+  void SetTargets(const SlotTargets& targets) EXCLUDES(mutex_);
+  // How far reading stands against `ends` (stream → end), each lowered to
+  // the stream's target; `window_start(stream)` is where the stream's window
+  // begins (nothing below it is needed). A stream is complete once read up
+  // to that.
+  WindowProgress Progress(const std::map<std::string, int64_t>& ends,
                           const std::function<int64_t(const std::string&)>& window_start)
+      EXCLUDES(mutex_);
+  // The cuts: each of `ends` lowered to its stream's target (final once
+  // Progress reports none behind).
+  std::map<std::string, int64_t> Cuts(const std::map<std::string, int64_t>& ends)
       EXCLUDES(mutex_);
   // Takes the staged records below each stream's cut, by stream id.
   std::vector<std::pair<uint32_t, std::deque<Staged>>> Admit(
@@ -140,12 +178,14 @@ class Ingest {
   uint32_t StreamId(const std::string& stream) EXCLUDES(mutex_);
   std::vector<std::string> StreamNames() const EXCLUDES(mutex_);
 
-  // Shared work: whether this process read every record of [low, high) of
-  // `stream`, holds it now, or cannot complete it (its window fills
+  // Shared work: whether this process read `stream` up to its target (its
+  // cut; SetTargets), holds it now, or cannot complete it (its window fills
   // pool.capacity); the staged candidates of [low, high).
-  bool Complete(const std::string& stream, int64_t high) EXCLUDES(mutex_);
+  bool Complete(const std::string& stream) EXCLUDES(mutex_);
+  // The stream's target (its cut once Complete).
+  int64_t Target(const std::string& stream) EXCLUDES(mutex_);
   bool Assigned(const std::string& stream) const EXCLUDES(mutex_);
-  bool Overflowing(const std::string& stream, int64_t high) EXCLUDES(mutex_);
+  bool Overflowing(const std::string& stream) EXCLUDES(mutex_);
   svi::StreamCandidates Candidates(const std::string& stream, int64_t low, int64_t high)
       EXCLUDES(mutex_);
   // Worker: drops staged records of `stream` below `low` (never a candidate
@@ -161,7 +201,9 @@ class Ingest {
   // Dead-letters rejected record `index` of `records`; false when stopping.
   bool DeadLetter(const InputRecord& record, connectors::RejectReason reason) EXCLUDES(mutex_);
   uint32_t StreamIdLocked(const std::string& stream) REQUIRES(mutex_);
-  bool CompleteLocked(const std::string& stream, int64_t high) REQUIRES(mutex_);
+  bool CompleteLocked(const std::string& stream) REQUIRES(mutex_);
+  // Lowers stream `id`'s target to `staged`'s offset if it decides the cut.
+  void LowerTargetLocked(uint32_t id, const Staged& staged) REQUIRES(mutex_);
   bool AssignedLocked(const std::string& stream) const REQUIRES(mutex_);
   // Waits for a notification or `timeout`; false when stopping.
   bool WaitLocked(MutexLock& lock, std::chrono::milliseconds timeout) REQUIRES(mutex_);
@@ -188,6 +230,10 @@ class Ingest {
   // Per stream id: the cut the step thread gathers for (kNoTarget until the
   // slot's cut is known). Staged records below it are window records.
   std::vector<int64_t> target_ GUARDED_BY(mutex_);
+  // Per stream id: no cut below this offset (SlotTargets::Stream::floor).
+  std::vector<int64_t> floor_ GUARDED_BY(mutex_);
+  int64_t cut_time_ms_ GUARDED_BY(mutex_) = kNoCutTime;
+  TimestampPolicy timestamp_policy_ GUARDED_BY(mutex_) = TimestampPolicy::kIgnore;
   int64_t staged_in_window_ GUARDED_BY(mutex_) = 0;
   int64_t pool_size_ GUARDED_BY(mutex_) = 0;
   int64_t capacity_ GUARDED_BY(mutex_) = 0;

@@ -96,6 +96,7 @@ std::string RecordSettings(const config::VipsdConfig& config,
     if (path == "model.lda.vocabulary") {
       out += path + " (BLAKE2b-256 of its terms): " + vocabulary_fingerprint + "\n";
     } else if (path.rfind("model.", 0) == 0 || path == "source.max_record_bytes" ||
+               path == "source.timestamps" ||
                path.rfind("privacy.unit", 0) == 0 || path == "privacy.max_records_per_unit") {
       out += path + ": " + value + "\n";
     }

@@ -43,6 +43,14 @@ Status SlotClock::Retime(const std::function<StatusOr<Anchor>(int64_t next_slot)
   return Status::Ok();
 }
 
+void SlotClock::SetGrace(double grace_seconds) {
+  {
+    MutexLock lock(&mutex_);
+    grace_ = grace_seconds;
+  }
+  wake_.notify_all();
+}
+
 int64_t SlotClock::next_slot() const {
   MutexLock lock(&mutex_);
   return next_slot_;
@@ -87,7 +95,7 @@ void SlotClock::Loop() {
       for (;;) {
         if (stop_) return;
         slot = next_slot_;
-        due = DueLocked(slot);
+        due = DueLocked(slot) + grace_;
         const double left = due - WallNow();
         if (left <= 0) break;
         lock.WaitFor(wake_, std::chrono::duration<double>(std::min(left, 1.0)));
@@ -97,7 +105,7 @@ void SlotClock::Loop() {
     if (!bounds.ok()) return;  // stopping
     {
       MutexLock lock(&mutex_);
-      if (next_slot_ != slot || DueLocked(slot) != due) {
+      if (next_slot_ != slot || DueLocked(slot) + grace_ != due) {
         continue;  // a reload moved this slot's time meanwhile: observe it at its new time
       }
       observed_[slot] = std::move(*bounds);
@@ -116,7 +124,9 @@ StatusOr<SlotBounds> SlotClock::ObserveWithRetry(InputSource& source, double as_
       if (failures > 0) {
         Log(LogLevel::kWarning, kComponent,
             "observed the input's end offsets after " + std::to_string(failures) +
-                " failed attempts; the cut is the log end at this later time");
+                " failed attempts (the cut is still decided by record timestamps; a record "
+                "appended before the slot time that was not readable yet falls into the "
+                "next slot)");
       }
       return bounds;
     }

@@ -3,10 +3,12 @@
 // from, and the cuts it has observed for slots the step thread has not taken
 // yet.
 //
-// Slot k is due at t_k = anchor_time + (k − anchor_slot) · interval. At t_k
-// the clock thread reads the end offset of every input partition (the
-// source's ObserveBounds): slot k's cuts. It does no private work, and what
-// it observes is stream volume. A reload that changes the interval moves
+// Slot k is due at t_k = anchor_time + (k − anchor_slot) · interval. At
+// t_k + grace (schedule.cut_grace_seconds) the clock thread reads the end
+// offset of every input partition (the source's ObserveBounds): an upper
+// bound of slot k's cuts, which the records' timestamps then decide
+// (Ingest::SetTargets; core/svi/slot_windows.h). It does no private work,
+// and what it observes is stream volume. A reload that changes the interval moves
 // the anchor (Reanchor) for slots not observed yet; a slot whose time moved
 // while it was being observed is observed again at its new time.
 //
@@ -60,6 +62,9 @@ class SlotClock {
   Status Retime(const std::function<StatusOr<Anchor>(int64_t next_slot)>& retime)
       EXCLUDES(mutex_);
   int64_t next_slot() const EXCLUDES(mutex_);
+  // How long after a slot's time its observation is made (a reload may
+  // change it; slots not observed yet use the new value).
+  void SetGrace(double grace_seconds) EXCLUDES(mutex_);
 
   // Starts the clock thread over `source` (not owned).
   void Start(InputSource* source) EXCLUDES(mutex_);
@@ -91,6 +96,7 @@ class SlotClock {
   double anchor_time_ GUARDED_BY(mutex_) = 0;
   int64_t anchor_slot_ GUARDED_BY(mutex_) = 0;
   double interval_ GUARDED_BY(mutex_) = 0;
+  double grace_ GUARDED_BY(mutex_) = 0;
 };
 
 }  // namespace vipsd::daemon

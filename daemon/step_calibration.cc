@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <random>
 #include <vector>
@@ -108,7 +109,13 @@ StatusOr<StepCalibration> CalibrateWorstCaseStep(const config::VipsdConfig& conf
   out.batch_bound = std::max<int64_t>(bound, 1);
   out.timed_records = std::min(out.batch_bound, kCalibrationRecords);
 
-  VIPSD_ASSIGN_OR_RETURN(ModelBundle bundle, BuildModel(config));
+  // The worst case of the E-step too: every record runs the configured
+  // maximum of iterations (a tolerance only an exact fixed point meets),
+  // whatever real records would need.
+  config::VipsdConfig worst = config;
+  worst.lda.estep_tolerance = std::numeric_limits<double>::denorm_min();
+  worst.sbn.estep_tolerance = std::numeric_limits<double>::denorm_min();
+  VIPSD_ASSIGN_OR_RETURN(ModelBundle bundle, BuildModel(worst));
   const std::vector<model::Record> records =
       SyntheticRecords(config, *bundle.model, out.timed_records);
   svi::DriverConfig driver_config = config.driver;
@@ -134,7 +141,8 @@ StatusOr<StepCalibration> CalibrateWorstCaseStep(const config::VipsdConfig& conf
   }
   out.step_seconds = slowest * static_cast<double>(out.batch_bound) /
                      static_cast<double>(out.timed_records);
-  out.budget_seconds = std::min(config.release_delay_seconds, config.step_interval_seconds);
+  out.budget_seconds = std::min(config.release_delay_seconds - config.cut_grace_seconds,
+                                config.step_interval_seconds);
   out.fits = kCalibrationSafety * out.step_seconds <= out.budget_seconds;
   out.text = "a step on " + std::to_string(out.batch_bound) +
              " records (the batch Poisson sampling at q = " +
@@ -145,12 +153,14 @@ StatusOr<StepCalibration> CalibrateWorstCaseStep(const config::VipsdConfig& conf
                   : "") +
              ") took " + Seconds(out.step_seconds) + " on this machine; a slot gives a step " +
              Seconds(out.budget_seconds) +
-             " (min of schedule.release_delay_seconds and schedule.interval_seconds)";
+             " (min of schedule.release_delay_seconds - cut_grace_seconds and "
+             "schedule.interval_seconds)";
   if (!out.fits) {
     out.text += ", less than " + Seconds(kCalibrationSafety * out.step_seconds) + " (" +
                 ShortestNumber(kCalibrationSafety) +
                 " x the step): steps would overrun their deadlines; raise "
-                "schedule.interval_seconds (and release_delay_seconds) or lower pool.capacity";
+                "schedule.interval_seconds (and release_delay_seconds), or lower "
+                "schedule.cut_grace_seconds or pool.capacity";
   }
   return out;
 }

@@ -8,10 +8,13 @@
 namespace vipsd::daemon {
 namespace {
 
-constexpr char kPlanMagic[4] = {'V', 'W', 'P', '2'};
-// The plan of vipsd versions without record_settings (refused by name).
+constexpr char kPlanMagic[4] = {'V', 'W', 'P', '3'};
+// Plans of earlier vipsd versions (refused by name): VWP1 without the record
+// settings, VWP2 with cuts at the observed log ends (no timestamp cut rule).
 constexpr char kPlanMagicV1[4] = {'V', 'W', 'P', '1'};
-constexpr char kPartialMagic[4] = {'V', 'W', 'R', '1'};
+constexpr char kPlanMagicV2[4] = {'V', 'W', 'P', '2'};
+constexpr char kPartialMagic[4] = {'V', 'W', 'R', '2'};
+constexpr char kPartialMagicV1[4] = {'V', 'W', 'R', '1'};
 constexpr size_t kDigestBytes = 32;
 // Strings and lists beyond these are refused before anything is allocated.
 constexpr uint64_t kMaxString = uint64_t{1} << 32;
@@ -130,10 +133,12 @@ std::string EncodeWorkPlan(const WorkPlan& plan) {
   w.F64(plan.sampling_rate);
   w.U64(plan.is_private ? 1 : 0);
   w.Str(std::string_view(reinterpret_cast<const char*>(plan.key.bytes.data()), plan.key.bytes.size()));
+  w.I64(plan.cut_time_ms);
   w.U64(plan.streams.size());
   for (const WorkStream& s : plan.streams) {
     w.Str(s.name);
     w.I64(s.low);
+    w.I64(s.floor);
     w.I64(s.high);
   }
   w.U64(plan.wanted.size());
@@ -148,6 +153,7 @@ std::string EncodeWorkPartial(const WorkPartial& partial) {
   Writer w(kPartialMagic);
   PutHeader(w, partial.job, partial.epoch, partial.owner, partial.step, partial.slot);
   w.Str(partial.stream);
+  w.I64(partial.cut);
   w.U64(partial.overflow ? 1 : 0);
   w.Str(partial.sum);
   w.Str(partial.instance);
@@ -166,6 +172,13 @@ StatusOr<WorkMessageKind> WorkMessageKindOf(std::string_view bytes) {
         "work topic: a plan of an older vipsd (VWP1, without the record settings): every "
         "process of a job must run one vipsd version");
   }
+  if (bytes.size() >= 4 && (std::memcmp(bytes.data(), kPlanMagicV2, 4) == 0 ||
+                            std::memcmp(bytes.data(), kPartialMagicV1, 4) == 0)) {
+    return FailedPreconditionError(
+        "work topic: a message of an older vipsd (VWP2/VWR1, cuts at observed log ends "
+        "rather than by record timestamps): every process of a job must run one vipsd "
+        "version");
+  }
   return DataLossError("work topic: a message that is neither a plan nor a partial sum");
 }
 
@@ -175,11 +188,12 @@ StatusOr<WorkPlan> DecodeWorkPlan(std::string_view bytes) {
   uint64_t is_private = 0, count = 0;
   std::string key;
   if (GetHeader(r, &plan.job, &plan.epoch, &plan.owner, &plan.step, &plan.slot) &&
-      r.F64(&plan.sampling_rate) && r.U64(&is_private) && r.Str(&key) && r.U64(&count)) {
+      r.F64(&plan.sampling_rate) && r.U64(&is_private) && r.Str(&key) &&
+      r.I64(&plan.cut_time_ms) && r.U64(&count)) {
     if (count > kMaxStreams) return DataLossError("work topic: a plan with too many partitions");
     plan.streams.resize(count);
     for (WorkStream& s : plan.streams) {
-      if (!(r.Str(&s.name) && r.I64(&s.low) && r.I64(&s.high))) break;
+      if (!(r.Str(&s.name) && r.I64(&s.low) && r.I64(&s.floor) && r.I64(&s.high))) break;
     }
     if (r.U64(&count) && count <= kMaxStreams) {
       plan.wanted.resize(count);
@@ -195,7 +209,8 @@ StatusOr<WorkPlan> DecodeWorkPlan(std::string_view bytes) {
                plan.sampling_rate <= 1;
   for (size_t i = 0; valid && i < plan.streams.size(); ++i) {
     const WorkStream& s = plan.streams[i];
-    valid = s.low >= 0 && s.low <= s.high && (i == 0 || plan.streams[i - 1].name < s.name);
+    valid = s.low >= 0 && s.low <= s.floor && s.floor <= s.high &&
+            (i == 0 || plan.streams[i - 1].name < s.name);
   }
   if (!valid) return DataLossError("work topic: a plan with out-of-range fields");
   std::memcpy(plan.key.bytes.data(), key.data(), key.size());
@@ -209,10 +224,11 @@ StatusOr<WorkPartial> DecodeWorkPartial(std::string_view bytes) {
   uint64_t overflow = 0;
   (void)(GetHeader(r, &partial.job, &partial.epoch, &partial.owner, &partial.step,
                    &partial.slot) &&
-         r.Str(&partial.stream) && r.U64(&overflow) && r.Str(&partial.sum) &&
+         r.Str(&partial.stream) && r.I64(&partial.cut) && r.U64(&overflow) &&
+         r.Str(&partial.sum) &&
          r.Str(&partial.instance));
   VIPSD_RETURN_IF_ERROR(r.Done());
-  if (overflow > 1 || partial.step < 1) {
+  if (overflow > 1 || partial.step < 1 || partial.cut < 0) {
     return DataLossError("work topic: a partial sum with out-of-range fields");
   }
   partial.overflow = overflow == 1;

@@ -3,8 +3,8 @@
 // daemon/ledger_replica.h) observes slot k's cuts, charges the step and
 // draws its key exactly as one process would (svi::StepDriver::Begin), then
 // appends a PLAN to the work topic: the step, the slot, the key, q, the
-// window [low, high) of every input partition, and the model the step
-// starts from. Every process (WORKERS and the coordinator itself) computes
+// window of every input partition (its start, and the log end and slot time
+// its cut is found by), and the model the step starts from. Every process (WORKERS and the coordinator itself) computes
 // the clipped, un-noised partial sum of each partition it holds whose
 // window it has read completely and appends it as a PARTIAL. The
 // coordinator merges one partial per partition in partition-name order,
@@ -13,8 +13,10 @@
 //
 // Why the step is the same whoever computes it: a record's Poisson bit and
 // E-step seed depend only on the key and the record's own (partition,
-// offset) (svi/step_randomness.h); the window depends only on the cuts the
-// coordinator observed (core/svi/slot_windows.h); the model is the plan's;
+// offset) (svi/step_randomness.h); the window depends only on the log and
+// the plan's ends, floors and slot time (the cut rule of
+// core/svi/slot_windows.h: every process that reads a partition finds the
+// same cut, and the partial names it); the model is the plan's;
 // the partial sums are added in partition-name order. So a partition's
 // partial has the same bits on every process, a partial computed twice (a
 // rebalance moved the partition meanwhile) is a duplicate, and the step's
@@ -39,7 +41,7 @@
 // it goes to a log, metric or error message. The plan's model is
 // post-processing of released noisy sums (public).
 //
-// Format: "VWP1" (plan) or "VWR1" (partial), then fields (little-endian
+// Format: "VWP3" (plan) or "VWR2" (partial), then fields (little-endian
 // integers, length-prefixed strings), then BLAKE2b-256 of everything
 // before; Decode refuses anything else with DATA_LOSS.
 #pragma once
@@ -58,7 +60,12 @@ namespace vipsd::daemon {
 
 struct WorkStream {
   std::string name;  // "topic:partition"
-  int64_t low = 0;   // window(s, slot) = [low, high)
+  // window(s, slot) = [low, cut), where the cut is the first record at or
+  // above `floor` stamped after the plan's cut_time_ms, or `high` (the log
+  // end observed for the slot) when none is below it
+  // (core/svi/slot_windows.h). low <= floor <= high.
+  int64_t low = 0;
+  int64_t floor = 0;
   int64_t high = 0;
 };
 
@@ -71,6 +78,8 @@ struct WorkPlan {
   double sampling_rate = 0;  // q of this step (what the accountant charged)
   bool is_private = true;    // σ > 0
   svi::StepKey key;          // PRIVATE
+  // floor(t_slot · 1000): records stamped at or before it are the slot's.
+  int64_t cut_time_ms = 0;
   // Every input partition with its window, sorted by name: where a process
   // that takes a partition over resumes reading (low), and what it sums.
   std::vector<WorkStream> streams;
@@ -93,6 +102,9 @@ struct WorkPartial {
   int64_t step = 0;
   int64_t slot = 0;
   std::string stream;
+  // The stream's cut for the plan's slot, as the process that read it
+  // found it: the window summed is [low, cut).
+  int64_t cut = 0;
   // The process could not hold the partition's window (pool.capacity): the
   // coordinator skips the slot, as one process would.
   bool overflow = false;

@@ -46,8 +46,8 @@ std::optional<std::vector<std::pair<int64_t, std::string>>> WorkIo::Poll(
 }
 
 StatusOr<std::string> LocalPartial(Ingest& ingest, svi::StepDriver& driver, const WorkPlan& plan,
-                                   const WorkStream& stream) {
-  std::vector<svi::StreamCandidates> one{ingest.Candidates(stream.name, stream.low, stream.high)};
+                                   const WorkStream& stream, int64_t cut) {
+  std::vector<svi::StreamCandidates> one{ingest.Candidates(stream.name, stream.low, cut)};
   if (driver.config().max_records_per_unit > 0) {
     // "topic:partition"; the topic's partitions are the plan's streams
     // named "topic:*".

@@ -44,13 +44,13 @@ class WorkIo {
   int poll_failures_ = 0;
 };
 
-// The clipped, un-noised partial sum of `stream`'s window (one of `plan`'s)
-// from the records `ingest` staged, with the plan's key, encoded for the
+// The clipped, un-noised partial sum of `stream`'s window [low, cut) (one
+// of `plan`'s, with the cut the ingest found) from the records `ingest` staged, with the plan's key, encoded for the
 // work topic (PRIVATE). Unit level: only the units whose home partition
 // `stream` is count here (core/privacy/privacy_unit.h), with the topic's
 // partition count taken from the plan, so that every process agrees.
 StatusOr<std::string> LocalPartial(Ingest& ingest, svi::StepDriver& driver, const WorkPlan& plan,
-                                   const WorkStream& stream);
+                                   const WorkStream& stream, int64_t cut);
 
 // `plan`'s stream named `name` (plans keep them sorted), or null.
 const WorkStream* FindStream(const WorkPlan& plan, const std::string& name);

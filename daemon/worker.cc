@@ -171,15 +171,16 @@ Status Worker::AdoptPlan(WorkPlan plan) {
     }
     plan_model_of_ = plan_id;
   }
-  std::map<std::string, int64_t> cuts;
+  SlotTargets targets;
+  targets.cut_time_ms = plan.cut_time_ms;
   for (const WorkStream& stream : plan.streams) {
     // A partition this process gets later resumes at its window's start;
     // records below it are never a candidate again.
     ingest_.SetResumeOffset(stream.name, stream.low);
     ingest_.DropBelow(stream.name, stream.low);
-    cuts[stream.name] = stream.high;
+    targets.streams[stream.name] = {stream.high, stream.floor};
   }
-  ingest_.SetTargets(cuts);
+  ingest_.SetTargets(targets);
   const bool same_step = plan_.has_value() && plan_->epoch == plan.epoch && plan_->step == plan.step;
   if (!same_step) plan_sent_.clear();
   plan.model.clear();
@@ -193,9 +194,9 @@ void Worker::WorkOnPlan() {
     if (plan_sent_.count(name) > 0) continue;
     const WorkStream* stream = FindStream(*plan_, name);
     if (stream == nullptr || !ingest_.Assigned(name)) continue;
-    if (ingest_.Complete(name, stream->high)) {
+    if (ingest_.Complete(name)) {
       ready.push_back(stream);
-    } else if (ingest_.Overflowing(name, stream->high)) {
+    } else if (ingest_.Overflowing(name)) {
       overflowing.push_back(stream);
     }
   }
@@ -212,7 +213,8 @@ void Worker::WorkOnPlan() {
   };
   for (const WorkStream* stream : ready) {
     WorkPartial partial = partial_of(*stream);
-    auto sum = LocalPartial(ingest_, *driver_, *plan_, *stream);
+    partial.cut = ingest_.Target(stream->name);
+    auto sum = LocalPartial(ingest_, *driver_, *plan_, *stream, partial.cut);
     if (!sum.ok()) {
       // The coordinator waits for this partition: leave the group (the
       // process stops with this error) so that another process sums it.
@@ -286,6 +288,9 @@ std::optional<WorkPlan> Worker::NewestPlan(
 
 Status Worker::Run() {
   ingest_.SetCapacity(config_.pool_capacity);
+  ingest_.SetTimestampPolicy(config_.source_timestamps == "create_time"
+                                 ? TimestampPolicy::kAny
+                                 : TimestampPolicy::kLogAppendTime);
   metrics_->worker().Set(1);
   Log(LogLevel::kInfo, kComponent,
       "working for job '" + config_.ledger_key + "' on " + work_.Describe() +

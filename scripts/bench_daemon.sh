@@ -64,7 +64,7 @@ privacy: {noise_multiplier: $sigma, sampling_rate: $q, delta: 1.0e-5, epsilon_ce
           on_ceiling: halt, accounting: global, schedule: fixed}
 schedule: {tau0: 64, kappa: 0.7, threads: $threads, interval_seconds: $interval, start_delay_seconds: 0, window_steps: 1000000000}
 pool: {capacity: $((records + 10000))}
-source: {type: kafka, topics: [docs], group_id: bench}
+source: {type: kafka, topics: [docs], group_id: bench, timestamps: create_time}
 sink: {type: kafka, topic: releases, publish_every: 5}
 dead_letter: {topic: dead}
 kafka:

@@ -94,6 +94,7 @@ std::string_view RejectReasonName(RejectReason reason) {
     case RejectReason::kNotBinary: return "not_binary";
     case RejectReason::kMissingUnit: return "missing_unit";
     case RejectReason::kBadUnit: return "bad_unit";
+    case RejectReason::kUntrustedTimestamp: return "untrusted_timestamp";
   }
   return "unknown";
 }
@@ -128,6 +129,10 @@ std::string_view RejectReasonDescription(RejectReason reason) {
              "field needs the privacy.unit_field key)";
     case RejectReason::kBadUnit:
       return "the privacy.unit_field key must be a non-empty string or an integer";
+    case RejectReason::kUntrustedTimestamp:
+      return "the message's timestamp was not set by the broker (source.timestamps: "
+             "log_append_time needs the topic's message.timestamp.type=LogAppendTime) or is "
+             "missing";
   }
   return "unknown reason";
 }
@@ -694,6 +699,7 @@ bool RejectReasonApplies(RejectReason reason, std::string_view model_type, bool 
     case RejectReason::kLineTooLong:
     case RejectReason::kInvalidUtf8:
     case RejectReason::kRecordTooLarge:
+    case RejectReason::kUntrustedTimestamp:
       return true;
     case RejectReason::kMissingId:
     case RejectReason::kBadId:

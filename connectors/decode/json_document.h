@@ -60,13 +60,16 @@ enum class RejectReason {
   // Unit-level privacy (privacy.unit: key | field; unit_decoder.h):
   kMissingUnit,        // no unit id: an empty message key, or no privacy.unit_field key
   kBadUnit,            // the unit field is not a non-empty string or an integer
+  // Paced Kafka runs (source.timestamps): the message's timestamp is not one
+  // the slot cuts may trust (not LogAppendTime under log_append_time; none).
+  kUntrustedTimestamp,
 };
 
 // Reasons DecodeJsonDocument and JsonlDocumentSource can produce (the first
 // ones of the enum).
 inline constexpr size_t kNumDocumentRejectReasons = 10;
 // All reasons; RejectReason values are 0 .. kNumRejectReasons - 1.
-inline constexpr size_t kNumRejectReasons = 20;
+inline constexpr size_t kNumRejectReasons = 21;
 
 // Stable snake_case code, e.g. "bad_text": used in dead-letter records and as
 // a metric label value.

@@ -450,6 +450,14 @@ StatusOr<std::vector<SourceMessage>> KafkaSource::Poll(size_t max_messages,
         total += std::string_view(name).size() + value_size;
       }
       m.oversize = total > options_.max_record_bytes;
+      const RdKafka::MessageTimestamp stamp = message->timestamp();
+      m.timestamp_ms = stamp.timestamp;
+      m.timestamp_type =
+          stamp.type == RdKafka::MessageTimestamp::MSG_TIMESTAMP_LOG_APPEND_TIME
+              ? TimestampType::kLogAppendTime
+          : stamp.type == RdKafka::MessageTimestamp::MSG_TIMESTAMP_CREATE_TIME
+              ? TimestampType::kCreateTime
+              : TimestampType::kNone;
       if (const auto committed = committed_at_assign_.find({m.topic, m.partition});
           committed != committed_at_assign_.end()) {
         m.below_committed = m.offset < committed->second;

@@ -2,29 +2,55 @@
 //
 // Steps run on a fixed public clock of slots: slot k is due at
 //   time(k) = anchor_time + (k − anchor_slot) · interval
-// (the anchor moves only when an operator changes the interval). At time(k)
-// the daemon observes, for every input stream (Kafka partition), the end of
-// its log — the high watermark, i.e. the offset the next appended record
-// will get. That offset is the stream's CUT of slot k, cut(s, k). Step k's
+// (the anchor moves only when an operator changes the interval). Each input
+// stream (Kafka partition) has a CUT per slot, cut(s, k): an offset that
+// separates the records of slot k and before from later ones. Step k's
 // candidates in stream s are exactly the records with offsets in
 //   window(s, k) = [cut(s, k − M), cut(s, k))
-// where M = window_slots (a record is a candidate in the M slots after it
-// was appended), or [origin(s), cut(s, k)) when the window is "all".
+// where M = window_slots, or [origin(s), cut(s, k)) when the window is "all".
 //
-// Why this is per-record. cut(s, k) separates the records appended to s
-// before the observation at time(k) from those appended after. Whether a
-// record r is below the cut depends only on when r itself was appended, not
-// on how many records came before it (adding a record before r shifts r's
-// offset and the cut by the same one). So r is a candidate in slot k iff r
-// was appended in (time(k − M), time(k)] — a function of r's own append
-// time and of public times. Adding or removing one record changes no other
-// record's membership in any slot, and r is a candidate in at most M slots
-// (the slots whose window contains its append time). Nothing here depends
-// on how fast the daemon runs: a slot whose step starts late still uses the
-// cut observed at its own time. Record timestamps (CreateTime or
-// LogAppendTime) are not used: a producer cannot place a record into a
-// window by choosing its timestamp, and a record whose timestamp lies in the
-// past is simply a record appended now.
+// The cut rule (the daemon applies it, daemon/ingest.h SlotTargets; this
+// class records the result). A record's TIME is its Kafka timestamp in
+// milliseconds; with source.timestamps: log_append_time only broker-set
+// ones (LogAppendTime) are accepted, so it is when the broker appended it.
+// Let T_k = floor(time(k) · 1000). At time(k) + grace
+// (schedule.cut_grace_seconds) the daemon reads the end E(s, k) of every
+// stream's log, reads the records below it, and sets
+//   cut(s, k) = the offset of the first record at or above
+//               F = max(cut(s, k − 1), E(s, k − 1)) whose time is > T_k,
+//               or E(s, k) when no record in [F, E(s, k)) has one.
+//
+// Why this is a function of the log. Append times are monotone in offset
+// within a partition (one broker clock appends them in order). A record
+// appended at or before T_k was appended before the broker's clock passed
+// T_k, and is readable by time(k) + grace when grace covers the time a
+// record takes to become readable (replication) plus the clock skew between
+// broker and daemon; so every record with time ≤ T_k lies below E(s, k),
+// and every record below E(s, k − 1) has time ≤ time(k − 1) + grace < T_k
+// (grace < interval). Then cut(s, k) is "one past the last record with
+// time ≤ T_k": whatever E(s, k) the read returned, however late the thread
+// that made it ran. So r is a candidate in slot k iff its time lies in
+// (T_{k−M}, T_k] — a function of r's own time and public times. Adding or
+// removing one record changes no other record's membership in any slot
+// (adding a record shifts later offsets and the cuts above it by the same
+// one), and r is a candidate in at most M slots. Nothing depends on how
+// fast the daemon runs: a slot whose step starts late still uses its own
+// T_k, and E only bounds where the cut is looked for.
+//
+// When the assumptions fail. A record that becomes readable only after
+// time(k) + grace although stamped ≤ T_k (a replication stall longer than
+// the grace, a broker clock ahead of the daemon's) falls into slot k + 1:
+// its own membership moves by one slot and no other record's does (the
+// records after it in its partition were appended after it, and are late
+// too or stamped after T_k). A broker clock that runs backwards breaks
+// monotonicity: a record stamped after T_k followed by ones stamped before
+// it moves those into later slots, bounded by the floor: every record read
+// for slot k is in slot k + 1 at the latest. With source.timestamps:
+// create_time the producers' stamps are trusted instead, and a producer
+// that stamps the future can move the records appended after its own, in
+// its partition, by up to one slot (SECURITY.md states this weaker claim).
+// Records whose timestamp is not trusted are dead-lettered before they can
+// decide a cut (untrusted_timestamp).
 //
 // Missed slots. Slots whose time passed while no daemon observed them
 // (downtime) have no observation; their cut is the last recorded one, so the

@@ -320,6 +320,11 @@ TEST(ConfigTest, KafkaErrorsNameTheKey) {
       {KafkaWith("  # start_time: 1767225600 ", "  start_time: 17 "),
        "schedule.start_time: must be unix seconds in [1e9, 1e11]"},
       {KafkaWith("  level: info ", "  level: chatty "), "log.level: must be one of debug"},
+      {KafkaWith("  cut_grace_seconds: 1 ", "  cut_grace_seconds: 10 "),
+       "schedule.cut_grace_seconds: must be a number of seconds in [0, 60], below "
+       "interval_seconds (or 0) and at most release_delay_seconds"},
+      {KafkaWith("  timestamps: log_append_time ", "  timestamps: producer "),
+       "source.timestamps: must be one of log_append_time"},
   };
   for (const Bad& bad : cases) {
     auto config = ParseConfig(bad.text, "k.yaml");
@@ -327,6 +332,33 @@ TEST(ConfigTest, KafkaErrorsNameTheKey) {
     EXPECT_THAT(config.status().message(), HasSubstr(bad.expected));
     EXPECT_THAT(config.status().message(), HasSubstr("k.yaml:"));
   }
+}
+
+// Slot cuts (core/svi/slot_windows.h): the broker's timestamps by default,
+// the producers' only when asked, with a warning that names the weaker
+// claim; the grace defaults to min(1 s, interval / 4, release delay / 4).
+TEST(ConfigTest, SlotCutsTrustTheBrokersTimestampsUnlessCreateTimeIsAskedForWithAWarning) {
+  auto standard = ParseConfig(KafkaWith("  cut_grace_seconds: 1 ", "  # no grace "), "k.yaml");
+  ASSERT_TRUE(standard.ok()) << standard.status().ToString();
+  EXPECT_EQ(standard->source_timestamps, "log_append_time");
+  EXPECT_DOUBLE_EQ(standard->cut_grace_seconds, 1.0);  // min(1, 10 / 4, 10 / 4)
+  for (const std::string& warning : standard->warnings) {
+    EXPECT_THAT(warning, Not(HasSubstr("source.timestamps")));
+  }
+  auto producers = ParseConfig(
+      KafkaWith("  timestamps: log_append_time ", "  timestamps: create_time     "), "k.yaml");
+  ASSERT_TRUE(producers.ok()) << producers.status().ToString();
+  EXPECT_EQ(producers->source_timestamps, "create_time");
+  bool warned = false;
+  for (const std::string& warning : producers->warnings) {
+    if (warning.find("source.timestamps: warning: create_time trusts the producers' "
+                     "timestamps") != std::string::npos) {
+      warned = true;
+      EXPECT_THAT(warning, HasSubstr("k.yaml:"));
+      EXPECT_THAT(warning, HasSubstr("message.timestamp.type=LogAppendTime"));
+    }
+  }
+  EXPECT_TRUE(warned);
 }
 
 TEST(ConfigTest, KafkaSecretsComeFromAFileAnEnvironmentVariableOrASystemdCredential) {

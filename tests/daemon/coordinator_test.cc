@@ -35,6 +35,8 @@ struct CoordinatorProcess {
   std::unique_ptr<Ingest> ingest;
   std::unique_ptr<Coordinator> coordinator;
   bool fenced = false;
+  SlotTargets targets;
+  std::map<std::string, int64_t> cuts_found;  // what the step's partials named
 
   CoordinatorProcess(WorkFixture& f, MemoryLog& ledger_log, std::set<int32_t> partitions) {
     bundle = std::move(BuildModel(f.config)).value();
@@ -66,7 +68,9 @@ struct CoordinatorProcess {
     ingest = std::make_unique<Ingest>(bundle.decoder.get(), &sink, f.metrics.get(), &control,
                                       /*cover_every_stream=*/true);
     ingest->SetResumeOffsets({{"docs:0", 0}, {"docs:1", 0}}, /*covered=*/true);
-    ingest->SetTargets(cuts);
+    // Every stream's cut is its end (no slot time to cut by).
+    targets = SlotTargets::AtEnds(cuts);
+    ingest->SetTargets(targets);
     Ingest* self = ingest.get();
     ingest->Start(std::make_unique<FakeSource>(
         f.topic, [self](const std::string& t, int32_t p) { return self->ResumeOffset(t, p); },
@@ -87,6 +91,8 @@ struct CoordinatorProcess {
     context.keeper = keeper.get();
     context.bundle = &bundle;
     context.on_fenced = [this](const Status&) { fenced = true; };
+    context.targets = &targets;
+    context.cuts = &cuts_found;
     return coordinator->Step(context, 1, out);
   }
 };

@@ -59,6 +59,7 @@ struct Options {
   std::string window = "1000000000";
   double interval = 0.02;
   double release_delay = -1;  // default: the interval
+  double cut_grace = -1;      // default: min(1, interval / 4, release_delay / 4)
   double start_time = 0;      // 0: when the state directory is created
   int64_t capacity = 100000;
   std::string on_ceiling = "halt";
@@ -92,6 +93,7 @@ std::string WriteConfig(const std::string& dir, const Options& o) {
   yaml << "schedule:\n  tau0: 1\n  kappa: 0.7\n  threads: 2\n  start_delay_seconds: 0\n  interval_seconds: " << o.interval
        << "\n  window_steps: " << o.window << "\n  max_steps: " << o.max_steps << "\n";
   if (o.release_delay >= 0) yaml << "  release_delay_seconds: " << o.release_delay << "\n";
+  if (o.cut_grace >= 0) yaml << "  cut_grace_seconds: " << o.cut_grace << "\n";
   if (o.start_time > 0) yaml << "  start_time: " << o.start_time << "\n";
   yaml << "pool:\n  capacity: " << o.capacity << "\n"
        << "source:\n  type: kafka\n  topics: [docs]\n"
@@ -120,6 +122,9 @@ struct Harness {
   std::shared_ptr<FakeTopic> topic = std::make_shared<FakeTopic>();
   std::shared_ptr<SinkLog> sink = std::make_shared<SinkLog>();
   std::unique_ptr<Metrics> metrics;
+  // The source answers ObserveBounds with the log as it is at the call, as
+  // a real broker does (FakeSource::AnswerAtCallTime).
+  bool answer_at_call_time = false;
 
   explicit Harness(const std::string& name, bool expose_step_timing = false)
       : dir(FreshDir(name)) {
@@ -139,10 +144,14 @@ struct Harness {
     auto config = config::LoadConfigFile(config_path);
     if (!config.ok()) return config.status();
     auto topic_copy = topic;
+    const bool at_call_time = answer_at_call_time;
     return Daemon::Create(
         *config,
-        [topic_copy](ResumeOffsetFn resume) -> StatusOr<std::unique_ptr<InputSource>> {
-          return std::unique_ptr<InputSource>(new FakeSource(topic_copy, std::move(resume)));
+        [topic_copy, at_call_time](ResumeOffsetFn resume)
+            -> StatusOr<std::unique_ptr<InputSource>> {
+          auto source = std::make_unique<FakeSource>(topic_copy, std::move(resume));
+          if (at_call_time) source->AnswerAtCallTime();
+          return std::unique_ptr<InputSource>(std::move(source));
         },
         std::make_unique<FakeSink>(sink), metrics.get(), std::move(hooks), options);
   }
@@ -238,6 +247,12 @@ TEST(DaemonTest, StepsOnThePublicClockDeadLettersMalformedRecordsAndCommitsBefor
   EXPECT_NE(exposition.find("vipsd_last_slot_timestamp_seconds"), std::string::npos);
 }
 
+// A time `position` slot intervals after `start`, as a broker's millisecond
+// timestamp (what the cut rule compares).
+int64_t SlotMillis(double start, double position, double interval) {
+  return static_cast<int64_t>(std::floor((start + position * interval) * 1000));
+}
+
 // The neighbour-structure test (issue 11): a stream D and D + r; for every
 // slot the pool the step sampled from, by record identity. The pools must
 // differ by exactly {r}, in exactly the slots whose window contains r — also
@@ -248,6 +263,7 @@ TEST(DaemonTest, AddingOneRecordChangesOnlyItsOwnMembershipEvenWithASlowStep) {
   constexpr int64_t kSlots = 12;
   struct Run {
     std::map<int64_t, std::set<std::string>> pools;  // slot -> record ids
+    double start_time = 0;
   };
   auto run = [&](bool with_r, const std::string& name) {
     Harness h(name);
@@ -271,6 +287,7 @@ TEST(DaemonTest, AddingOneRecordChangesOnlyItsOwnMembershipEvenWithASlowStep) {
       append(i % 2, "d" + std::to_string(i), position);
     }
     Run result;
+    result.start_time = options.start_time;
     std::mutex mutex;
     DaemonHooks hooks;
     hooks.before_step = [&](int64_t, int64_t slot, const svi::RecordPool& pool,
@@ -310,14 +327,148 @@ TEST(DaemonTest, AddingOneRecordChangesOnlyItsOwnMembershipEvenWithASlowStep) {
     }
     EXPECT_EQ(with.pools.at(slot), expected) << "slot " << slot;
     // The window is exactly the records appended in the last kWindow slot
-    // intervals. Slot 0 was never observed (the daemon starts after it), so
-    // records appended before it count as appended in slot 1's interval.
+    // intervals, by their millisecond timestamps (a record stamped in the
+    // millisecond of t_k belongs to slot k). Slot 0 was never observed (the
+    // daemon starts after it), so records appended before it count as
+    // appended in slot 1's interval.
     for (const std::string& id : without.pools.at(slot)) {
       const int i = std::stoi(id.substr(1));
-      const double position = std::max(-0.5 + 0.29 * i, 1e-9);
-      EXPECT_GT(position, static_cast<double>(slot - kWindow)) << id << " in slot " << slot;
-      EXPECT_LE(position, static_cast<double>(slot)) << id << " in slot " << slot;
+      const double position = -0.5 + 0.29 * i;
+      const double start_time = without.start_time;
+      EXPECT_GT(SlotMillis(start_time, position, kInterval),
+                slot - kWindow <= 0 ? std::numeric_limits<int64_t>::min()
+                                    : SlotMillis(start_time, slot - kWindow, kInterval))
+          << id << " in slot " << slot;
+      EXPECT_LE(SlotMillis(start_time, position, kInterval),
+                SlotMillis(start_time, slot, kInterval))
+          << id << " in slot " << slot;
     }
+  }
+  EXPECT_EQ(slots_with_r, kWindow);
+}
+
+// The neighbour test of issue 26: the log answers at the real call time (a
+// broker does not answer "as of" a public time), a producer appends records
+// continuously around every slot time while the daemon runs, and the step
+// whose pool holds r burns both cores for two intervals, so that the clock
+// and ingest threads run late. The cut is decided by the records' broker
+// timestamps, so the pools still differ by exactly {r}, in exactly the slots
+// whose window holds r's timestamp.
+TEST(DaemonTest, AddingOneRecordChangesOnlyItsOwnMembershipWhenTheLogAnswersAtCallTime) {
+  constexpr double kInterval = 0.1;
+  constexpr int64_t kWindow = 2;
+  constexpr int64_t kSlots = 14;
+  constexpr int kRecords = 120;
+  // Positions in slot intervals: 0.11 apart, so every slot time has records
+  // within 0.06 intervals (6 ms) on each side of it; none within 2 ms of a
+  // slot time, where the test's and the daemon's floating-point slot times
+  // might round to different milliseconds.
+  std::vector<double> positions;
+  for (int i = 0; positions.size() < static_cast<size_t>(kRecords); ++i) {
+    const double position = 0.5 + 0.11 * i;
+    if (std::abs(position - std::round(position)) >= 0.02) positions.push_back(position);
+  }
+  auto position_of = [&](int i) { return positions[static_cast<size_t>(i)]; };
+  struct Run {
+    std::map<int64_t, std::set<std::string>> pools;
+    double start_time = 0;
+  };
+  auto run = [&](bool with_r, const std::string& name) {
+    Harness h(name);
+    h.answer_at_call_time = true;
+    const double start_time = std::floor(WallNow()) + 2;
+    Options options;
+    options.interval = kInterval;
+    // The producer thread is this test's broker: a record it is late to
+    // append under the CPU burn is a record not yet readable; the grace
+    // covers that lag.
+    options.cut_grace = 0.05;
+    options.window = std::to_string(kWindow);
+    options.start_time = start_time;
+    std::map<std::pair<int32_t, int64_t>, std::string> ids;
+    std::mutex ids_mutex;
+    // The producer: each record goes into the log at its time (the fake
+    // broker stamps that time), while the daemon runs.
+    std::atomic<bool> stop{false};
+    std::thread producer([&] {
+      for (int i = 0; i < kRecords && !stop; ++i) {
+        auto produce = [&](int32_t partition, const std::string& id, double position) {
+          const double t = start_time + position * kInterval;
+          while (WallNow() < t && !stop) std::this_thread::sleep_for(std::chrono::microseconds(200));
+          const int64_t offset = h.topic->Append(
+              partition, "{\"id\": \"" + id + "\", \"text\": \"apple banana\"}", t);
+          std::lock_guard<std::mutex> lock(ids_mutex);
+          ids[{partition, offset}] = id;
+        };
+        if (with_r && i == 39) produce(1, "r", 4.87);  // 13 ms before t_5: slot 5
+        produce(i % 2, "d" + std::to_string(i), position_of(i));
+      }
+    });
+    Run result;
+    result.start_time = start_time;
+    std::mutex mutex;
+    DaemonHooks hooks;
+    hooks.before_step = [&](int64_t, int64_t slot, const svi::RecordPool& pool,
+                            const std::vector<std::string>& streams) {
+      std::set<std::string> members;
+      bool has_r = false;
+      {
+        std::lock_guard<std::mutex> lock(ids_mutex);
+        pool.ForEach([&](const model::Record&, const svi::RecordOrigin& origin, int64_t) {
+          const int32_t partition = std::stoi(streams[origin.stream].substr(5));
+          const std::string& id = ids.at({partition, origin.offset});
+          has_r = has_r || id == "r";
+          members.insert(id);
+        });
+      }
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        result.pools[slot] = members;
+      }
+      if (has_r) {
+        // Both cores busy for two intervals: this thread and one more.
+        const auto until = std::chrono::steady_clock::now() +
+                           std::chrono::duration<double>(2 * kInterval);
+        std::thread other([until] {
+          volatile double x = 0;
+          while (std::chrono::steady_clock::now() < until) x = x + 1;
+        });
+        volatile double x = 0;
+        while (std::chrono::steady_clock::now() < until) x = x + 1;
+        other.join();
+      }
+    };
+    auto daemon = h.Make(WriteConfig(h.dir, options), hooks);
+    EXPECT_TRUE(daemon.ok()) << daemon.status().ToString();
+    EXPECT_TRUE(RunUntil(**daemon, [&](const DaemonStatus& s) { return s.last_slot >= kSlots; })
+                    .ok());
+    stop = true;
+    producer.join();
+    return result;
+  };
+  const Run without = run(false, "call_time_d");
+  const Run with = run(true, "call_time_dr");
+  int slots_with_r = 0;
+  for (int64_t slot = 1; slot <= kSlots; ++slot) {
+    ASSERT_TRUE(without.pools.count(slot)) << "slot " << slot;
+    ASSERT_TRUE(with.pools.count(slot)) << "slot " << slot;
+    std::set<std::string> expected = without.pools.at(slot);
+    if (slot >= 5 && slot < 5 + kWindow) {
+      expected.insert("r");
+      ++slots_with_r;
+    }
+    EXPECT_EQ(with.pools.at(slot), expected) << "slot " << slot;
+    // Exactly the records stamped in the window's intervals.
+    std::set<std::string> stamped;
+    const double start_time = without.start_time;
+    for (int i = 0; i < kRecords; ++i) {
+      const int64_t ms = SlotMillis(start_time, position_of(i), kInterval);
+      if ((slot - kWindow <= 0 || ms > SlotMillis(start_time, slot - kWindow, kInterval)) &&
+          ms <= SlotMillis(start_time, slot, kInterval)) {
+        stamped.insert("d" + std::to_string(i));
+      }
+    }
+    EXPECT_EQ(without.pools.at(slot), stamped) << "slot " << slot;
   }
   EXPECT_EQ(slots_with_r, kWindow);
 }

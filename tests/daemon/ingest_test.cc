@@ -70,7 +70,7 @@ TEST(IngestTest, AWindowIsExactlyTheRecordsBelowItsCutsInOffsetOrder) {
   f.ingest->SetResumeOffsets({{"docs:0", 0}, {"docs:1", 0}}, /*covered=*/true);
   f.Start();
   const std::map<std::string, int64_t> cuts{{"docs:0", 2}, {"docs:1", 3}};
-  f.ingest->SetTargets(cuts);
+  f.ingest->SetTargets(SlotTargets::AtEnds(cuts));
   ASSERT_TRUE(f.ReadUpTo(cuts));
   auto admitted = f.ingest->Admit(cuts);
   std::map<std::string, std::vector<int64_t>> offsets;
@@ -140,7 +140,7 @@ TEST(IngestTest, OnceTheWindowsRecordsExceedTheCapacityNothingMoreIsRead) {
   f.ingest->SetResumeOffsets({{"docs:0", 0}}, true);
   f.ingest->SetCapacity(10);
   const std::map<std::string, int64_t> cuts{{"docs:0", 50}};
-  f.ingest->SetTargets(cuts);
+  f.ingest->SetTargets(SlotTargets::AtEnds(cuts));
   f.Start();
   auto held = [&] {
     return f.ingest->Progress(cuts, [](const std::string&) { return int64_t{0}; }).held;
@@ -155,8 +155,8 @@ TEST(IngestTest, OnceTheWindowsRecordsExceedTheCapacityNothingMoreIsRead) {
   for (int i = 30; i < 50; ++i) f.topic->Append(0, Document(i));
   std::this_thread::sleep_for(300ms);
   EXPECT_EQ(held(), 30);
-  EXPECT_TRUE(f.ingest->Overflowing("docs:0", 50));
-  EXPECT_FALSE(f.ingest->Complete("docs:0", 50));
+  EXPECT_TRUE(f.ingest->Overflowing("docs:0"));
+  EXPECT_FALSE(f.ingest->Complete("docs:0"));
   // Raising the capacity lets reading go on.
   f.ingest->SetCapacity(100);
   const auto resumed = std::chrono::steady_clock::now() + 10s;
@@ -164,7 +164,7 @@ TEST(IngestTest, OnceTheWindowsRecordsExceedTheCapacityNothingMoreIsRead) {
     std::this_thread::sleep_for(2ms);
   }
   EXPECT_EQ(held(), 50);
-  EXPECT_TRUE(f.ingest->Complete("docs:0", 50));
+  EXPECT_TRUE(f.ingest->Complete("docs:0"));
 }
 
 TEST(IngestTest, AdvancingTheWindowDropsStagedRecordsBelowItsStart) {
@@ -199,6 +199,92 @@ TEST(IngestTest, ResumeOffsetsAreWhereAPartitionIsReadFromAfterARestart) {
   ASSERT_TRUE(f.ReadUpTo({{"docs:0", 5}}));
   EXPECT_EQ(f.ingest->records_pooled(), 2);  // 3 and 4 only
   EXPECT_TRUE(f.ingest->Assigned("docs:0"));  // a file-like source reads every stream
+}
+
+// The cut rule (core/svi/slot_windows.h): slot k's cut of a stream is its
+// first record at or above the floor stamped after T_k, or the observed end
+// when none is below it — the same cut whatever end the clock observed, as
+// long as the end holds every record stamped up to T_k.
+SlotTargets CutAt(int64_t cut_time_ms, int64_t end, int64_t floor = 0) {
+  SlotTargets targets;
+  targets.cut_time_ms = cut_time_ms;
+  targets.streams["docs:0"] = {end, floor};
+  return targets;
+}
+
+TEST(IngestTest, TheCutIsTheFirstRecordStampedAfterTheSlotTimeWhateverEndWasObserved) {
+  // Records stamped 1.0, 2.0, ..., 10.0 s (offsets 0..9); T = 5.0 s: the
+  // slot's records are offsets 0..4 (stamped up to 5000 ms, 5.0 included).
+  for (const int64_t end : {5, 6, 8, 10}) {
+    SCOPED_TRACE("end " + std::to_string(end));
+    Fixture f;
+    for (int i = 0; i < 10; ++i) f.topic->Append(0, Document(i), 1.0 + i);
+    f.ingest->SetTimestampPolicy(TimestampPolicy::kLogAppendTime);
+    f.ingest->SetResumeOffsets({{"docs:0", 0}}, /*covered=*/true);
+    f.ingest->SetTargets(CutAt(5000, end));
+    f.Start();
+    ASSERT_TRUE(f.ReadUpTo({{"docs:0", end}}));
+    EXPECT_EQ(f.ingest->Cuts({{"docs:0", end}}).at("docs:0"), 5);
+    EXPECT_TRUE(f.ingest->Complete("docs:0"));
+    EXPECT_EQ(f.ingest->Target("docs:0"), 5);
+    auto admitted = f.ingest->Admit(f.ingest->Cuts({{"docs:0", end}}));
+    ASSERT_EQ(admitted.size(), 1u);
+    EXPECT_EQ(admitted[0].second.size(), 5u);
+    EXPECT_EQ(admitted[0].second.back().offset, 4);
+  }
+}
+
+TEST(IngestTest, AnEndBelowTheFirstLaterRecordIsTheCutAndTheFloorBoundsTheSearch) {
+  Fixture f;
+  for (int i = 0; i < 10; ++i) f.topic->Append(0, Document(i), 1.0 + i);
+  f.ingest->SetTimestampPolicy(TimestampPolicy::kLogAppendTime);
+  f.ingest->SetResumeOffsets({{"docs:0", 0}}, true);
+  // An end observed before any record after T was readable: the end.
+  f.ingest->SetTargets(CutAt(5000, 3));
+  f.Start();
+  ASSERT_TRUE(f.ReadUpTo({{"docs:0", 3}}));
+  EXPECT_EQ(f.ingest->Cuts({{"docs:0", 3}}).at("docs:0"), 3);
+  // A floor (the previous slot's end) above records stamped after T: the
+  // cut is not below it. Records already staged decide it at once.
+  f.ingest->SetTargets(CutAt(5000, 10, /*floor=*/7));
+  ASSERT_TRUE(f.ReadUpTo({{"docs:0", 10}}));
+  EXPECT_EQ(f.ingest->Cuts({{"docs:0", 10}}).at("docs:0"), 7);
+  // No slot time (an unpaced run): the end itself.
+  f.ingest->SetTargets(SlotTargets::AtEnds({{"docs:0", 10}}));
+  ASSERT_TRUE(f.ReadUpTo({{"docs:0", 10}}));
+  EXPECT_EQ(f.ingest->Cuts({{"docs:0", 10}}).at("docs:0"), 10);
+}
+
+TEST(IngestTest, AProducersTimestampIsDeadLetteredUnlessCreateTimeIsTrusted) {
+  for (const bool trust : {false, true}) {
+    SCOPED_TRACE(trust ? "create_time" : "log_append_time");
+    Fixture f;
+    f.topic->Append(0, Document(0), 1.0);
+    // A producer stamps 100 s into the future: under log_append_time it
+    // must not decide a cut; under create_time it does.
+    f.topic->AppendStamped(0, Document(1), 2.0, 100.0);
+    f.topic->Append(0, Document(2), 3.0);
+    f.ingest->SetTimestampPolicy(trust ? TimestampPolicy::kAny : TimestampPolicy::kLogAppendTime);
+    f.ingest->SetResumeOffsets({{"docs:0", 0}}, true);
+    f.ingest->SetTargets(CutAt(5000, 3));
+    f.Start();
+    ASSERT_TRUE(f.ReadUpTo({{"docs:0", 3}}));
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (f.Committed(0) < 3 && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(2ms);
+    }
+    std::lock_guard<std::mutex> lock(f.log->mutex);
+    if (trust) {
+      EXPECT_TRUE(f.log->dead_letters.empty());
+      EXPECT_EQ(f.ingest->Cuts({{"docs:0", 3}}).at("docs:0"), 1);
+    } else {
+      ASSERT_EQ(f.log->dead_letters.size(), 1u);
+      EXPECT_EQ(f.log->dead_letters[0].first.offset, 1);
+      EXPECT_EQ(f.log->dead_letters[0].second, connectors::RejectReason::kUntrustedTimestamp);
+      EXPECT_EQ(f.ingest->Cuts({{"docs:0", 3}}).at("docs:0"), 3);
+      EXPECT_EQ(f.ingest->records_pooled(), 2);
+    }
+  }
 }
 
 }  // namespace

@@ -17,7 +17,8 @@ WorkPlan SamplePlan() {
   plan.sampling_rate = 0.125;
   plan.is_private = true;
   for (size_t i = 0; i < plan.key.bytes.size(); ++i) plan.key.bytes[i] = static_cast<uint8_t>(i * 7);
-  plan.streams = {{"docs:0", 10, 20}, {"docs:1", 5, 5}, {"docs:10", 0, 99}};
+  plan.cut_time_ms = 1790000000123;
+  plan.streams = {{"docs:0", 10, 15, 20}, {"docs:1", 5, 5, 5}, {"docs:10", 0, 99, 99}};
   plan.wanted = {"docs:0", "docs:10"};
   plan.model = std::string("model\0bytes", 11);
   plan.plan_offset = -1;
@@ -42,6 +43,8 @@ TEST(WorkExchangeTest, APlanRoundTripsExactly) {
   ASSERT_EQ(decoded->streams.size(), 3u);
   EXPECT_EQ(decoded->streams[2].name, "docs:10");
   EXPECT_EQ(decoded->streams[2].high, 99);
+  EXPECT_EQ(decoded->streams[0].floor, 15);
+  EXPECT_EQ(decoded->cut_time_ms, plan.cut_time_ms);
   EXPECT_EQ(decoded->wanted, plan.wanted);
   EXPECT_EQ(decoded->model, plan.model);
   EXPECT_EQ(decoded->plan_offset, -1);
@@ -58,6 +61,12 @@ TEST(WorkExchangeTest, APlanOfAnOlderVersionIsRefusedByName) {
   EXPECT_EQ(kind.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(kind.status().message().find("older vipsd"), std::string::npos);
   EXPECT_FALSE(DecodeWorkPlan(bytes).ok());
+  // VWP2 (cuts at observed log ends) and VWR1 partials likewise.
+  bytes[3] = '2';
+  ASSERT_FALSE(WorkMessageKindOf(bytes).ok());
+  EXPECT_EQ(WorkMessageKindOf(bytes).status().code(), StatusCode::kFailedPrecondition);
+  std::string partial = "VWR1";
+  EXPECT_EQ(WorkMessageKindOf(partial).status().code(), StatusCode::kFailedPrecondition);
 }
 
 TEST(WorkExchangeTest, APartialRoundTripsExactly) {
@@ -68,6 +77,7 @@ TEST(WorkExchangeTest, APartialRoundTripsExactly) {
   partial.step = 17;
   partial.slot = 40;
   partial.stream = "docs:0";
+  partial.cut = 1234;
   partial.sum = std::string("\x01\x00\xff sum", 7);
   partial.instance = "w1";
   const std::string bytes = EncodeWorkPartial(partial);
@@ -79,6 +89,7 @@ TEST(WorkExchangeTest, APartialRoundTripsExactly) {
   EXPECT_EQ(decoded->instance, "w1");
   EXPECT_FALSE(decoded->overflow);
   EXPECT_EQ(decoded->step, 17);
+  EXPECT_EQ(decoded->cut, 1234);
   // A plan is not a partial and the other way round.
   EXPECT_FALSE(DecodeWorkPlan(bytes).ok());
   EXPECT_FALSE(DecodeWorkPartial(EncodeWorkPlan(SamplePlan())).ok());
@@ -104,7 +115,13 @@ TEST(WorkExchangeTest, OutOfRangeFieldsAreRefusedEvenWithAValidChecksum) {
   plan.sampling_rate = 1.5;
   EXPECT_FALSE(DecodeWorkPlan(EncodeWorkPlan(plan)).ok());
   plan = SamplePlan();
-  plan.streams = {{"docs:1", 0, 1}, {"docs:0", 0, 1}};  // not sorted
+  plan.streams = {{"docs:1", 0, 1, 1}, {"docs:0", 0, 1, 1}};  // not sorted
+  EXPECT_FALSE(DecodeWorkPlan(EncodeWorkPlan(plan)).ok());
+  plan = SamplePlan();
+  plan.streams = {{"docs:0", 10, 25, 20}};  // floor above the end
+  EXPECT_FALSE(DecodeWorkPlan(EncodeWorkPlan(plan)).ok());
+  plan = SamplePlan();
+  plan.streams = {{"docs:0", 10, 5, 20}};  // floor below the window's start
   EXPECT_FALSE(DecodeWorkPlan(EncodeWorkPlan(plan)).ok());
   plan = SamplePlan();
   plan.streams[0].low = 30;  // low > high

@@ -36,7 +36,10 @@ WorkPlan Plan(const WorkFixture& f, const ModelBundle& bundle, uint64_t epoch, i
   plan.sampling_rate = 0.5;
   plan.is_private = true;
   for (size_t i = 0; i < plan.key.bytes.size(); ++i) plan.key.bytes[i] = static_cast<uint8_t>(i);
-  plan.streams = {{"docs:0", 0, 5}, {"docs:1", 1, 4}};  // the second window starts at 1
+  // {name, low, floor, end}: the second window starts at 1; every record
+  // is stamped before the slot time, so each cut is the end.
+  plan.cut_time_ms = kNoCutTime;
+  plan.streams = {{"docs:0", 0, 5, 5}, {"docs:1", 1, 1, 4}};
   plan.wanted = {"docs:0", "docs:1"};
   plan.model = *CheckpointStore::Encode(model);
   plan.record_settings = bundle.record_settings;
@@ -122,6 +125,7 @@ TEST(WorkerTest, ItSumsTheWindowsOfThePartitionsItHoldsAsOneProcessWould) {
     EXPECT_EQ(partial.step, 1);
     EXPECT_EQ(partial.slot, 5);
     EXPECT_FALSE(partial.overflow);
+    EXPECT_EQ(partial.cut, partial.stream == "docs:0" ? 5 : 4);
     EXPECT_EQ(partial.instance, "worker-1");
     ASSERT_EQ(reference.count(partial.stream), 1u);
     EXPECT_EQ(partial.sum, reference.at(partial.stream));  // bit for bit

@@ -284,6 +284,7 @@ source:
   type: kafka
   topics: [docs]
   group_id: %s
+  timestamps: create_time
 %ssink:
   type: kafka
   topic: releases

@@ -76,7 +76,7 @@ privacy: {noise_multiplier: 1.0, sampling_rate: 0.01, delta: 1.0e-5, epsilon_cei
 schedule: {tau0: 64, kappa: 0.7, threads: 2, start_delay_seconds: 0, interval_seconds: 0.5, max_steps: %d,
            window_steps: %s}
 pool: {capacity: %d}
-source: {type: kafka, topics: [%s], group_id: %s}
+source: {type: kafka, topics: [%s], group_id: %s, timestamps: create_time}
 sink: {type: kafka, topic: releases, publish_every: 1}
 dead_letter: {topic: dead}
 kafka:

@@ -156,7 +156,12 @@ class DaemonKafkaTest : public ::testing::Test {
                  : "")
          << extra_schedule
          << "source:\n  type: kafka\n  topics: [" << input_topic_ << "]\n  group_id: " << group_
-         << "\n" << source_extra_
+         // The mock cluster stores the producer's timestamps (CreateTime):
+         // it cannot append with LogAppendTime (TOOLCHAIN.md).
+         << "\n" << (source_extra_.find("timestamps:") == std::string::npos
+                        ? "  timestamps: create_time\n"
+                        : "")
+         << source_extra_
          << "sink:\n  type: kafka\n  topic: " << release_topic_ << "\n  publish_every: 1\n"
          << extra_sink
          << "dead_letter:\n  topic: dead\nalerts:\n  topic: alerts\n"
@@ -317,6 +322,36 @@ TEST_F(DaemonKafkaTest, KcatInReleasesOutDeadLettersAndKeepsRunning) {
   // Log lines carry no record content.
   EXPECT_EQ(vipsd.Log().find("not json"), std::string::npos);
   EXPECT_EQ(vipsd.Log().find("zebra"), std::string::npos);
+}
+
+// What librdkafka's mock cluster does with timestamps: it stores the batch
+// as the producer wrote it, so every message carries the producer's
+// CreateTime (it cannot apply message.timestamp.type=LogAppendTime). Under
+// the default source.timestamps: log_append_time no such message may decide
+// a slot's cut: each is dead-lettered as untrusted_timestamp (and
+// committed), none is pooled, and the daemon keeps running. Every other
+// test on the mock cluster says create_time explicitly (WriteConfig).
+TEST_F(DaemonKafkaTest, OnTheMockClusterProducerTimestampsAreDeadLetteredUnderLogAppendTime) {
+  WriteVocabulary(6);
+  std::vector<std::string> lines;
+  for (int i = 0; i < 5; ++i) lines.push_back(Document(i));
+  ProduceWithKcat(lines);
+  source_extra_ = "  timestamps: log_append_time\n";
+  VipsdProcess vipsd(WriteConfig(kPrivate), dir_ + "/vipsd.log");
+  std::string dead;
+  ASSERT_TRUE(WaitFor([&] {
+    dead = Slurp(DumpTopic("dead"));
+    size_t count = 0;
+    for (size_t at = dead.find("vipsd-reason=untrusted_timestamp"); at != std::string::npos;
+         at = dead.find("vipsd-reason=untrusted_timestamp", at + 1)) {
+      ++count;
+    }
+    return count == 5;
+  }, 60s)) << dead << vipsd.Log();
+  EXPECT_TRUE(WaitFor([&] { return CommittedTotal() == 5; }, 30s)) << CommittedTotal();
+  ASSERT_TRUE(WaitFor([&] { return ReleasedSteps().size() >= 2; }, 60s)) << vipsd.Log();
+  vipsd.Kill(SIGTERM);
+  EXPECT_EQ(vipsd.Wait(30s), 0) << vipsd.Log();
 }
 
 // privacy.unit: key end to end: the message key is the unit, a record

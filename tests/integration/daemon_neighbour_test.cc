@@ -1,16 +1,21 @@
-// The neighbour-structure test against a real Kafka protocol peer (issue
-// 11): the daemon (its real Kafka source, log observer and producer, run in
-// this process so that a test hook can see each step's pool) on a stream D
-// and, at the same time, on D + r — the same records produced at the same
-// times into a second topic, plus one record r. Fixed-seed noise is enabled
-// with the flag. For every slot, the pools the two daemons sampled from must
-// differ by exactly {r} in exactly the slots whose window contains r's
-// append time, and be equal everywhere else — although the daemon with r is
-// slowed down by a slow E-step whenever r is in its pool.
+// The neighbour-structure test against a real Kafka protocol peer (issues
+// 11 and 26): the daemon (its real Kafka source, log observer and producer,
+// run in this process so that a test hook can see each step's pool) on a
+// stream D and, at the same time, on D + r — the same records produced at
+// the same times with the same timestamps into a second topic, plus one
+// record r. Fixed-seed noise is enabled with the flag. For every slot, the
+// pools the two daemons sampled from must differ by exactly {r} in exactly
+// the slots whose window contains r's timestamp, be equal everywhere else,
+// and hold exactly the records stamped in the window's intervals — although
+// the daemon with r is slowed down whenever r is in its pool. The mock
+// cluster keeps the producer's timestamps (CreateTime; it cannot stamp
+// LogAppendTime), so the daemons run with source.timestamps: create_time
+// and the producer stamps each record with the time it sends it at.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -30,10 +35,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr double kInterval = 1.0;  // seconds per slot: wide margins on a busy machine
-constexpr int kWindow = 2;
-constexpr int kSlots = 6;
-constexpr int kRecordsPerBatch = 3;
 constexpr int kRecordR = 1000;  // the added record's id
 
 double WallNow() {
@@ -57,16 +58,48 @@ struct PoolLog {
   std::map<int64_t, std::set<int>> pools;  // slot -> record ids
 };
 
-TEST(DaemonNeighbourTest, OneAddedRecordChangesOnlyItsOwnWindowsOnARealBroker) {
+// One record to produce: its id, its time in slot intervals after slot 0
+// (it is sent, and stamped, at that time), and whether it goes to D + r only.
+struct Planned {
+  int id = 0;
+  double position = 0;
+  bool only_with_r = false;
+};
+
+struct PairSetup {
+  double interval = 1.0;
+  int window = 2;
+  int slots = 6;
+  std::vector<Planned> plan;  // by position
+  // The slow daemon (the one with r) whenever r is in its pool: sleep for
+  // this many intervals, or burn both cores for them.
+  double slow_intervals = 1.5;
+  bool burn = false;
+  double cut_grace = -1;  // schedule.cut_grace_seconds; < 0: the default
+};
+
+struct PairResult {
+  PoolLog without, with;
+  double start = 0;  // slot 0's time
+};
+
+// Runs the daemons on D and D + r over a mock cluster while a producer sends
+// `setup.plan` in real time.
+void RunPair(const PairSetup& setup, const std::string& tag, PairResult* result) {
   auto cluster = connectors::MockCluster::Create(1);
   ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
   const std::string bootstrap = (*cluster)->bootstrap_servers();
-  const std::string dir = ::testing::TempDir() + "daemon_neighbour_" + std::to_string(getpid());
+  const std::string dir =
+      ::testing::TempDir() + "daemon_neighbour_" + tag + "_" + std::to_string(getpid());
   std::filesystem::remove_all(dir);
+  int words = 0;
+  for (const Planned& planned : setup.plan) {
+    if (planned.id != kRecordR) words = std::max(words, planned.id + 1);
+  }
   {
     std::filesystem::create_directories(dir);
     std::ofstream vocab(dir + "/vocab.txt");
-    for (int id = 0; id < 40; ++id) vocab << Word(id) << "\n";
+    for (int id = 0; id < words; ++id) vocab << Word(id) << "\n";
     vocab << Word(kRecordR) << "\n";
   }
   for (const char* topic : {"d", "dr", "rel-d", "rel-dr", "dead", "warmup"}) {
@@ -74,6 +107,7 @@ TEST(DaemonNeighbourTest, OneAddedRecordChangesOnlyItsOwnWindowsOnARealBroker) {
   }
   // Slot 0 is a few seconds away: time for both daemons to start and join.
   const double start = std::ceil(WallNow()) + 4;
+  result->start = start;
   auto write_config = [&](const std::string& name) {
     const std::string path = dir + "/" + name + ".yaml";
     std::ofstream yaml(path);
@@ -83,9 +117,11 @@ TEST(DaemonNeighbourTest, OneAddedRecordChangesOnlyItsOwnWindowsOnARealBroker) {
             "privacy:\n  noise_multiplier: 1.0\n  sampling_rate: 0.5\n  delta: 1.0e-5\n"
             "  epsilon_ceiling: 1000\n  noise: fixed_seed\n  noise_seed: 7\n"
             "schedule:\n  tau0: 1\n  kappa: 0.7\n  threads: 1\n  start_delay_seconds: 0\n  interval_seconds: "
-         << kInterval << "\n  window_steps: " << kWindow << "\n  start_time: " << start << "\n"
+         << setup.interval << "\n  window_steps: " << setup.window << "\n  start_time: " << start << "\n"
+         << (setup.cut_grace >= 0 ? "  cut_grace_seconds: " + std::to_string(setup.cut_grace) + "\n"
+                                  : std::string())
          << "source:\n  type: kafka\n  topics: [" << name << "]\n  group_id: nb-" << name << "-"
-         << getpid() << "\n"
+         << getpid() << "\n  timestamps: create_time\n"  // the mock keeps producers' stamps
          << "sink:\n  type: kafka\n  topic: rel-" << name << "\n"
          << "dead_letter:\n  topic: dead\n"
          << "kafka:\n  bootstrap_servers: \"" << bootstrap << "\"\n"
@@ -108,21 +144,37 @@ TEST(DaemonNeighbourTest, OneAddedRecordChangesOnlyItsOwnWindowsOnARealBroker) {
     *metrics = std::move(created).value();
     Metrics* m = metrics->get();
     DaemonHooks hooks;
-    hooks.before_step = [run, slow_with_r](int64_t, int64_t slot, const svi::RecordPool& pool,
-                                           const std::vector<std::string>&) {
+    const int r_word = words;  // r's word is the vocabulary's last
+    const double slow = setup.slow_intervals * setup.interval;
+    const bool burn = setup.burn;
+    hooks.before_step = [run, slow_with_r, r_word, slow, burn](
+                            int64_t, int64_t slot, const svi::RecordPool& pool,
+                            const std::vector<std::string>&) {
       std::set<int> ids;
       pool.ForEach([&](const model::Record& record, const svi::RecordOrigin&, int64_t) {
         // word id = record id (vocabulary order), r last.
         const int word = record.word_ids.at(0);
-        ids.insert(word == 40 ? kRecordR : word);
+        ids.insert(word == r_word ? kRecordR : word);
       });
       {
         std::lock_guard<std::mutex> lock(run->mutex);
         run->pools[slot] = ids;
       }
-      if (slow_with_r && ids.count(kRecordR) > 0) {
-        std::this_thread::sleep_for(std::chrono::duration<double>(1.5 * kInterval));
+      if (!slow_with_r || ids.count(kRecordR) == 0) return;
+      if (!burn) {
+        std::this_thread::sleep_for(std::chrono::duration<double>(slow));
+        return;
       }
+      // Both cores busy: this thread and one more.
+      const auto until =
+          std::chrono::steady_clock::now() + std::chrono::duration<double>(slow);
+      auto spin = [until] {
+        volatile double x = 0;
+        while (std::chrono::steady_clock::now() < until) x = x + 1;
+      };
+      std::thread other(spin);
+      spin();
+      other.join();
     };
     DaemonOptions options;
     options.allow_fixed_seed_noise = true;  // the flag, with the key
@@ -138,22 +190,15 @@ TEST(DaemonNeighbourTest, OneAddedRecordChangesOnlyItsOwnWindowsOnARealBroker) {
     EXPECT_TRUE(daemon.ok()) << daemon.status().ToString();
     return daemon.ok() ? std::move(*daemon) : nullptr;
   };
-  PoolLog without, with;
   std::unique_ptr<Metrics> metrics_d, metrics_dr;
-  std::unique_ptr<Daemon> daemon_d = start_daemon("d", &without, false, &metrics_d);
-  std::unique_ptr<Daemon> daemon_dr = start_daemon("dr", &with, true, &metrics_dr);
+  std::unique_ptr<Daemon> daemon_d = start_daemon("d", &result->without, false, &metrics_d);
+  std::unique_ptr<Daemon> daemon_dr = start_daemon("dr", &result->with, true, &metrics_dr);
   ASSERT_NE(daemon_d, nullptr);
   ASSERT_NE(daemon_dr, nullptr);
   Status result_d = Status::Ok(), result_dr = Status::Ok();
   std::thread thread_d([&] { result_d = daemon_d->Run(); });
   std::thread thread_dr([&] { result_dr = daemon_dr->Run(); });
 
-  // The stream: a batch in the middle of every slot interval. Both topics'
-  // messages of a batch go in one produce call, so that D and D + r are
-  // appended at the same moments. Records of batch b >= 0 are appended in
-  // (t_b, t_{b+1}] and belong to slots b+1 .. b+kWindow; batch -1 comes
-  // before slot 0, which no daemon observes, so it joins slot 1 like batch
-  // 0. r joins the batch of interval 2, i.e. slots 3 and 4.
   connectors::KafkaProducerOptions producer_options;
   producer_options.bootstrap_servers = bootstrap;
   producer_options.properties = {{"linger.ms", "0"}};
@@ -162,25 +207,30 @@ TEST(DaemonNeighbourTest, OneAddedRecordChangesOnlyItsOwnWindowsOnARealBroker) {
   // The idempotent producer's first delivery bootstraps its producer id
   // (about a second on the mock): done here, outside the stream.
   ASSERT_TRUE((*producer)->ProduceAndWait({{{"warmup", "w", "w", {}}}}, 10s).ok());
-  int next_id = 0;
-  for (int batch = -1; batch < kSlots; ++batch) {
-    SleepUntil(start + (batch + 0.5) * kInterval);
+  // Records planned for the same time go in one produce call, to both
+  // topics, stamped with that time: D and D + r get the same stamps.
+  for (size_t i = 0; i < setup.plan.size();) {
+    const double position = setup.plan[i].position;
+    const double time = start + position * setup.interval;
+    SleepUntil(time);
     std::vector<connectors::OutMessage> messages;
-    for (int i = 0; i < kRecordsPerBatch; ++i, ++next_id) {
-      const std::string doc = "{\"id\": " + std::to_string(next_id) + ", \"text\": \"" +
-                              Word(next_id) + " " + Word(next_id) + "\"}";
-      messages.push_back({"d", "k" + std::to_string(next_id), doc, {}});
-      messages.push_back({"dr", "k" + std::to_string(next_id), doc, {}});
-    }
-    if (batch == 2) {
-      messages.push_back({"dr", "r", "{\"id\": \"r\", \"text\": \"" + Word(kRecordR) + "\"}", {}});
+    for (; i < setup.plan.size() && setup.plan[i].position == position; ++i) {
+      const Planned& planned = setup.plan[i];
+      const std::string id = planned.id == kRecordR ? "\"r\"" : std::to_string(planned.id);
+      const std::string doc = "{\"id\": " + id + ", \"text\": \"" + Word(planned.id) + " " +
+                              Word(planned.id) + "\"}";
+      const std::string key = "k" + std::to_string(planned.id);
+      const auto stamp = static_cast<int64_t>(std::floor(time * 1000));
+      if (!planned.only_with_r) messages.push_back({"d", key, doc, {}, stamp});
+      messages.push_back({"dr", key, doc, {}, stamp});
     }
     ASSERT_TRUE((*producer)->ProduceAndWait(messages, 10s).ok());
   }
   ASSERT_TRUE((*producer)->Close(5s).ok());
   const auto until = std::chrono::steady_clock::now() + 60s;
   while (std::chrono::steady_clock::now() < until &&
-         (daemon_d->status().last_slot < kSlots || daemon_dr->status().last_slot < kSlots)) {
+         (daemon_d->status().last_slot < setup.slots ||
+          daemon_dr->status().last_slot < setup.slots)) {
     std::this_thread::sleep_for(50ms);
   }
   daemon_d->RequestStop();
@@ -189,25 +239,83 @@ TEST(DaemonNeighbourTest, OneAddedRecordChangesOnlyItsOwnWindowsOnARealBroker) {
   thread_dr.join();
   EXPECT_TRUE(result_d.ok()) << result_d.ToString();
   EXPECT_TRUE(result_dr.ok()) << result_dr.ToString();
-
-  for (int64_t slot = 1; slot <= kSlots; ++slot) {
-    ASSERT_TRUE(without.pools.count(slot)) << "slot " << slot;
-    ASSERT_TRUE(with.pools.count(slot)) << "slot " << slot;
-    std::set<int> expected = without.pools.at(slot);
-    if (slot == 3 || slot == 4) expected.insert(kRecordR);
-    EXPECT_EQ(with.pools.at(slot), expected) << "slot " << slot;
-    // The window holds exactly the batches of the last kWindow intervals.
-    std::set<int> window;
-    for (int64_t batch = -1; batch < kSlots; ++batch) {
-      const int64_t interval = std::max<int64_t>(batch, 0);  // batch -1 joins slot 1
-      if (interval < slot - kWindow || interval >= slot) continue;
-      for (int i = 0; i < kRecordsPerBatch; ++i) {
-        window.insert(static_cast<int>((batch + 1) * kRecordsPerBatch + i));
-      }
-    }
-    EXPECT_EQ(without.pools.at(slot), window) << "slot " << slot;
-  }
   std::filesystem::remove_all(dir);
+}
+
+// The pools differ by exactly {r} in the slots whose window holds r's stamp,
+// and each holds exactly the records stamped in its window's intervals
+// (slot 0 is observed by no daemon: records before it join slot 1).
+void ExpectNeighbourPools(const PairSetup& setup, const PairResult& result) {
+  auto millis = [&](double position) {
+    return static_cast<int64_t>(std::floor((result.start + position * setup.interval) * 1000));
+  };
+  int r_slots = 0;
+  for (int64_t slot = 1; slot <= setup.slots; ++slot) {
+    ASSERT_TRUE(result.without.pools.count(slot)) << "slot " << slot;
+    ASSERT_TRUE(result.with.pools.count(slot)) << "slot " << slot;
+    std::set<int> window, window_with;
+    for (const Planned& planned : setup.plan) {
+      const int64_t stamp = millis(planned.position);
+      const bool in = (slot - setup.window <= 0 ||
+                       stamp > millis(static_cast<double>(slot - setup.window))) &&
+                      stamp <= millis(static_cast<double>(slot));
+      if (!in) continue;
+      window_with.insert(planned.id);
+      if (!planned.only_with_r) window.insert(planned.id);
+    }
+    if (window_with.count(kRecordR) > 0) ++r_slots;
+    std::set<int> expected = result.without.pools.at(slot);
+    if (window_with.count(kRecordR) > 0) expected.insert(kRecordR);
+    EXPECT_EQ(result.with.pools.at(slot), expected) << "slot " << slot;
+    EXPECT_EQ(result.without.pools.at(slot), window) << "slot " << slot;
+  }
+  EXPECT_EQ(r_slots, setup.window);
+}
+
+// A batch in the middle of every slot interval; r joins the batch of
+// interval 2 (slots 3 and 4); the daemon with r sleeps 1.5 intervals.
+TEST(DaemonNeighbourTest, OneAddedRecordChangesOnlyItsOwnWindowsOnARealBroker) {
+  PairSetup setup;
+  int next_id = 0;
+  for (int batch = -1; batch < setup.slots; ++batch) {
+    for (int i = 0; i < 3; ++i) setup.plan.push_back({next_id++, batch + 0.5, false});
+    if (batch == 2) setup.plan.push_back({kRecordR, batch + 0.5, true});
+  }
+  PairResult result;
+  RunPair(setup, "batches", &result);
+  ExpectNeighbourPools(setup, result);
+}
+
+// Issue 26: records sent continuously — one every 23 ms, so every slot time
+// has records a few milliseconds on each side of it — while the daemon with
+// r burns both cores for 1.5 intervals whenever r is in its pool, and the
+// log ends are read when the clock thread gets to run. The cuts follow the
+// records' stamps, not when the reads happened.
+TEST(DaemonNeighbourTest, RecordsSentAroundEverySlotTimeKeepTheirSlotsUnderACpuBurn) {
+  PairSetup setup;
+  setup.interval = 0.5;
+  setup.slots = 8;
+  setup.burn = true;
+  // The producer (this test's main thread) is the environment: under the
+  // burn it may send a record late; the grace covers that lag, as it covers
+  // a broker's replication lag in production.
+  setup.cut_grace = 0.25;
+  const double step = 0.023 / setup.interval;  // 23 ms in slot intervals
+  int next_id = 0;
+  bool r_placed = false;
+  for (double position = -0.5; position < setup.slots + 0.2; position += step) {
+    // None within 2 ms of a slot time, where the test's and the daemon's
+    // millisecond of a slot time could differ.
+    if (std::abs(position - std::round(position)) * setup.interval < 0.002) continue;
+    if (!r_placed && position >= 3.98) {
+      setup.plan.push_back({kRecordR, 3.98, true});  // 10 ms before t_4: slots 4 and 5
+      r_placed = true;
+    }
+    setup.plan.push_back({next_id++, position, false});
+  }
+  PairResult result;
+  RunPair(setup, "continuous", &result);
+  ExpectNeighbourPools(setup, result);
 }
 
 }  // namespace

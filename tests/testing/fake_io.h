@@ -2,16 +2,19 @@
 // (daemon/io.h), as STYLE.md asks ("fakes before mocks"): FakeTopic is a
 // partitioned log that outlives daemon instances, like Kafka's; FakeSource
 // reads it as a consumer group member would (resume offsets, the group's
-// committed offsets, pause/resume, end of partition) and answers
-// ObserveBounds(as_of) with the records appended up to `as_of` — so which
-// records a slot sees is a function of the log and the public slot times
-// only, and tests are deterministic however slowly the machine runs;
+// committed offsets, pause/resume, end of partition), stamps each message
+// as a broker with LogAppendTime would (its append time; or a producer's
+// CreateTime stamp), and answers ObserveBounds(as_of) with the records
+// appended up to `as_of` — or, like a real broker, with the log as it is
+// at the call (AnswerAtCallTime);
 // FakeSink records releases (checking the ledger-before-release order
 // against the ledger file), dead letters and alerts, and fails on request.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -35,6 +38,10 @@ struct FakeTopic {
     std::string payload;
     double appended = 0;  // unix seconds
     std::string key;      // the message key ("" none)
+    // Who stamped it: the broker at `appended` (LogAppendTime), or a
+    // producer with `stamp` (CreateTime; unix seconds).
+    connectors::TimestampType type = connectors::TimestampType::kLogAppendTime;
+    double stamp = 0;
   };
   std::mutex mutex;
   std::map<int32_t, std::vector<Entry>> partitions;
@@ -47,6 +54,14 @@ struct FakeTopic {
     std::lock_guard<std::mutex> lock(mutex);
     auto& log = partitions[partition];
     log.push_back({std::move(payload), appended, std::move(key)});
+    return static_cast<int64_t>(log.size()) - 1;
+  }
+  // Appends a message whose timestamp a producer chose (CreateTime).
+  int64_t AppendStamped(int32_t partition, std::string payload, double appended, double stamp) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto& log = partitions[partition];
+    log.push_back({std::move(payload), appended, "", connectors::TimestampType::kCreateTime,
+                   stamp});
     return static_cast<int64_t>(log.size()) - 1;
   }
 };
@@ -81,6 +96,14 @@ class FakeSource : public InputSource {
           record.offset = at;
           record.payload = log[static_cast<size_t>(at)].payload;
           record.key = log[static_cast<size_t>(at)].key;
+          // As a broker: the append time in milliseconds (LogAppendTime),
+          // or the producer's stamp.
+          const FakeTopic::Entry& entry = log[static_cast<size_t>(at)];
+          record.timestamp_type = entry.type;
+          record.timestamp_ms = static_cast<int64_t>(std::floor(
+              (entry.type == connectors::TimestampType::kCreateTime ? entry.stamp
+                                                                     : entry.appended) *
+              1000));
           record.oversize = record.payload.size() > 4000;
           record.below_committed = committed_at_start_.count(partition) > 0 &&
                                    at < committed_at_start_[partition];
@@ -115,7 +138,12 @@ class FakeSource : public InputSource {
     for (const auto& stream : streams) paused_.erase(stream);
     return Status::Ok();
   }
+  // Answer ObserveBounds with the log as it is at the call (a real broker),
+  // not as of the public time asked for.
+  void AnswerAtCallTime() { at_call_time_ = true; }
+
   StatusOr<std::map<std::string, StreamBounds>> ObserveBounds(double as_of) override {
+    if (at_call_time_) as_of = std::numeric_limits<double>::infinity();
     std::lock_guard<std::mutex> lock(topic_->mutex);
     std::map<std::string, StreamBounds> bounds;
     for (const auto& [partition, log] : topic_->partitions) {
@@ -138,6 +166,7 @@ class FakeSource : public InputSource {
   std::set<std::string> paused_;
   std::map<int32_t, int64_t> committed_at_start_;
   std::optional<std::set<int32_t>> assigned_;
+  bool at_call_time_ = false;
 };
 
 struct Published {
