@@ -382,13 +382,21 @@ bool Daemon::WaitForWindow(int64_t slot, const std::map<std::string, StreamBound
   }
 }
 
-void Daemon::AdmitWindow(const std::map<std::string, int64_t>& cuts) {
+int64_t Daemon::AdmitWindow(const std::map<std::string, int64_t>& cuts) {
   // Records below the slot's cut enter the pool; everything the window no
   // longer covers was evicted when the previous slot ended (AdvanceWindow).
+  // A record stamped at or before the previous slot's time belonged to it
+  // but was not readable when its cut was read: it is late (it joins this
+  // slot; core/svi/slot_windows.h "When the assumptions fail").
+  int64_t late = 0;
   for (auto& [id, taken] : ingest_->Admit(cuts)) {
-    for (Staged& staged : taken) pool_.Add(std::move(staged.record), {id, staged.offset});
+    for (Staged& staged : taken) {
+      if (staged.timestamp_ms >= 0 && staged.timestamp_ms <= previous_cut_time_ms_) ++late;
+      pool_.Add(std::move(staged.record), {id, staged.offset});
+    }
   }
   ingest_->SetPoolSize(pool_.size());
+  return late;
 }
 
 void Daemon::AdvanceWindow() {
@@ -454,7 +462,24 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
                                std::to_string(config_.pool_capacity) + " records",
                            &out);
   }
-  if (!overflow && coordinator_ == nullptr) AdmitWindow(cuts);
+  if (!overflow && coordinator_ == nullptr) {
+    out.records_late = AdmitWindow(cuts);
+    if (out.records_late > 0 && !late_records_logged_) {
+      late_records_logged_ = true;  // once per run; vipsd_records_read_late_total counts them
+      out.log_lines.emplace_back(
+          LogLevel::kWarning,
+          "slot " + std::to_string(slot) + ": " + std::to_string(out.records_late) +
+              " record(s) stamped at or before the previous slot's time were readable only "
+              "after its cut was read (slot time + schedule.cut_grace_seconds = " +
+              ShortestNumber(config_.cut_grace_seconds) +
+              " s); they joined this slot. Raise cut_grace_seconds above the brokers' "
+              "replication lag plus their clock skew to this host "
+              "(vipsd_records_read_late_total counts them)");
+    }
+  }
+  if (paced_ && coordinator_ == nullptr) {
+    previous_cut_time_ms_ = static_cast<int64_t>(std::floor(state.windows.SlotTime(slot) * 1000));
+  }
 
   bool stepped = false;
   if (keeper_->failing()) {
@@ -677,6 +702,9 @@ void Daemon::Emit(SlotOutputs& out) {
   metrics_->slot().Set(static_cast<double>(out.slot));
   metrics_->last_slot_timestamp_seconds().Set(
       paced_ ? keeper_->state().windows.SlotTime(out.slot) : WallNow());
+  if (out.records_late > 0) {
+    metrics_->records_read_late_total().Increment(static_cast<double>(out.records_late));
+  }
   metrics_->pool_records().Set(static_cast<double>(
       out.window_offsets >= 0 ? out.window_offsets : static_cast<int64_t>(pool_.size())));
   // An unpaced (offline) run has no public clock: its releases carry the

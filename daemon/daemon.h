@@ -84,6 +84,7 @@
 #pragma once
 
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -203,7 +204,8 @@ class Daemon {
   void ServiceRequests();
   void CoverNewStreams();
   void ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>& bounds);
-  void AdmitWindow(const std::map<std::string, int64_t>& cuts);
+  // Returns how many admitted records were late (SlotOutputs::records_late).
+  int64_t AdmitWindow(const std::map<std::string, int64_t>& cuts);
   void AdvanceWindow();
   // The step.
   bool RunStep(int64_t slot, SlotOutputs* out);
@@ -296,6 +298,10 @@ class Daemon {
   // The log ends observed for the last slot processed (the floor of the next
   // slot's cuts, TargetsFor); empty after a start.
   std::map<std::string, int64_t> previous_ends_;
+  // T of the last slot whose window was admitted here (none after a start:
+  // a restart's first window legitimately holds older records).
+  int64_t previous_cut_time_ms_ = std::numeric_limits<int64_t>::min();
+  bool late_records_logged_ = false;
   // Shared work: the slot's cut rule for the plan, and the cuts its step
   // found (empty when the slot was not stepped to the end).
   SlotTargets slot_targets_;

@@ -243,6 +243,9 @@ inline constexpr std::array<double, 14> kCheckpointWriteDurationBuckets = {
         "1 while stepping is stopped by a window over pool.capacity, else 0.")                   \
   COUNTER(pool_evicted_total, "records",                                                         \
           "Records that left the pool because the window moved past them.")                      \
+  COUNTER(records_read_late_total, "records",                                                    \
+          "Records that joined a later slot than their timestamp: stamped at or before a slot's " \
+          "time but readable only after its cut was read (raise schedule.cut_grace_seconds).")   \
   GAUGE(consumer_lag_records, "records",                                                         \
         "Records on the assigned input partitions not yet consumed (high watermark minus "       \
         "position, summed).")                                                                    \

@@ -67,6 +67,9 @@ struct SlotOutputs {
   int64_t partials_local = 0;
   int64_t partials_remote = 0;
   int64_t window_offsets = -1;  // -1: solo (the pool's size)
+  // Records this slot admitted that were stamped at or before the previous
+  // slot's time: readable only after its cut was read (stream timing).
+  int64_t records_late = 0;
   std::vector<std::string> alerts;  // JSON
   std::vector<std::pair<LogLevel, std::string>> log_lines;
 };

@@ -473,6 +473,62 @@ TEST(DaemonTest, AddingOneRecordChangesOnlyItsOwnMembershipWhenTheLogAnswersAtCa
   EXPECT_EQ(slots_with_r, kWindow);
 }
 
+// A record stamped before slot k's time that becomes readable only after
+// slot k's cut was read (a broker whose replication lag exceeds the grace)
+// joins slot k + 1 — it alone: the records around it keep their slots — and
+// is counted in vipsd_records_read_late_total and said once in the log.
+TEST(DaemonTest, ARecordReadableOnlyAfterItsSlotsCutJoinsTheNextSlotAloneAndIsCounted) {
+  constexpr double kInterval = 0.1;
+  Harness h("read_late");
+  h.answer_at_call_time = true;
+  Options options;
+  options.interval = kInterval;
+  options.window = "1";
+  options.cut_grace = 0.02;
+  options.start_time = std::floor(WallNow()) + 2;
+  const double start = options.start_time;
+  auto document = [](const std::string& id) {
+    return "{\"id\": \"" + id + "\", \"text\": \"apple banana\"}";
+  };
+  std::map<std::pair<int32_t, int64_t>, std::string> ids;
+  std::mutex ids_mutex;
+  std::atomic<bool> stop{false};
+  std::thread producer([&] {
+    auto append_at = [&](double when, double stamp, const std::string& id) {
+      while (WallNow() < when && !stop) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      const int64_t offset = h.topic->Append(0, document(id), stamp);
+      std::lock_guard<std::mutex> lock(ids_mutex);
+      ids[{0, offset}] = id;
+    };
+    // Slot 4: "a" stamped and readable at once. "late" is stamped 10 ms
+    // before t_4 but readable only 50 ms after it (after slot 4's read at
+    // t_4 + 20 ms); "b" stamped and readable in slot 5's interval.
+    append_at(start + 3.5 * kInterval, start + 3.5 * kInterval, "a");
+    append_at(start + 4.5 * kInterval, start + 3.9 * kInterval, "late");
+    append_at(start + 4.6 * kInterval, start + 4.6 * kInterval, "b");
+  });
+  std::map<int64_t, std::set<std::string>> pools;
+  DaemonHooks hooks;
+  hooks.before_step = [&](int64_t, int64_t slot, const svi::RecordPool& pool,
+                          const std::vector<std::string>& streams) {
+    std::set<std::string> members;
+    std::lock_guard<std::mutex> lock(ids_mutex);
+    pool.ForEach([&](const model::Record&, const svi::RecordOrigin& origin, int64_t) {
+      members.insert(ids.at({std::stoi(streams[origin.stream].substr(5)), origin.offset}));
+    });
+    pools[slot] = members;
+  };
+  auto daemon = h.Make(WriteConfig(h.dir, options), hooks);
+  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+  EXPECT_TRUE(RunUntil(**daemon, [&](const DaemonStatus& s) { return s.last_slot >= 7; }).ok());
+  stop = true;
+  producer.join();
+  EXPECT_EQ(pools[4], (std::set<std::string>{"a"}));
+  EXPECT_EQ(pools[5], (std::set<std::string>{"late", "b"}));
+  EXPECT_TRUE(pools[6].empty());
+  EXPECT_EQ(h.metrics->records_read_late_total().Value(), 1);
+}
+
 // The unit-level neighbour structure (issue 28): the daemon on D, on D
 // minus every record of unit u, and on D minus two other units, with the
 // same fixed-seed step keys. Every step's contributions (DaemonHooks::
