@@ -10,6 +10,8 @@ beside it, to its end at the epsilon ceiling. Asserts:
   * no slot finished after its deadline: no "finished after their release
     deadline" warning and no step line "reported_at_slot=" (a late slot's
     outputs wait for a later slot's deadline);
+  * no record joined a later slot than its timestamp (the warning "were
+    readable only after its cut"): the cut's grace covered every read;
   * every release was published at a public deadline: each "published
     release" log time lies within PUBLISH_SLACK seconds after a slot
     boundary of the public clock (status.json's last_release_time is one
@@ -78,6 +80,10 @@ def main():
                 if "reported_at_slot=" in l or "finished after their release deadline" in l]
         if late:
             failures.append("%d line(s) of late slots, first: %s" % (len(late), late[0][:200]))
+        read_late = [l for l in log.splitlines() if "were readable only after its cut" in l]
+        if read_late:
+            failures.append("records joined a later slot than their timestamp: %s"
+                            % read_late[0][:200])
         status = json.load(open(os.path.join(work, "state", "status.json")))
         anchor = float(status["last_release_time"])
         published = [parse_ts(l) for l in log.splitlines() if "published release step-" in l]
@@ -93,8 +99,8 @@ def main():
                             % (len(off), len(published), off[:8]))
         steps = len(re.findall(r"msg=\"step=\d+ slot=", log))
         print("demo beside %d busy loops: %d step lines, %d releases, late lines %d, "
-              "publication phases after a boundary <= %.3f s"
-              % (len(hogs), steps, len(published), len(late),
+              "records read late %d, publication phases after a boundary <= %.3f s"
+              % (len(hogs), steps, len(published), len(late), len(read_late),
                  max(((t - anchor) % interval for t in published), default=0)))
         if failures:
             print("FAIL: " + "; ".join(failures))
