@@ -186,7 +186,8 @@ TEST(PrivacyCliTest, PlanReadsTheConfigurationAndAnswersWithTheDaemonsAccountant
   const int64_t steps = *fixed->MaxSteps(1e-5, 4, int64_t{1} << 40);
   EXPECT_EQ(JsonNumber(run.out, "max_steps"), steps);
   EXPECT_EQ(JsonNumber(run.out, "epsilon"), fixed->Epsilon(steps, 1e-5)->epsilon);
-  EXPECT_EQ(JsonString(run.out, "starts"), "true");
+  // A JSON boolean, not the string "true".
+  EXPECT_NE(run.out.find("\"starts\": true}"), std::string::npos) << run.out;
   // The service example (residency, M = 500) is affordable and says so.
   run = RunCli({"plan", "--config", examples + "lda_kafka.yaml"});
   ASSERT_EQ(run.code, 0) << run.err;

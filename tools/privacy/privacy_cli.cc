@@ -39,7 +39,7 @@ std::string Human(double value) {
   return buffer;
 }
 
-// Ordered JSON object with number and string fields.
+// Ordered JSON object with number, boolean and string fields.
 class JsonObject {
  public:
   void Add(std::string key, double value) {
@@ -48,6 +48,9 @@ class JsonObject {
   }
   void AddInt(std::string key, int64_t value) {
     fields_.emplace_back(std::move(key), std::to_string(value));
+  }
+  void AddBool(std::string key, bool value) {
+    fields_.emplace_back(std::move(key), value ? "true" : "false");
   }
   void AddString(std::string key, const std::string& value) {
     // Values are fixed identifiers (no characters that need escaping).
@@ -380,7 +383,7 @@ int RunPlan(const Parsed& p, bool json_output, std::ostream& out, std::ostream& 
         json.Add("capacity_records_per_second", margin.records_per_second);
       }
     }
-    json.AddString("starts", starts ? "true" : "false");
+    json.AddBool("starts", starts);
     out << json.ToString() << "\n";
     return starts ? kExitOk : kExitNoAnswer;
   }
