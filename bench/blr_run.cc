@@ -103,6 +103,10 @@ Status WriteRelease(const std::string& directory, const models::BlrModel& model,
   m.noise_multiplier = driver.noise_multiplier;
   m.sampling_rate = driver.sampling_rate;
   m.accountant = is_private ? "rdp" : "none";
+  // One (q, σ) for every step, charged by the RDP accountant (its improved
+  // conversion): the release format requires both names of a private one.
+  m.schedule = is_private ? "fixed" : "none";
+  m.conversion = is_private ? "rdp_improved" : "none";
   for (const auto& block : model.statistic_layout().blocks()) {
     m.clip_bounds.emplace_back(block.name, block.clip_bound);
   }
@@ -231,7 +235,8 @@ int main(int argc, char** argv) {
       {"stopped_at_ceiling", ceiling},
       {"sampling_rate", driver_config.sampling_rate},
       {"sigma", sigma},
-      {"epsilon", epsilon},
+      // A non-private run (σ = 0) has no finite ε: null, never 0.
+      {"epsilon", sigma > 0 ? nlohmann::json(epsilon) : nlohmann::json(nullptr)},
       {"delta", sigma > 0 ? driver_config.delta : 0.0},
       {"tau0", driver_config.tau0},
       {"kappa", driver_config.kappa},

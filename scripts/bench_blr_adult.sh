@@ -65,7 +65,9 @@ rows += [(f"private eps={e}, q=0.25, T=10", load(f"private_eps{e}")) for e in ("
 summary = {"runs_per_row": runs, "newton_l2_1": newton, "rows": []}
 for label, rs in rows:
     summary["rows"].append({
-        "setting": label, "sigma": rs[0]["sigma"], "epsilon": max(r["epsilon"] for r in rs),
+        # epsilon is null for a non-private (sigma = 0) run: no finite bound.
+        "setting": label, "sigma": rs[0]["sigma"],
+        "epsilon": None if any(r["epsilon"] is None for r in rs) else max(r["epsilon"] for r in rs),
         "auc_median": med(rs, "auc"), "auc_min": min(r["auc"] for r in rs),
         "auc_max": max(r["auc"] for r in rs), "log_loss_median": med(rs, "log_loss"),
         "accuracy_median": med(rs, "accuracy")})
@@ -93,7 +95,8 @@ print()
 print("| setting | sigma | eps (delta=1e-5) | AUC median [min, max] | log-loss median |")
 print("|---|---|---|---|---|")
 for row in summary["rows"]:
-    print(f"| {row['setting']} | {row['sigma']:.3g} | {row['epsilon']:.3f} | "
+    eps = "none (not private)" if row["epsilon"] is None else f"{row['epsilon']:.3f}"
+    print(f"| {row['setting']} | {row['sigma']:.3g} | {eps} | "
           f"{row['auc_median']:.4f} [{row['auc_min']:.4f}, {row['auc_max']:.4f}] | "
           f"{row['log_loss_median']:.4f} |")
 print(f"| Newton LR, L2=1 | - | - | {newton['auc']:.4f} | {newton['log_loss']:.4f} |")
