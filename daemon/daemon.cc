@@ -609,7 +609,10 @@ void Daemon::HoldUntilCommitted(SlotOutputs& out) {
   std::vector<SlotOutputs> held;
   for (SlotOutputs& late : late_) held.push_back(std::move(late));
   late_.clear();
-  if (out.stepped) held.push_back(out);
+  if (out.stepped) {
+    held.push_back(out);
+    out.records_late = 0;  // counted when the held copy is reported
+  }
   out.stepped = false;
   out.partials_local = out.partials_remote = 0;
   out.alerts.clear();
@@ -682,6 +685,9 @@ void Daemon::Emit(SlotOutputs& out) {
       const std::string suffix = held == &uncommitted_ ? " committed_at_slot=" : " reported_at_slot=";
       for (const SlotOutputs& step_out : *held) {
         if (step_out.late) publisher_->CountOverrun(step_out.slot, out.slot);
+        if (step_out.records_late > 0) {
+          metrics_->records_read_late_total().Increment(static_cast<double>(step_out.records_late));
+        }
         const std::string line = report(step_out);
         for (const std::string& alert : step_out.alerts) {
           publisher_->PublishAlert(alert, !config_.alert_topic.empty());

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ThreadSanitizer (clang) on the concurrent code: builds build-tsan with only
 # the test targets whose code runs threads — the daemon (clock, ingest and
-# step threads, reloads, the ledger retry), the metrics registry under
+# step threads, reloads, the ledger retry; the ingest thread's staging and
+# cut targets; shared work's worker and coordinator), the metrics registry under
 # concurrent scrapes, the step driver's E-step workers and chunk merges, the
 # LDA M-step's column threads, and the Kafka source and producer (librdkafka's own
 # threads; its internal races are suppressed by scripts/tsan.supp, since it
@@ -10,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 targets=(daemon_test metrics_test kafka_source_test kafka_producer_test step_driver_test lda_test
-         fixed_schedule_test)
+         fixed_schedule_test ingest_test worker_test coordinator_test)
 launcher=()
 if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
@@ -21,4 +22,4 @@ CC=clang CXX=clang++ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWit
 ninja -C build-tsan -j"${VIPSD_JOBS:-$(nproc)}" "${targets[@]}"
 export TSAN_OPTIONS=${TSAN_OPTIONS:-suppressions=$PWD/scripts/tsan.supp halt_on_error=1}
 scripts/ctest_run.sh build-tsan -j"$(nproc)" \
-  -R '^(DaemonTest|MetricsTest|KafkaSourceTest|KafkaProducerTest|Protocols/KafkaSource|StepDriverTest|LdaModelTest|FixedScheduleAccountantTest.Prefetch)'
+  -R '^(DaemonTest|MetricsTest|KafkaSourceTest|KafkaProducerTest|Protocols/KafkaSource|StepDriverTest|LdaModelTest|FixedScheduleAccountantTest.Prefetch|IngestTest|WorkerTest|CoordinatorTest)'
