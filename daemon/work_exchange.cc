@@ -103,6 +103,9 @@ class Reader {
     return Status::Ok();
   }
   bool ok() const { return ok_; }
+  // Bytes not read yet: a count of fields is refused before anything is
+  // allocated when they could not hold that many.
+  size_t remaining() const { return ok_ ? bytes_.size() - pos_ : 0; }
 
  private:
   std::string_view bytes_;
@@ -190,12 +193,16 @@ StatusOr<WorkPlan> DecodeWorkPlan(std::string_view bytes) {
   if (GetHeader(r, &plan.job, &plan.epoch, &plan.owner, &plan.step, &plan.slot) &&
       r.F64(&plan.sampling_rate) && r.U64(&is_private) && r.Str(&key) &&
       r.I64(&plan.cut_time_ms) && r.U64(&count)) {
-    if (count > kMaxStreams) return DataLossError("work topic: a plan with too many partitions");
+    // A stream is at least its name's length and three offsets (32 bytes).
+    if (count > kMaxStreams || count > r.remaining() / 32) {
+      return DataLossError("work topic: a plan with too many partitions");
+    }
     plan.streams.resize(count);
     for (WorkStream& s : plan.streams) {
       if (!(r.Str(&s.name) && r.I64(&s.low) && r.I64(&s.floor) && r.I64(&s.high))) break;
     }
-    if (r.U64(&count) && count <= kMaxStreams) {
+    // A wanted name is at least its length (8 bytes).
+    if (r.U64(&count) && count <= kMaxStreams && count <= r.remaining() / 8) {
       plan.wanted.resize(count);
       for (std::string& s : plan.wanted) {
         if (!r.Str(&s)) break;

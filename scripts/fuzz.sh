@@ -11,7 +11,7 @@ seconds=${1:-30}
 shift || true
 targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] ||
-  targets=(fuzz_record_decoders fuzz_config fuzz_vocabulary fuzz_state fuzz_release fuzz_partial_sum)
+  targets=(fuzz_record_decoders fuzz_config fuzz_vocabulary fuzz_state fuzz_release fuzz_partial_sum fuzz_work_message)
 launcher=()
 if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)

@@ -1,0 +1,73 @@
+// The shared-work messages (daemon/work_exchange.h: plans and partials on
+// the work topic, written by other vipsd processes) on arbitrary bytes: as
+// given (the checksum must refuse nearly all of them) and re-signed behind
+// a valid magic so that the field parser is reached. A decoded plan or
+// partial encodes to bytes that decode to the same message again, and a
+// plan that decodes keeps its invariants (partitions sorted by name, each
+// window 0 <= low <= floor <= high). The first byte picks plan or partial.
+#include <sodium.h>
+
+#include <string>
+
+#include "daemon/work_exchange.h"
+#include "fuzz/fuzz_util.h"
+
+using namespace vipsd;
+
+namespace {
+
+constexpr size_t kDigestBytes = 32;
+
+std::string Signed(std::string body) {
+  unsigned char digest[kDigestBytes];
+  crypto_generichash(digest, kDigestBytes, reinterpret_cast<const unsigned char*>(body.data()),
+                     body.size(), nullptr, 0);
+  body.append(reinterpret_cast<const char*>(digest), kDigestBytes);
+  return body;
+}
+
+void Plan(const std::string& bytes) {
+  const auto plan = daemon::DecodeWorkPlan(bytes);
+  if (!plan.ok()) return;
+  for (size_t i = 0; i < plan->streams.size(); ++i) {
+    const daemon::WorkStream& s = plan->streams[i];
+    if (!(0 <= s.low && s.low <= s.floor && s.floor <= s.high)) {
+      fuzz::Violated("a decoded plan has a window outside 0 <= low <= floor <= high");
+    }
+    if (i > 0 && !(plan->streams[i - 1].name < s.name)) {
+      fuzz::Violated("a decoded plan's partitions are not sorted by name");
+    }
+  }
+  const std::string encoded = daemon::EncodeWorkPlan(*plan);
+  const auto again = daemon::DecodeWorkPlan(encoded);
+  if (!again.ok()) fuzz::Violated("a decoded plan does not decode after re-encoding");
+  if (daemon::EncodeWorkPlan(*again) != encoded) fuzz::Violated("plan encoding is not stable");
+}
+
+void Partial(const std::string& bytes) {
+  const auto partial = daemon::DecodeWorkPartial(bytes);
+  if (!partial.ok()) return;
+  if (partial->cut < 0) fuzz::Violated("a decoded partial names a negative cut");
+  const std::string encoded = daemon::EncodeWorkPartial(*partial);
+  const auto again = daemon::DecodeWorkPartial(encoded);
+  if (!again.ok()) fuzz::Violated("a decoded partial does not decode after re-encoding");
+  if (daemon::EncodeWorkPartial(*again) != encoded) {
+    fuzz::Violated("partial encoding is not stable");
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const std::string input(fuzz::AsText(data + 1, size - 1));
+  if (data[0] & 1) {
+    Partial(input);
+    Partial(Signed("VWR2" + input));
+  } else {
+    Plan(input);
+    Plan(Signed("VWP3" + input));
+  }
+  (void)daemon::WorkMessageKindOf(input);
+  return 0;
+}
