@@ -485,6 +485,21 @@ Status Ingest::IngestBatch(PollBatch& batch) {
         (policy == TimestampPolicy::kAny &&
          (type == connectors::TimestampType::kNone || records[i].timestamp_ms < 0))) {
       rejected.emplace_back(i, connectors::RejectReason::kUntrustedTimestamp);
+      if (!untrusted_logged_) {
+        // Once per run: a topic without LogAppendTime sends every record
+        // here. The topic and the timestamp type are configuration, not
+        // content.
+        untrusted_logged_ = true;
+        Log(LogLevel::kWarning, kComponent,
+            "topic " + records[i].topic + ": a message " +
+                (type == connectors::TimestampType::kCreateTime
+                     ? std::string("with a producer's timestamp (CreateTime)")
+                     : std::string("without a timestamp")) +
+                " was dead-lettered (untrusted_timestamp): slot cuts trust only the broker's "
+                "append times. Create the topic with message.timestamp.type=LogAppendTime, or "
+                "set source.timestamps: create_time (a weaker claim, SECURITY.md); "
+                "vipsd_records_rejected_total{reason=\"untrusted_timestamp\"} counts them");
+      }
       continue;
     }
     if (records[i].oversize) {

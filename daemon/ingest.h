@@ -217,6 +217,7 @@ class Ingest {
   std::unique_ptr<InputSource> source_;  // set by Start, before the thread
   std::thread thread_;
   bool undeliverable_logged_ = false;  // ingest thread only
+  bool untrusted_logged_ = false;      // ingest thread only
 
   mutable Mutex mutex_;
   std::condition_variable wake_;  // the ingest thread's waits

@@ -349,6 +349,12 @@ TEST_F(DaemonKafkaTest, OnTheMockClusterProducerTimestampsAreDeadLetteredUnderLo
     return count == 5;
   }, 60s)) << dead << vipsd.Log();
   EXPECT_TRUE(WaitFor([&] { return CommittedTotal() == 5; }, 30s)) << CommittedTotal();
+  // Said once, with what to change.
+  EXPECT_NE(vipsd.Log().find("with a producer's timestamp (CreateTime) was dead-lettered "
+                             "(untrusted_timestamp)"),
+            std::string::npos)
+      << vipsd.Log();
+  EXPECT_NE(vipsd.Log().find("message.timestamp.type=LogAppendTime"), std::string::npos);
   ASSERT_TRUE(WaitFor([&] { return ReleasedSteps().size() >= 2; }, 60s)) << vipsd.Log();
   vipsd.Kill(SIGTERM);
   EXPECT_EQ(vipsd.Wait(30s), 0) << vipsd.Log();
