@@ -5,8 +5,6 @@
 // a valid header (magic, layout digest, size, counts) of a fixed two-block
 // layout. A decoded partial encodes to the same bytes, merges into a fresh
 // sum, and its non-private release is finite.
-#include <sodium.h>
-
 #include <string>
 
 #include "core/privacy/gaussian_mechanism.h"
@@ -35,13 +33,6 @@ std::string Header(bool grid) {
   return bytes.substr(0, 4 + kDigestBytes + 8);  // counts come from the input
 }
 
-std::string Signed(std::string body) {
-  unsigned char digest[kDigestBytes];
-  crypto_generichash(digest, kDigestBytes, reinterpret_cast<const unsigned char*>(body.data()),
-                     body.size(), nullptr, 0);
-  body.append(reinterpret_cast<const char*>(digest), kDigestBytes);
-  return body;
-}
 
 void Check(const std::string& bytes) {
   auto decoded = privacy::GaussianSumMechanism::DecodeUnreleased(Layout(), bytes);
@@ -66,6 +57,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string float_header = Header(false);
   const std::string input(fuzz::AsText(data + 1, size - 1));
   Check(input);
-  Check(Signed((data[0] & 1 ? float_header : grid_header) + input));
+  Check(fuzz::Blake2bSigned((data[0] & 1 ? float_header : grid_header) + input));
   return 0;
 }

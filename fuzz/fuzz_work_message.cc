@@ -5,8 +5,6 @@
 // partial encodes to bytes that decode to the same message again, and a
 // plan that decodes keeps its invariants (partitions sorted by name, each
 // window 0 <= low <= floor <= high). The first byte picks plan or partial.
-#include <sodium.h>
-
 #include <string>
 
 #include "daemon/work_exchange.h"
@@ -15,16 +13,6 @@
 using namespace vipsd;
 
 namespace {
-
-constexpr size_t kDigestBytes = 32;
-
-std::string Signed(std::string body) {
-  unsigned char digest[kDigestBytes];
-  crypto_generichash(digest, kDigestBytes, reinterpret_cast<const unsigned char*>(body.data()),
-                     body.size(), nullptr, 0);
-  body.append(reinterpret_cast<const char*>(digest), kDigestBytes);
-  return body;
-}
 
 void Plan(const std::string& bytes) {
   const auto plan = daemon::DecodeWorkPlan(bytes);
@@ -63,10 +51,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string input(fuzz::AsText(data + 1, size - 1));
   if (data[0] & 1) {
     Partial(input);
-    Partial(Signed("VWR2" + input));
+    Partial(fuzz::Blake2bSigned("VWR2" + input));
   } else {
     Plan(input);
-    Plan(Signed("VWP3" + input));
+    Plan(fuzz::Blake2bSigned("VWP3" + input));
   }
   (void)daemon::WorkMessageKindOf(input);
   return 0;
