@@ -432,7 +432,7 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
     // Shared work: the partitions are spread over the processes; the step
     // itself waits for every partition's partial sum (Coordinator::Step),
     // and each partial names the cut its process found. The cuts are
-    // recorded after the step (RecordSharedCuts).
+    // recorded after the step (below).
     slot_targets_ = TargetsFor(slot, bounds);
     shared_cuts_.clear();
     ingest_->SetTargets(slot_targets_);

@@ -158,8 +158,9 @@ void Ingest::LowerTargetLocked(uint32_t id, const Staged& staged) {
   // The first record at or above the floor stamped after the slot time
   // belongs to a later slot: the cut is its offset. Records are staged in
   // offset order, so the first one found is the lowest.
-  if (cut_time_ms_ != kNoCutTime && staged.offset >= floor_[id] && staged.offset < target_[id] &&
-      staged.timestamp_ms > cut_time_ms_) {
+  // A stream without a target this slot (not observed for it) has no cut.
+  if (cut_time_ms_ != kNoCutTime && target_[id] != kNoTarget && staged.offset >= floor_[id] &&
+      staged.offset < target_[id] && staged.timestamp_ms > cut_time_ms_) {
     target_[id] = staged.offset;
   }
 }

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <limits>
 #include <memory>
 #include <thread>
 
@@ -253,6 +254,22 @@ TEST(IngestTest, AnEndBelowTheFirstLaterRecordIsTheCutAndTheFloorBoundsTheSearch
   f.ingest->SetTargets(SlotTargets::AtEnds({{"docs:0", 10}}));
   ASSERT_TRUE(f.ReadUpTo({{"docs:0", 10}}));
   EXPECT_EQ(f.ingest->Cuts({{"docs:0", 10}}).at("docs:0"), 10);
+}
+
+// A stream the slot's targets do not name (a partition that appeared after
+// the observation) gets no cut from a later-stamped record: it stays
+// without a target and is read on, not paused.
+TEST(IngestTest, AStreamWithoutATargetGetsNoCut) {
+  Fixture f;
+  for (int i = 0; i < 4; ++i) f.topic->Append(i % 2, Document(i), 10.0 + i);
+  f.ingest->SetTimestampPolicy(TimestampPolicy::kLogAppendTime);
+  f.ingest->SetResumeOffsets({{"docs:0", 0}, {"docs:1", 0}}, true);
+  f.ingest->SetTargets(CutAt(5000, 2));  // docs:0 only; every record is stamped after T
+  f.Start();
+  ASSERT_TRUE(f.ReadUpTo({{"docs:0", 2}, {"docs:1", 2}}));
+  EXPECT_EQ(f.ingest->Target("docs:0"), 0);
+  EXPECT_EQ(f.ingest->Target("docs:1"), std::numeric_limits<int64_t>::max());
+  EXPECT_FALSE(f.ingest->Complete("docs:1"));
 }
 
 TEST(IngestTest, AProducersTimestampIsDeadLetteredUnlessCreateTimeIsTrusted) {
