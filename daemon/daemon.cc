@@ -321,7 +321,7 @@ SlotTargets Daemon::TargetsFor(int64_t slot,
   SlotTargets targets;
   const LedgerState& state = keeper_->state();
   if (paced_) {
-    targets.cut_time_ms = static_cast<int64_t>(std::floor(state.windows.SlotTime(slot) * 1000));
+    targets.cut_time_ms = state.windows.CutTimeMs(slot);
   }
   for (const auto& [stream, b] : bounds) {
     int64_t floor = b.end;
@@ -362,8 +362,11 @@ bool Daemon::WaitForWindow(int64_t slot, const std::map<std::string, StreamBound
       return true;
     }
     if (capacity > 0 && progress.held > capacity) {
+      // Over capacity before every stream was read to its cut: the cuts not
+      // decided yet are unknown (an observed end in their place would depend
+      // on when it was read), so the caller records the slot as missed.
       *overflow = true;
-      *cuts = ingest_->Cuts(ends);
+      cuts->clear();
       return true;
     }
     if (!logged && std::chrono::steady_clock::now() - wait_start > std::chrono::seconds(5)) {
@@ -443,7 +446,11 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
     for (const auto& [stream, b] : bounds) previous_ends_[stream] = b.end;
   }
   if (paced_ && coordinator_ == nullptr) {
-    const Status recorded = state.windows.RecordCuts(slot, cuts);
+    // An overflow before the cuts were decided records the slot as missed:
+    // its records belong to the next slot recorded (whose floors are at
+    // least this slot's ends).
+    const Status recorded =
+        cuts.empty() ? state.windows.SkipTo(slot) : state.windows.RecordCuts(slot, cuts);
     if (!recorded.ok()) {
       // A log end below an earlier cut (the topic was deleted and recreated,
       // or truncated): the windows would be wrong; stop stepping.
@@ -478,7 +485,7 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
     }
   }
   if (paced_ && coordinator_ == nullptr) {
-    previous_cut_time_ms_ = static_cast<int64_t>(std::floor(state.windows.SlotTime(slot) * 1000));
+    previous_cut_time_ms_ = state.windows.CutTimeMs(slot);
   }
 
   bool stepped = false;

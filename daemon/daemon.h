@@ -196,6 +196,8 @@ class Daemon {
   Status Initialize();
   // The slot loop.
   bool WaitForCuts(int64_t slot, std::map<std::string, StreamBounds>* bounds);
+  // Gathers slot `slot`'s window; `cuts` are its cuts, or empty when an
+  // overflow came before they were decided (false: stopping).
   bool WaitForWindow(int64_t slot, const std::map<std::string, StreamBounds>& bounds,
                      bool* overflow, std::map<std::string, int64_t>* cuts);
   // Slot `slot`'s cut rule for the ends observed (`bounds`).

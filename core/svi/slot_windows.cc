@@ -52,6 +52,10 @@ double SlotWindows::SlotTime(int64_t slot) const {
   return anchor_time_ + static_cast<double>(slot - anchor_slot_) * interval_;
 }
 
+int64_t SlotWindows::CutTimeMs(int64_t slot) const {
+  return static_cast<int64_t>(std::floor(SlotTime(slot) * 1000));
+}
+
 int64_t SlotWindows::FirstSlotAtOrAfter(double time) const {
   int64_t slot = last_slot_ + 1;
   if (!paced()) return slot;

@@ -104,6 +104,9 @@ class SlotWindows {
   bool paced() const { return interval_ > 0; }
   // Time of slot k (paced clocks only).
   double SlotTime(int64_t slot) const;
+  // T_k = floor(1000 · SlotTime(k)): records stamped (in Kafka milliseconds)
+  // at or before it belong to slot k or earlier (the cut rule above).
+  int64_t CutTimeMs(int64_t slot) const;
   // The first slot whose time is >= `time` (and > last_slot()).
   int64_t FirstSlotAtOrAfter(double time) const;
   // Changes the interval for the slots after `from_slot` (>= last_slot()):
