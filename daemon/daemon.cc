@@ -362,11 +362,15 @@ bool Daemon::WaitForWindow(int64_t slot, const std::map<std::string, StreamBound
       return true;
     }
     if (capacity > 0 && progress.held > capacity) {
-      // Over capacity before every stream was read to its cut: the cuts not
-      // decided yet are unknown (an observed end in their place would depend
-      // on when it was read), so the caller records the slot as missed.
+      // Over capacity before every stream was read to its cut. A stream
+      // whose cut is not decided yet takes the end observed for the slot:
+      // that depends on when the end was read, but stepping stops here and
+      // a run with an overflow is outside the claim (SECURITY.md). Recording
+      // the slot as missed instead would keep the windows from advancing:
+      // the ingest thread, held at pool.capacity + 1 records, would never
+      // read again (harness.memory's overload run stopped consuming).
       *overflow = true;
-      cuts->clear();
+      *cuts = ingest_->Cuts(ends);
       return true;
     }
     if (!logged && std::chrono::steady_clock::now() - wait_start > std::chrono::seconds(5)) {
@@ -446,11 +450,7 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
     for (const auto& [stream, b] : bounds) previous_ends_[stream] = b.end;
   }
   if (paced_ && coordinator_ == nullptr) {
-    // An overflow before the cuts were decided records the slot as missed:
-    // its records belong to the next slot recorded (whose floors are at
-    // least this slot's ends).
-    const Status recorded =
-        cuts.empty() ? state.windows.SkipTo(slot) : state.windows.RecordCuts(slot, cuts);
+    const Status recorded = state.windows.RecordCuts(slot, cuts);
     if (!recorded.ok()) {
       // A log end below an earlier cut (the topic was deleted and recreated,
       // or truncated): the windows would be wrong; stop stepping.
