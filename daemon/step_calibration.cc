@@ -1,5 +1,8 @@
 #include "daemon/step_calibration.h"
 
+#include <sched.h>
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -7,6 +10,7 @@
 #include <limits>
 #include <memory>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "core/base/format.h"
@@ -65,6 +69,25 @@ std::vector<model::Record> SyntheticRecords(const config::VipsdConfig& config,
     }
   }
   return records;
+}
+
+// CPU seconds this process has used, all threads together.
+double ProcessCpuSeconds() {
+  timespec now{};
+  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now) != 0) return 0;
+  return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
+}
+
+// The CPUs this process may run on (its affinity mask: a container's
+// cpuset, taskset), else what the hardware reports.
+int UsableCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    const int count = CPU_COUNT(&set);
+    if (count > 0) return count;
+  }
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
 std::string Seconds(double value) {
@@ -131,19 +154,27 @@ StatusOr<StepCalibration> CalibrateWorstCaseStep(const config::VipsdConfig& conf
                                                                                     : nullptr,
                                                  driver_config));
   double slowest = 0;
+  double least_cpu = std::numeric_limits<double>::infinity();
   for (int attempt = 0; attempt < 2; ++attempt) {
+    const double cpu_start = ProcessCpuSeconds();
     const auto start = std::chrono::steady_clock::now();
     VIPSD_ASSIGN_OR_RETURN(svi::StepResult result,
                            driver->Step(std::span<const model::Record>(records)));
     (void)result;
     slowest = std::max(
         slowest, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    least_cpu = std::min(least_cpu, ProcessCpuSeconds() - cpu_start);
   }
-  out.step_seconds = slowest * static_cast<double>(out.batch_bound) /
-                     static_cast<double>(out.timed_records);
+  const double scale =
+      static_cast<double>(out.batch_bound) / static_cast<double>(out.timed_records);
+  out.step_seconds = slowest * scale;
+  out.cpu_seconds = least_cpu * scale;
+  out.usable_threads = std::max(1, std::min(config.driver.threads, UsableCpus()));
+  out.floor_seconds = out.cpu_seconds / out.usable_threads;
   out.budget_seconds = std::min(config.release_delay_seconds - config.cut_grace_seconds,
                                 config.step_interval_seconds);
   out.fits = kCalibrationSafety * out.step_seconds <= out.budget_seconds;
+  out.refused = out.floor_seconds > out.budget_seconds;
   out.text = "a step on " + std::to_string(out.batch_bound) +
              " records (the batch Poisson sampling at q = " +
              ShortestNumber(config.driver.sampling_rate) + " from pool.capacity " +
@@ -151,16 +182,24 @@ StatusOr<StepCalibration> CalibrateWorstCaseStep(const config::VipsdConfig& conf
              (out.timed_records < out.batch_bound
                   ? "; timed on " + std::to_string(out.timed_records) + " and scaled"
                   : "") +
-             ") took " + Seconds(out.step_seconds) + " on this machine; a slot gives a step " +
-             Seconds(out.budget_seconds) +
+             ") took " + Seconds(out.step_seconds) + " on this machine (" +
+             Seconds(out.cpu_seconds) + " of CPU time on " +
+             std::to_string(out.usable_threads) + " thread" +
+             (out.usable_threads == 1 ? "" : "s") + ": at least " + Seconds(out.floor_seconds) +
+             " even when idle); a slot gives a step " + Seconds(out.budget_seconds) +
              " (min of schedule.release_delay_seconds - cut_grace_seconds and "
              "schedule.interval_seconds)";
-  if (!out.fits) {
+  const std::string remedy =
+      "; raise schedule.interval_seconds (and release_delay_seconds), or lower "
+      "schedule.cut_grace_seconds or pool.capacity";
+  if (out.refused) {
+    out.text += ", less than the step needs even on an idle machine: every step near this "
+                "batch would overrun its deadline" + remedy;
+  } else if (!out.fits) {
     out.text += ", less than " + Seconds(kCalibrationSafety * out.step_seconds) + " (" +
                 ShortestNumber(kCalibrationSafety) +
-                " x the step): steps would overrun their deadlines; raise "
-                "schedule.interval_seconds (and release_delay_seconds), or lower "
-                "schedule.cut_grace_seconds or pool.capacity";
+                " x the step): steps would overrun their deadlines on a machine this busy" +
+                remedy;
   }
   return out;
 }

@@ -1,18 +1,29 @@
 // The worst-case step, timed on public synthetic records (issue 26): how
 // long one step of the configured model takes at the batch size that
 // Poisson sampling exceeds with probability below 1e-9, against the time a
-// slot gives a step. `vipsd --check-config` reports it and warns about an
-// interval that is too short, naming the key, its line and the measured
-// figure (a warning, not a refusal: a timing taken on a loaded machine —
-// CI measured the demo's at twice an idle machine's — must not refuse a
-// configuration).
+// slot gives a step. `vipsd --check-config` and every start of a Kafka
+// source run it:
+//   * refused: the step's CPU time divided by the threads it can use
+//     (schedule.threads, at most the CPUs this process may run on) exceeds
+//     the slot's budget. That is a lower bound on the step's wall time even
+//     on an idle machine (a step cannot be faster than its work spread
+//     perfectly over its threads), and it barely moves with the machine's
+//     load (CPU time is counted only while the step runs), so every step
+//     near the batch bound would overrun: --check-config fails and vipsd
+//     does not start, naming the key, its line and the figures.
+//   * warned: the measured wall time × kCalibrationSafety exceeds the
+//     budget. Wall time does move with load (CI measured the demo's at
+//     twice an idle machine's), so it warns and never refuses.
+// A reload is not timed (it would stall the slot it runs in): check the
+// new file with --check-config first (docs/operations.md).
 //
 // What is timed: a fresh model of the configured type and size (the same
 // BuildModel a start uses, so the LDA vocabulary is read), one StepDriver
 // with the configured threads and σ, q = 1 over B synthetic records — LDA:
 // documents of resample_length words (100 when it is 0) drawn uniformly
 // from the vocabulary; BLR: d standard normal features and a 0/1 label;
-// SBN: J binary features — twice; the slower of the two counts. The LDA
+// SBN: J binary features — twice; the slower wall time and the smaller CPU
+// time of the two count (each errs towards not refusing). The LDA
 // and SBN E-steps run their configured maximum of iterations on every
 // record (the tolerance is set to the smallest double), the most any real
 // record can take. Nothing is
@@ -28,9 +39,7 @@
 // The budget: a step may run from its cut's read (slot time +
 // cut_grace_seconds) to its release deadline (slot time +
 // release_delay_seconds), and steps run one after another, so it gets
-// min(release_delay_seconds − cut_grace_seconds, interval_seconds). The check passes when kSafety × the measured time fits.
-// Start-up does not run this check (it would delay the group join and the
-// first slots); the daemon's late-slot handling covers what is left.
+// min(release_delay_seconds − cut_grace_seconds, interval_seconds).
 #pragma once
 
 #include <cstdint>
@@ -49,8 +58,12 @@ struct StepCalibration {
   int64_t timed_records = 0;   // min(B, kCalibrationRecords)
   double step_seconds = 0;     // the worst-case step, scaled to B
   double budget_seconds = 0;   // min(release_delay − cut_grace, interval) seconds
+  double cpu_seconds = 0;      // its CPU time over all threads, scaled to B
+  int usable_threads = 1;      // min(schedule.threads, CPUs this process may use)
+  double floor_seconds = 0;    // cpu_seconds / usable_threads: no faster on an idle machine
   bool fits = true;            // kCalibrationSafety · step_seconds ≤ budget_seconds
-  std::string text;            // one line for --check-config
+  bool refused = false;        // floor_seconds > budget_seconds
+  std::string text;            // one line: the figures, and what to change if !fits
 };
 
 // P[Binomial(n, q) ≥ b] ≤ 1e-9 by the Chernoff bound: the smallest such b.

@@ -280,6 +280,8 @@ schedule:
   start_delay_seconds: 0
   window_steps: 1000000000
   interval_seconds: %s
+pool:
+  capacity: 10000
 source:
   type: kafka
   topics: [docs]
