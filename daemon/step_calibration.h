@@ -22,8 +22,9 @@
 // with the configured threads and σ, q = 1 over B synthetic records — LDA:
 // documents of resample_length words (100 when it is 0) drawn uniformly
 // from the vocabulary; BLR: d standard normal features and a 0/1 label;
-// SBN: J binary features — twice; the slower wall time and the smaller CPU
-// time of the two count (each errs towards not refusing). The LDA
+// SBN: J binary features — twice; the slower wall time of the two counts
+// (erring towards a warning) and the smaller CPU time (erring towards not
+// refusing). The LDA
 // and SBN E-steps run their configured maximum of iterations on every
 // record (the tolerance is set to the smallest double), the most any real
 // record can take. Nothing is
