@@ -326,9 +326,14 @@ def lda_part(r, smoke, figs, md):
 # one clip at C = a·N. Candidates (cap, a, T), compared at ε = 4 on the
 # validation split (at ε = 2 every candidate is far behind the unigram
 # line): a grid of cap × a × T, then larger caps, more steps and a smaller
-# clip around the best of the grid (a = 0.3 lost everywhere).
-LDA_UNIT_CANDIDATES = [(cap, clip, steps) for cap in (1, 4) for clip in (0.1, 0.3) for steps in (3, 8)] + [
-    (16, 0.1, 3), (16, 0.1, 8), (16, 0.1, 15), (16, 0.05, 8), (64, 0.1, 8), (64, 0.1, 15)]
+# clip around the best of the grid (a = 0.3 lost everywhere); then fewer
+# topics at the best (cap, a, T): the same counts over K·V coordinates that
+# each get the same noise, so a smaller K has more signal per coordinate.
+# (cap, a, T, K); α = 1/K as section 1.
+LDA_UNIT_CANDIDATES = [(cap, clip, steps, LDA_K) for cap in (1, 4) for clip in (0.1, 0.3)
+                       for steps in (3, 8)] + [
+    (16, 0.1, 3, LDA_K), (16, 0.1, 8, LDA_K), (16, 0.1, 15, LDA_K), (16, 0.05, 8, LDA_K),
+    (64, 0.1, 8, LDA_K), (64, 0.1, 15, LDA_K), (64, 0.1, 15, 20)]
 LDA_UNIT_EPSILONS = [1, 2, 4]
 LDA_UNIT_SELECT_EPSILON = 4
 
@@ -336,7 +341,7 @@ LDA_UNIT_SELECT_EPSILON = 4
 def lda_unit_part(r, smoke, figs, md):
     data = os.path.join(r.out, "wikipedia")
     if smoke:
-        candidates, epsilons = [(1, 0.1, 2), (4, 0.1, 2)], [2, 4]
+        candidates, epsilons = [(1, 0.1, 2, LDA_K), (4, 0.1, 2, LDA_K)], [2, 4]
     else:
         candidates, epsilons = LDA_UNIT_CANDIDATES, LDA_UNIT_EPSILONS
     if not os.path.exists(os.path.join(data, "train_ids.jsonl")):
@@ -344,35 +349,47 @@ def lda_unit_part(r, smoke, figs, md):
                  "(it prepares the corpus), or scripts/prepare_wikipedia.py DATA {data}")
     train, val, test = (os.path.join(data, n + "_ids.jsonl") for n in ("train", "validation", "test"))
     vocab = os.path.join(ROOT, "out", "wikipedia", "vocab.txt")
-    base = ["--train", train, "--V", 10000, "--K", LDA_K, "--alpha", LDA_ALPHA, "--eta", LDA_ALPHA,
-            "--N", LDA_N, "--threads", 2, "--delta", DELTA, "--q", 1.0, "--tau0", 1, "--epsilon", 100]
+    def base(k):
+        return ["--train", train, "--V", 10000, "--K", k, "--alpha", LDA_ALPHA if k == LDA_K else 1 / k,
+                "--eta", LDA_ALPHA, "--N", LDA_N, "--threads", 2, "--delta", DELTA, "--q", 1.0, "--tau0", 1,
+                "--epsilon", 100]
 
-    # 1. Validation: cap, clip and T at ε = 4 (q = 1, τ0 = 1: section 1's choice).
+    def k_suffix(k):
+        return "" if k == LDA_K else f"_K{k}"
+
+    # 1. Validation: cap, clip, T and K at ε = 4 (q = 1, τ0 = 1: section 1's choice).
     rows = []
-    for cap, clip, steps in candidates:
+    for cap, clip, steps, k in candidates:
         sigma = r.sigma(LDA_UNIT_SELECT_EPSILON, 1.0, steps, "fixed")
-        name = f"lda_unit_val_cap{cap}_clip{clip}_T{steps}"
-        res = r.run(name, "bench/lda_svi_run", base + ["--test", val, "--steps", steps, "--sigma", sigma,
-                                                       "--clip", clip, "--unit-cap", cap])
-        rows.append((cap, clip, steps, sigma, res["doc_completion_perplexity"], res.get("units")))
+        name = f"lda_unit_val_cap{cap}_clip{clip}_T{steps}{k_suffix(k)}"
+        res = r.run(name, "bench/lda_svi_run", base(k) + ["--test", val, "--steps", steps, "--sigma", sigma,
+                                                          "--clip", clip, "--unit-cap", cap])
+        rows.append((cap, clip, steps, sigma, res["doc_completion_perplexity"], res.get("units"), k))
     best = min(rows, key=lambda row: row[4])
-    cap, clip, steps = best[0], best[1], best[2]
+    cap, clip, steps, topics = best[0], best[1], best[2], best[6]
+    # The best at section 1's K too, to show what the choice of K bought.
+    best_k50 = min((row for row in rows if row[6] == LDA_K), key=lambda row: row[4])
 
-    # 2. Test file: unit level with the chosen (cap, clip, T), record level
-    # with section 1's schedule (q = 1, T = 15, a = 0.1), at each ε.
+    # 2. Test file: unit level with the chosen (cap, clip, T, K) and with the
+    # best at section 1's K, record level with section 1's schedule (q = 1,
+    # T = 15, a = 0.1, K = 50), at each ε.
     record_steps = 2 if smoke else 15
-    unit_runs, record_runs = [], []
+    unit_runs, unit_k50_runs, record_runs = [], [], []
     for eps in epsilons:
-        sigma = r.sigma(eps, 1.0, steps, "fixed")
-        unit_runs.append((eps, sigma, r.run(
-            f"lda_unit_test_unit_eps{eps}", "bench/lda_svi_run",
-            base + ["--test", test, "--validation", val, "--steps", steps, "--sigma", sigma, "--clip", clip,
-                    "--unit-cap", cap])))
+        def unit_run(cap_, clip_, steps_, k_):
+            sigma_ = r.sigma(eps, 1.0, steps_, "fixed")
+            return (eps, sigma_, r.run(
+                f"lda_unit_test_unit_eps{eps}{k_suffix(k_)}", "bench/lda_svi_run",
+                base(k_) + ["--test", test, "--validation", val, "--steps", steps_, "--sigma", sigma_,
+                            "--clip", clip_, "--unit-cap", cap_]))
+        unit_runs.append(unit_run(cap, clip, steps, topics))
+        if topics != LDA_K:
+            unit_k50_runs.append(unit_run(best_k50[0], best_k50[1], best_k50[2], LDA_K))
         sigma = r.sigma(eps, 1.0, record_steps, "fixed")
         record_runs.append((eps, sigma, r.run(
             f"lda_unit_test_record_eps{eps}", "bench/lda_svi_run",
-            base + ["--test", test, "--validation", val, "--steps", record_steps, "--sigma", sigma,
-                    "--clip", LDA_CLIP])))
+            base(LDA_K) + ["--test", test, "--validation", val, "--steps", record_steps, "--sigma", sigma,
+                           "--clip", LDA_CLIP])))
     nonprivate = r.run("lda_unit_test_nonprivate", "bench/lda_svi_run",
                        ["--train", train, "--V", 10000, "--K", LDA_K, "--alpha", LDA_ALPHA, "--eta", LDA_ALPHA,
                         "--threads", 2, "--test", test, "--validation", val, "--batch", 20000, "--passes", 1,
@@ -390,8 +407,14 @@ def lda_unit_part(r, smoke, figs, md):
                 label=f"record level (one paragraph; q = 1, T = {record_steps}, a = {LDA_CLIP})")
         ax.plot([row[2]["epsilon"] for row in unit_runs],
                 [row[2]["doc_completion_perplexity"] for row in unit_runs], "s--",
-                label=f"unit level (one article, ≤ {cap} paragraphs per step; T = {steps}, a = {clip})")
-        lda_epsilon_axes(ax, np_test, uni, f"Wikipedia LDA, K = {LDA_K}: protecting a paragraph or an article")
+                label=f"unit level (one article, ≤ {cap} paragraphs per step; T = {steps}, a = {clip}, "
+                      f"K = {topics})")
+        if unit_k50_runs:
+            ax.plot([row[2]["epsilon"] for row in unit_k50_runs],
+                    [row[2]["doc_completion_perplexity"] for row in unit_k50_runs], "^:",
+                    label=f"unit level at K = {LDA_K} (≤ {best_k50[0]} paragraphs; T = {best_k50[2]}, "
+                          f"a = {best_k50[1]})")
+        lda_epsilon_axes(ax, np_test, uni, "Wikipedia LDA: protecting a paragraph or an article")
     plot(os.path.join(figs, "lda_unit_perplexity_vs_epsilon.png"), fig)
 
     units = next((row[5] for row in rows if row[5]), None)
@@ -401,19 +424,23 @@ def lda_unit_part(r, smoke, figs, md):
               "article with probability q and sums at most `cap` of its paragraphs (`privacy.max_records_per_unit`; "
               "the ones with the smallest keyed rank) before one clip at C = a·N — the daemon's StepDriver, "
               f"driven by `bench/lda_svi_run --unit-cap`. Training units: {f'{units:,}' if units else 'see the runs'} "
-              "articles (section 1's 329,173 paragraphs); the model, N, K, α, η and δ are section 1's.\n")
-    md.append(f"### Choosing cap, clip and T (validation split, ε = {LDA_UNIT_SELECT_EPSILON}, q = 1, τ0 = 1)\n")
-    md.append("| cap | clip fraction a | T | σ | validation perplexity |\n|---|---|---|---|---|")
+              "articles (section 1's 329,173 paragraphs); the model, N, η and δ are section 1's; K is chosen "
+              "below, with α = 1/K as there.\n")
+    md.append(f"### Choosing cap, clip, T and K (validation split, ε = {LDA_UNIT_SELECT_EPSILON}, q = 1, "
+              "τ0 = 1)\n")
+    md.append("| cap | clip fraction a | T | K | σ | validation perplexity |\n|---|---|---|---|---|---|")
     for row in rows:
-        md.append(f"| {row[0]} | {row[1]} | {row[2]} | {row[3]} | {row[4]:,.0f} |")
+        md.append(f"| {row[0]} | {row[1]} | {row[2]} | {row[6]} | {row[3]} | {row[4]:,.0f} |")
     if "validation" in unigram:
-        md.append(f"| unigram | | | | {unigram['validation']:,.0f} |")
-    md.append(f"\nChosen: **cap = {cap}, a = {clip}, T = {steps}** (the lowest validation perplexity).\n")
+        md.append(f"| unigram | | | | | {unigram['validation']:,.0f} |")
+    md.append(f"\nChosen: **cap = {cap}, a = {clip}, T = {steps}, K = {topics}** (the lowest validation "
+              "perplexity).\n")
     md.append("### Held-out perplexity against ε (test file)\n")
     md.append("![unit against record level](results/lda_unit_perplexity_vs_epsilon.png)\n")
     md.append("| run | ε charged | σ | test perplexity | share of the unigram → non-private gap closed | "
               "validation perplexity |\n|---|---|---|---|---|---|")
-    for label, runs in (("unit level", unit_runs), ("record level", record_runs)):
+    for label, runs in ((f"unit level, K = {topics}", unit_runs), (f"unit level, K = {LDA_K}", unit_k50_runs),
+                        (f"record level, K = {LDA_K}", record_runs)):
         for eps, sigma, res in runs:
             md.append(f"| {label}, ε = {eps} | {res['epsilon']:.3f} | {sigma} | "
                       f"{res['doc_completion_perplexity']:,.0f} | {gap(res['doc_completion_perplexity'])} | "
@@ -426,16 +453,23 @@ def lda_unit_part(r, smoke, figs, md):
         md.append(f"\nAt ε = {top[0]} the unit-level model closes {gap(top[2]['doc_completion_perplexity'])} of "
                   "the unigram → non-private gap. What limits it: a step has one contributor per article "
                   f"({units:,} here, against 329,173 paragraphs at record level), each clipped to C = a·N, "
-                  f"while the same Gaussian noise lands on all K·V = {LDA_K * 10000:,} coordinates of the sum; "
-                  "the M-step's clamp of the noisy sum at 0 leaves a positive bias of about 0.4·σ·C on every "
-                  "coordinate, which flattens the topics. A larger cap helps (more of an article's paragraphs "
-                  "under one clip), as do more steps.\n")
+                  f"while the same Gaussian noise lands on all K·V coordinates of the sum; the M-step's clamp "
+                  "of the noisy sum at 0 leaves a positive bias of about 0.4·σ·C on every coordinate, which "
+                  "flattens the topics. Fewer topics put the same counts on fewer coordinates; a larger cap "
+                  "(more of an article's paragraphs under one clip) and more steps help too. Tried and "
+                  "rejected on the validation split at cap 64, a = 0.1, T = 15, K = 50 (5,015), with a patch "
+                  "not kept in the tree: an M-step "
+                  "that keeps only entries above 3 noise scales (6,287 to 19,731, depending on how a word's "
+                  "remaining mass is spread; the clamp's uniform mass is the smoothing held-out perplexity "
+                  "needs, and thresholding removes the noise that breaks the topics' symmetry), and "
+                  "κ = 1 (5,161). The record-level model is section 1's (K = 50); it was not re-tuned here.\n")
     md.append("\nCommands (each run's JSON is in OUT/runs):\n")
     md.append("```")
     for name in sorted(n for n in r.commands if n.startswith("lda_unit_")):
         md.append(f"{name}: {r.commands[name]}")
     md.append("```\n")
-    return {"chosen": {"cap": cap, "clip": clip, "steps": steps}, "unigram_test": uni, "nonprivate_test": np_test,
+    return {"chosen": {"cap": cap, "clip": clip, "steps": steps, "topics": topics}, "unigram_test": uni,
+            "nonprivate_test": np_test,
             "unit": {e: res["doc_completion_perplexity"] for e, _, res in unit_runs},
             "record": {e: res["doc_completion_perplexity"] for e, _, res in record_runs}}
 
