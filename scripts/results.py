@@ -333,7 +333,7 @@ def lda_part(r, smoke, figs, md):
 LDA_UNIT_CANDIDATES = [(cap, clip, steps, LDA_K) for cap in (1, 4) for clip in (0.1, 0.3)
                        for steps in (3, 8)] + [
     (16, 0.1, 3, LDA_K), (16, 0.1, 8, LDA_K), (16, 0.1, 15, LDA_K), (16, 0.05, 8, LDA_K),
-    (64, 0.1, 8, LDA_K), (64, 0.1, 15, LDA_K), (64, 0.1, 15, 20)]
+    (64, 0.1, 8, LDA_K), (64, 0.1, 15, LDA_K), (64, 0.1, 15, 20), (64, 0.1, 15, 10)]
 LDA_UNIT_EPSILONS = [1, 2, 4]
 LDA_UNIT_SELECT_EPSILON = 4
 
