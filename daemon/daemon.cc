@@ -355,21 +355,16 @@ bool Daemon::WaitForWindow(int64_t slot, const std::map<std::string, StreamBound
     ServiceRequests();
     const WindowProgress progress = ingest_->Progress(ends, window_start);
     // Overflow iff the window holds more records than pool.capacity: the
-    // ingest thread reads at most capacity + 1 of them.
-    if (progress.behind.empty()) {
-      *overflow = capacity > 0 && progress.held > capacity;
-      *cuts = ingest_->Cuts(ends);
-      return true;
-    }
-    if (capacity > 0 && progress.held > capacity) {
-      // Over capacity before every stream was read to its cut. A stream
-      // whose cut is not decided yet takes the end observed for the slot:
-      // that depends on when the end was read, but stepping stops here and
-      // a run with an overflow is outside the claim (SECURITY.md). Recording
-      // the slot as missed instead would keep the windows from advancing:
-      // the ingest thread, held at pool.capacity + 1 records, would never
-      // read again (harness.memory's overload run stopped consuming).
-      *overflow = true;
+    // ingest thread reads at most capacity + 1 of them. Found before every
+    // stream was read to its cut, a stream whose cut is not decided yet
+    // takes the end observed for the slot: that depends on when the end was
+    // read, but stepping stops here and a run with an overflow is outside
+    // the claim (SECURITY.md). Recording the slot as missed instead would
+    // keep the windows from advancing: the ingest thread, held at
+    // pool.capacity + 1 records, would never read again.
+    const bool over = capacity > 0 && progress.held > capacity;
+    if (progress.behind.empty() || over) {
+      *overflow = over;
       *cuts = ingest_->Cuts(ends);
       return true;
     }

@@ -149,7 +149,8 @@ class DaemonKafkaTest : public ::testing::Test {
     yaml << "model:\n  type: lda\n  lda:\n    topics: " << topics
          << "\n    vocabulary: vocab.txt\n    alpha: 0.5\n    eta: 0.1\n    resample_length: 10\n"
          << "privacy:\n" << privacy
-         << "schedule:\n  tau0: 1\n  kappa: 0.7\n  threads: 2\n  interval_seconds: 0.2\n"
+         << "schedule:\n  tau0: 1\n  kappa: 0.7\n  threads: 2\n  interval_seconds: "
+         << interval_seconds_ << "\n"
          << "  start_delay_seconds: 0\n"
          << (extra_schedule.find("window_steps") == std::string::npos
                  ? "  window_steps: 1000000000\n"
@@ -277,6 +278,7 @@ class DaemonKafkaTest : public ::testing::Test {
   std::string state_directory_ = "state";
   std::string state_extra_;
   std::string source_extra_;  // extra source keys
+  std::string interval_seconds_ = "0.2";
   std::string input_topic_ = "docs";
   std::string release_topic_ = "releases";
 };
@@ -490,12 +492,9 @@ TEST_F(DaemonKafkaTest, AReleaseLargerThanOneMegabyteRoundTripsThroughTheTopic) 
   ProduceWithKcat(lines);
   // Slots of 2 s: a worst-case step of this model (noise over K·V = 400,000
   // coordinates) does not fit in the usual 0.2 s, which a start refuses.
-  const std::string config =
-      WriteConfig(kPrivate, "  max_steps: 1\n", 50, "  mirror_directory: mirror\n");
-  std::string text = Slurp(config);
-  text.replace(text.find("interval_seconds: 0.2"), 21, "interval_seconds: 2.0");
-  ASSERT_TRUE(connectors::WriteFileDurably(config, text, false, 0600).ok());
-  VipsdProcess vipsd(config, dir_ + "/vipsd.log");
+  interval_seconds_ = "2.0";
+  VipsdProcess vipsd(WriteConfig(kPrivate, "  max_steps: 1\n", 50, "  mirror_directory: mirror\n"),
+                     dir_ + "/vipsd.log");
   ASSERT_EQ(vipsd.Wait(90s), 0) << vipsd.Log();
   const std::string dump = DumpTopic("releases");
   int code = 0;
@@ -864,12 +863,10 @@ TEST_F(DaemonKafkaTest, ThreeProcessesSharingTheWorkReleaseBitForBitWhatOneProce
   state_extra_ = shared_state;
   // Slots 1 s apart, so that the workers' group joins (3 s each on the
   // mock) land mid-run.
+  interval_seconds_ = "1.0";
   const std::string config = WriteConfig(
       privacy, schedule + "  release_delay_seconds: 0.5\n", 2,
       "  mirror_directory: mirror-shared\n");
-  std::string text = Slurp(config);
-  text.replace(text.find("interval_seconds: 0.2"), 21, "interval_seconds: 1.0");
-  ASSERT_TRUE(connectors::WriteFileDurably(config, text, false, 0600).ok());
   VipsdProcess coordinator(config, dir_ + "/vipsd-coordinator.log", flag);
   ASSERT_EQ(coordinator.Wait(180s), 0) << coordinator.Log();
   for (auto& worker : workers) {
