@@ -18,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -81,6 +82,13 @@ struct PairSetup {
 struct PairResult {
   PoolLog without, with;
   double start = 0;  // slot 0's time
+  // The premise the claim rests on, as this run's environment met it: every
+  // record readable before its slot's cut was read (slot time + the grace).
+  // Acknowledged is later than readable, so a batch acknowledged by then met
+  // it. Otherwise its records may join the next slot in one daemon and not
+  // the other — outside the claim, not a fault of the daemon.
+  int late_batches = 0;
+  double worst_lateness = 0;  // seconds past slot time + grace
 };
 
 // Runs the daemons on D and D + r over a mock cluster while a producer sends
@@ -190,6 +198,12 @@ void RunPair(const PairSetup& setup, const std::string& tag, PairResult* result)
     EXPECT_TRUE(daemon.ok()) << daemon.status().ToString();
     return daemon.ok() ? std::move(*daemon) : nullptr;
   };
+  double grace = 0;
+  {
+    auto config = config::LoadConfigFile(write_config("d"));
+    ASSERT_TRUE(config.ok()) << config.status().ToString();
+    grace = config->cut_grace_seconds;
+  }
   std::unique_ptr<Metrics> metrics_d, metrics_dr;
   std::unique_ptr<Daemon> daemon_d = start_daemon("d", &result->without, false, &metrics_d);
   std::unique_ptr<Daemon> daemon_dr = start_daemon("dr", &result->with, true, &metrics_dr);
@@ -225,6 +239,16 @@ void RunPair(const PairSetup& setup, const std::string& tag, PairResult* result)
       messages.push_back({"dr", key, doc, {}, stamp});
     }
     ASSERT_TRUE((*producer)->ProduceAndWait(messages, 10s).ok());
+    // Its slot: the first whose time is at or after the stamp; slot 1 for
+    // stamps before slot 0 (no slot before 1 is checked, and slot 1's
+    // window of two or more intervals holds them wherever they join).
+    const double slot_time =
+        start + std::max(1.0, std::ceil(position - 1e-9)) * setup.interval;
+    const double lateness = WallNow() - (slot_time + grace - 0.005);
+    if (lateness > 0) {
+      ++result->late_batches;
+      result->worst_lateness = std::max(result->worst_lateness, lateness);
+    }
   }
   ASSERT_TRUE((*producer)->Close(5s).ok());
   const auto until = std::chrono::steady_clock::now() + 60s;
@@ -272,6 +296,30 @@ void ExpectNeighbourPools(const PairSetup& setup, const PairResult& result) {
   EXPECT_EQ(r_slots, setup.window);
 }
 
+// Runs the pair until a run's environment met the premise (every batch
+// acknowledged before its slot's cut was read), then checks that run. A run
+// that missed it is not evidence either way: on a loaded CI machine the
+// producer (this test's main thread) or the mock broker can stall for half
+// a second. Three misses in a row fail: then the environment, not the
+// daemon, is too slow for this test, and the message says so.
+void RunPairAndExpectNeighbourPools(const PairSetup& setup, const std::string& tag) {
+  for (int attempt = 1; attempt <= 3; ++attempt) {
+    PairResult result;
+    RunPair(setup, tag + std::to_string(attempt), &result);
+    if (::testing::Test::HasFatalFailure()) return;
+    if (result.late_batches == 0) {
+      ExpectNeighbourPools(setup, result);
+      return;
+    }
+    std::fprintf(stderr,
+                 "attempt %d: %d batch(es) acknowledged after their slot's cut was read "
+                 "(worst %.3f s late): the environment broke the premise; running again\n",
+                 attempt, result.late_batches, result.worst_lateness);
+  }
+  FAIL() << "three runs in a row had batches acknowledged after their slot's cut was read: "
+            "the machine is too loaded for this test";
+}
+
 // A batch in the middle of every slot interval; r joins the batch of
 // interval 2 (slots 3 and 4); the daemon with r sleeps 1.5 intervals.
 TEST(DaemonNeighbourTest, OneAddedRecordChangesOnlyItsOwnWindowsOnARealBroker) {
@@ -281,9 +329,7 @@ TEST(DaemonNeighbourTest, OneAddedRecordChangesOnlyItsOwnWindowsOnARealBroker) {
     for (int i = 0; i < 3; ++i) setup.plan.push_back({next_id++, batch + 0.5, false});
     if (batch == 2) setup.plan.push_back({kRecordR, batch + 0.5, true});
   }
-  PairResult result;
-  RunPair(setup, "batches", &result);
-  ExpectNeighbourPools(setup, result);
+  RunPairAndExpectNeighbourPools(setup, "batches");
 }
 
 // Issue 26: records sent continuously — one every 23 ms, so every slot time
@@ -298,8 +344,10 @@ TEST(DaemonNeighbourTest, RecordsSentAroundEverySlotTimeKeepTheirSlotsUnderACpuB
   setup.burn = true;
   // The producer (this test's main thread) is the environment: under the
   // burn it may send a record late; the grace covers that lag, as it covers
-  // a broker's replication lag in production.
-  setup.cut_grace = 0.25;
+  // a broker's replication lag in production. Measured here under the burn,
+  // a batch sent just before a slot time was acknowledged up to 0.21 s after
+  // it: 0.4 s (below the default release delay of one interval) leaves room.
+  setup.cut_grace = 0.4;
   const double step = 0.023 / setup.interval;  // 23 ms in slot intervals
   int next_id = 0;
   bool r_placed = false;
@@ -313,9 +361,7 @@ TEST(DaemonNeighbourTest, RecordsSentAroundEverySlotTimeKeepTheirSlotsUnderACpuB
     }
     setup.plan.push_back({next_id++, position, false});
   }
-  PairResult result;
-  RunPair(setup, "continuous", &result);
-  ExpectNeighbourPools(setup, result);
+  RunPairAndExpectNeighbourPools(setup, "continuous");
 }
 
 }  // namespace
