@@ -339,40 +339,102 @@ GaussianRelease GaussianSumMechanism::ScaleBack(std::span<const int64_t> noise) 
   return release;
 }
 
-StatusOr<GaussianRelease> GaussianSumMechanism::Release(NoiseSource& noise,
-                                                        double noise_multiplier) {
-  if (released_) return AlreadyReleasedError();
+GaussianSumMechanism::PreparedNoise::PreparedNoise(PreparedNoise&& other) noexcept
+    : draws_(std::move(other.draws_)),
+      parameters_(std::move(other.parameters_)),
+      noise_multiplier_(other.noise_multiplier_),
+      is_private_(other.is_private_),
+      description_(std::move(other.description_)),
+      ready_(std::exchange(other.ready_, false)) {
+  other.draws_.clear();
+}
+
+GaussianSumMechanism::PreparedNoise& GaussianSumMechanism::PreparedNoise::operator=(
+    PreparedNoise&& other) noexcept {
+  if (this != &other) {
+    Wipe();
+    draws_ = std::move(other.draws_);
+    other.draws_.clear();
+    parameters_ = std::move(other.parameters_);
+    noise_multiplier_ = other.noise_multiplier_;
+    is_private_ = other.is_private_;
+    description_ = std::move(other.description_);
+    ready_ = std::exchange(other.ready_, false);
+  }
+  return *this;
+}
+
+GaussianSumMechanism::PreparedNoise::~PreparedNoise() { Wipe(); }
+
+void GaussianSumMechanism::PreparedNoise::Wipe() {
+  if (!draws_.empty()) sodium_memzero(draws_.data(), draws_.size() * sizeof(int64_t));
+  draws_.clear();
+  ready_ = false;
+}
+
+StatusOr<GaussianSumMechanism::PreparedNoise> GaussianSumMechanism::PrepareNoise(
+    const BlockLayout& layout, NoiseSource& noise, double noise_multiplier) {
   if (!std::isfinite(noise_multiplier) || noise_multiplier <= 0) {
     return InvalidArgumentError(
         "noise_multiplier must be finite and > 0, got " + std::to_string(noise_multiplier) +
         "; the sigma = 0 baseline must use ReleaseNonPrivate()");
   }
+  VIPSD_ASSIGN_OR_RETURN(DiscreteNoise parameters, DiscreteNoiseFor(layout, noise_multiplier));
+  VIPSD_ASSIGN_OR_RETURN(DiscreteGaussianSampler sampler,
+                         DiscreteGaussianSampler::Create(parameters.sigma2));
+  PreparedNoise prepared;
+  prepared.draws_.resize(layout.total_size());
+  const Status filled = noise.FillDiscreteGaussian(sampler, prepared.draws_);
+  if (!filled.ok()) return filled;  // `prepared` wipes what was drawn
+  // A draw beyond 2^61 has probability below exp(−2^122/2^63): never; the
+  // check keeps the integer addition in ScaleBack provably exact.
+  constexpr int64_t kDrawLimit = int64_t{1} << 61;
+  for (const int64_t z : prepared.draws_) {
+    if (z > kDrawLimit || z < -kDrawLimit) {
+      return InternalError("discrete Gaussian draw outside the exact-addition range");
+    }
+  }
+  prepared.parameters_ = std::move(parameters);
+  prepared.noise_multiplier_ = noise_multiplier;
+  prepared.is_private_ = noise.is_private();
+  prepared.description_ = noise.description();
+  prepared.ready_ = true;
+  return prepared;
+}
+
+StatusOr<GaussianRelease> GaussianSumMechanism::Release(NoiseSource& noise,
+                                                        double noise_multiplier) {
+  if (released_) return AlreadyReleasedError();
   if (kind_ != SumKind::kGrid) {
     return FailedPreconditionError(
         "a floating-point (non-private) sum cannot be released with noise; private sums use the "
         "grid");
   }
-  VIPSD_ASSIGN_OR_RETURN(DiscreteNoise parameters, DiscreteNoiseFor(layout_, noise_multiplier));
-  VIPSD_ASSIGN_OR_RETURN(DiscreteGaussianSampler sampler,
-                         DiscreteGaussianSampler::Create(parameters.sigma2));
-  std::vector<int64_t> draws(sum_.size());
-  VIPSD_RETURN_IF_ERROR(noise.FillDiscreteGaussian(sampler, draws));
-  // A draw beyond 2^61 has probability below exp(−2^122/2^63): never; the
-  // check keeps the integer addition in ScaleBack provably exact.
-  constexpr int64_t kDrawLimit = int64_t{1} << 61;
-  for (const int64_t z : draws) {
-    if (z > kDrawLimit || z < -kDrawLimit) {
-      return InternalError("discrete Gaussian draw outside the exact-addition range");
-    }
+  VIPSD_ASSIGN_OR_RETURN(PreparedNoise prepared, PrepareNoise(layout_, noise, noise_multiplier));
+  return Release(std::move(prepared));
+}
+
+StatusOr<GaussianRelease> GaussianSumMechanism::Release(PreparedNoise noise) {
+  if (released_) return AlreadyReleasedError();
+  if (kind_ != SumKind::kGrid) {
+    return FailedPreconditionError(
+        "a floating-point (non-private) sum cannot be released with noise; private sums use the "
+        "grid");
   }
-  GaussianRelease release = ScaleBack(draws);
+  if (!noise.ready_ || noise.draws_.size() != sum_.size() ||
+      noise.parameters_.grid_exponent != grid_exponent_ ||
+      noise.parameters_.block_bound_squared != block_bound_squared_) {
+    return FailedPreconditionError(
+        "noise drawn ahead for another statistic layout or grid, or used already");
+  }
+  GaussianRelease release = ScaleBack(noise.draws_);
   released_ = true;
   ClearSum();  // the private sum is no longer needed
-  sodium_memzero(draws.data(), draws.size() * sizeof(int64_t));
-  release.noise = std::move(parameters);
-  release.noise_multiplier = noise_multiplier;
-  release.is_private = noise.is_private();
-  release.noise_description = noise.description();
+  release.noise = noise.parameters_;
+  release.noise_multiplier = noise.noise_multiplier_;
+  release.is_private = noise.is_private_;
+  release.noise_description = std::move(noise.description_);
+  noise.Wipe();
   return release;
 }
 

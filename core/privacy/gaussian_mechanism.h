@@ -220,6 +220,44 @@ class GaussianSumMechanism {
   // and leaves the sum unreleased.
   StatusOr<GaussianRelease> Release(NoiseSource& noise, double noise_multiplier);
 
+  // ---- Noise drawn ahead (issue 30) ----
+  // The discrete Gaussian noise of one release of a sum with a given layout
+  // and σ, drawn before the sum is complete: the noise does not depend on
+  // the records, so a step's owner can draw it while the E-step runs or
+  // while it waits for other processes' partial sums. PRIVATE (whoever knows
+  // it can subtract it from the release): it never leaves the process, it
+  // is zeroed when destroyed, and Release(PreparedNoise) consumes it, so one
+  // draw covers exactly one release. The draws are the ones Release(noise,
+  // σ) would take from `noise` at that point of its stream.
+  class PreparedNoise {
+   public:
+    PreparedNoise() = default;
+    PreparedNoise(PreparedNoise&& other) noexcept;
+    PreparedNoise& operator=(PreparedNoise&& other) noexcept;
+    PreparedNoise(const PreparedNoise&) = delete;
+    PreparedNoise& operator=(const PreparedNoise&) = delete;
+    ~PreparedNoise();
+    // False once consumed (or moved from, or default-constructed).
+    bool ready() const { return ready_; }
+
+   private:
+    friend class GaussianSumMechanism;
+    void Wipe();
+    std::vector<int64_t> draws_;  // grid units, one per coordinate
+    DiscreteNoise parameters_;
+    double noise_multiplier_ = 0;
+    bool is_private_ = false;
+    std::string description_;
+    bool ready_ = false;
+  };
+  // Errors as DiscreteNoiseFor and the sampler's; nothing is drawn then.
+  static StatusOr<PreparedNoise> PrepareNoise(const BlockLayout& layout, NoiseSource& noise,
+                                              double noise_multiplier);
+  // Release() with noise drawn ahead for this layout (FAILED_PRECONDITION
+  // for noise of another layout or grid, or consumed already; nothing is
+  // released then and the noise is wiped). Consumes `noise` either way.
+  StatusOr<GaussianRelease> Release(PreparedNoise noise);
+
   // NOT PRIVATE: the exact (clipped, grid-rounded) sum, σ = 0, is_private = false. Only
   // for the explicit non-private baseline mode and for tests.
   StatusOr<GaussianRelease> ReleaseNonPrivate();

@@ -297,6 +297,9 @@ StatusOr<StepResult> StepDriver::Step(const std::vector<StreamCandidates>& strea
   }
   VIPSD_ASSIGN_OR_RETURN(StepTicket ticket, Begin());
   if (ticket.result.outcome == StepResult::Outcome::kRefusedCeiling) return ticket.result;
+  // With threads to spare, the noise is drawn beside the E-step; with one
+  // thread the step stays on one core.
+  if (config_.threads > 1) DrawNoiseAhead();
   StepPhaseSeconds phases = ticket.result.phase_seconds;
   const privacy::BlockLayout& layout = model_->statistic_layout();
   const privacy::SumKind kind = privacy::SumKindFor(config_.noise_multiplier);
@@ -558,8 +561,16 @@ StatusOr<StepResult> StepDriver::Finish(const StepTicket& ticket,
   const bool is_private = config_.noise_multiplier > 0;
   StepResult result = ticket.result;
   auto clock = std::chrono::steady_clock::now();
-  StatusOr<privacy::GaussianRelease> release =
-      is_private ? total.Release(*noise_, config_.noise_multiplier) : total.ReleaseNonPrivate();
+  StatusOr<privacy::GaussianRelease> release = UnavailableError("no release");
+  if (!is_private) {
+    release = total.ReleaseNonPrivate();
+  } else if (noise_ahead_.valid()) {
+    auto prepared = noise_ahead_.get();
+    if (!prepared.ok()) return prepared.status();
+    release = total.Release(std::move(*prepared));
+  } else {
+    release = total.Release(*noise_, config_.noise_multiplier);
+  }
   if (!release.ok()) return release.status();
   result.phase_seconds.noise = Lap(clock);
 
@@ -572,7 +583,19 @@ StatusOr<StepResult> StepDriver::Finish(const StepTicket& ticket,
   return result;
 }
 
+void StepDriver::DrawNoiseAhead() {
+  if (config_.noise_multiplier <= 0 || noise_ahead_.valid()) return;
+  const privacy::BlockLayout* layout = &model_->statistic_layout();
+  privacy::NoiseSource* noise = noise_;
+  const double sigma = config_.noise_multiplier;
+  noise_ahead_ = std::async(std::launch::async, [layout, noise, sigma] {
+    return privacy::GaussianSumMechanism::PrepareNoise(*layout, *noise, sigma);
+  });
+}
+
 void StepDriver::Abandon(const StepTicket& ticket) {
+  // The noise drawn ahead for this step is never used (and wiped).
+  if (noise_ahead_.valid()) (void)noise_ahead_.get();
   if (ticket.result.outcome == StepResult::Outcome::kRan && ticket.result.step == next_step_) {
     ++next_step_;
   }

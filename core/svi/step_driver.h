@@ -55,6 +55,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <memory>
 #include <span>
 #include <string>
@@ -173,6 +174,15 @@ class StepDriver {
   // sums merged in stream order), M-step with ρ_t, t advances. `ticket` must
   // be the one Begin() gave for this step.
   StatusOr<StepResult> Finish(const StepTicket& ticket, privacy::GaussianSumMechanism& total);
+  // Step 4's noise drawn ahead, on a thread of its own (private runs; a
+  // no-op otherwise): the noise does not depend on the records, so it is
+  // drawn while the E-step runs or while the owner of a shared step waits
+  // for the partial sums, and Finish only adds it. The draws are the ones
+  // Finish would have taken from the noise source, in the same order (the
+  // step key comes first, from Begin), so the release is bit for bit the
+  // same. Call after Begin and before Finish or Abandon, which collect it;
+  // until then the noise source belongs to the drawing thread.
+  void DrawNoiseAhead();
   // A step that Begin() admitted and charged but that will not Finish (a
   // failure in between; scale-out: the coordinator stops, is fenced, or a
   // process cannot hold a window): its number t is consumed — charged,
@@ -224,6 +234,8 @@ class StepDriver {
   std::function<void(const Eigen::VectorXd&, int64_t)> on_release_;
   SampleObserver on_sample_;
   std::vector<std::unique_ptr<privacy::GaussianSumMechanism>> spare_;
+  // DrawNoiseAhead's draw (PRIVATE), collected by Finish or Abandon.
+  std::future<StatusOr<privacy::GaussianSumMechanism::PreparedNoise>> noise_ahead_;
 };
 
 }  // namespace vipsd::svi

@@ -560,6 +560,52 @@ TEST(GaussianMechanismTest, OneReleasePerStepUntilReset) {
   EXPECT_TRUE(ReleaseExactly(mechanism).isZero(0.0));
 }
 
+// Issue 30: noise drawn ahead (before the sum is complete, on another
+// thread) is the noise Release would have drawn at that point of the
+// source's stream, so the release is bit for bit the same; it covers one
+// release of its own layout and grid only.
+TEST(GaussianMechanismTest, NoiseDrawnAheadIsTheNoiseReleaseWouldDrawAndIsUsedOnce) {
+  const BlockLayout layout = PowerOfTwoLayout();
+  const auto records = RandomRecords(layout, 5, 11);
+  GaussianSumMechanism inline_noise(layout), ahead(layout);
+  auto source_a = Reproducible(9);
+  auto source_b = Reproducible(9);
+  auto prepared = GaussianSumMechanism::PrepareNoise(layout, *source_b, 1.5);
+  ASSERT_TRUE(prepared.ok()) << prepared.status().ToString();
+  EXPECT_TRUE(prepared->ready());
+  for (const auto& record : records) {
+    ASSERT_TRUE(inline_noise.Add(record).ok());
+    ASSERT_TRUE(ahead.Add(record).ok());
+  }
+  auto expected = inline_noise.Release(*source_a, 1.5);
+  auto released = ahead.Release(std::move(*prepared));
+  ASSERT_TRUE(expected.ok() && released.ok()) << released.status().ToString();
+  EXPECT_FALSE(prepared->ready());  // consumed by the move
+  EXPECT_EQ(released->noisy_sum, expected->noisy_sum);  // bit for bit
+  EXPECT_EQ(released->noise_multiplier, 1.5);
+  EXPECT_EQ(released->noise_description, expected->noise_description);
+  EXPECT_EQ(DescribeDiscreteNoise(released->noise), DescribeDiscreteNoise(expected->noise));
+  EXPECT_FALSE(released->is_private);  // a fixed-seed source says so
+  // Not the zero noise: the release differs from the exact sum.
+  GaussianSumMechanism exact(layout);
+  for (const auto& record : records) ASSERT_TRUE(exact.Add(record).ok());
+  EXPECT_NE(released->noisy_sum, ReleaseExactly(exact));
+
+  // A consumed (moved-from) draw, or one for another layout, releases nothing.
+  GaussianSumMechanism again(layout);
+  ASSERT_TRUE(again.Add(records[0]).ok());
+  GaussianSumMechanism::PreparedNoise consumed = std::move(*prepared);
+  EXPECT_EQ(again.Release(std::move(consumed)).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(again.released());
+  const BlockLayout other = MakeLayout({{"a", BlockKind::kVector, 7, 2.0}});
+  auto foreign = GaussianSumMechanism::PrepareNoise(other, *source_b, 1.5);
+  ASSERT_TRUE(foreign.ok());
+  EXPECT_EQ(again.Release(std::move(*foreign)).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(again.released());
+  EXPECT_EQ(GaussianSumMechanism::PrepareNoise(layout, *source_b, 0).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST(GaussianMechanismTest, ResetEmptiesAnUnreleasedSum) {
   // A step abandoned before its release (the step driver reuses its
   // accumulators): Reset must drop what was added, dense or sparse, and a
