@@ -30,7 +30,8 @@ Usage: shared_work_bench.py --vipsd BIN --mock-kafka BIN [--corpus JSONL]
        [--vocab FILE] [--docs N] [--vocab-size V] [--topics K] [--steps N]
        [--q Q] [--configs solo:2,1:2,2:1,3:1]
 A configuration is PROCESSES:THREADS ("solo" = one process without
-state.work_topic).
+state.work_topic; PROCESSESc: the coordinator, one of the PROCESSES, reads
+no partition, state.work_partitions: false).
 """
 import argparse
 import json
@@ -48,13 +49,16 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import harness  # noqa: E402
 
 
-def write_config(directory, bootstrap, group, vocab, args, threads, shared, coordinator):
+def write_config(directory, bootstrap, group, vocab, args, threads, shared, coordinator,
+                 reads_partitions=True):
     os.makedirs(directory, exist_ok=True)
     state = "state:\n  directory: state\n"
     if shared:
         state += "  ledger_topic: ledger\n  ledger_key: job\n  work_topic: work\n"
         if not coordinator:
             state += "  standby_takeover_seconds: 600\n"
+        elif not reads_partitions:
+            state += "  work_partitions: false\n"
     config = os.path.join(directory, "vipsd.yaml")
     with open(config, "w") as f:
         f.write("""model:
@@ -137,7 +141,7 @@ def step_times(log_path):
     return times
 
 
-def run(args, corpus_path, vocab, processes, threads, shared, work):
+def run(args, corpus_path, vocab, processes, threads, shared, work, coordinator_reads=True):
     kafka = harness.MockKafka(args.mock_kafka, 1, [("docs", 6), ("releases", 1), ("dead", 1),
                                                    ("ledger", 1), ("work", 2)])
     try:
@@ -155,7 +159,7 @@ def run(args, corpus_path, vocab, processes, threads, shared, work):
             coordinator = i == processes - 1
             directory = os.path.join(work, "p%d" % i)
             config = write_config(directory, kafka.bootstrap, group, vocab, args, threads, shared,
-                                  coordinator)
+                                  coordinator, coordinator_reads)
             members.append(Process(args.vipsd, config, os.path.join(work, "p%d.log" % i)))
             if not coordinator:
                 time.sleep(0.5)
@@ -187,7 +191,8 @@ def run(args, corpus_path, vocab, processes, threads, shared, work):
             raise RuntimeError("no step lines in %s" % members[-1].log_path)
         steps_per_second = (last - first) / (times[last] - times[first])
         return {
-            "config": "solo" if not shared else "%d process(es)" % processes,
+            "config": "solo" if not shared else "%d process(es)%s" % (
+                processes, "" if coordinator_reads else ", coordinator reads none"),
             "processes": processes, "threads_each": threads, "shared": shared,
             "steps_per_second": round(steps_per_second, 3),
             "candidates_per_second": round(steps_per_second * args.docs),
@@ -234,10 +239,12 @@ def main():
         for item in args.configs.split(","):
             name, threads = item.split(":")
             shared = name != "solo"
-            processes = 1 if not shared else int(name)
-            run_dir = os.path.join(work, item.replace(":", "-"))
+            coordinator_reads = not name.endswith("c")
+            processes = 1 if not shared else int(name.rstrip("c"))
+            run_dir = os.path.join(work, "%d-%s" % (len(rows), item.replace(":", "-")))
             os.makedirs(run_dir)
-            row = run(args, corpus_path, vocab, processes, int(threads), shared, run_dir)
+            row = run(args, corpus_path, vocab, processes, int(threads), shared, run_dir,
+                      coordinator_reads)
             row.update(docs=args.docs, topics=args.topics, vocab_size=args.vocab_size, q=args.q)
             print(json.dumps(row), flush=True)
             rows.append(row)

@@ -110,6 +110,13 @@ void CheckWorkTopic(Section& state, VipsdConfig& config) {
   }
 }
 
+void CheckWorkPartitions(Section& state, VipsdConfig& config) {
+  if (config.work_partitions || !config.work_topic.empty()) return;
+  state.ErrorAt("work_partitions",
+                "false is only allowed together with state.work_topic (a process that reads "
+                "no partition needs others that do)");
+}
+
 void CheckLda(Section& lda, VipsdConfig& config) {
   if (config.is_private() && config.lda.resample_length == 0) {
     lda.ErrorAt("resample_length",

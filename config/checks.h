@@ -41,6 +41,7 @@ void CheckOfflineStop(Section& schedule, VipsdConfig& config);
 void CheckLedgerKey(Section& state, VipsdConfig& config);
 void CheckStandby(Section& state, VipsdConfig& config);
 void CheckWorkTopic(Section& state, VipsdConfig& config);
+void CheckWorkPartitions(Section& state, VipsdConfig& config);
 // Section checks, run after the section's keys are read.
 void CheckLda(Section& lda, VipsdConfig& config);
 void CheckSbn(Section& sbn, VipsdConfig& config);

@@ -168,6 +168,12 @@ struct VipsdConfig {
   // partial sums on this two-partition topic (daemon/work_exchange.h).
   // "" = no shared work.
   std::string work_topic;
+  // With work_topic: whether this process reads input partitions (joins the
+  // input's consumer group). false: it coordinates only — it observes the
+  // logs' ends for the slot cuts and merges the others' partial sums, so
+  // its serial work (merge, noise, M-step, ledger) never waits behind an
+  // E-step of its own; as a standby it does not work either.
+  bool work_partitions = true;
   int64_t checkpoint_every = 1;
   std::string metrics_listen = "127.0.0.1:9464";  // "" = no endpoint
   // Export step durations (they reveal how long each step took). Default:

@@ -490,6 +490,9 @@ void AddStateMetricsLog(std::vector<Key>& keys) {
   keys.push_back(String("state.work_topic", VIPSD_MEMBER(work_topic))
                      .Only(Dimension::kSourceType, "kafka")
                      .Check(CheckWorkTopic));
+  keys.push_back(Bool("state.work_partitions", VIPSD_MEMBER(work_partitions))
+                     .Only(Dimension::kSourceType, "kafka")
+                     .Check(CheckWorkPartitions));
 
   keys.push_back(SectionRow("metrics"));
   keys.push_back(OptionalString("metrics.listen", VIPSD_MEMBER(metrics_listen)));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -85,7 +86,7 @@ StatusOr<WorkPlan> Coordinator::AppendPlan(const Context& context,
 }
 
 Status Coordinator::Remind(const Context& context, const WorkPlan& plan,
-                           const std::map<std::string, std::string>& sums, SlotOutputs* out,
+                           const std::set<std::string>& covered, SlotOutputs* out,
                            bool* logged) {
   LedgerKeeper& keeper = *context.keeper;
   // A coordinator that waits must notice a takeover: the new owner
@@ -101,8 +102,9 @@ Status Coordinator::Remind(const Context& context, const WorkPlan& plan,
   WorkPlan reminder = plan;
   reminder.wanted.clear();
   for (const std::string& name : plan.wanted) {
-    if (sums.count(name) == 0) reminder.wanted.push_back(name);
+    if (covered.count(name) == 0) reminder.wanted.push_back(name);
   }
+  reminder.partials_read = partials_read_;
   auto appended = work_.exchange().Append(EncodeWorkPlan(reminder));
   if (!appended.ok()) {
     Log(LogLevel::kWarning, kComponent,
@@ -132,27 +134,44 @@ StatusOr<svi::StepResult> Coordinator::StepCharged(const Context& context,
   const config::VipsdConfig& config = *context.config;
   Ingest& ingest = *context.ingest;
   VIPSD_ASSIGN_OR_RETURN(WorkPlan plan, AppendPlan(context, ticket, slot, out));
+  // The noise is drawn while the partials are computed, off the serial
+  // path that follows the last one (merge, noise, M-step, ledger).
+  context.driver->DrawNoiseAhead();
   // Partials come after the plan; the exchange reads on from where the
   // previous step stopped (earlier messages are filtered by step), which
   // keeps its reader's assignment (a seek would re-assign it).
 
-  std::map<std::string, std::string> sums;  // PRIVATE: stream → encoded partial
-  std::map<std::string, int64_t> cuts;       // stream → its cut (public: stream volume)
+  const privacy::BlockLayout& layout = context.bundle->model->statistic_layout();
+  const privacy::SumKind kind = privacy::SumKindFor(context.driver->config().noise_multiplier);
+  if (total_ == nullptr || total_->kind() != kind) {
+    total_ = std::make_unique<privacy::GaussianSumMechanism>(layout, kind);
+  } else {
+    total_->Reset();
+  }
+  // A private run's grid sums are integers: each partial is merged into the
+  // total as it arrives (or as this process sums its own partitions), in
+  // whatever order, and the total is the one a single process forms. A
+  // non-private run's float sums are kept per partition and added in
+  // partition-name order at the end, the summation order of one process.
+  const bool ordered = kind == privacy::SumKind::kFloat;
+  std::map<std::string, std::unique_ptr<privacy::GaussianSumMechanism>> float_sums;  // PRIVATE
+  std::set<std::string> covered;        // wanted partitions whose sum is in
+  std::map<std::string, int64_t> cuts;  // stream → its cut (public: stream volume)
   for (const WorkStream& stream : plan.streams) {
     if (stream.high == stream.low) cuts[stream.name] = stream.high;  // nothing to read
   }
   auto last_reminder = std::chrono::steady_clock::now();
   bool logged = false;
-  while (sums.size() < plan.wanted.size()) {
+  while (covered.size() < plan.wanted.size()) {
     if (control_->stopping()) return CancelledError("stopping");
-    std::vector<const WorkStream*> ready;
+    std::vector<LocalStream> ready;
     std::string overflowing;
     for (const std::string& name : plan.wanted) {
-      if (sums.count(name) > 0) continue;
+      if (covered.count(name) > 0) continue;
       const WorkStream* stream = FindStream(plan, name);
       if (!ingest.Assigned(name)) continue;
       if (ingest.Complete(name)) {
-        ready.push_back(stream);
+        ready.push_back({stream, ingest.Target(name)});
       } else if (ingest.Overflowing(name)) {
         overflowing = name;
       }
@@ -163,76 +182,111 @@ StatusOr<svi::StepResult> Coordinator::StepCharged(const Context& context,
                              std::to_string(config.pool_capacity) +
                              " (no release; the step was charged)");
     }
-    for (const WorkStream* stream : ready) {
-      const int64_t cut = ingest.Target(stream->name);
-      VIPSD_ASSIGN_OR_RETURN(sums[stream->name],
-                             LocalPartial(ingest, *context.driver, plan, *stream, cut));
-      cuts[stream->name] = cut;
-      ++out->partials_local;
+    if (!ready.empty()) {
+      // This process's own partitions go into the total without being
+      // encoded: one SumStreams call over all of them.
+      VIPSD_RETURN_IF_ERROR(SumLocalStreams(
+          ingest, *context.driver, plan, ready,
+          [&](size_t index, privacy::GaussianSumMechanism& partial) -> Status {
+            if (!ordered) return total_->Merge(std::move(partial));
+            auto& sum = float_sums[ready[index].stream->name];
+            sum = std::make_unique<privacy::GaussianSumMechanism>(layout, kind);
+            return sum->Merge(std::move(partial));
+          }));
+      for (const LocalStream& local : ready) {
+        covered.insert(local.stream->name);
+        cuts[local.stream->name] = local.cut;
+      }
+      out->partials_local += ordered ? static_cast<int64_t>(ready.size()) : 1;
     }
-    if (sums.size() == plan.wanted.size()) break;
+    if (covered.size() == plan.wanted.size()) break;
     auto messages = work_.Poll(kWorkPoll);
     if (!messages.has_value()) continue;
     for (auto& [offset, bytes] : *messages) {
-      auto kind = WorkMessageKindOf(bytes);
-      if (!kind.ok() || *kind != WorkMessageKind::kPartial) continue;  // plans (ours)
-      auto partial = DecodeWorkPartial(bytes);
-      if (!partial.ok()) {
-        // With the step's outputs, at its deadline: when this loop runs
-        // follows the step's own work.
-        out->log_lines.emplace_back(LogLevel::kWarning,
-                                    work_.Describe() + " offset " + std::to_string(offset) +
-                                        ": " + partial.status().ToString() + "; ignored");
-        continue;
-      }
-      if (partial->epoch != plan.epoch || partial->owner != plan.owner ||
-          partial->step != plan.step || partial->slot != plan.slot ||
-          sums.count(partial->stream) > 0 ||
-          !std::binary_search(plan.wanted.begin(), plan.wanted.end(), partial->stream)) {
-        continue;  // another step's, a duplicate, or not wanted
-      }
-      if (partial->overflow) {
-        return OutOfRangeError("the window of " + partial->stream +
-                               " does not fit the pool.capacity of the process holding it (" +
-                               partial->instance + "; no release; the step was charged)");
-      }
-      const WorkStream* stream = FindStream(plan, partial->stream);
-      if (partial->cut < stream->floor || partial->cut > stream->high) {
-        out->log_lines.emplace_back(
-            LogLevel::kWarning,
-            work_.Describe() + " offset " + std::to_string(offset) + ": the partial of " +
-                partial->stream + " from " + partial->instance + " names cut " +
-                std::to_string(partial->cut) + ", outside the plan's [" +
-                std::to_string(stream->floor) + ", " + std::to_string(stream->high) +
-                "]; ignored");
-        continue;
-      }
-      sums[partial->stream] = std::move(partial->sum);
-      cuts[partial->stream] = partial->cut;
-      ++out->partials_remote;
+      partials_read_ = std::max(partials_read_, offset + 1);
+      VIPSD_RETURN_IF_ERROR(MergePartial(plan, offset, bytes, ordered, layout, &covered, &cuts,
+                                         &float_sums, out));
     }
     const auto now = std::chrono::steady_clock::now();
-    if (sums.size() < plan.wanted.size() && now - last_reminder >= kReminderInterval) {
-      VIPSD_RETURN_IF_ERROR(Remind(context, plan, sums, out, &logged));
+    if (covered.size() < plan.wanted.size() && now - last_reminder >= kReminderInterval) {
+      VIPSD_RETURN_IF_ERROR(Remind(context, plan, covered, out, &logged));
       last_reminder = now;
     }
   }
-  const privacy::BlockLayout& layout = context.bundle->model->statistic_layout();
-  const privacy::SumKind kind = privacy::SumKindFor(context.driver->config().noise_multiplier);
-  if (total_ == nullptr || total_->kind() != kind) {
-    total_ = std::make_unique<privacy::GaussianSumMechanism>(layout, kind);
-  } else {
-    total_->Reset();
-  }
-  // Partition-name order: the summation order of one process.
-  for (const std::string& name : plan.wanted) {
-    VIPSD_ASSIGN_OR_RETURN(auto partial,
-                           privacy::GaussianSumMechanism::DecodeUnreleased(layout, sums.at(name)));
-    VIPSD_RETURN_IF_ERROR(total_->Merge(std::move(*partial)));
+  if (ordered) {
+    // Partition-name order: the summation order of one process.
+    for (const std::string& name : plan.wanted) {
+      VIPSD_RETURN_IF_ERROR(total_->Merge(std::move(*float_sums.at(name))));
+    }
   }
   VIPSD_ASSIGN_OR_RETURN(svi::StepResult result, context.driver->Finish(ticket, *total_));
   *context.cuts = std::move(cuts);
   return result;
+}
+
+Status Coordinator::MergePartial(
+    const WorkPlan& plan, int64_t offset, const std::string& bytes, bool ordered,
+    const privacy::BlockLayout& layout, std::set<std::string>* covered,
+    std::map<std::string, int64_t>* cuts,
+    std::map<std::string, std::unique_ptr<privacy::GaussianSumMechanism>>* float_sums,
+    SlotOutputs* out) {
+  auto kind = WorkMessageKindOf(bytes);
+  if (!kind.ok() || *kind != WorkMessageKind::kPartial) return Status::Ok();  // plans (ours)
+  auto partial = DecodeWorkPartial(bytes);
+  auto ignored = [&](const std::string& why) {
+    // With the step's outputs, at its deadline: when this loop runs
+    // follows the step's own work.
+    out->log_lines.emplace_back(LogLevel::kWarning, work_.Describe() + " offset " +
+                                                        std::to_string(offset) + ": " + why +
+                                                        "; ignored");
+    return Status::Ok();
+  };
+  if (!partial.ok()) return ignored(partial.status().ToString());
+  if (partial->epoch != plan.epoch || partial->owner != plan.owner ||
+      partial->step != plan.step || partial->slot != plan.slot) {
+    return Status::Ok();  // another step's
+  }
+  for (const PartialStream& stream : partial->streams) {
+    // A partition summed already (a rebalance moved it and two processes
+    // summed it) or not wanted: the whole partial is refused — its sum
+    // cannot be split — and the next reminder asks its sender for the
+    // partitions still missing (WorkPlan::partials_read).
+    if (covered->count(stream.name) > 0 ||
+        !std::binary_search(plan.wanted.begin(), plan.wanted.end(), stream.name)) {
+      return Status::Ok();
+    }
+  }
+  if (partial->overflow) {
+    return OutOfRangeError("the window of " + partial->streams.front().name +
+                           " does not fit the pool.capacity of the process holding it (" +
+                           partial->instance + "; no release; the step was charged)");
+  }
+  if (ordered && partial->streams.size() != 1) {
+    return ignored("a non-private partial sum from " + partial->instance + " covers " +
+                   std::to_string(partial->streams.size()) +
+                   " partitions (float sums are added one partition at a time, in name order)");
+  }
+  for (const PartialStream& stream : partial->streams) {
+    const WorkStream* planned = FindStream(plan, stream.name);
+    if (stream.cut < planned->floor || stream.cut > planned->high) {
+      return ignored("the partial of " + stream.name + " from " + partial->instance +
+                     " names cut " + std::to_string(stream.cut) + ", outside the plan's [" +
+                     std::to_string(planned->floor) + ", " + std::to_string(planned->high) + "]");
+    }
+  }
+  auto sum = privacy::GaussianSumMechanism::DecodeUnreleased(layout, partial->sum);
+  if (!sum.ok()) return sum.status();
+  if (ordered) {
+    (*float_sums)[partial->streams.front().name] = std::move(*sum);
+  } else {
+    VIPSD_RETURN_IF_ERROR(total_->Merge(std::move(**sum)));
+  }
+  for (const PartialStream& stream : partial->streams) {
+    covered->insert(stream.name);
+    (*cuts)[stream.name] = stream.cut;
+  }
+  ++out->partials_remote;
+  return Status::Ok();
 }
 
 }  // namespace vipsd::daemon

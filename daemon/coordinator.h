@@ -5,11 +5,13 @@
 // the consumer group put the partitions: it charges the step and draws its
 // key (Begin), appends the PLAN (step, slot, key, q, every partition's window
 // and the model the step starts from), sums the partitions this process
-// holds once their windows are read, merges the partials other processes
-// append as they arrive, repeats the plan every second while partials are
-// missing (checking each time that it still owns the job), and finishes the
-// step once every partition with a non-empty window has exactly one partial,
-// merged in partition-name order — bit for bit what one process computes.
+// holds straight into the step's total once their windows are read, merges
+// the partials other processes append as they arrive (a private run's
+// integer sums in any order; a non-private run's float sums kept and added
+// in partition-name order at the end), repeats the plan every second while
+// partitions are missing (checking each time that it still owns the job),
+// and finishes the step once every partition with a non-empty window is
+// covered exactly once — bit for bit what one process computes.
 // A step that was charged and does not finish consumes its number
 // (svi::StepDriver::Abandon): an overcount, never an undercount.
 //
@@ -26,6 +28,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <memory>
 
@@ -73,11 +76,26 @@ class Coordinator {
   // Every second while partials are missing: still the owner? (CANCELLED
   // when fenced), then the plan again for the partitions still missing.
   Status Remind(const Context& context, const WorkPlan& plan,
-                const std::map<std::string, std::string>& sums, SlotOutputs* out, bool* logged);
+                const std::set<std::string>& covered, SlotOutputs* out, bool* logged);
+  // One message of the partial log: a partial of this plan's step whose
+  // partitions are all wanted and none covered yet is merged into the total
+  // (a private run) or kept for the ordered merge (`float_sums`); anything
+  // else is skipped (a malformed or out-of-range one with a warning line).
+  // OUT_OF_RANGE for an overflow partial; DATA_LOSS for a sum that does not
+  // decode against the layout.
+  Status MergePartial(
+      const WorkPlan& plan, int64_t offset, const std::string& bytes, bool ordered,
+      const privacy::BlockLayout& layout, std::set<std::string>* covered,
+      std::map<std::string, int64_t>* cuts,
+      std::map<std::string, std::unique_ptr<privacy::GaussianSumMechanism>>* float_sums,
+      SlotOutputs* out);
 
   WorkIo work_;
   RunControl* const control_;
   std::unique_ptr<privacy::GaussianSumMechanism> total_;
+  // Every partial below this offset of the partial log has been read
+  // (WorkPlan::partials_read).
+  int64_t partials_read_ = 0;
 };
 
 }  // namespace vipsd::daemon

@@ -116,6 +116,44 @@ class KafkaInput final : public InputSource {
   std::map<std::string, int64_t> errors_seen_;
 };
 
+// state.work_partitions: false. Reads no partition and never joins the
+// input's consumer group (an unpolled member would hold partitions from the
+// others); it observes the logs' bounds for the slot cuts only.
+class KafkaObserverInput final : public InputSource {
+ public:
+  KafkaObserverInput(std::unique_ptr<connectors::KafkaLogObserver> observer, Metrics* metrics)
+      : observer_(std::move(observer)), metrics_(metrics) {}
+
+  StatusOr<PollBatch> Poll(size_t, std::chrono::milliseconds timeout) override {
+    std::this_thread::sleep_for(std::min(timeout, std::chrono::milliseconds(100)));
+    PollBatch batch;
+    batch.assignment.emplace();  // holds nothing
+    return batch;
+  }
+  Status MarkDone(const InputRecord&) override { return Status::Ok(); }
+  Status Pause(const std::set<std::string>&) override { return Status::Ok(); }
+  Status Resume(const std::set<std::string>&) override { return Status::Ok(); }
+  StatusOr<std::map<std::string, StreamBounds>> ObserveBounds(double) override {
+    auto observed = observer_->Observe();
+    if (!observed.ok()) {
+      metrics_->kafka_errors_total(KafkaErrorKind::kConsume).Increment();
+      return observed.status();
+    }
+    std::map<std::string, StreamBounds> bounds;
+    for (const auto& [ref, b] : *observed) {
+      bounds[StreamName(ref.topic, ref.partition)] = {b.low, b.high};
+    }
+    return bounds;
+  }
+  Status Commit() override { return Status::Ok(); }
+  int64_t Lag() const override { return 0; }
+  Status Close() override { return Status::Ok(); }
+
+ private:
+  std::unique_ptr<connectors::KafkaLogObserver> observer_;
+  Metrics* metrics_;
+};
+
 class DaemonOutput final : public OutputSink {
  public:
   DaemonOutput(const config::VipsdConfig& config,
@@ -296,6 +334,16 @@ std::vector<std::string> KafkaClientWarnings(const config::VipsdConfig& config) 
 StatusOr<std::unique_ptr<InputSource>> NewKafkaInput(const config::VipsdConfig& config,
                                                      const std::string& bootstrap_servers,
                                                      ResumeOffsetFn resume, Metrics* metrics) {
+  connectors::KafkaLogObserverOptions observer_options;
+  observer_options.bootstrap_servers = bootstrap_servers;
+  observer_options.topics = config.source_topics;
+  observer_options.client_id = config.kafka.client_id;
+  observer_options.properties = config.kafka.properties;
+  VIPSD_ASSIGN_OR_RETURN(auto observer,
+                         connectors::KafkaLogObserver::Create(std::move(observer_options)));
+  if (!config.work_topic.empty() && !config.work_partitions) {
+    return std::unique_ptr<InputSource>(new KafkaObserverInput(std::move(observer), metrics));
+  }
   connectors::KafkaSourceOptions options = SourceOptions(config, bootstrap_servers);
   options.resume_offset = std::move(resume);
   options.on_assigned = [](const std::vector<connectors::TopicPartitionRef>& partitions) {
@@ -305,13 +353,6 @@ StatusOr<std::unique_ptr<InputSource>> NewKafkaInput(const config::VipsdConfig& 
     Log(LogLevel::kInfo, "kafka", "partitions revoked: " + std::to_string(partitions.size()));
   };
   VIPSD_ASSIGN_OR_RETURN(auto source, connectors::KafkaSource::Create(std::move(options)));
-  connectors::KafkaLogObserverOptions observer_options;
-  observer_options.bootstrap_servers = bootstrap_servers;
-  observer_options.topics = config.source_topics;
-  observer_options.client_id = config.kafka.client_id;
-  observer_options.properties = config.kafka.properties;
-  VIPSD_ASSIGN_OR_RETURN(auto observer,
-                         connectors::KafkaLogObserver::Create(std::move(observer_options)));
   return std::unique_ptr<InputSource>(
       new KafkaInput(std::move(source), std::move(observer), metrics));
 }

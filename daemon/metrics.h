@@ -289,7 +289,9 @@ inline constexpr std::array<double, 14> kCheckpointWriteDurationBuckets = {
           "arrives).")                                                                           \
   COUNTER_PER(work_partials_merged_total, "partials",                                            \
               "Partial sums the coordinator merged into its steps, by who computed them "        \
-              "(local: this process, remote: another); counted at the step's deadline.",         \
+              "(local: this process's own partitions, one per summing pass; remote: another "    \
+              "process's, one per process and step when private, one per partition when not); "  \
+              "counted at the step's deadline.",                                                 \
               "kind")                                                                            \
   COUNTER(checkpoint_writes_total, "checkpoints", "Model checkpoints written durably.")           \
   COUNTER(checkpoint_failures_total, "checkpoints", "Model checkpoint writes that failed.")      \

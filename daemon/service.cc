@@ -192,7 +192,11 @@ std::optional<int> Service::StandBy(LedgerReplica& replica) {
   Log(LogLevel::kInfo, "main",
       "standby for job '" + config_.ledger_key + "' on ledger topic " + config_.ledger_topic +
           ": taking over after " + seconds.str() + " s without a ledger entry" +
-          (shared ? " or a plan; working for the owner meanwhile" : ""));
+          (!shared ? ""
+           : config_.work_partitions
+               ? " or a plan; working for the owner meanwhile"
+               : " or a plan; following its plans without reading partitions "
+                 "(state.work_partitions: false)"));
   (void)Notify("READY=1\nSTATUS=standby");
   metrics_->standby().Set(1);
   // state.work_topic: the standby works for the owner while it waits
@@ -202,7 +206,7 @@ std::optional<int> Service::StandBy(LedgerReplica& replica) {
   std::atomic<bool> worker_done{false};
   Status worker_result = Status::Ok();
   if (shared) {
-    metrics_->standby().Set(0);  // working, not idle
+    if (config_.work_partitions) metrics_->standby().Set(0);  // working, not idle
     auto exchange = NewKafkaWorkExchange(config_, bootstrap_, WorkRole::kWorker);
     if (!exchange.ok()) {
       Log(LogLevel::kError, "main", "work topic: " + exchange.status().ToString());

@@ -8,13 +8,16 @@
 namespace vipsd::daemon {
 namespace {
 
-constexpr char kPlanMagic[4] = {'V', 'W', 'P', '3'};
+constexpr char kPlanMagic[4] = {'V', 'W', 'P', '4'};
 // Plans of earlier vipsd versions (refused by name): VWP1 without the record
-// settings, VWP2 with cuts at the observed log ends (no timestamp cut rule).
+// settings, VWP2 with cuts at the observed log ends (no timestamp cut rule),
+// VWP3 with one partial per partition.
 constexpr char kPlanMagicV1[4] = {'V', 'W', 'P', '1'};
 constexpr char kPlanMagicV2[4] = {'V', 'W', 'P', '2'};
-constexpr char kPartialMagic[4] = {'V', 'W', 'R', '2'};
+constexpr char kPlanMagicV3[4] = {'V', 'W', 'P', '3'};
+constexpr char kPartialMagic[4] = {'V', 'W', 'R', '3'};
 constexpr char kPartialMagicV1[4] = {'V', 'W', 'R', '1'};
+constexpr char kPartialMagicV2[4] = {'V', 'W', 'R', '2'};
 constexpr size_t kDigestBytes = 32;
 // Strings and lists beyond these are refused before anything is allocated.
 constexpr uint64_t kMaxString = uint64_t{1} << 32;
@@ -149,14 +152,18 @@ std::string EncodeWorkPlan(const WorkPlan& plan) {
   w.Str(plan.model);
   w.I64(plan.plan_offset);
   w.Str(plan.record_settings);
+  w.I64(plan.partials_read);
   return w.Finish();
 }
 
 std::string EncodeWorkPartial(const WorkPartial& partial) {
   Writer w(kPartialMagic);
   PutHeader(w, partial.job, partial.epoch, partial.owner, partial.step, partial.slot);
-  w.Str(partial.stream);
-  w.I64(partial.cut);
+  w.U64(partial.streams.size());
+  for (const PartialStream& stream : partial.streams) {
+    w.Str(stream.name);
+    w.I64(stream.cut);
+  }
   w.U64(partial.overflow ? 1 : 0);
   w.Str(partial.sum);
   w.Str(partial.instance);
@@ -181,6 +188,12 @@ StatusOr<WorkMessageKind> WorkMessageKindOf(std::string_view bytes) {
         "work topic: a message of an older vipsd (VWP2/VWR1, cuts at observed log ends "
         "rather than by record timestamps): every process of a job must run one vipsd "
         "version");
+  }
+  if (bytes.size() >= 4 && (std::memcmp(bytes.data(), kPlanMagicV3, 4) == 0 ||
+                            std::memcmp(bytes.data(), kPartialMagicV2, 4) == 0)) {
+    return FailedPreconditionError(
+        "work topic: a message of an older vipsd (VWP3/VWR2, one partial sum per "
+        "partition): every process of a job must run one vipsd version");
   }
   return DataLossError("work topic: a message that is neither a plan nor a partial sum");
 }
@@ -207,13 +220,14 @@ StatusOr<WorkPlan> DecodeWorkPlan(std::string_view bytes) {
       for (std::string& s : plan.wanted) {
         if (!r.Str(&s)) break;
       }
-      (void)(r.Str(&plan.model) && r.I64(&plan.plan_offset) && r.Str(&plan.record_settings));
+      (void)(r.Str(&plan.model) && r.I64(&plan.plan_offset) && r.Str(&plan.record_settings) &&
+             r.I64(&plan.partials_read));
     }
   }
   VIPSD_RETURN_IF_ERROR(r.Done());
   bool valid = key.size() == plan.key.bytes.size() && is_private <= 1 && plan.step >= 1 &&
                plan.slot >= 0 && std::isfinite(plan.sampling_rate) && plan.sampling_rate > 0 &&
-               plan.sampling_rate <= 1;
+               plan.sampling_rate <= 1 && plan.partials_read >= 0;
   for (size_t i = 0; valid && i < plan.streams.size(); ++i) {
     const WorkStream& s = plan.streams[i];
     valid = s.low >= 0 && s.low <= s.floor && s.floor <= s.high &&
@@ -228,16 +242,28 @@ StatusOr<WorkPlan> DecodeWorkPlan(std::string_view bytes) {
 StatusOr<WorkPartial> DecodeWorkPartial(std::string_view bytes) {
   Reader r(bytes, kPartialMagic, "partial sum");
   WorkPartial partial;
-  uint64_t overflow = 0;
-  (void)(GetHeader(r, &partial.job, &partial.epoch, &partial.owner, &partial.step,
-                   &partial.slot) &&
-         r.Str(&partial.stream) && r.I64(&partial.cut) && r.U64(&overflow) &&
-         r.Str(&partial.sum) &&
-         r.Str(&partial.instance));
-  VIPSD_RETURN_IF_ERROR(r.Done());
-  if (overflow > 1 || partial.step < 1 || partial.cut < 0) {
-    return DataLossError("work topic: a partial sum with out-of-range fields");
+  uint64_t overflow = 0, count = 0;
+  if (GetHeader(r, &partial.job, &partial.epoch, &partial.owner, &partial.step,
+                &partial.slot) &&
+      r.U64(&count)) {
+    // A stream is at least its name's length and its cut (16 bytes).
+    if (count > kMaxStreams || count > r.remaining() / 16) {
+      return DataLossError("work topic: a partial sum naming too many partitions");
+    }
+    partial.streams.resize(count);
+    bool read = true;
+    for (PartialStream& stream : partial.streams) {
+      if (!(read = r.Str(&stream.name) && r.I64(&stream.cut))) break;
+    }
+    (void)(read && r.U64(&overflow) && r.Str(&partial.sum) && r.Str(&partial.instance));
   }
+  VIPSD_RETURN_IF_ERROR(r.Done());
+  bool valid = overflow <= 1 && partial.step >= 1 && !partial.streams.empty();
+  for (size_t i = 0; valid && i < partial.streams.size(); ++i) {
+    valid = partial.streams[i].cut >= 0 &&
+            (i == 0 || partial.streams[i - 1].name < partial.streams[i].name);
+  }
+  if (!valid) return DataLossError("work topic: a partial sum with out-of-range fields");
   partial.overflow = overflow == 1;
   return partial;
 }

@@ -4,25 +4,32 @@
 // draws its key exactly as one process would (svi::StepDriver::Begin), then
 // appends a PLAN to the work topic: the step, the slot, the key, q, the
 // window of every input partition (its start, and the log end and slot time
-// its cut is found by), and the model the step starts from. Every process (WORKERS and the coordinator itself) computes
-// the clipped, un-noised partial sum of each partition it holds whose
-// window it has read completely and appends it as a PARTIAL. The
-// coordinator merges one partial per partition in partition-name order,
-// adds the one Gaussian noise draw, runs the M-step, commits the ledger and
-// releases: svi::StepDriver::Finish, as for one process.
+// its cut is found by), and the model the step starts from. Every WORKER
+// sums the partitions it holds once it has read their windows completely:
+// the clipped, un-noised sums, pre-summed into ONE PARTIAL per process and
+// step in a private run (one per partition in a non-private one). The
+// coordinator sums the partitions it holds itself (none with
+// state.work_partitions: false) straight into the step's total, merges each
+// partial into it as it arrives, adds the one Gaussian noise draw, runs the
+// M-step, commits the ledger and releases: svi::StepDriver::Finish, as for
+// one process.
 //
 // Why the step is the same whoever computes it: a record's Poisson bit and
 // E-step seed depend only on the key and the record's own (partition,
 // offset) (svi/step_randomness.h); the window depends only on the log and
 // the plan's ends, floors and slot time (the cut rule of
 // core/svi/slot_windows.h: every process that reads a partition finds the
-// same cut, and the partial names it); the model is the plan's;
-// the partial sums are added in partition-name order. So a partition's
-// partial has the same bits on every process, a partial computed twice (a
-// rebalance moved the partition meanwhile) is a duplicate, and the step's
-// sum is bit for bit the sum one process would form. Which process holds a
-// partition, and how fast it is, decides only WHEN the partial arrives,
-// never what it contains; the coordinator waits for every partition.
+// same cut, and the partial names it); the model is the plan's. A private
+// run's sums are integers on the noise grid, so neither pre-summing nor the
+// order of merges changes a bit; a non-private run's float partials are
+// added in partition-name order, one process's order. The coordinator
+// counts every partition once: a partial naming a partition already covered
+// (two processes held it across a rebalance) is refused whole, and the
+// reminder's partials_read tells its sender to sum what is still missing
+// again. So the step's sum is bit for bit the sum one process would form.
+// Which process holds a partition, and how fast it is, decides only WHEN a
+// sum arrives, never what it contains; the coordinator waits for every
+// partition.
 //
 // Plans go to partition 0 of the work topic and partials to partition 1, so
 // that a worker reads the plans only and the coordinator the partials only.
@@ -41,7 +48,7 @@
 // it goes to a log, metric or error message. The plan's model is
 // post-processing of released noisy sums (public).
 //
-// Format: "VWP3" (plan) or "VWR2" (partial), then fields (little-endian
+// Format: "VWP4" (plan) or "VWR3" (partial), then fields (little-endian
 // integers, length-prefixed strings), then BLAKE2b-256 of everything
 // before; Decode refuses anything else with DATA_LOSS.
 #pragma once
@@ -89,10 +96,24 @@ struct WorkPlan {
   // a reminder, which names the full plan's offset on the work topic.
   std::string model;
   int64_t plan_offset = -1;
+  // In a reminder: the coordinator has read (merged or refused) every
+  // partial below this offset of the partial log. A worker whose partial
+  // for a still-wanted partition lies below it was refused (it overlapped a
+  // partial merged first, after a rebalance) and sums the partition again;
+  // one above it is still on its way.
+  int64_t partials_read = 0;
   // The coordinator's record settings (daemon/model_setup.h RecordSettings):
   // a worker whose own differ would sum different statistics or dead-letter
   // other records, so it exits before it joins the consumer group.
   std::string record_settings;
+};
+
+// One partition a partial covers.
+struct PartialStream {
+  std::string name;
+  // The stream's cut for the plan's slot, as the process that read it
+  // found it: the window summed is [low, cut).
+  int64_t cut = 0;
 };
 
 struct WorkPartial {
@@ -101,12 +122,14 @@ struct WorkPartial {
   std::string owner;
   int64_t step = 0;
   int64_t slot = 0;
-  std::string stream;
-  // The stream's cut for the plan's slot, as the process that read it
-  // found it: the window summed is [low, cut).
-  int64_t cut = 0;
-  // The process could not hold the partition's window (pool.capacity): the
-  // coordinator skips the slot, as one process would.
+  // The partitions summed, sorted by name, each once. A private run's
+  // partial pre-sums every partition a process holds (grid sums are
+  // integers: the order of additions does not matter); a non-private run's
+  // (floating-point sums) covers one partition, so that the coordinator
+  // adds them in partition-name order as one process does.
+  std::vector<PartialStream> streams;
+  // The process could not hold these partitions' windows (pool.capacity):
+  // the coordinator skips the slot, as one process would.
   bool overflow = false;
   std::string sum;       // GaussianSumMechanism::EncodeUnreleased (PRIVATE)
   std::string instance;  // who computed it (--instance-id)

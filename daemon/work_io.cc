@@ -45,10 +45,17 @@ std::optional<std::vector<std::pair<int64_t, std::string>>> WorkIo::Poll(
   return std::nullopt;
 }
 
-StatusOr<std::string> LocalPartial(Ingest& ingest, svi::StepDriver& driver, const WorkPlan& plan,
-                                   const WorkStream& stream, int64_t cut) {
-  std::vector<svi::StreamCandidates> one{ingest.Candidates(stream.name, stream.low, cut)};
-  if (driver.config().max_records_per_unit > 0) {
+Status SumLocalStreams(Ingest& ingest, svi::StepDriver& driver, const WorkPlan& plan,
+                       const std::vector<LocalStream>& streams, const svi::PartialSink& sink) {
+  std::vector<svi::StreamCandidates> candidates;
+  candidates.reserve(streams.size());
+  for (const LocalStream& local : streams) {
+    const WorkStream& stream = *local.stream;
+    if (!candidates.empty() && !(candidates.back().stream < stream.name)) {
+      return InternalError("local partial sums must be listed by partition name, each once");
+    }
+    candidates.push_back(ingest.Candidates(stream.name, stream.low, local.cut));
+    if (driver.config().max_records_per_unit == 0) continue;
     // "topic:partition"; the topic's partitions are the plan's streams
     // named "topic:*".
     const size_t colon = stream.name.rfind(':');
@@ -63,20 +70,14 @@ StatusOr<std::string> LocalPartial(Ingest& ingest, svi::StepDriver& driver, cons
     const char* last = stream.name.data() + stream.name.size();
     const auto [end, error] = std::from_chars(first, last, partition);
     if (error != std::errc() || end != last) partition = -1;
-    one[0].partition = partition;
-    one[0].partition_count = count;
+    candidates.back().partition = partition;
+    candidates.back().partition_count = count;
     if (partition < 0 || partition >= count) {
       return InternalError("work plan stream '" + stream.name + "': partition outside the " +
                            std::to_string(count) + " partitions the plan lists for its topic");
     }
   }
-  std::string encoded;
-  VIPSD_RETURN_IF_ERROR(driver.SumStreams(
-      plan.key, one, [&encoded](size_t, privacy::GaussianSumMechanism& partial) -> Status {
-        VIPSD_ASSIGN_OR_RETURN(encoded, partial.EncodeUnreleased());
-        return Status::Ok();
-      }));
-  return encoded;
+  return driver.SumStreams(plan.key, candidates, sink);
 }
 
 const WorkStream* FindStream(const WorkPlan& plan, const std::string& name) {

@@ -44,13 +44,22 @@ class WorkIo {
   int poll_failures_ = 0;
 };
 
-// The clipped, un-noised partial sum of `stream`'s window [low, cut) (one
-// of `plan`'s, with the cut the ingest found) from the records `ingest` staged, with the plan's key, encoded for the
-// work topic (PRIVATE). Unit level: only the units whose home partition
-// `stream` is count here (core/privacy/privacy_unit.h), with the topic's
-// partition count taken from the plan, so that every process agrees.
-StatusOr<std::string> LocalPartial(Ingest& ingest, svi::StepDriver& driver, const WorkPlan& plan,
-                                   const WorkStream& stream, int64_t cut);
+// A partition whose window [low, cut) this process sums for `plan`, with
+// the cut its ingest found.
+struct LocalStream {
+  const WorkStream* stream = nullptr;  // one of the plan's
+  int64_t cut = 0;
+};
+
+// The clipped, un-noised partial sums of `streams` (sorted by name, each
+// once) from the records `ingest` staged, with the plan's key: one
+// StepDriver::SumStreams call, so the driver's threads share all of them;
+// `sink` gets each stream's sum in that order (PRIVATE). Unit level: only
+// the units whose home partition a stream is count there
+// (core/privacy/privacy_unit.h), with the topic's partition count taken
+// from the plan, so that every process agrees.
+Status SumLocalStreams(Ingest& ingest, svi::StepDriver& driver, const WorkPlan& plan,
+                       const std::vector<LocalStream>& streams, const svi::PartialSink& sink);
 
 // `plan`'s stream named `name` (plans keep them sorted), or null.
 const WorkStream* FindStream(const WorkPlan& plan, const std::string& name);

@@ -182,57 +182,101 @@ Status Worker::AdoptPlan(WorkPlan plan) {
   }
   ingest_.SetTargets(targets);
   const bool same_step = plan_.has_value() && plan_->epoch == plan.epoch && plan_->step == plan.step;
-  if (!same_step) plan_sent_.clear();
+  if (!same_step) {
+    plan_sent_.clear();
+  } else {
+    // A partial the coordinator has read, for a partition it still wants,
+    // was refused (it overlapped one merged first): sum the partition again.
+    for (const std::string& name : plan.wanted) {
+      const auto sent = plan_sent_.find(name);
+      if (sent != plan_sent_.end() && sent->second < plan.partials_read) plan_sent_.erase(sent);
+    }
+  }
   plan.model.clear();
   plan_ = std::move(plan);
   return Status::Ok();
 }
 
 void Worker::WorkOnPlan() {
-  std::vector<const WorkStream*> ready, overflowing;
+  std::vector<LocalStream> ready;
+  std::vector<PartialStream> overflowing;
+  bool reading = false;  // a partition it holds whose window is not read yet
   for (const std::string& name : plan_->wanted) {
     if (plan_sent_.count(name) > 0) continue;
     const WorkStream* stream = FindStream(*plan_, name);
     if (stream == nullptr || !ingest_.Assigned(name)) continue;
     if (ingest_.Complete(name)) {
-      ready.push_back(stream);
+      ready.push_back({stream, ingest_.Target(name)});
     } else if (ingest_.Overflowing(name)) {
-      overflowing.push_back(stream);
+      overflowing.push_back({name, 0});
+    } else {
+      reading = true;
     }
   }
-  auto partial_of = [&](const WorkStream& stream) {
-    WorkPartial partial;
-    partial.job = plan_->job;
-    partial.epoch = plan_->epoch;
-    partial.owner = plan_->owner;
-    partial.step = plan_->step;
-    partial.slot = plan_->slot;
-    partial.stream = stream.name;
-    partial.instance = options_.instance_id;
-    return partial;
+  WorkPartial header;
+  header.job = plan_->job;
+  header.epoch = plan_->epoch;
+  header.owner = plan_->owner;
+  header.step = plan_->step;
+  header.slot = plan_->slot;
+  header.instance = options_.instance_id;
+  auto append = [&](WorkPartial& partial) {
+    auto offset = work_.Append(EncodeWorkPartial(partial));
+    if (!offset.ok()) return false;  // stopping
+    for (const PartialStream& stream : partial.streams) plan_sent_[stream.name] = *offset;
+    return true;
   };
-  for (const WorkStream* stream : ready) {
-    WorkPartial partial = partial_of(*stream);
-    partial.cut = ingest_.Target(stream->name);
-    auto sum = LocalPartial(ingest_, *driver_, *plan_, *stream, partial.cut);
-    if (!sum.ok()) {
-      // The coordinator waits for this partition: leave the group (the
-      // process stops with this error) so that another process sums it.
-      ingest_.Fail(InternalError("partial sum of " + stream->name + " for step " +
-                                 std::to_string(plan_->step) +
-                                 " failed: " + sum.status().ToString()));
-      return;
-    }
-    partial.sum = std::move(*sum);
-    if (!work_.Append(EncodeWorkPartial(partial)).ok()) return;  // stopping
-    plan_sent_.insert(stream->name);
-    ++pending_published_;
-  }
-  for (const WorkStream* stream : overflowing) {
-    WorkPartial partial = partial_of(*stream);
+  if (!overflowing.empty()) {
+    // The step stops stepping (as one process would): no sum to wait for.
+    WorkPartial partial = header;
+    partial.streams = std::move(overflowing);
     partial.overflow = true;
-    if (!work_.Append(EncodeWorkPartial(partial)).ok()) return;
-    plan_sent_.insert(stream->name);
+    if (!append(partial)) return;
+  }
+  // A private run sends ONE partial: every partition it holds, pre-summed
+  // once all their windows are read (integer grid sums: the coordinator's
+  // total is the same whoever pre-summed what). A non-private run's float
+  // sums go one partition each, added in name order by the coordinator.
+  const bool presum = plan_->is_private;
+  if (ready.empty() || (presum && reading)) return;
+  std::unique_ptr<privacy::GaussianSumMechanism> presummed;
+  std::vector<std::string> encoded(presum ? 1 : ready.size());
+  const Status summed = SumLocalStreams(
+      ingest_, *driver_, *plan_, ready,
+      [&](size_t index, privacy::GaussianSumMechanism& partial) -> Status {
+        if (!presum) {
+          VIPSD_ASSIGN_OR_RETURN(encoded[index], partial.EncodeUnreleased());
+          return Status::Ok();
+        }
+        if (presummed == nullptr) {
+          presummed =
+              std::make_unique<privacy::GaussianSumMechanism>(partial.layout(), partial.kind());
+        }
+        return presummed->Merge(std::move(partial));
+      });
+  Status result = summed;
+  if (result.ok() && presum) {
+    auto bytes = presummed->EncodeUnreleased();
+    result = bytes.status();
+    if (bytes.ok()) encoded[0] = std::move(*bytes);
+  }
+  if (!result.ok()) {
+    // The coordinator waits for these partitions: leave the group (the
+    // process stops with this error) so that another process sums them.
+    ingest_.Fail(InternalError("partial sum for step " + std::to_string(plan_->step) +
+                               " failed: " + result.ToString()));
+    return;
+  }
+  for (size_t i = 0; i < encoded.size(); ++i) {
+    WorkPartial partial = header;
+    if (presum) {
+      for (const LocalStream& local : ready) partial.streams.push_back({local.stream->name, local.cut});
+    } else {
+      partial.streams.push_back({ready[i].stream->name, ready[i].cut});
+    }
+    partial.sum = std::move(encoded[i]);
+    if (!append(partial)) return;
+    ++pending_published_;
   }
 }
 

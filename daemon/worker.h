@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -98,7 +99,10 @@ class Worker {
   // appended for it.
   std::optional<WorkPlan> plan_;
   std::pair<uint64_t, int64_t> plan_model_of_{0, -1};  // (epoch, step) of the model held
-  std::set<std::string> plan_sent_;
+  // Partitions of the plan in hand whose partial this process appended, and
+  // the offset of that partial in the partial log (a reminder whose
+  // partials_read is above it and still wants the partition: refused).
+  std::map<std::string, int64_t> plan_sent_;
   std::string latest_plan_model_;
   uint64_t highest_epoch_ = 0;
   bool warned_old_plan_ = false;  // a plan of an older vipsd was logged once

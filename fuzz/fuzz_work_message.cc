@@ -4,7 +4,8 @@
 // a valid magic so that the field parser is reached. A decoded plan or
 // partial encodes to bytes that decode to the same message again, and a
 // plan that decodes keeps its invariants (partitions sorted by name, each
-// window 0 <= low <= floor <= high). The first byte picks plan or partial.
+// window 0 <= low <= floor <= high), a partial its own (at least one
+// partition, sorted by name, each once, no negative cut). The first byte picks plan or partial.
 #include <string>
 
 #include "daemon/work_exchange.h"
@@ -35,7 +36,13 @@ void Plan(const std::string& bytes) {
 void Partial(const std::string& bytes) {
   const auto partial = daemon::DecodeWorkPartial(bytes);
   if (!partial.ok()) return;
-  if (partial->cut < 0) fuzz::Violated("a decoded partial names a negative cut");
+  if (partial->streams.empty()) fuzz::Violated("a decoded partial names no partition");
+  for (size_t i = 0; i < partial->streams.size(); ++i) {
+    if (partial->streams[i].cut < 0) fuzz::Violated("a decoded partial names a negative cut");
+    if (i > 0 && !(partial->streams[i - 1].name < partial->streams[i].name)) {
+      fuzz::Violated("a decoded partial's partitions are not sorted by name, each once");
+    }
+  }
   const std::string encoded = daemon::EncodeWorkPartial(*partial);
   const auto again = daemon::DecodeWorkPartial(encoded);
   if (!again.ok()) fuzz::Violated("a decoded partial does not decode after re-encoding");
@@ -51,10 +58,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string input(fuzz::AsText(data + 1, size - 1));
   if (data[0] & 1) {
     Partial(input);
-    Partial(fuzz::Blake2bSigned("VWR2" + input));
+    Partial(fuzz::Blake2bSigned("VWR3" + input));
   } else {
     Plan(input);
-    Plan(fuzz::Blake2bSigned("VWP3" + input));
+    Plan(fuzz::Blake2bSigned("VWP4" + input));
   }
   (void)daemon::WorkMessageKindOf(input);
   return 0;

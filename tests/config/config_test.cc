@@ -259,6 +259,23 @@ TEST(ConfigTest, LedgerTopicKeys) {
   EXPECT_THAT(work_alone.status().message(),
               HasSubstr("state.work_topic: only allowed together with state.ledger_topic"));
   EXPECT_THAT(work_alone.status().message(), HasSubstr("f.yaml:"));
+  // state.work_partitions: false (a coordinator that reads no partition)
+  // only with a work topic.
+  EXPECT_TRUE(work->work_partitions);
+  auto coordinate_only = ParseConfig(
+      KafkaWith("  # ledger_topic: vipsd-ledger\n",
+                "  ledger_topic: vipsd-ledger\n  work_topic: vipsd-work\n"
+                "  work_partitions: false\n"),
+      "f.yaml");
+  ASSERT_TRUE(coordinate_only.ok()) << coordinate_only.status().message();
+  EXPECT_FALSE(coordinate_only->work_partitions);
+  auto no_partitions_alone = ParseConfig(
+      KafkaWith("  # ledger_topic: vipsd-ledger\n", "  work_partitions: false\n"), "f.yaml");
+  ASSERT_FALSE(no_partitions_alone.ok());
+  EXPECT_THAT(no_partitions_alone.status().message(),
+              HasSubstr("state.work_partitions: false is only allowed together with "
+                        "state.work_topic"));
+  EXPECT_THAT(no_partitions_alone.status().message(), HasSubstr("f.yaml:"));
   auto work_is_ledger = ParseConfig(
       KafkaWith("  # ledger_topic: vipsd-ledger\n",
                 "  ledger_topic: vipsd-ledger\n  work_topic: vipsd-ledger\n"),

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <thread>
+#include <utility>
 
 #include "core/privacy/privacy_unit.h"
 #include "core/privacy/secure_noise.h"
@@ -97,16 +98,50 @@ struct CoordinatorProcess {
   }
 };
 
+// A source whose first poll comes `delay` late: its process sums later.
+class SlowStart final : public InputSource {
+ public:
+  SlowStart(std::unique_ptr<InputSource> inner, std::chrono::milliseconds delay)
+      : inner_(std::move(inner)), delay_(delay) {}
+  StatusOr<PollBatch> Poll(size_t max_records, std::chrono::milliseconds timeout) override {
+    if (delay_ > 0ms) std::this_thread::sleep_for(std::exchange(delay_, 0ms));
+    return inner_->Poll(max_records, timeout);
+  }
+  Status MarkDone(const InputRecord& record) override { return inner_->MarkDone(record); }
+  Status Pause(const std::set<std::string>& s) override { return inner_->Pause(s); }
+  Status Resume(const std::set<std::string>& s) override { return inner_->Resume(s); }
+  StatusOr<std::map<std::string, StreamBounds>> ObserveBounds(double as_of) override {
+    return inner_->ObserveBounds(as_of);
+  }
+  Status Commit() override { return inner_->Commit(); }
+  int64_t Lag() const override { return inner_->Lag(); }
+  Status Close() override { return inner_->Close(); }
+
+ private:
+  std::unique_ptr<InputSource> inner_;
+  std::chrono::milliseconds delay_;
+};
+
 // A worker process reading `partitions`, in its own state directory.
 struct WorkerProcess {
   std::unique_ptr<Worker> worker;
   std::thread thread;
   Status result = Status::Ok();
-  WorkerProcess(WorkFixture& f, std::set<int32_t> partitions, int64_t pool_capacity = 100000) {
+  WorkerProcess(WorkFixture& f, std::set<int32_t> partitions, int64_t pool_capacity = 100000,
+                const std::string& name = "worker",
+                std::chrono::milliseconds first_poll_delay = 0ms) {
     config::VipsdConfig config = f.config;
-    config.state_directory = f.dir + "/worker-state";
+    config.state_directory = f.dir + "/" + name + "-state";
     config.pool_capacity = pool_capacity;
-    worker = std::move(Worker::Create(config, f.Partitions(std::move(partitions)),
+    SourceFactory sources = f.Partitions(std::move(partitions));
+    if (first_poll_delay > 0ms) {
+      sources = [sources, first_poll_delay](ResumeOffsetFn resume)
+          -> StatusOr<std::unique_ptr<InputSource>> {
+        VIPSD_ASSIGN_OR_RETURN(auto inner, sources(std::move(resume)));
+        return std::unique_ptr<InputSource>(new SlowStart(std::move(inner), first_poll_delay));
+      };
+    }
+    worker = std::move(Worker::Create(config, std::move(sources),
                                       std::make_unique<FakeSink>(std::make_shared<SinkLog>()),
                                       f.metrics.get(),
                                       std::make_unique<MemoryWorkExchange>(f.work,
@@ -235,6 +270,53 @@ TEST(CoordinatorTest, AUnitCountsOnlyInItsHomePartitionWhenTheWorkIsShared) {
   FakeTopic alone_log;
   fill(alone_log, /*strays=*/false);
   const SoloResult alone = SoloStep(f, alone_log);
+  const auto a = coordinator.bundle.model->CheckpointArrays();
+  ASSERT_EQ(a.size(), alone.arrays.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].data, alone.arrays[i].data) << a[i].name;
+}
+
+// Issue 30: a coordinator that holds no partition (state.work_partitions:
+// false) merges one pre-summed partial from the worker that holds both; the
+// step is still bit for bit one process's.
+TEST(CoordinatorTest, ACoordinatorWithoutPartitionsMergesOnePreSummedPartial) {
+  WorkFixture f("coordinator_presummed");
+  MemoryLog ledger_log;
+  CoordinatorProcess coordinator(f, ledger_log, {});
+  WorkerProcess worker(f, {0, 1});
+  SlotOutputs out;
+  auto shared = coordinator.Step(f, &out);
+  ASSERT_TRUE(shared.ok()) << shared.status().ToString();
+  EXPECT_EQ(out.partials_local, 0);
+  EXPECT_EQ(out.partials_remote, 1);  // docs:0 and docs:1 in one partial
+  EXPECT_EQ(coordinator.cuts_found.at("docs:0"), 5);
+  EXPECT_EQ(coordinator.cuts_found.at("docs:1"), 4);
+  const SoloResult alone = SoloStep(f, *f.topic);
+  const auto a = coordinator.bundle.model->CheckpointArrays();
+  ASSERT_EQ(a.size(), alone.arrays.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].data, alone.arrays[i].data) << a[i].name;
+}
+
+// Two processes hold docs:1 at once (as during a rebalance): their
+// pre-summed partials overlap. The coordinator merges the first ({docs:1},
+// from the process that starts reading at once) and refuses the other
+// ({docs:0, docs:1}, 400 ms later) whole; its reminder (partials_read past
+// the refused partial) makes that worker send docs:0 on its own. The step
+// counts docs:1 once: bit for bit one process's.
+TEST(CoordinatorTest, OverlappingPartialsAreRefusedWholeAndTheMissingPartitionComesAgain) {
+  WorkFixture f("coordinator_overlap");
+  MemoryLog ledger_log;
+  CoordinatorProcess coordinator(f, ledger_log, {});
+  WorkerProcess one(f, {1}, 100000, "one");
+  WorkerProcess both(f, {0, 1}, 100000, "both", /*first_poll_delay=*/400ms);
+  SlotOutputs out;
+  const auto start = std::chrono::steady_clock::now();
+  auto shared = coordinator.Step(f, &out);
+  ASSERT_TRUE(shared.ok()) << shared.status().ToString();
+  EXPECT_EQ(out.partials_local, 0);
+  EXPECT_EQ(out.partials_remote, 2);  // {docs:1}, then {docs:0} after the refusal
+  // The resend waited for a reminder (one a second).
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 900ms);
+  const SoloResult alone = SoloStep(f, *f.topic);
   const auto a = coordinator.bundle.model->CheckpointArrays();
   ASSERT_EQ(a.size(), alone.arrays.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].data, alone.arrays[i].data) << a[i].name;

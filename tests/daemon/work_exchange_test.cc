@@ -23,6 +23,7 @@ WorkPlan SamplePlan() {
   plan.model = std::string("model\0bytes", 11);
   plan.plan_offset = -1;
   plan.record_settings = "model.type: lda\nsource.max_record_bytes: 65536\n";
+  plan.partials_read = 12345;
   return plan;
 }
 
@@ -49,6 +50,7 @@ TEST(WorkExchangeTest, APlanRoundTripsExactly) {
   EXPECT_EQ(decoded->model, plan.model);
   EXPECT_EQ(decoded->plan_offset, -1);
   EXPECT_EQ(decoded->record_settings, plan.record_settings);
+  EXPECT_EQ(decoded->partials_read, plan.partials_read);
 }
 
 // A plan of a vipsd without record settings (magic VWP1) is named as such,
@@ -67,6 +69,34 @@ TEST(WorkExchangeTest, APlanOfAnOlderVersionIsRefusedByName) {
   EXPECT_EQ(WorkMessageKindOf(bytes).status().code(), StatusCode::kFailedPrecondition);
   std::string partial = "VWR1";
   EXPECT_EQ(WorkMessageKindOf(partial).status().code(), StatusCode::kFailedPrecondition);
+  // VWP3 plans and VWR2 partials (one partial per partition) likewise.
+  bytes[3] = '3';
+  EXPECT_EQ(WorkMessageKindOf(bytes).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(WorkMessageKindOf(bytes).status().message().find("one partial sum per partition"),
+            std::string::npos);
+  partial = "VWR2";
+  EXPECT_EQ(WorkMessageKindOf(partial).status().code(), StatusCode::kFailedPrecondition);
+}
+
+// A partial names at least one partition, sorted by name, each once: the
+// coordinator's overlap check relies on it.
+TEST(WorkExchangeTest, APartialWithNoUnsortedOrRepeatedPartitionsIsRefused) {
+  WorkPartial partial;
+  partial.job = "job-1";
+  partial.owner = std::string(32, 'b');
+  partial.step = 2;
+  partial.sum = "s";
+  partial.streams = {{"docs:0", 1}, {"docs:1", 2}};
+  ASSERT_TRUE(DecodeWorkPartial(EncodeWorkPartial(partial)).ok());
+  for (const std::vector<PartialStream>& bad :
+       {std::vector<PartialStream>{}, std::vector<PartialStream>{{"docs:1", 1}, {"docs:0", 2}},
+        std::vector<PartialStream>{{"docs:0", 1}, {"docs:0", 2}},
+        std::vector<PartialStream>{{"docs:0", -1}}}) {
+    partial.streams = bad;
+    const auto decoded = DecodeWorkPartial(EncodeWorkPartial(partial));
+    ASSERT_FALSE(decoded.ok());
+    EXPECT_EQ(decoded.status().code(), StatusCode::kDataLoss);
+  }
 }
 
 TEST(WorkExchangeTest, APartialRoundTripsExactly) {
@@ -76,20 +106,22 @@ TEST(WorkExchangeTest, APartialRoundTripsExactly) {
   partial.owner = std::string(32, 'b');
   partial.step = 17;
   partial.slot = 40;
-  partial.stream = "docs:0";
-  partial.cut = 1234;
+  partial.streams = {{"docs:0", 1234}, {"docs:3", 7}};
   partial.sum = std::string("\x01\x00\xff sum", 7);
   partial.instance = "w1";
   const std::string bytes = EncodeWorkPartial(partial);
   ASSERT_EQ(*WorkMessageKindOf(bytes), WorkMessageKind::kPartial);
   auto decoded = DecodeWorkPartial(bytes);
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
-  EXPECT_EQ(decoded->stream, "docs:0");
+  ASSERT_EQ(decoded->streams.size(), 2u);
+  EXPECT_EQ(decoded->streams[0].name, "docs:0");
+  EXPECT_EQ(decoded->streams[1].name, "docs:3");
+  EXPECT_EQ(decoded->streams[1].cut, 7);
   EXPECT_EQ(decoded->sum, partial.sum);
   EXPECT_EQ(decoded->instance, "w1");
   EXPECT_FALSE(decoded->overflow);
   EXPECT_EQ(decoded->step, 17);
-  EXPECT_EQ(decoded->cut, 1234);
+  EXPECT_EQ(decoded->streams[0].cut, 1234);
   // A plan is not a partial and the other way round.
   EXPECT_FALSE(DecodeWorkPlan(bytes).ok());
   EXPECT_FALSE(DecodeWorkPartial(EncodeWorkPlan(SamplePlan())).ok());

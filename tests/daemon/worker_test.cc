@@ -71,13 +71,15 @@ std::map<std::string, std::string> Reference(const WorkFixture& f, const WorkPla
   auto driver = svi::StepDriver::Create(bundle.model.get(), noise->get(), &accountant,
                                         driver_config, plan.step);
   std::map<std::string, std::string> sums;
+  privacy::GaussianSumMechanism both(bundle.model->statistic_layout());
   EXPECT_TRUE((*driver)
                   ->SumStreams(plan.key, streams,
                                [&](size_t index, privacy::GaussianSumMechanism& partial) {
                                  sums[streams[index].stream] = *partial.EncodeUnreleased();
-                                 return Status::Ok();
+                                 return both.Merge(std::move(partial));
                                })
                   .ok());
+  sums["both"] = *both.EncodeUnreleased();  // the two partitions' sums merged
   return sums;
 }
 
@@ -112,25 +114,31 @@ TEST(WorkerTest, ItSumsTheWindowsOfThePartitionsItHoldsAsOneProcessWould) {
   const ModelBundle bundle = std::move(BuildModel(f.config)).value();
   const WorkPlan plan = Plan(f, bundle, 3, 1);
   ASSERT_TRUE(coordinator.Append(EncodeWorkPlan(plan)).ok());
-  const std::vector<WorkPartial> partials = Partials(coordinator, 2);
+  // A private run: ONE partial for the process, its partitions pre-summed.
+  const std::vector<WorkPartial> partials = Partials(coordinator, 1);
+  std::this_thread::sleep_for(300ms);
+  EXPECT_TRUE(coordinator.Poll(0ms)->empty()) << "a second partial";
   (*worker)->RequestStop();
   run.join();
   EXPECT_TRUE(result.ok()) << result.ToString();
-  ASSERT_EQ(partials.size(), 2u);
+  ASSERT_EQ(partials.size(), 1u);
   const auto reference = Reference(f, plan);
-  for (const WorkPartial& partial : partials) {
-    SCOPED_TRACE(partial.stream);
-    EXPECT_EQ(partial.epoch, 3u);
-    EXPECT_EQ(partial.owner, plan.owner);
-    EXPECT_EQ(partial.step, 1);
-    EXPECT_EQ(partial.slot, 5);
-    EXPECT_FALSE(partial.overflow);
-    EXPECT_EQ(partial.cut, partial.stream == "docs:0" ? 5 : 4);
-    EXPECT_EQ(partial.instance, "worker-1");
-    ASSERT_EQ(reference.count(partial.stream), 1u);
-    EXPECT_EQ(partial.sum, reference.at(partial.stream));  // bit for bit
-  }
-  EXPECT_NE(partials[0].stream, partials[1].stream);
+  const WorkPartial& partial = partials[0];
+  EXPECT_EQ(partial.epoch, 3u);
+  EXPECT_EQ(partial.owner, plan.owner);
+  EXPECT_EQ(partial.step, 1);
+  EXPECT_EQ(partial.slot, 5);
+  EXPECT_FALSE(partial.overflow);
+  ASSERT_EQ(partial.streams.size(), 2u);
+  EXPECT_EQ(partial.streams[0].name, "docs:0");
+  EXPECT_EQ(partial.streams[0].cut, 5);
+  EXPECT_EQ(partial.streams[1].name, "docs:1");
+  EXPECT_EQ(partial.streams[1].cut, 4);
+  EXPECT_EQ(partial.instance, "worker-1");
+  // Bit for bit the two partitions' sums merged, and not either one alone.
+  EXPECT_EQ(partial.sum, reference.at("both"));
+  EXPECT_NE(partial.sum, reference.at("docs:0"));
+  EXPECT_NE(partial.sum, reference.at("docs:1"));
   EXPECT_FALSE((*worker)->latest_plan_model().empty());
   EXPECT_GT((*worker)->last_plan_seen_ns(), 0);
 }
@@ -144,7 +152,7 @@ TEST(WorkerTest, APlanOfAReplacedCoordinatorIsIgnored) {
   std::thread run([&] { result = (*worker)->Run(); });
   const ModelBundle bundle = std::move(BuildModel(f.config)).value();
   ASSERT_TRUE(coordinator.Append(EncodeWorkPlan(Plan(f, bundle, 4, 2))).ok());
-  ASSERT_EQ(Partials(coordinator, 2).size(), 2u);
+  ASSERT_EQ(Partials(coordinator, 1).size(), 1u);
   // A coordinator of a lower epoch (fenced since) still appends: no partial.
   ASSERT_TRUE(coordinator.Append(EncodeWorkPlan(Plan(f, bundle, 3, 3))).ok());
   std::this_thread::sleep_for(500ms);
@@ -152,6 +160,49 @@ TEST(WorkerTest, APlanOfAReplacedCoordinatorIsIgnored) {
   (*worker)->RequestStop();
   run.join();
   EXPECT_TRUE(result.ok()) << result.ToString();
+}
+
+// Issue 30: a pre-summed partial that overlapped one merged first is
+// refused whole; the coordinator's reminder says how far it has read the
+// partial log, and a worker sums a still-wanted partition again only when
+// its partial for it lies below that (refused), not while it may still be
+// on its way.
+TEST(WorkerTest, AReminderThatHasReadItsPartialAndStillWantsAPartitionGetsItAgain) {
+  WorkFixture f("worker_resend");
+  auto worker = NewWorker(f, f.Partitions({0, 1}), f.options);
+  ASSERT_TRUE(worker.ok());
+  MemoryWorkExchange coordinator(f.work, WorkRole::kCoordinator);
+  Status result = Status::Ok();
+  std::thread run([&] { result = (*worker)->Run(); });
+  const ModelBundle bundle = std::move(BuildModel(f.config)).value();
+  WorkPlan plan = Plan(f, bundle, 2, 1);
+  const int64_t plan_offset = *coordinator.Append(EncodeWorkPlan(plan));
+  std::vector<std::pair<int64_t, std::string>> first;
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (first.empty() && std::chrono::steady_clock::now() < until) first = *coordinator.Poll(50ms);
+  ASSERT_EQ(first.size(), 1u);
+  const int64_t sent_at = first[0].first;
+  WorkPlan reminder = plan;
+  reminder.model.clear();
+  reminder.plan_offset = plan_offset;
+  reminder.wanted = {"docs:1"};
+  // Not read yet (partials_read at the partial's own offset): no resend.
+  reminder.partials_read = sent_at;
+  ASSERT_TRUE(coordinator.Append(EncodeWorkPlan(reminder)).ok());
+  std::this_thread::sleep_for(500ms);
+  EXPECT_TRUE(coordinator.Poll(0ms)->empty()) << "resent while possibly in flight";
+  // Read and still wanted: refused, so docs:1 alone comes again, bit for
+  // bit its own sum.
+  reminder.partials_read = sent_at + 1;
+  ASSERT_TRUE(coordinator.Append(EncodeWorkPlan(reminder)).ok());
+  const std::vector<WorkPartial> again = Partials(coordinator, 1);
+  (*worker)->RequestStop();
+  run.join();
+  EXPECT_TRUE(result.ok()) << result.ToString();
+  ASSERT_EQ(again.size(), 1u);
+  ASSERT_EQ(again[0].streams.size(), 1u);
+  EXPECT_EQ(again[0].streams[0].name, "docs:1");
+  EXPECT_EQ(again[0].sum, Reference(f, plan).at("docs:1"));
 }
 
 TEST(WorkerTest, AWorkerConfiguredForAnotherModelStopsBeforeItSumsAnything) {

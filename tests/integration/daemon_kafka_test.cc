@@ -914,5 +914,82 @@ TEST_F(DaemonKafkaTest, ThreeProcessesSharingTheWorkReleaseBitForBitWhatOneProce
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/state-w1/ledger"));
 }
 
+TEST_F(DaemonKafkaTest, ACoordinatorThatReadsNoPartitionReleasesBitForBitWhatOneProcessReleases) {
+  // Issue 30, state.work_partitions: false. The coordinator never joins the
+  // input's consumer group: one worker holds all six partitions and sends
+  // ONE partial a step, their sums pre-summed. Every step both runs released
+  // is byte for byte one process's.
+  constexpr int kSteps = 6;
+  ASSERT_TRUE(cluster_->CreateTopic("docs6", 6).ok());
+  for (const char* topic : {"releases-shared", "ledger"}) {
+    ASSERT_TRUE(cluster_->CreateTopic(topic, 1).ok());
+  }
+  ASSERT_TRUE(cluster_->CreateTopic("work", 2).ok());
+  input_topic_ = "docs6";
+  WriteVocabulary(6);
+  std::vector<std::string> lines;
+  for (int i = 0; i < 240; ++i) lines.push_back(Document(i));
+  ProduceWithKcat(lines);
+  const std::string privacy = std::string(kPrivate) + "  noise: fixed_seed\n  noise_seed: 7\n";
+  const std::string schedule =
+      "  window_steps: 1000000000\n  max_steps: " + std::to_string(kSteps) + "\n";
+  const std::vector<std::string> flag = {"--insecure-fixed-seed-noise"};
+  {
+    state_directory_ = "state-solo";
+    const std::string config = WriteConfig(privacy, schedule, 2, "  mirror_directory: mirror-solo\n");
+    VipsdProcess solo(config, dir_ + "/vipsd-solo.log", flag);
+    ASSERT_EQ(solo.Wait(120s), 0) << solo.Log();
+  }
+  release_topic_ = "releases-shared";
+  group_ += "-shared";
+  const std::string shared_state = "  ledger_topic: ledger\n  work_topic: work\n";
+  state_directory_ = "state-w1";
+  config_name_ = "vipsd-w1.yaml";
+  state_extra_ = shared_state + "  standby_takeover_seconds: 120\n";
+  VipsdProcess worker(WriteConfig(privacy, schedule), dir_ + "/vipsd-w1.log",
+                      std::vector<std::string>{"--insecure-fixed-seed-noise", "--instance-id", "w1"});
+  state_directory_ = "state-coordinator";
+  config_name_ = "vipsd-coordinator.yaml";
+  state_extra_ = shared_state + "  work_partitions: false\n";
+  interval_seconds_ = "1.0";
+  VipsdProcess coordinator(
+      WriteConfig(privacy, schedule + "  release_delay_seconds: 0.5\n", 2,
+                  "  mirror_directory: mirror-shared\n"),
+      dir_ + "/vipsd-coordinator.log", flag);
+  ASSERT_EQ(coordinator.Wait(180s), 0) << coordinator.Log();
+  worker.Kill(SIGTERM);
+  EXPECT_EQ(worker.Wait(60s), 0) << worker.Log();
+  EXPECT_EQ(coordinator.Log().find("partitions assigned"), std::string::npos) << coordinator.Log();
+
+  int common = 0;
+  for (int64_t step = 1; step <= kSteps; ++step) {
+    const std::string solo = ReleaseArrays(dir_ + "/mirror-solo", step);
+    const std::string shared = ReleaseArrays(dir_ + "/mirror-shared", step);
+    if (step == kSteps) {
+      ASSERT_FALSE(solo.empty()) << "no solo release of the last step";
+      ASSERT_FALSE(shared.empty()) << "no shared release of the last step";
+    }
+    if (solo.empty() || shared.empty()) continue;
+    ++common;
+    EXPECT_EQ(shared, solo) << "step " << step;
+    EXPECT_EQ(ManifestEpsilon(dir_ + "/mirror-shared", step),
+              ManifestEpsilon(dir_ + "/mirror-solo", step))
+        << "step " << step;
+  }
+  EXPECT_GE(common, kSteps / 2);
+  // Every step: nothing summed by the coordinator, one partial from the
+  // worker (its six partitions pre-summed).
+  const std::string log = coordinator.Log();
+  const std::regex partials_re("partials=([0-9]+)\\+([0-9]+)");
+  int steps_seen = 0;
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), partials_re);
+       it != std::sregex_iterator(); ++it) {
+    ++steps_seen;
+    EXPECT_EQ((*it)[1], "0") << log;
+    EXPECT_EQ((*it)[2], "1") << log;
+  }
+  EXPECT_EQ(steps_seen, kSteps) << log;
+}
+
 }  // namespace
 }  // namespace vipsd
