@@ -43,6 +43,22 @@ std::optional<connectors::TopicPartitionRef> ParseStream(const std::string& stre
   }
 }
 
+// Every input partition's start and end, read now (a failure is counted as
+// a consume error).
+StatusOr<std::map<std::string, StreamBounds>> ObserveLogBounds(
+    connectors::KafkaLogObserver& observer, Metrics* metrics) {
+  auto observed = observer.Observe();
+  if (!observed.ok()) {
+    metrics->kafka_errors_total(KafkaErrorKind::kConsume).Increment();
+    return observed.status();
+  }
+  std::map<std::string, StreamBounds> bounds;
+  for (const auto& [ref, b] : *observed) {
+    bounds[StreamName(ref.topic, ref.partition)] = {b.low, b.high};
+  }
+  return bounds;
+}
+
 class KafkaInput final : public InputSource {
  public:
   KafkaInput(std::unique_ptr<connectors::KafkaSource> source,
@@ -75,16 +91,7 @@ class KafkaInput final : public InputSource {
     return source_->Resume(Refs(streams));
   }
   StatusOr<std::map<std::string, StreamBounds>> ObserveBounds(double) override {
-    auto observed = observer_->Observe();
-    if (!observed.ok()) {
-      metrics_->kafka_errors_total(KafkaErrorKind::kConsume).Increment();
-      return observed.status();
-    }
-    std::map<std::string, StreamBounds> bounds;
-    for (const auto& [ref, b] : *observed) {
-      bounds[StreamName(ref.topic, ref.partition)] = {b.low, b.high};
-    }
-    return bounds;
+    return ObserveLogBounds(*observer_, metrics_);
   }
   Status Commit() override { return source_->Commit(); }
   int64_t Lag() const override { return source_->Lag(); }
@@ -134,16 +141,7 @@ class KafkaObserverInput final : public InputSource {
   Status Pause(const std::set<std::string>&) override { return Status::Ok(); }
   Status Resume(const std::set<std::string>&) override { return Status::Ok(); }
   StatusOr<std::map<std::string, StreamBounds>> ObserveBounds(double) override {
-    auto observed = observer_->Observe();
-    if (!observed.ok()) {
-      metrics_->kafka_errors_total(KafkaErrorKind::kConsume).Increment();
-      return observed.status();
-    }
-    std::map<std::string, StreamBounds> bounds;
-    for (const auto& [ref, b] : *observed) {
-      bounds[StreamName(ref.topic, ref.partition)] = {b.low, b.high};
-    }
-    return bounds;
+    return ObserveLogBounds(*observer_, metrics_);
   }
   Status Commit() override { return Status::Ok(); }
   int64_t Lag() const override { return 0; }

@@ -192,6 +192,13 @@ SoloResult SoloStep(const WorkFixture& f, const FakeTopic& log) {
   return result;
 }
 
+// The coordinator's model after its step is the solo step's, bit for bit.
+void ExpectSameModel(const CoordinatorProcess& coordinator, const SoloResult& alone) {
+  const auto a = coordinator.bundle.model->CheckpointArrays();
+  ASSERT_EQ(a.size(), alone.arrays.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].data, alone.arrays[i].data) << a[i].name;
+}
+
 TEST(CoordinatorTest, ASharedStepIsBitForBitTheStepOfOneProcess) {
   WorkFixture f("coordinator_equal");
   MemoryLog ledger_log;
@@ -209,9 +216,7 @@ TEST(CoordinatorTest, ASharedStepIsBitForBitTheStepOfOneProcess) {
   // One process, the same seed, every record of both windows.
   const SoloResult alone = SoloStep(f, *f.topic);
   EXPECT_EQ(alone.rho, shared->rho);
-  const auto a = coordinator.bundle.model->CheckpointArrays();
-  ASSERT_EQ(a.size(), alone.arrays.size());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].data, alone.arrays[i].data) << a[i].name;
+  ExpectSameModel(coordinator, alone);
   EXPECT_EQ(coordinator.keeper->state().accountant, alone.accountant);  // the same charge
 }
 
@@ -270,9 +275,7 @@ TEST(CoordinatorTest, AUnitCountsOnlyInItsHomePartitionWhenTheWorkIsShared) {
   FakeTopic alone_log;
   fill(alone_log, /*strays=*/false);
   const SoloResult alone = SoloStep(f, alone_log);
-  const auto a = coordinator.bundle.model->CheckpointArrays();
-  ASSERT_EQ(a.size(), alone.arrays.size());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].data, alone.arrays[i].data) << a[i].name;
+  ExpectSameModel(coordinator, alone);
 }
 
 // Issue 30: a coordinator that holds no partition (state.work_partitions:
@@ -291,9 +294,7 @@ TEST(CoordinatorTest, ACoordinatorWithoutPartitionsMergesOnePreSummedPartial) {
   EXPECT_EQ(coordinator.cuts_found.at("docs:0"), 5);
   EXPECT_EQ(coordinator.cuts_found.at("docs:1"), 4);
   const SoloResult alone = SoloStep(f, *f.topic);
-  const auto a = coordinator.bundle.model->CheckpointArrays();
-  ASSERT_EQ(a.size(), alone.arrays.size());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].data, alone.arrays[i].data) << a[i].name;
+  ExpectSameModel(coordinator, alone);
 }
 
 // Two processes hold docs:1 at once (as during a rebalance): their
@@ -317,9 +318,7 @@ TEST(CoordinatorTest, OverlappingPartialsAreRefusedWholeAndTheMissingPartitionCo
   // The resend waited for a reminder (one a second).
   EXPECT_GE(std::chrono::steady_clock::now() - start, 900ms);
   const SoloResult alone = SoloStep(f, *f.topic);
-  const auto a = coordinator.bundle.model->CheckpointArrays();
-  ASSERT_EQ(a.size(), alone.arrays.size());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].data, alone.arrays[i].data) << a[i].name;
+  ExpectSameModel(coordinator, alone);
 }
 
 TEST(CoordinatorTest, APartitionNoProcessCanHoldStopsStepping) {

@@ -812,6 +812,29 @@ std::string ManifestEpsilon(const std::string& directory, int64_t step) {
   return std::regex_search(manifest, match, epsilon_re) ? match[1].str() : "";
 }
 
+// A step that overran its deadline has no release of its own (its outputs
+// left with the next slot's, as the next step's model), so two runs are
+// compared at every step both released, the last one included: arrays and
+// epsilon byte for byte, at half the steps or more.
+void ExpectSameReleases(const std::string& solo_mirror, const std::string& shared_mirror,
+                        int64_t steps) {
+  int64_t common = 0;
+  for (int64_t step = 1; step <= steps; ++step) {
+    const std::string solo = ReleaseArrays(solo_mirror, step);
+    const std::string shared = ReleaseArrays(shared_mirror, step);
+    if (step == steps) {
+      ASSERT_FALSE(solo.empty()) << "no solo release of the last step";
+      ASSERT_FALSE(shared.empty()) << "no shared release of the last step";
+    }
+    if (solo.empty() || shared.empty()) continue;
+    ++common;
+    EXPECT_EQ(shared, solo) << "step " << step;
+    EXPECT_EQ(ManifestEpsilon(shared_mirror, step), ManifestEpsilon(solo_mirror, step))
+        << "step " << step;
+  }
+  EXPECT_GE(common, steps / 2);
+}
+
 TEST_F(DaemonKafkaTest, ThreeProcessesSharingTheWorkReleaseBitForBitWhatOneProcessReleases) {
   // state.work_topic (issue 16). The same stream (6 partitions, all records
   // there before the start, window: all) and the same fixed-seed noise: one
@@ -882,25 +905,7 @@ TEST_F(DaemonKafkaTest, ThreeProcessesSharingTheWorkReleaseBitForBitWhatOneProce
   EXPECT_EQ(misconfigured.Log().find("partitions assigned"), std::string::npos)
       << misconfigured.Log();
 
-  // A step that overran its deadline has no release of its own (its
-  // outputs left with the next slot's, as the next step's model), so the
-  // runs are compared at every step both released, the last one included.
-  int common = 0;
-  for (int64_t step = 1; step <= kSteps; ++step) {
-    const std::string solo = ReleaseArrays(dir_ + "/mirror-solo", step);
-    const std::string shared = ReleaseArrays(dir_ + "/mirror-shared", step);
-    if (step == kSteps) {
-      ASSERT_FALSE(solo.empty()) << "no solo release of the last step";
-      ASSERT_FALSE(shared.empty()) << "no shared release of the last step";
-    }
-    if (solo.empty() || shared.empty()) continue;
-    ++common;
-    EXPECT_EQ(shared, solo) << "step " << step;
-    EXPECT_EQ(ManifestEpsilon(dir_ + "/mirror-shared", step),
-              ManifestEpsilon(dir_ + "/mirror-solo", step))
-        << "step " << step;
-  }
-  EXPECT_GE(common, kSteps / 2);
+  ExpectSameReleases(dir_ + "/mirror-solo", dir_ + "/mirror-shared", kSteps);
   // Some step merged partial sums that other processes computed.
   const std::string log = coordinator.Log();
   const std::regex partials_re("partials=([0-9]+)\\+([0-9]+)");
@@ -961,22 +966,7 @@ TEST_F(DaemonKafkaTest, ACoordinatorThatReadsNoPartitionReleasesBitForBitWhatOne
   EXPECT_EQ(worker.Wait(60s), 0) << worker.Log();
   EXPECT_EQ(coordinator.Log().find("partitions assigned"), std::string::npos) << coordinator.Log();
 
-  int common = 0;
-  for (int64_t step = 1; step <= kSteps; ++step) {
-    const std::string solo = ReleaseArrays(dir_ + "/mirror-solo", step);
-    const std::string shared = ReleaseArrays(dir_ + "/mirror-shared", step);
-    if (step == kSteps) {
-      ASSERT_FALSE(solo.empty()) << "no solo release of the last step";
-      ASSERT_FALSE(shared.empty()) << "no shared release of the last step";
-    }
-    if (solo.empty() || shared.empty()) continue;
-    ++common;
-    EXPECT_EQ(shared, solo) << "step " << step;
-    EXPECT_EQ(ManifestEpsilon(dir_ + "/mirror-shared", step),
-              ManifestEpsilon(dir_ + "/mirror-solo", step))
-        << "step " << step;
-  }
-  EXPECT_GE(common, kSteps / 2);
+  ExpectSameReleases(dir_ + "/mirror-solo", dir_ + "/mirror-shared", kSteps);
   // Every step: nothing summed by the coordinator, one partial from the
   // worker (its six partitions pre-summed).
   const std::string log = coordinator.Log();
