@@ -6,7 +6,9 @@
 // sampled documents at small, medium and Wikipedia-scale batches). The
 // baseline is merging the same partial in-process (what one process does):
 // compare the ns of the two in the same run. Counters: wire_bytes per
-// partial.
+// partial. BM_PlanModel (issue 30) is what a plan's model costs on the same
+// statistic: CheckpointStore::Encode of the LDA model on the coordinator,
+// Decode and RestoreCheckpoint on a worker, every step.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -15,7 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "core/models/lda.h"
 #include "core/privacy/gaussian_mechanism.h"
+#include "daemon/checkpoint.h"
 
 namespace {
 
@@ -80,6 +84,43 @@ void BM_EncodeDecodeMerge(benchmark::State& state) {
   state.counters["wire_bytes"] = static_cast<double>(bytes);
 }
 BENCHMARK(BM_EncodeDecodeMerge)->Arg(1)->Arg(10)->Arg(100)->Unit(benchmark::kMillisecond);
+
+// Arg 0: the coordinator's encode; 1: a worker's decode (checksum and
+// parse); 2: a worker's RestoreCheckpoint (LDA recomputes E[log beta]).
+void BM_PlanModel(benchmark::State& state) {
+  vipsd::models::LdaConfig config;
+  config.num_topics = kTopics;
+  config.vocabulary_size = kVocabulary;
+  config.alpha = 0.1;
+  config.eta = 0.01;
+  auto model = vipsd::models::LdaModel::Create(config);
+  vipsd::daemon::Checkpoint checkpoint;
+  checkpoint.run_id = std::string(32, 'a');
+  checkpoint.step = 1;
+  checkpoint.model_type = (*model)->type();
+  checkpoint.model_fingerprint = std::string(64, 'b');
+  checkpoint.arrays = (*model)->CheckpointArrays();
+  const auto encoded = vipsd::daemon::CheckpointStore::Encode(checkpoint);
+  const auto decoded = vipsd::daemon::CheckpointStore::Decode(*encoded, "plan");
+  if (!encoded.ok() || !decoded.ok()) {
+    state.SkipWithError("plan model round trip failed");
+    return;
+  }
+  for (auto _ : state) {
+    switch (state.range(0)) {
+      case 0:
+        benchmark::DoNotOptimize(vipsd::daemon::CheckpointStore::Encode(checkpoint));
+        break;
+      case 1:
+        benchmark::DoNotOptimize(vipsd::daemon::CheckpointStore::Decode(*encoded, "plan"));
+        break;
+      default:
+        benchmark::DoNotOptimize((*model)->RestoreCheckpoint(decoded->arrays));
+    }
+  }
+  state.counters["wire_bytes"] = static_cast<double>(encoded->size());
+}
+BENCHMARK(BM_PlanModel)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -35,11 +35,16 @@ bool IsName(const std::string& name) {
   return true;
 }
 
+// Little-endian IEEE-754 bits, written into room made once (a plan carries
+// the model every step: byte-at-a-time appends cost 20 ms at K·V = 500,000).
 void AppendDoubles(std::string& out, const std::vector<double>& data) {
+  const size_t at = out.size();
+  out.resize(at + 8 * data.size());
+  char* p = out.data() + at;
   for (double value : data) {
     uint64_t bits;
     std::memcpy(&bits, &value, sizeof(bits));
-    for (int byte = 0; byte < 8; ++byte) out.push_back(static_cast<char>((bits >> (8 * byte)) & 0xFF));
+    for (int byte = 0; byte < 8; ++byte) *p++ = static_cast<char>((bits >> (8 * byte)) & 0xFF);
   }
 }
 
@@ -102,6 +107,9 @@ StatusOr<std::string> CheckpointStore::Encode(const Checkpoint& checkpoint) {
     out += "\n";
   }
   out += "data\n";
+  size_t values = 0;
+  for (const auto& array : checkpoint.arrays) values += array.data.size();
+  out.reserve(out.size() + 8 * values + kChecksumPrefix.size() + 66);
   for (const auto& array : checkpoint.arrays) AppendDoubles(out, array.data);
   out += "\n" + std::string(kChecksumPrefix) + release::Blake2bHex(out) + "\n";
   return out;
@@ -118,14 +126,14 @@ StatusOr<Checkpoint> CheckpointStore::Decode(const std::string& bytes, const std
   if (bytes.compare(0, kHeader.size(), kHeader) != 0) return bad("not a vipsd checkpoint");
   const size_t checksum_at = bytes.rfind(std::string("\n") + std::string(kChecksumPrefix));
   if (checksum_at == std::string::npos || bytes.back() != '\n') return bad("truncated");
-  const std::string body = bytes.substr(0, checksum_at);
+  const std::string_view body = std::string_view(bytes).substr(0, checksum_at);
   const size_t hex_at = checksum_at + 1 + kChecksumPrefix.size();
   if (bytes.substr(hex_at, bytes.size() - hex_at - 1) != release::Blake2bHex(body)) {
     return bad("checksum mismatch");
   }
   const size_t data_at = body.find("\ndata\n");
   if (data_at == std::string::npos) return bad("no data section");
-  std::istringstream header(body.substr(kHeader.size(), data_at + 1 - kHeader.size()));
+  std::istringstream header(std::string(body.substr(kHeader.size(), data_at + 1 - kHeader.size())));
   Checkpoint checkpoint;
   std::string word;
   size_t num_arrays = 0;
