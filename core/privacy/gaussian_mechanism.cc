@@ -510,7 +510,6 @@ void PutF64(std::string& out, double d) {
   std::memcpy(&v, &d, sizeof v);
   PutU64(out, v);
 }
-void PutI64(std::string& out, int64_t value) { PutU64(out, static_cast<uint64_t>(value)); }
 
 void Digest(std::string_view bytes, unsigned char (&out)[kDigestBytes]) {
   crypto_generichash(out, kDigestBytes, reinterpret_cast<const unsigned char*>(bytes.data()),
@@ -585,11 +584,21 @@ StatusOr<std::string> GaussianSumMechanism::EncodeUnreleased() const {
   PutU64(out, counts_.accepted);
   PutU64(out, counts_.rejected);
   const size_t size = layout_.total_size();
-  auto put = [&](size_t i) {
-    if (kind_ == SumKind::kGrid) {
-      PutI64(out, sum_[i]);
-    } else {
-      PutF64(out, float_sum_[i]);
+  // Coordinates [begin, end) as little-endian words, written into room made
+  // once (a dense LDA partial is 4 MB: one push_back per byte cost more
+  // than the digest).
+  auto put = [&](size_t begin, size_t end) {
+    const size_t at = out.size();
+    out.resize(at + 8 * (end - begin));
+    char* p = out.data() + at;
+    for (size_t i = begin; i < end; ++i) {
+      uint64_t v;
+      if (kind_ == SumKind::kGrid) {
+        v = static_cast<uint64_t>(sum_[i]);
+      } else {
+        std::memcpy(&v, &float_sum_[i], sizeof v);
+      }
+      for (int b = 0; b < 8; ++b) *p++ = static_cast<char>(v >> (8 * b));
     }
   };
   if (sum_is_zero_) {
@@ -598,17 +607,17 @@ StatusOr<std::string> GaussianSumMechanism::EncodeUnreleased() const {
     out.push_back(static_cast<char>(kTransferPages));
     std::vector<uint32_t> pages = touched_pages_;
     std::sort(pages.begin(), pages.end());
+    out.reserve(out.size() + 8 + pages.size() * 8 * (kPage + 1) + kDigestBytes);
     PutU64(out, pages.size());
     for (const uint32_t page : pages) {
       PutU64(out, page);
       const size_t begin = static_cast<size_t>(page) * kPage;
-      for (size_t i = begin; i < std::min(size, begin + kPage); ++i) {
-        put(i);
-      }
+      put(begin, std::min(size, begin + kPage));
     }
   } else {
     out.push_back(static_cast<char>(kTransferDense));
-    for (size_t i = 0; i < size; ++i) put(i);
+    out.reserve(out.size() + 8 * size + kDigestBytes);
+    put(0, size);
   }
   unsigned char digest[kDigestBytes];
   Digest(out, digest);
