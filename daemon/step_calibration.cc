@@ -169,7 +169,12 @@ StatusOr<StepCalibration> CalibrateWorstCaseStep(const config::VipsdConfig& conf
       static_cast<double>(out.batch_bound) / static_cast<double>(out.timed_records);
   out.step_seconds = slowest * scale;
   out.cpu_seconds = least_cpu * scale;
-  out.usable_threads = std::max(1, std::min(config.driver.threads, UsableCpus()));
+  // The noise thread runs beside the step's own (svi::StepDriver::DrawNoiseAhead):
+  // counting it keeps floor_seconds a lower bound of the step's wall time.
+  const bool noise_thread =
+      config.is_private() && (config.driver.threads > 1 || !config.work_topic.empty());
+  out.usable_threads =
+      std::max(1, std::min(config.driver.threads + (noise_thread ? 1 : 0), UsableCpus()));
   out.floor_seconds = out.cpu_seconds / out.usable_threads;
   out.budget_seconds = std::min(config.release_delay_seconds - config.cut_grace_seconds,
                                 config.step_interval_seconds);

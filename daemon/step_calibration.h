@@ -60,7 +60,11 @@ struct StepCalibration {
   double step_seconds = 0;     // the worst-case step, scaled to B
   double budget_seconds = 0;   // min(release_delay − cut_grace, interval) seconds
   double cpu_seconds = 0;      // its CPU time over all threads, scaled to B
-  int usable_threads = 1;      // min(schedule.threads, CPUs this process may use)
+  // min(threads a step runs at once, CPUs this process may use): the step's
+  // threads, plus the one that draws the noise ahead in a private run with
+  // schedule.threads > 1 or on a shared-work coordinator
+  // (svi::StepDriver::DrawNoiseAhead).
+  int usable_threads = 1;
   double floor_seconds = 0;    // cpu_seconds / usable_threads: no faster on an idle machine
   bool fits = true;            // kCalibrationSafety · step_seconds ≤ budget_seconds
   bool refused = false;        // floor_seconds > budget_seconds
