@@ -239,7 +239,7 @@ void Worker::WorkOnPlan() {
   // sums go one partition each, added in name order by the coordinator.
   const bool presum = plan_->is_private;
   if (ready.empty() || (presum && reading)) return;
-  std::unique_ptr<privacy::GaussianSumMechanism> presummed;
+  if (presummed_ != nullptr) presummed_->Reset();
   std::vector<std::string> encoded(presum ? 1 : ready.size());
   const Status summed = SumLocalStreams(
       ingest_, *driver_, *plan_, ready,
@@ -248,15 +248,15 @@ void Worker::WorkOnPlan() {
           VIPSD_ASSIGN_OR_RETURN(encoded[index], partial.EncodeUnreleased());
           return Status::Ok();
         }
-        if (presummed == nullptr) {
-          presummed =
+        if (presummed_ == nullptr) {
+          presummed_ =
               std::make_unique<privacy::GaussianSumMechanism>(partial.layout(), partial.kind());
         }
-        return presummed->Merge(std::move(partial));
+        return presummed_->Merge(std::move(partial));
       });
   Status result = summed;
   if (result.ok() && presum) {
-    auto bytes = presummed->EncodeUnreleased();
+    auto bytes = presummed_->EncodeUnreleased();
     result = bytes.status();
     if (bytes.ok()) encoded[0] = std::move(*bytes);
   }

@@ -31,6 +31,7 @@
 
 #include "config/config.h"
 #include "core/base/status.h"
+#include "core/privacy/gaussian_mechanism.h"
 #include "core/privacy/noise_source.h"
 #include "core/svi/step_driver.h"
 #include "daemon/daemon.h"
@@ -103,6 +104,9 @@ class Worker {
   // the offset of that partial in the partial log (a reminder whose
   // partials_read is above it and still wants the partition: refused).
   std::map<std::string, int64_t> plan_sent_;
+  // The pre-summed partial (PRIVATE), kept and Reset from step to step so
+  // that its statistic-sized buffer is not allocated and faulted in anew.
+  std::unique_ptr<privacy::GaussianSumMechanism> presummed_;
   std::string latest_plan_model_;
   uint64_t highest_epoch_ = 0;
   bool warned_old_plan_ = false;  // a plan of an older vipsd was logged once

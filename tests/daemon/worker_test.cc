@@ -83,13 +83,24 @@ std::map<std::string, std::string> Reference(const WorkFixture& f, const WorkPla
   return sums;
 }
 
-// The partials on the work topic until `count` arrived.
-std::vector<WorkPartial> Partials(MemoryWorkExchange& coordinator, size_t count) {
-  std::vector<WorkPartial> found;
+// The messages on the work topic's partial log until `count` arrived: their
+// offsets and bytes.
+std::vector<std::pair<int64_t, std::string>> PartialMessages(MemoryWorkExchange& coordinator,
+                                                             size_t count) {
+  std::vector<std::pair<int64_t, std::string>> found;
   const auto until = std::chrono::steady_clock::now() + 30s;
   while (found.size() < count && std::chrono::steady_clock::now() < until) {
     auto messages = coordinator.Poll(50ms);
-    for (auto& [offset, bytes] : *messages) found.push_back(*DecodeWorkPartial(bytes));
+    for (auto& message : *messages) found.push_back(std::move(message));
+  }
+  return found;
+}
+
+// The same, decoded.
+std::vector<WorkPartial> Partials(MemoryWorkExchange& coordinator, size_t count) {
+  std::vector<WorkPartial> found;
+  for (auto& [offset, bytes] : PartialMessages(coordinator, count)) {
+    found.push_back(*DecodeWorkPartial(bytes));
   }
   return found;
 }
@@ -177,9 +188,7 @@ TEST(WorkerTest, AReminderThatHasReadItsPartialAndStillWantsAPartitionGetsItAgai
   const ModelBundle bundle = std::move(BuildModel(f.config)).value();
   WorkPlan plan = Plan(f, bundle, 2, 1);
   const int64_t plan_offset = *coordinator.Append(EncodeWorkPlan(plan));
-  std::vector<std::pair<int64_t, std::string>> first;
-  const auto until = std::chrono::steady_clock::now() + 30s;
-  while (first.empty() && std::chrono::steady_clock::now() < until) first = *coordinator.Poll(50ms);
+  const auto first = PartialMessages(coordinator, 1);
   ASSERT_EQ(first.size(), 1u);
   const int64_t sent_at = first[0].first;
   WorkPlan reminder = plan;

@@ -264,6 +264,12 @@ class DaemonKafkaTest : public ::testing::Test {
     return total;
   }
 
+  // The start of a shared-work comparison: six input partitions holding 240
+  // records, the release, ledger and work topics, and one solo run of
+  // `steps` steps mirrored to mirror-solo. The shared run that follows
+  // releases to releases-shared in a consumer group of its own.
+  void RunSoloBeforeSharing(int steps);
+
   static std::string Document(int i) {
     return std::string("{\"id\": ") + std::to_string(i) + ", \"text\": \"" +
            (i % 2 ? "apple banana apple cherry" : "date elder fig fig") + "\"}";
@@ -812,6 +818,36 @@ std::string ManifestEpsilon(const std::string& directory, int64_t step) {
   return std::regex_search(manifest, match, epsilon_re) ? match[1].str() : "";
 }
 
+// The shared-work comparisons' privacy and schedule sections: fixed-seed
+// noise, so that solo and shared runs can be compared byte for byte, and a
+// window longer than the run.
+std::string SharedPrivacy() {
+  return std::string(kPrivate) + "  noise: fixed_seed\n  noise_seed: 7\n";
+}
+std::string SharedSchedule(int steps) {
+  return "  window_steps: 1000000000\n  max_steps: " + std::to_string(steps) + "\n";
+}
+
+void DaemonKafkaTest::RunSoloBeforeSharing(int steps) {
+  ASSERT_TRUE(cluster_->CreateTopic("docs6", 6).ok());
+  for (const char* topic : {"releases-shared", "ledger"}) {
+    ASSERT_TRUE(cluster_->CreateTopic(topic, 1).ok());
+  }
+  ASSERT_TRUE(cluster_->CreateTopic("work", 2).ok());  // plans, partial sums
+  input_topic_ = "docs6";
+  WriteVocabulary(6);
+  std::vector<std::string> lines;
+  for (int i = 0; i < 240; ++i) lines.push_back(Document(i));
+  ProduceWithKcat(lines);
+  state_directory_ = "state-solo";
+  const std::string config =
+      WriteConfig(SharedPrivacy(), SharedSchedule(steps), 2, "  mirror_directory: mirror-solo\n");
+  VipsdProcess solo(config, dir_ + "/vipsd-solo.log", {"--insecure-fixed-seed-noise"});
+  ASSERT_EQ(solo.Wait(120s), 0) << solo.Log();
+  release_topic_ = "releases-shared";
+  group_ += "-shared";
+}
+
 // A step that overran its deadline has no release of its own (its outputs
 // left with the next slot's, as the next step's model), so two runs are
 // compared at every step both released, the last one included: arrays and
@@ -843,27 +879,11 @@ TEST_F(DaemonKafkaTest, ThreeProcessesSharingTheWorkReleaseBitForBitWhatOneProce
   // released has the same arrays and epsilon, byte for byte; the workers'
   // partial sums were merged into steps.
   constexpr int kSteps = 10;
-  ASSERT_TRUE(cluster_->CreateTopic("docs6", 6).ok());
-  for (const char* topic : {"releases-shared", "ledger"}) {
-    ASSERT_TRUE(cluster_->CreateTopic(topic, 1).ok());
-  }
-  ASSERT_TRUE(cluster_->CreateTopic("work", 2).ok());  // plans, partial sums
-  input_topic_ = "docs6";
-  WriteVocabulary(6);
-  std::vector<std::string> lines;
-  for (int i = 0; i < 240; ++i) lines.push_back(Document(i));
-  ProduceWithKcat(lines);
-  const std::string privacy = std::string(kPrivate) + "  noise: fixed_seed\n  noise_seed: 7\n";
-  const std::string schedule = "  window_steps: 1000000000\n  max_steps: " + std::to_string(kSteps) + "\n";
+  const std::string privacy = SharedPrivacy();
+  const std::string schedule = SharedSchedule(kSteps);
   const std::vector<std::string> flag = {"--insecure-fixed-seed-noise"};
-  {
-    state_directory_ = "state-solo";
-    const std::string config = WriteConfig(privacy, schedule, 2, "  mirror_directory: mirror-solo\n");
-    VipsdProcess solo(config, dir_ + "/vipsd-solo.log", flag);
-    ASSERT_EQ(solo.Wait(120s), 0) << solo.Log();
-  }
-  release_topic_ = "releases-shared";
-  group_ += "-shared";
+  RunSoloBeforeSharing(kSteps);
+  if (HasFatalFailure()) return;
   const std::string shared_state = "  ledger_topic: ledger\n  work_topic: work\n";
   std::vector<std::unique_ptr<VipsdProcess>> workers;
   for (const char* name : {"w1", "w2"}) {
@@ -925,28 +945,11 @@ TEST_F(DaemonKafkaTest, ACoordinatorThatReadsNoPartitionReleasesBitForBitWhatOne
   // ONE partial a step, their sums pre-summed. Every step both runs released
   // is byte for byte one process's.
   constexpr int kSteps = 6;
-  ASSERT_TRUE(cluster_->CreateTopic("docs6", 6).ok());
-  for (const char* topic : {"releases-shared", "ledger"}) {
-    ASSERT_TRUE(cluster_->CreateTopic(topic, 1).ok());
-  }
-  ASSERT_TRUE(cluster_->CreateTopic("work", 2).ok());
-  input_topic_ = "docs6";
-  WriteVocabulary(6);
-  std::vector<std::string> lines;
-  for (int i = 0; i < 240; ++i) lines.push_back(Document(i));
-  ProduceWithKcat(lines);
-  const std::string privacy = std::string(kPrivate) + "  noise: fixed_seed\n  noise_seed: 7\n";
-  const std::string schedule =
-      "  window_steps: 1000000000\n  max_steps: " + std::to_string(kSteps) + "\n";
+  const std::string privacy = SharedPrivacy();
+  const std::string schedule = SharedSchedule(kSteps);
   const std::vector<std::string> flag = {"--insecure-fixed-seed-noise"};
-  {
-    state_directory_ = "state-solo";
-    const std::string config = WriteConfig(privacy, schedule, 2, "  mirror_directory: mirror-solo\n");
-    VipsdProcess solo(config, dir_ + "/vipsd-solo.log", flag);
-    ASSERT_EQ(solo.Wait(120s), 0) << solo.Log();
-  }
-  release_topic_ = "releases-shared";
-  group_ += "-shared";
+  RunSoloBeforeSharing(kSteps);
+  if (HasFatalFailure()) return;
   const std::string shared_state = "  ledger_topic: ledger\n  work_topic: work\n";
   state_directory_ = "state-w1";
   config_name_ = "vipsd-w1.yaml";
