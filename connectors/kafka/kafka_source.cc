@@ -23,6 +23,16 @@ constexpr int kCloseCommitRetries = 8;
 constexpr std::chrono::milliseconds kCloseCommitBackoff{250};
 // Leaving the group before close(): how long to serve the revocation.
 constexpr std::chrono::seconds kCloseLeaveTimeout{3};
+// The first librdkafka release whose cooperative-sticky assignor survives
+// being destroyed before its first assignment (confluentinc/librdkafka#4312,
+// fixed by #4381 in 2.3.0); older ones abort the process in
+// rd_kafka_sticky_assignor_state_destroy.
+constexpr int kStickyDestroyFixedVersion = 0x020300ff;
+
+bool NamesCooperativeSticky(const std::map<std::string, std::string>& properties) {
+  const auto it = properties.find("partition.assignment.strategy");
+  return it != properties.end() && it->second.find("cooperative-sticky") != std::string::npos;
+}
 
 bool IsAuthorizationError(RdKafka::ErrorCode code) {
   return code == RdKafka::ERR_TOPIC_AUTHORIZATION_FAILED ||
@@ -278,6 +288,7 @@ void KafkaSource::OnRebalance(RdKafka::KafkaConsumer* consumer, int err_code,
     ++stats_.rebalances;
   }
   if (err == RdKafka::ERR__ASSIGN_PARTITIONS) {
+    assigned_once_ = true;
     int64_t resumed = 0;
     // Where the group's committed offsets stand: a partition that resumes
     // below them re-reads records some member already pooled or
@@ -652,6 +663,21 @@ Status KafkaSource::Close() {
     if (status.ok()) {
       status = UnavailableError("kafka source: consumer close failed: " + ErrorDescription(err));
     }
+  }
+  if (!assigned_once_ && NamesCooperativeSticky(options_.properties) &&
+      RdKafka::version() < kStickyDestroyFixedVersion) {
+    // Destroying this consumer would abort the process (see
+    // kStickyDestroyFixedVersion): it may have joined the group, but no
+    // assignment reached it. It has left the group and closed; its handle
+    // and the callbacks its threads may still log through are left alive
+    // until the process exits.
+    Log(LogLevel::kWarning, kComponent,
+        "consumer closed before its first assignment with cooperative-sticky: librdkafka " +
+            RdKafka::version_str() +
+            " would abort when destroying it (confluentinc/librdkafka#4312, fixed in 2.3.0), "
+            "so its handle is kept until the process exits");
+    (void)consumer_.release();
+    (void)callbacks_.release();
   }
   consumer_.reset();
   assignment_.clear();

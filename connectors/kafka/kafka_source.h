@@ -42,6 +42,11 @@
 // EAGER member, so there the records stored since the last commit are read
 // again by the next owner (still at-least-once). Close() retries a commit
 // refused that way for up to 2 s.
+// librdkafka before 2.3.0 (Debian 12 ships 2.0.2) aborts the process when a
+// cooperative-sticky consumer is destroyed after joining and before its first
+// assignment (confluentinc/librdkafka#4312): Close() then leaves the group and
+// closes the consumer but keeps its handle until the process exits, with a
+// warning.
 //
 // End of partition. enable.partition.eof is on: when the consumer reaches
 // the end of a partition, Poll records the end offset (everything below it
@@ -258,6 +263,8 @@ class KafkaSource {
   std::unique_ptr<Callbacks> callbacks_;
   std::unique_ptr<RdKafka::KafkaConsumer> consumer_;
   bool closed_ = false;
+  // A rebalance callback assigned partitions (possibly none) at least once.
+  bool assigned_once_ = false;
   Status fatal_;  // sticky
   std::set<TopicPartitionRef> assignment_;
   std::set<TopicPartitionRef> paused_;  // wanted pause state (Pause/Resume)
