@@ -9,6 +9,8 @@
 #include <string>
 #include <utility>
 
+#include "core/privacy/distributed_noise.h"
+
 namespace vipsd::privacy {
 namespace {
 
@@ -435,6 +437,59 @@ StatusOr<GaussianRelease> GaussianSumMechanism::Release(PreparedNoise noise) {
   release.is_private = noise.is_private_;
   release.noise_description = std::move(noise.description_);
   noise.Wipe();
+  return release;
+}
+
+StatusOr<std::vector<int64_t>> GaussianSumMechanism::ReleaseShare(NoiseSource& noise,
+                                                                  const DistributedNoise& shares) {
+  if (released_) return AlreadyReleasedError();
+  if (kind_ != SumKind::kGrid) {
+    return FailedPreconditionError("a floating-point (non-private) sum has no noise share");
+  }
+  if (shares.central.grid_exponent != grid_exponent_ ||
+      shares.central.block_bound_squared != block_bound_squared_) {
+    return FailedPreconditionError("noise shares planned for another statistic layout or grid");
+  }
+  VIPSD_ASSIGN_OR_RETURN(DiscreteGaussianSampler sampler,
+                         DiscreteGaussianSampler::Create(shares.share_sigma2));
+  std::vector<int64_t> share(sum_.size(), 0);
+  VIPSD_RETURN_IF_ERROR(noise.FillDiscreteGaussian(sampler, share));
+  // |sum| ≤ 2^61 and the share far below 2^62: no overflow.
+  for (size_t i = 0; i < share.size(); ++i) share[i] += sum_[i];
+  released_ = true;
+  ClearSum();
+  return share;
+}
+
+StatusOr<GaussianRelease> GaussianSumMechanism::ReleaseFederatedTotal(
+    const BlockLayout& layout, std::span<const int64_t> total, const DistributedNoise& shares,
+    bool shares_private) {
+  if (total.size() != layout.total_size()) {
+    return InvalidArgumentError("federated total of " + std::to_string(total.size()) +
+                                " coordinates for a statistic of " +
+                                std::to_string(layout.total_size()));
+  }
+  const int g = GridExponent(layout.num_blocks());
+  if (shares.central.grid_exponent != g ||
+      shares.central.block_bound_squared.size() != layout.num_blocks()) {
+    return InvalidArgumentError("noise shares planned for another statistic layout or grid");
+  }
+  Eigen::VectorXd out(static_cast<Eigen::Index>(layout.total_size()));
+  for (const Block& block : layout.blocks()) {
+    for (size_t i = block.offset; i < block.offset + block.size; ++i) {
+      out[static_cast<Eigen::Index>(i)] =
+          std::ldexp(static_cast<double>(total[i]), -g) * block.clip_bound;
+    }
+  }
+  GaussianRelease release;
+  release.noisy_sum = std::move(out);
+  release.noise = shares.central;
+  release.noise_multiplier = shares.central.noise_multiplier;
+  release.is_private = shares_private;
+  release.noise_description = "federated discrete-gaussian shares: " +
+                              std::to_string(shares.holders) + " holders, tolerating " +
+                              std::to_string(shares.tolerated) + ", share sigma^2=" +
+                              std::to_string(shares.share_sigma2.numerator) + " (grid units)";
   return release;
 }
 

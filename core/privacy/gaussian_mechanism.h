@@ -166,6 +166,8 @@ inline SumKind SumKindFor(double noise_multiplier) {
   return noise_multiplier > 0 ? SumKind::kGrid : SumKind::kFloat;
 }
 
+struct DistributedNoise;  // distributed_noise.h
+
 class GaussianSumMechanism {
  public:
   explicit GaussianSumMechanism(BlockLayout layout, SumKind kind = SumKind::kGrid);
@@ -257,6 +259,28 @@ class GaussianSumMechanism {
   // for noise of another layout or grid, or consumed already; nothing is
   // released then and the noise is wiped). Consumes `noise` either way.
   StatusOr<GaussianRelease> Release(PreparedNoise noise);
+
+  // ---- Federated shares (issue 31: distributed_noise.h, secure_aggregation.h) ----
+  // A data holder's part of a federated step: the integer sum plus its noise
+  // share, N_Z(0, s²) per coordinate (s² = shares.share_sigma2), in grid
+  // units. NOT a release and not private on its own (one share covers only
+  // σ_g²/(n − t)): it may leave the process only masked (Masker::Mask), and
+  // the aggregator's ReleaseFederatedTotal of all holders' shares is the
+  // release. Consumes the sum as Release does, so a sum yields one share.
+  // FAILED_PRECONDITION if released, a kFloat sum, or `shares` is for
+  // another grid; the sampler's errors (nothing consumed then).
+  StatusOr<std::vector<int64_t>> ReleaseShare(NoiseSource& noise, const DistributedNoise& shares);
+
+  // The aggregator's release: the holders' shares summed (SumMasked of the
+  // masked messages), scaled back exactly as Release scales its noisy sum
+  // (post-processing of integers). `shares_private`: every holder drew its
+  // share from a private NoiseSource (what the holders declare; a
+  // reproducible test source makes the release not private).
+  // INVALID_ARGUMENT for a total of another length or grid.
+  static StatusOr<GaussianRelease> ReleaseFederatedTotal(const BlockLayout& layout,
+                                                         std::span<const int64_t> total,
+                                                         const DistributedNoise& shares,
+                                                         bool shares_private);
 
   // NOT PRIVATE: the exact (clipped, grid-rounded) sum, σ = 0, is_private = false. Only
   // for the explicit non-private baseline mode and for tests.

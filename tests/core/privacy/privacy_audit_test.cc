@@ -28,7 +28,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <boost/math/special_functions/beta.hpp>
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -40,6 +39,7 @@
 #include "core/privacy/secure_noise.h"
 #include "core/svi/step_driver.h"
 #include "core/svi/step_randomness.h"
+#include "tests/testing/privacy_audit.h"
 
 namespace vipsd {
 namespace {
@@ -48,18 +48,6 @@ constexpr double kDelta = 1e-5;
 constexpr double kSigma = 2.0;
 constexpr int kCalibration = 1500;  // trials per pool for choosing the threshold
 constexpr int kEvaluation = 3000;   // trials per pool for the bound
-
-// Clopper–Pearson bounds of a binomial proportion at one-sided level alpha.
-double ClopperPearsonUpper(int successes, int trials, double alpha) {
-  if (successes >= trials) return 1.0;
-  return boost::math::ibeta_inv(successes + 1.0, static_cast<double>(trials - successes),
-                                1.0 - alpha);
-}
-double ClopperPearsonLower(int successes, int trials, double alpha) {
-  if (successes <= 0) return 0.0;
-  return boost::math::ibeta_inv(static_cast<double>(successes),
-                                static_cast<double>(trials - successes) + 1.0, alpha);
-}
 
 // ε of one step at (q = 1, σ), fixed schedule, improved conversion: the
 // daemon's claim for a single release.
@@ -72,54 +60,12 @@ double ClaimedEpsilon() {
   return spent->epsilon;
 }
 
-struct AuditResult {
-  double epsilon_lb = 0;
-  double threshold = 0;
-  double fpr_high = 0;
-  double tpr_low = 0;
-};
+using testing::AuditResult;
 
 // `score(with_canary)` runs one step on D (+ canary) and returns the
 // distinguisher's statistic.
 AuditResult Audit(const std::function<double(bool)>& score) {
-  std::vector<double> calibration_out, calibration_in, evaluation_out, evaluation_in;
-  for (int i = 0; i < kCalibration; ++i) {
-    calibration_out.push_back(score(false));
-    calibration_in.push_back(score(true));
-  }
-  for (int i = 0; i < kEvaluation; ++i) {
-    evaluation_out.push_back(score(false));
-    evaluation_in.push_back(score(true));
-  }
-  // Threshold: the candidate (a calibration score) that maximises the
-  // calibration estimate of ln(TPR / FPR), counting at least one false
-  // positive so that the estimate is finite.
-  std::vector<double> candidates = calibration_in;
-  std::sort(calibration_out.begin(), calibration_out.end());
-  double best = -1e300, threshold = 0;
-  for (double t : candidates) {
-    const auto fp = static_cast<double>(calibration_out.end() -
-                                        std::upper_bound(calibration_out.begin(),
-                                                         calibration_out.end(), t));
-    const auto tp = static_cast<double>(
-        std::count_if(calibration_in.begin(), calibration_in.end(), [&](double x) { return x > t; }));
-    const double estimate = std::log((tp + 0.5) / (fp + 1.0));
-    if (estimate > best) {
-      best = estimate;
-      threshold = t;
-    }
-  }
-  const int fp = static_cast<int>(std::count_if(evaluation_out.begin(), evaluation_out.end(),
-                                                [&](double x) { return x > threshold; }));
-  const int tp = static_cast<int>(std::count_if(evaluation_in.begin(), evaluation_in.end(),
-                                                [&](double x) { return x > threshold; }));
-  AuditResult result;
-  result.threshold = threshold;
-  result.fpr_high = ClopperPearsonUpper(fp, kEvaluation, 0.025);
-  result.tpr_low = ClopperPearsonLower(tp, kEvaluation, 0.025);
-  result.epsilon_lb =
-      result.tpr_low > kDelta ? std::log((result.tpr_low - kDelta) / result.fpr_high) : 0.0;
-  return result;
+  return testing::AuditEpsilonLowerBound(score, kCalibration, kEvaluation, kDelta);
 }
 
 void Report(const char* model, const AuditResult& result, double claimed) {
