@@ -548,17 +548,27 @@ class KafkaWorkExchange final : public WorkExchange {
     const auto until = std::chrono::steady_clock::now() + wait;
     std::vector<std::pair<int64_t, std::string>> out;
     for (;;) {
+      // The log start first (retention may have passed the position), then
+      // what is there; with nothing new, a long poll in the client returns
+      // as soon as a message arrives (a plan or partial waits for no
+      // polling interval).
       VIPSD_ASSIGN_OR_RETURN(const auto bounds, reader_->Bounds());
       position_ = std::max(position_, bounds.first);
+      std::vector<connectors::ReadMessage> messages;
       if (bounds.second > position_) {
-        VIPSD_ASSIGN_OR_RETURN(auto messages, reader_->Read(position_, bounds.second));
-        for (auto& m : messages) {
-          if (m.key == job_) out.emplace_back(m.offset, std::move(m.value));
-        }
+        VIPSD_ASSIGN_OR_RETURN(messages, reader_->Read(position_, bounds.second));
         position_ = bounds.second;
+      } else {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            until - std::chrono::steady_clock::now());
+        if (left.count() <= 0) return out;
+        VIPSD_ASSIGN_OR_RETURN(messages, reader_->ReadAvailable(position_, left));
+        if (!messages.empty()) position_ = messages.back().offset + 1;
+      }
+      for (auto& m : messages) {
+        if (m.key == job_) out.emplace_back(m.offset, std::move(m.value));
       }
       if (!out.empty() || std::chrono::steady_clock::now() >= until) return out;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
 

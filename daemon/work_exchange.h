@@ -158,8 +158,9 @@ class WorkExchange {
   virtual StatusOr<int64_t> Append(const std::string& bytes) = 0;
   // The messages of the log this process reads appended after everything
   // returned so far (the first call: after the log's end when the exchange
-  // was created), waiting up to `wait` when there are none. Pairs of
-  // (offset, bytes).
+  // was created), waiting up to `wait` when there are none; it returns as
+  // soon as one arrives (the Kafka exchange long-polls in the client:
+  // KafkaPartitionReader::ReadAvailable). Pairs of (offset, bytes).
   virtual StatusOr<std::vector<std::pair<int64_t, std::string>>> Poll(
       std::chrono::milliseconds wait) = 0;
   // The message at `offset` of the log this process reads (a worker: the

@@ -11,6 +11,22 @@ using kafka_internal::ErrorDescription;
 
 constexpr char kWhat[] = "kafka partition reader";
 
+// A consumed message's offset, key, value and headers.
+ReadMessage ToReadMessage(RdKafka::Message& message) {
+  ReadMessage m;
+  m.offset = message.offset();
+  if (message.key() != nullptr) m.key = *message.key();
+  m.value.assign(static_cast<const char*>(message.payload()), message.len());
+  if (RdKafka::Headers* headers = message.headers()) {
+    for (const RdKafka::Headers::Header& h : headers->get_all()) {
+      const char* value = static_cast<const char*>(h.value());
+      m.headers.emplace_back(h.key(), value == nullptr ? std::string()
+                                                       : std::string(value, h.value_size()));
+    }
+  }
+  return m;
+}
+
 }  // namespace
 
 class KafkaPartitionReader::Callbacks : public kafka_internal::LogEventCb {
@@ -103,21 +119,7 @@ StatusOr<std::pair<int64_t, int64_t>> KafkaPartitionReader::Bounds() {
 StatusOr<std::vector<ReadMessage>> KafkaPartitionReader::Read(int64_t from, int64_t to) {
   std::vector<ReadMessage> out;
   if (to <= from) return out;
-  // The partition stays assigned between calls, so that the client keeps
-  // fetching and a read of what was just appended finds it queued; a read
-  // from anywhere but where the last one ended re-assigns at `from`.
-  if (position_ != from) {
-    std::unique_ptr<RdKafka::TopicPartition> start(
-        RdKafka::TopicPartition::create(options_.topic, options_.partition, from));
-    std::vector<RdKafka::TopicPartition*> assignment = {start.get()};
-    const RdKafka::ErrorCode err = consumer_->assign(assignment);
-    if (err != RdKafka::ERR_NO_ERROR) {
-      position_ = -1;
-      return UnavailableError(std::string(kWhat) + ": assign " + options_.topic + ": " +
-                              ErrorDescription(err));
-    }
-    position_ = from;
-  }
+  VIPSD_RETURN_IF_ERROR(AssignAt(from));
   const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
   int64_t next = from;  // every offset below it was seen (or holds no message)
   Status result = Status::Ok();
@@ -148,24 +150,65 @@ StatusOr<std::vector<ReadMessage>> KafkaPartitionReader::Read(int64_t from, int6
       position_ = -1;
       break;
     }
-    ReadMessage m;
-    m.offset = message->offset();
-    if (message->key() != nullptr) m.key = *message->key();
-    m.value.assign(static_cast<const char*>(message->payload()), message->len());
-    if (RdKafka::Headers* headers = message->headers()) {
-      for (const RdKafka::Headers::Header& h : headers->get_all()) {
-        const char* value = static_cast<const char*>(h.value());
-        m.headers.emplace_back(h.key(), value == nullptr ? std::string()
-                                                         : std::string(value, h.value_size()));
-      }
-    }
-    out.push_back(std::move(m));
+    out.push_back(ToReadMessage(*message));
   }
   if (!result.ok()) {
     position_ = -1;  // unknown: re-assign next time
     return result;
   }
   if (position_ != -1) position_ = next;
+  return out;
+}
+
+Status KafkaPartitionReader::AssignAt(int64_t from) {
+  // The partition stays assigned between calls, so that the client keeps
+  // fetching and a read of what was just appended finds it queued; a read
+  // from anywhere but where the last one ended re-assigns at `from`.
+  if (position_ == from) return Status::Ok();
+  std::unique_ptr<RdKafka::TopicPartition> start(
+      RdKafka::TopicPartition::create(options_.topic, options_.partition, from));
+  std::vector<RdKafka::TopicPartition*> assignment = {start.get()};
+  const RdKafka::ErrorCode err = consumer_->assign(assignment);
+  if (err != RdKafka::ERR_NO_ERROR) {
+    position_ = -1;
+    return UnavailableError(std::string(kWhat) + ": assign " + options_.topic + ": " +
+                            ErrorDescription(err));
+  }
+  position_ = from;
+  return Status::Ok();
+}
+
+StatusOr<std::vector<ReadMessage>> KafkaPartitionReader::ReadAvailable(
+    int64_t from, std::chrono::milliseconds wait) {
+  VIPSD_RETURN_IF_ERROR(AssignAt(from));
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  std::vector<ReadMessage> out;
+  int64_t next = from;
+  for (;;) {
+    // Once a message arrived, only what is queued behind it.
+    int timeout_ms = 0;
+    if (out.empty()) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      timeout_ms = static_cast<int>(std::min<int64_t>(left.count(), 100));
+    }
+    std::unique_ptr<RdKafka::Message> message(consumer_->consume(timeout_ms));
+    const bool nothing = message == nullptr || message->err() == RdKafka::ERR__TIMED_OUT ||
+                         message->err() == RdKafka::ERR__PARTITION_EOF;
+    if (nothing) {
+      if (!out.empty()) break;
+      continue;
+    }
+    if (message->err() != RdKafka::ERR_NO_ERROR) continue;  // transient: logged by the event callback
+    if (message->topic_name() != options_.topic || message->partition() != options_.partition ||
+        message->offset() < next) {
+      continue;
+    }
+    next = message->offset() + 1;
+    out.push_back(ToReadMessage(*message));
+  }
+  position_ = next;
   return out;
 }
 

@@ -60,6 +60,14 @@ class KafkaPartitionReader {
   StatusOr<std::pair<int64_t, int64_t>> Bounds();
   // Every message with offset in [from, to).
   StatusOr<std::vector<ReadMessage>> Read(int64_t from, int64_t to);
+  // Long poll: the messages at offsets ≥ `from` that are queued now or
+  // arrive within `wait`. Blocks in the client (no watermark round trips,
+  // no sleeping) until a first message arrives, then returns it with every
+  // message already queued behind it; returns nothing when `wait` passes
+  // first. Assigns at `from` unless the previous read ended there. An
+  // offset below the log start is librdkafka's auto.offset.reset: callers
+  // that care compare with Bounds() first.
+  StatusOr<std::vector<ReadMessage>> ReadAvailable(int64_t from, std::chrono::milliseconds wait);
   // Partitions of the topic (metadata).
   StatusOr<int> PartitionCount();
 
@@ -71,6 +79,8 @@ class KafkaPartitionReader {
   KafkaPartitionReaderOptions options_;
   std::unique_ptr<Callbacks> callbacks_;  // outlives the handle
   std::unique_ptr<RdKafka::KafkaConsumer> consumer_;
+  // Assigns the partition at `from` unless consumption already stands there.
+  Status AssignAt(int64_t from);
   int64_t position_ = -1;  // where the assigned partition's consumption stands; -1: unassigned
 };
 
