@@ -77,8 +77,10 @@ void CheckOfflineStop(Section& schedule, VipsdConfig& config) {
 void CheckLedgerKey(Section& state, VipsdConfig& config) {
   if (config.ledger_key.empty()) {
     config.ledger_key = config.group_id;
-  } else if (config.ledger_topic.empty()) {
-    state.ErrorAt("ledger_key", "only allowed together with state.ledger_topic");
+  } else if (config.ledger_topic.empty() &&
+             config.federation.role != FederationRole::kHolder) {
+    state.ErrorAt("ledger_key",
+                  "only allowed together with state.ledger_topic (or federation.role: holder)");
   }
 }
 
@@ -98,7 +100,8 @@ void CheckWorkTopic(Section& state, VipsdConfig& config) {
   if (config.work_topic.empty()) return;
   if (!IsTopicName(config.work_topic)) {
     state.ErrorAt("work_topic", std::string("must be ") + kTopicRule);
-  } else if (config.ledger_topic.empty()) {
+  } else if (config.ledger_topic.empty() &&
+             config.federation.role != FederationRole::kHolder) {
     state.ErrorAt("work_topic",
                   "only allowed together with state.ledger_topic (the process that owns the "
                   "job's ledger coordinates; with state.standby_takeover_seconds > 0 the others "
@@ -207,9 +210,96 @@ void CheckPrivacyUnit(const VipsdConfig& config, Diagnostics* diag) {
   }
 }
 
+// source.topics (required but for an aggregator) and the federation
+// section (docs/federation.md).
+void CheckFederation(const VipsdConfig& config, Diagnostics* diag) {
+  if (config.source_type != SourceType::kKafka) return;
+  const auto error = [&](const std::string& key, const std::string& what) {
+    diag->errors.push_back(At(config, key, what));
+  };
+  const FederationSettings& f = config.federation;
+  const bool aggregator = f.role == FederationRole::kAggregator;
+  if (!aggregator && config.source_topics.empty() && config.line_of("source.topics") == 0) {
+    error("source.topics", "required key is missing");
+  }
+  if (f.role == FederationRole::kNone) {
+    for (const char* key : {"federation.holder_id", "federation.secret_key",
+                            "federation.tolerated_holders", "federation.round_timeout_seconds",
+                            "federation.holders"}) {
+      if (config.line_of(key) > 0) error(key, "only allowed with federation.role: holder | aggregator");
+    }
+    return;
+  }
+  const std::string role = aggregator ? "an aggregator" : "a holder";
+  if (!config.is_private()) {
+    error("federation.role",
+          "federated mode needs privacy.noise_multiplier > 0: the holders' noise shares are "
+          "what protects their data from the aggregator");
+  }
+  if (config.work_topic.empty()) {
+    error("federation.role",
+          "federated mode needs state.work_topic (a two-partition topic: the aggregator's "
+          "plans, the holders' masked shares)");
+  }
+  if (config.privacy_unit != PrivacyUnit::kRecord) {
+    error("privacy.unit",
+          "federated mode protects one record of a holder (privacy.unit: record): a unit's "
+          "records may sit with several holders, whose clipping would not bound it");
+  }
+  if (config.accounting != Accounting::kGlobal) {
+    error("privacy.accounting", "federated mode needs global accounting");
+  }
+  if (config.standby_takeover_seconds > 0) {
+    error("state.standby_takeover_seconds", "not allowed with federation.role (" + role +
+                                                " has no standby)");
+  }
+  if (f.holders.empty()) {
+    error("federation.holders",
+          "required with federation.role: every holder's id and X25519 public key");
+  } else if (f.holders.size() > 64) {
+    error("federation.holders", "at most 64 holders (the integer headroom of the masked sums)");
+  } else if (f.tolerated_holders >= static_cast<int64_t>(f.holders.size())) {
+    error("federation.tolerated_holders",
+          "must be below the number of holders (" + std::to_string(f.holders.size()) +
+              "): every round needs more than tolerated_holders participants");
+  }
+  if (aggregator) {
+    if (!config.source_topics.empty()) {
+      error("source.topics",
+            "an aggregator reads no input: leave source.topics out (each holder names its own)");
+    }
+    for (const char* key : {"federation.holder_id", "federation.secret_key"}) {
+      if (config.line_of(key) > 0) error(key, "only allowed with federation.role: holder");
+    }
+    return;
+  }
+  if (f.holder_id.empty()) {
+    error("federation.holder_id", "required with federation.role: holder (its id in federation.holders)");
+  } else if (!f.holders.empty() && f.holders.count(f.holder_id) == 0) {
+    error("federation.holder_id",
+          "'" + f.holder_id + "' is not one of federation.holders");
+  }
+  if (f.secret_key.empty() && config.line_of("federation.secret_key") == 0) {
+    error("federation.secret_key",
+          "required with federation.role: holder ({file: PATH} or {credential: NAME}; "
+          "`vipsd federation-keygen` makes one)");
+  }
+  if (config.line_of("state.ledger_key") == 0) {
+    error("state.ledger_key",
+          "required with federation.role: holder: the federation's job, the aggregator's "
+          "state.ledger_key (plans of other jobs on the topic are ignored)");
+  }
+  if (!config.ledger_topic.empty()) {
+    error("state.ledger_topic",
+          "not allowed with federation.role: holder (a holder's ledger is its state directory's; "
+          "the job's ledger is the aggregator's)");
+  }
+}
+
 }  // namespace
 
 void CheckWholeFile(const VipsdConfig& config, Diagnostics* diag) {
+  CheckFederation(config, diag);
   if (config.accounting == Accounting::kResidency && config.source_type != SourceType::kKafka) {
     diag->errors.push_back(
         At(config, "privacy.accounting",

@@ -78,6 +78,27 @@ struct KafkaSettings {
   int64_t partitions = 4;              // partitions of each topic it creates
 };
 
+// Federated mode (issue 31; docs/federation.md): data holders that do not
+// trust the aggregator.
+enum class FederationRole { kNone, kHolder, kAggregator };
+
+struct FederationSettings {
+  FederationRole role = FederationRole::kNone;
+  // Holder: its id in `holders`, and its X25519 secret key (64 hex), read
+  // from {file: PATH} or {credential: NAME} only, never written in the YAML.
+  std::string holder_id;
+  std::string secret_key;  // SECRET: no message shows it
+  // t: holders that may collude with the aggregator (or drop out) while
+  // the total still carries the configured sigma; every round needs more
+  // than t participants.
+  int64_t tolerated_holders = 0;
+  // How long the aggregator waits for a round's shares before it abandons
+  // the round (charged, never released).
+  double round_timeout_seconds = 30;
+  // Every holder: id -> X25519 public key (64 lowercase hex).
+  std::map<std::string, std::string> holders;
+};
+
 struct VipsdConfig {
   std::string file;  // where it was read from (for messages)
   // Line of every key that was present, by dotted path ("privacy.sampling_rate").
@@ -174,6 +195,9 @@ struct VipsdConfig {
   // its serial work (merge, noise, M-step, ledger) never waits behind an
   // E-step of its own; as a standby it does not work either.
   bool work_partitions = true;
+  // federation: several data holders and one aggregator (kafka only; the
+  // plans and masked shares travel on state.work_topic).
+  FederationSettings federation;
   int64_t checkpoint_every = 1;
   std::string metrics_listen = "127.0.0.1:9464";  // "" = no endpoint
   // Export step durations (they reveal how long each step took). Default:
@@ -187,6 +211,7 @@ struct VipsdConfig {
   std::vector<std::string> warnings;
 
   bool is_private() const { return driver.noise_multiplier > 0; }
+  bool federated() const { return federation.role != FederationRole::kNone; }
   // Line of `key` in the file, or 0 if it was not given.
   int line_of(const std::string& key) const;
 };

@@ -28,6 +28,9 @@ constexpr Named<CeilingAction> kCeilingActions[] = {{"halt", CeilingAction::kHal
 constexpr Named<SourceType> kSourceTypes[] = {{"file", SourceType::kFile},
                                               {"kafka", SourceType::kKafka}};
 constexpr Named<SinkType> kSinkTypes[] = {{"file", SinkType::kFile}, {"kafka", SinkType::kKafka}};
+constexpr Named<FederationRole> kFederationRoles[] = {{"none", FederationRole::kNone},
+                                                     {"holder", FederationRole::kHolder},
+                                                     {"aggregator", FederationRole::kAggregator}};
 constexpr Named<LogLevel> kLogLevels[] = {{"debug", LogLevel::kDebug},
                                           {"info", LogLevel::kInfo},
                                           {"warning", LogLevel::kWarning},
@@ -69,6 +72,7 @@ void DefaultCutGrace(VipsdConfig& config) {
 bool UnixTime(double x) { return x >= 1e9 && x <= 1e11; }
 bool PublishTimeout(double x) { return x >= 1 && x <= 3600; }
 bool UpToADay(double x) { return x >= 0 && x <= 86400; }
+bool RoundTimeout(double x) { return x >= 1 && x <= 3600; }
 
 Key Row(std::string path, std::shared_ptr<const Field> field) {
   Key key;
@@ -166,6 +170,27 @@ Key Properties(std::string path, Get get) {
   traits.allowed =
       "librdkafka properties, name: value or {file: PATH} | {env: NAME} | {credential: NAME}";
   traits.default_text = "{}";
+  traits.secret = true;
+  return Row(std::move(path), std::make_shared<PlainField<Get>>(std::move(get), std::move(traits)));
+}
+// federation.holders: id -> public key.
+template <typename Get>
+Key HolderKeys(std::string path, Get get) {
+  typename PlainField<Get>::Traits traits;
+  traits.read = &Section::PublicKeyMap;
+  traits.kind = "map";
+  traits.allowed = "holder id (1-64 of a-z A-Z 0-9 . _ -): X25519 public key (64 hex digits)";
+  traits.default_text = "{}";
+  return Row(std::move(path), std::make_shared<PlainField<Get>>(std::move(get), std::move(traits)));
+}
+// A secret read from a file or a systemd credential only; never shown.
+template <typename Get>
+Key SecretRef(std::string path, Get get) {
+  typename PlainField<Get>::Traits traits;
+  traits.read = &Section::SecretReference;
+  traits.kind = "map";
+  traits.allowed = "{file: PATH} | {credential: NAME} (never the value itself)";
+  traits.default_text = "";
   traits.secret = true;
   return Row(std::move(path), std::make_shared<PlainField<Get>>(std::move(get), std::move(traits)));
 }
@@ -386,8 +411,9 @@ void AddSchedule(std::vector<Key>& keys) {
 void AddSourceAndSink(std::vector<Key>& keys) {
   keys.push_back(SectionRow("source").Required());
   keys.push_back(Choice("source.type", VIPSD_MEMBER(source_type), kSourceTypes).Required());
+  // Required, except for a federated aggregator, which reads no input
+  // (CheckWholeFile).
   keys.push_back(StringList("source.topics", VIPSD_MEMBER(source_topics), IsTopicName, kTopicRule)
-                     .Required()
                      .Only(Dimension::kSourceType, "kafka"));
   keys.push_back(
       String("source.group_id", VIPSD_MEMBER(group_id)).Only(Dimension::kSourceType, "kafka"));
@@ -471,6 +497,19 @@ void AddKafka(std::vector<Key>& keys) {
   keys.push_back(Topic("alerts.topic", VIPSD_MEMBER(alert_topic)).Required());
 }
 
+void AddFederation(std::vector<Key>& keys) {
+  keys.push_back(SectionRow("federation").Only(Dimension::kSourceType, "kafka"));
+  keys.push_back(Choice("federation.role", VIPSD_MEMBER(federation.role), kFederationRoles));
+  keys.push_back(String("federation.holder_id", VIPSD_MEMBER(federation.holder_id)));
+  keys.push_back(SecretRef("federation.secret_key", VIPSD_MEMBER(federation.secret_key)));
+  keys.push_back(Integer("federation.tolerated_holders", VIPSD_MEMBER(federation.tolerated_holders),
+                         0, 63));
+  keys.push_back(Number("federation.round_timeout_seconds",
+                        VIPSD_MEMBER(federation.round_timeout_seconds), RoundTimeout,
+                        "a number of seconds in [1, 3600]"));
+  keys.push_back(HolderKeys("federation.holders", VIPSD_MEMBER(federation.holders)));
+}
+
 void AddStateMetricsLog(std::vector<Key>& keys) {
   keys.push_back(SectionRow("state").Required());
   keys.push_back(Path("state.directory", VIPSD_MEMBER(state_directory)).Required());
@@ -511,6 +550,9 @@ std::vector<Key> BuildTable() {
   AddPrivacy(keys);  // first: the model's checks depend on σ > 0
   AddModel(keys);
   AddSchedule(keys);
+  // Before source (so that a reload names the role first) and state
+  // (state.work_topic's check reads the role); source.type is read first.
+  AddFederation(keys);
   AddSourceAndSink(keys);
   AddKafka(keys);
   AddStateMetricsLog(keys);

@@ -1,6 +1,7 @@
 #include "config/section.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -168,6 +169,74 @@ void Section::PropertyMap(const std::string& key, std::map<std::string, std::str
     }
     (*out)[entry.first.Scalar()] = std::move(*value);
   }
+}
+
+void Section::PublicKeyMap(const std::string& key, std::map<std::string, std::string>* out) {
+  if (!valid_) return;
+  Consume(key);
+  if (!Has(key)) return;
+  Section map(file_, node_[key], Join(key), lines_, diag_);
+  map.Check();
+  if (!map.valid()) return;
+  for (const auto& entry : node_[key]) {
+    if (!entry.first.IsScalar()) continue;  // reported by Check
+    const std::string id = entry.first.Scalar();
+    const std::string name = Join(key) + "." + id;
+    (*lines_)[name] = entry.first.Mark().line + 1;
+    bool id_ok = !id.empty() && id.size() <= 64;
+    for (char c : id) {
+      id_ok = id_ok && (std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '.' ||
+                        c == '_' || c == '-');
+    }
+    if (!id_ok) {
+      (void)Error(entry.first, name, "a holder id must be 1-64 of a-z A-Z 0-9 . _ -");
+      continue;
+    }
+    std::string hex = entry.second.IsScalar() ? entry.second.Scalar() : std::string();
+    bool hex_ok = hex.size() == 64;
+    for (char& c : hex) {
+      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      hex_ok = hex_ok && std::isxdigit(static_cast<unsigned char>(c)) != 0;
+    }
+    if (!hex_ok) {
+      (void)Error(entry.second, name,
+                  "must be the holder's X25519 public key, 64 hex digits (`vipsd federation-keygen` "
+                  "prints it)");
+      continue;
+    }
+    (*out)[id] = std::move(hex);
+  }
+}
+
+void Section::SecretReference(const std::string& key, std::string* out) {
+  if (!valid_) return;
+  Consume(key);
+  if (!Has(key)) return;
+  const YAML::Node value = node_[key];
+  if (value.IsScalar()) {
+    (void)Error(value, Join(key),
+                "a secret key is never written in the configuration file: use {file: PATH} "
+                "(mode 0600) or {credential: NAME} (systemd LoadCredential=)");
+    return;
+  }
+  if (!value.IsMap() || value.size() != 1 || !value.begin()->first.IsScalar() ||
+      !value.begin()->second.IsScalar()) {
+    (void)Error(value, Join(key), "must be one of {file: PATH}, {credential: NAME}");
+    return;
+  }
+  const std::string kind = value.begin()->first.Scalar();
+  if (kind != "file" && kind != "credential") {
+    (void)Error(value, Join(key),
+                "must be one of {file: PATH}, {credential: NAME} (got '" + kind +
+                    "': an environment variable is readable by every process of the user)");
+    return;
+  }
+  auto secret = SecretValue(kind, value.begin()->second.Scalar(), file_);
+  if (!secret.ok()) {
+    (void)Error(value, Join(key), std::string(secret.status().message()));
+    return;
+  }
+  *out = std::move(*secret);
 }
 
 void Section::Finish() {

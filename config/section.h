@@ -95,6 +95,12 @@ class Section {
   // librdkafka properties: each value a plain string or a secret reference
   // {file: PATH} | {env: NAME} | {credential: NAME} (config/secrets.h).
   void PropertyMap(const std::string& key, std::map<std::string, std::string>* out);
+  // federation.holders: holder id ([A-Za-z0-9._-], 1..64) -> X25519 public
+  // key (64 hex digits, stored lower case); plain values only.
+  void PublicKeyMap(const std::string& key, std::map<std::string, std::string>* out);
+  // A secret that must not be written in the file: {file: PATH} or
+  // {credential: NAME} only; a plain value is refused without being shown.
+  void SecretReference(const std::string& key, std::string* out);
 
   // Unknown keys: everything not read, each with the closest known key.
   void Finish();

@@ -26,12 +26,25 @@ StatusOr<svi::StepResult> Coordinator::Step(const Context& context, int64_t slot
                                             SlotOutputs* out) {
   // Exactly svi::StepDriver::Step, with the partial sums of the partitions
   // computed wherever the consumer group put them.
+  if (federated()) {
+    // A round needs more participants than tolerated_holders (the noise
+    // shares are planned for n - t honest ones); checked before the charge.
+    DrainJoins(context);
+    if (participants_.size() <= tolerated_) {
+      return FailedPreconditionError(
+          "no round: " + std::to_string(participants_.size()) +
+          " holder(s) ready, more than federation.tolerated_holders = " +
+          std::to_string(tolerated_) + " needed (nothing charged; holders ask to join when "
+          "they start)");
+    }
+  }
   VIPSD_ASSIGN_OR_RETURN(svi::StepTicket ticket, context.driver->Begin());
   if (ticket.result.outcome == svi::StepResult::Outcome::kRefusedCeiling) return ticket.result;
   // From here the step is charged: if it does not finish, its number is
   // consumed (svi::StepDriver::Abandon) and the ledger's step counter stays
   // above the accountant's step count.
-  StatusOr<svi::StepResult> result = StepCharged(context, ticket, slot, out);
+  StatusOr<svi::StepResult> result = federated() ? FederatedRound(context, ticket, slot, out)
+                                                 : StepCharged(context, ticket, slot, out);
   if (!result.ok()) context.driver->Abandon(ticket);
   return result;
 }

@@ -26,15 +26,18 @@
 // Thread-safety: step thread only.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <set>
 #include <string>
 #include <memory>
+#include <vector>
 
 #include "config/config.h"
 #include "core/base/status.h"
 #include "core/privacy/gaussian_mechanism.h"
+#include "core/privacy/secure_aggregation.h"
 #include "core/svi/step_driver.h"
 #include "daemon/ingest.h"
 #include "daemon/ledger_keeper.h"
@@ -66,7 +69,30 @@ class Coordinator {
   };
   StatusOr<svi::StepResult> Step(const Context& context, int64_t slot, SlotOutputs* out);
 
+  // Federated mode (federation.role: aggregator; daemon/aggregator_round.cc,
+  // docs/federation.md): Step runs rounds instead — the plan names the
+  // participating holders and carries no key and no windows; the step's
+  // release is the sum of their masked, noised shares. Call before the
+  // first Step; INVALID_ARGUMENT for a bad roster.
+  Status EnableFederation(const config::FederationSettings& settings);
+  bool federated() const { return !roster_.empty(); }
+
  private:
+  // A federated round: the plan, the shares of every participant within
+  // federation.round_timeout_seconds, their sum, the M-step. A round that
+  // misses or is declined a share is abandoned (UNAVAILABLE; charged, never
+  // released) and the holders concerned leave the participants until they
+  // ask to join again.
+  StatusOr<svi::StepResult> FederatedRound(const Context& context, const svi::StepTicket& ticket,
+                                           int64_t slot, SlotOutputs* out);
+  // Reads the share log for joins (a holder not among the participants that
+  // is ready again) without waiting.
+  void DrainJoins(const Context& context);
+  // One share-log message: a join is noted; a share or decline of `plan`'s
+  // round from a participant is kept in `shares` / `declined`.
+  void TakeShare(const Context& context, const FederatedPlan& plan, int64_t offset,
+                 const std::string& bytes, std::map<std::string, FederatedShare>* shares,
+                 std::map<std::string, std::string>* declined, SlotOutputs* out);
   StatusOr<svi::StepResult> StepCharged(const Context& context, const svi::StepTicket& ticket,
                                         int64_t slot, SlotOutputs* out);
   // The step's plan (every partition's window for `slot`, the model it
@@ -96,6 +122,15 @@ class Coordinator {
   // Every partial below this offset of the partial log has been read
   // (WorkPlan::partials_read).
   int64_t partials_read_ = 0;
+  // Federated mode: the roster (public), its fingerprint, tolerated_holders,
+  // the round timeout, the participants of the next round and the holders
+  // that asked to join since the last plan.
+  std::vector<privacy::RosterEntry> roster_;
+  std::string roster_fingerprint_;
+  uint32_t tolerated_ = 0;
+  std::chrono::milliseconds round_timeout_{30000};
+  std::set<std::string> participants_;
+  std::set<std::string> joining_;
 };
 
 }  // namespace vipsd::daemon

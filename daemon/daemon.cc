@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -28,6 +29,14 @@ constexpr std::string_view kComponent = "daemon";
 
 std::string StreamName(const std::string& topic, int32_t partition) {
   return topic + ":" + std::to_string(partition);
+}
+
+StatusOr<PollBatch> NoInputSource::Poll(size_t, std::chrono::milliseconds timeout) {
+  // Nothing to read; the ingest thread's loop must not spin.
+  std::this_thread::sleep_for(std::min(timeout, std::chrono::milliseconds(200)));
+  PollBatch batch;
+  batch.assignment = std::set<std::string>{};
+  return batch;
 }
 
 svi::DriverConfig Daemon::DriverConfigFor(const config::VipsdConfig& config) const {
@@ -78,6 +87,11 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const config::VipsdConfig& conf
   daemon->model_step_ = model_step;
   if (exchange != nullptr) {
     daemon->coordinator_ = std::make_unique<Coordinator>(std::move(exchange), &daemon->control_);
+    if (config.federation.role == config::FederationRole::kAggregator) {
+      VIPSD_RETURN_IF_ERROR(daemon->coordinator_->EnableFederation(config.federation));
+    }
+  } else if (config.federation.role == config::FederationRole::kAggregator) {
+    return InvalidArgumentError("a federated aggregator needs its work exchange (state.work_topic)");
   }
   daemon->pool_.set_max_candidate_steps(daemon->paced_ ? config.window_steps : 0);
   LedgerState& live = daemon->keeper_->state();

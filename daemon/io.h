@@ -116,4 +116,20 @@ class OutputSink {
   virtual Status Close() = 0;
 };
 
+// The input of a process that holds no data (a federated aggregator): no
+// stream, ever. Poll waits its timeout and returns nothing.
+class NoInputSource final : public InputSource {
+ public:
+  StatusOr<PollBatch> Poll(size_t, std::chrono::milliseconds timeout) override;
+  Status MarkDone(const InputRecord&) override { return Status::Ok(); }
+  Status Pause(const std::set<std::string>&) override { return Status::Ok(); }
+  Status Resume(const std::set<std::string>&) override { return Status::Ok(); }
+  StatusOr<std::map<std::string, StreamBounds>> ObserveBounds(double) override {
+    return std::map<std::string, StreamBounds>{};
+  }
+  Status Commit() override { return Status::Ok(); }
+  int64_t Lag() const override { return 0; }
+  Status Close() override { return Status::Ok(); }
+};
+
 }  // namespace vipsd::daemon

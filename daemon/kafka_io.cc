@@ -289,7 +289,15 @@ Status CheckKafkaClients(const config::VipsdConfig& config) {
   // embedded cluster's, which exists only once the daemon runs.
   const std::string bootstrap =
       config.kafka.bootstrap_servers.empty() ? "localhost:9092" : config.kafka.bootstrap_servers;
-  const Status source = connectors::KafkaSource::CheckOptions(SourceOptions(config, bootstrap));
+  connectors::KafkaSourceOptions source_options = SourceOptions(config, bootstrap);
+  // A federated aggregator reads no input topic; its consumer properties
+  // still configure the work topic's reader, so they are checked with a
+  // stand-in topic name.
+  if (source_options.topics.empty() &&
+      config.federation.role == config::FederationRole::kAggregator) {
+    source_options.topics = {config.work_topic};
+  }
+  const Status source = connectors::KafkaSource::CheckOptions(source_options);
   if (!source.ok()) {
     return Located(config,
                    PropertyKey(config, source.message(), config.kafka.consumer_properties,
@@ -532,7 +540,10 @@ class KafkaWorkExchange final : public WorkExchange {
     VIPSD_ASSIGN_OR_RETURN(const WorkMessageKind kind, WorkMessageKindOf(bytes));
     connectors::OutMessage message;
     message.topic = topic_;
-    message.partition = kind == WorkMessageKind::kPlan ? kWorkPlanPartition : kWorkPartialPartition;
+    message.partition =
+        kind == WorkMessageKind::kPlan || kind == WorkMessageKind::kFederatedPlan
+            ? kWorkPlanPartition
+            : kWorkPartialPartition;
     message.key = job_;
     message.value = bytes;
     int64_t offset = -1;

@@ -32,6 +32,7 @@
 #include "connectors/file/file_util.h"
 #include "core/base/log.h"
 #include "daemon/daemon.h"
+#include "daemon/federation.h"
 #include "daemon/kafka_io.h"
 #include "daemon/offline_run.h"
 #include "daemon/service.h"
@@ -81,6 +82,12 @@ constexpr const char* kUsage =
     "                                 last release, whether the daemon runs. Exit 0\n"
     "                                 when ledger and checkpoint verify, 1 when not,\n"
     "                                 2 for no ledger or a bad command line\n"
+    "  vipsd federation-keygen --out PATH\n"
+    "                                 a federated data holder's X25519 key pair: the\n"
+    "                                 secret key to PATH (created, mode 0600, never\n"
+    "                                 overwritten; federation.secret_key: {file: PATH}),\n"
+    "                                 the public key printed for every configuration's\n"
+    "                                 federation.holders (docs/federation.md)\n"
     "  vipsd --print-reference-config\n"
     "                                 every configuration key with its default, kind,\n"
     "                                 allowed values, required or not, live on reload\n"
@@ -145,8 +152,36 @@ int StatusCommand(int argc, char** argv) {
   return report->verified ? 0 : 1;
 }
 
+int KeygenCommand(int argc, char** argv) {
+  std::string path;
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--out" && i + 1 < argc) {
+      path = argv[++i];
+    } else if (arg == "--help" || arg == "-h") {
+      std::cout << kUsage;
+      return 0;
+    } else {
+      std::cerr << "vipsd federation-keygen: unknown argument '" << arg << "'; see --help\n";
+      return 2;
+    }
+  }
+  if (path.empty()) {
+    std::cerr << "vipsd federation-keygen: missing --out PATH; see --help\n";
+    return 2;
+  }
+  auto public_key = daemon::WriteNewHolderKey(path);
+  if (!public_key.ok()) {
+    std::cerr << "vipsd federation-keygen: " << public_key.status().message() << "\n";
+    return 2;
+  }
+  std::cout << *public_key << "\n";
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "status") return StatusCommand(argc, argv);
+  if (argc >= 2 && std::string(argv[1]) == "federation-keygen") return KeygenCommand(argc, argv);
   std::string config_path;
   bool check_only = false;
   bool step_time_check = true;

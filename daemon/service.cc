@@ -24,6 +24,7 @@
 #include "core/text/vocabulary.h"
 #include "daemon/daemon.h"
 #include "daemon/embedded.h"
+#include "daemon/holder.h"
 #include "daemon/kafka_io.h"
 #include "daemon/metrics.h"
 #include "daemon/sd_notify.h"
@@ -85,6 +86,8 @@ class Service {
   std::optional<int> StandBy(LedgerReplica& replica);
   bool StopRequested();
   SourceFactory KafkaInputs();
+  // federation.role: holder — the Holder in place of a daemon.
+  int RunHolder();
   int RunUntilStopped();
   void PrintDemoSummary();
 
@@ -110,6 +113,7 @@ int Service::Run() {
   bootstrap_ = config_.kafka.bootstrap_servers;
   if (auto exit = StartEmbeddedKafka()) return *exit;
   if (auto exit = StartMetrics()) return *exit;
+  if (config_.federation.role == config::FederationRole::kHolder) return RunHolder();
   if (auto exit = Claim()) return *exit;
   return RunUntilStopped();
 }
@@ -176,7 +180,50 @@ bool Service::StopRequested() {
   }
 }
 
+int Service::RunHolder() {
+  auto exchange = NewKafkaWorkExchange(config_, bootstrap_, WorkRole::kWorker);
+  if (!exchange.ok()) {
+    Log(LogLevel::kError, "main", "work topic: " + exchange.status().ToString());
+    return ExitCodeFor(exchange.status());
+  }
+  auto output = NewDaemonOutput(config_, bootstrap_);
+  if (!output.ok()) {
+    Log(LogLevel::kError, "main", "output: " + output.status().ToString());
+    return ExitCodeFor(output.status());
+  }
+  auto holder = Holder::Create(config_, KafkaInputs(), std::move(*output), metrics_.get(),
+                               std::move(*exchange), options_);
+  if (!holder.ok()) {
+    Log(LogLevel::kError, "main", holder.status().ToString());
+    return ExitCodeFor(holder.status());
+  }
+  Status result = Status::Ok();
+  std::atomic<bool> done{false};
+  std::thread runner([&] {
+    result = (*holder)->Run();
+    done = true;
+  });
+  (void)Notify("READY=1\nSTATUS=holder");
+  while (!done.load() && !StopRequested()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  (*holder)->RequestStop();
+  runner.join();
+  holder->reset();
+  if (!result.ok()) {
+    Log(LogLevel::kError, "main", "holder: " + result.ToString());
+    return ExitCodeFor(result);
+  }
+  return 0;
+}
+
 SourceFactory Service::KafkaInputs() {
+  if (config_.federation.role == config::FederationRole::kAggregator) {
+    // An aggregator holds no data: it joins no consumer group.
+    return [](ResumeOffsetFn) -> StatusOr<std::unique_ptr<InputSource>> {
+      return std::unique_ptr<InputSource>(std::make_unique<NoInputSource>());
+    };
+  }
   const config::VipsdConfig* config = &config_;
   const std::string bootstrap = bootstrap_;
   Metrics* metrics = metrics_.get();

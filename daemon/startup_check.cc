@@ -14,6 +14,7 @@
 #include "core/privacy/fixed_schedule.h"
 #include "core/privacy/secure_noise.h"
 #include "daemon/checkpoint.h"
+#include "daemon/federation.h"
 #include "daemon/ledger_replica.h"
 #include "daemon/metrics.h"
 #include "daemon/path_checks.h"
@@ -498,6 +499,22 @@ Status CheckFixedSeedFlag(const config::VipsdConfig& config, const DaemonOptions
 
 Status CheckStartUp(const config::VipsdConfig& config, const DaemonOptions& options) {
   VIPSD_RETURN_IF_ERROR(CheckFixedSeedFlag(config, options));
+  // Federated mode: the roster's keys, and a holder's secret key against
+  // its roster entry (a start refuses an unknown key the same way).
+  if (config.federated()) {
+    const Status roster = RosterOf(config.federation).status();
+    if (!roster.ok()) {
+      return InvalidArgumentError(KeyWhere(config, "federation.holders") +
+                                  std::string(roster.message()));
+    }
+    if (config.federation.role == config::FederationRole::kHolder) {
+      const Status key = HolderMaskerOf(config.federation).status();
+      if (!key.ok()) {
+        return InvalidArgumentError(KeyWhere(config, "federation.secret_key") +
+                                    std::string(key.message()));
+      }
+    }
+  }
   VIPSD_ASSIGN_OR_RETURN(ModelBundle bundle, BuildModel(config));
   const Status address = ValidateMetricsListenAddress(config.metrics_listen);
   if (!address.ok()) {

@@ -18,7 +18,11 @@ constexpr char kPlanMagicV3[4] = {'V', 'W', 'P', '3'};
 constexpr char kPartialMagic[4] = {'V', 'W', 'R', '3'};
 constexpr char kPartialMagicV1[4] = {'V', 'W', 'R', '1'};
 constexpr char kPartialMagicV2[4] = {'V', 'W', 'R', '2'};
+constexpr char kFederatedPlanMagic[4] = {'V', 'F', 'P', '1'};
+constexpr char kFederatedShareMagic[4] = {'V', 'F', 'S', '1'};
 constexpr size_t kDigestBytes = 32;
+// At most this many coordinates in a share (2^31 words: 16 GiB).
+constexpr uint64_t kMaxShareWords = uint64_t{1} << 31;
 // Strings and lists beyond these are refused before anything is allocated.
 constexpr uint64_t kMaxString = uint64_t{1} << 32;
 constexpr uint64_t kMaxStreams = uint64_t{1} << 20;
@@ -177,6 +181,12 @@ StatusOr<WorkMessageKind> WorkMessageKindOf(std::string_view bytes) {
   if (bytes.size() >= 4 && std::memcmp(bytes.data(), kPartialMagic, 4) == 0) {
     return WorkMessageKind::kPartial;
   }
+  if (bytes.size() >= 4 && std::memcmp(bytes.data(), kFederatedPlanMagic, 4) == 0) {
+    return WorkMessageKind::kFederatedPlan;
+  }
+  if (bytes.size() >= 4 && std::memcmp(bytes.data(), kFederatedShareMagic, 4) == 0) {
+    return WorkMessageKind::kFederatedShare;
+  }
   if (bytes.size() >= 4 && std::memcmp(bytes.data(), kPlanMagicV1, 4) == 0) {
     return FailedPreconditionError(
         "work topic: a plan of an older vipsd (VWP1, without the record settings): every "
@@ -266,6 +276,98 @@ StatusOr<WorkPartial> DecodeWorkPartial(std::string_view bytes) {
   if (!valid) return DataLossError("work topic: a partial sum with out-of-range fields");
   partial.overflow = overflow == 1;
   return partial;
+}
+
+namespace {
+
+bool IsSortedUnique(const std::vector<std::string>& names) {
+  for (size_t i = 1; i < names.size(); ++i) {
+    if (!(names[i - 1] < names[i])) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string EncodeFederatedPlan(const FederatedPlan& plan) {
+  Writer w(kFederatedPlanMagic);
+  PutHeader(w, plan.job, plan.epoch, plan.owner, plan.step, plan.slot);
+  w.F64(plan.sampling_rate);
+  w.F64(plan.noise_multiplier);
+  w.I64(plan.cut_time_ms);
+  w.U64(plan.participants.size());
+  for (const std::string& id : plan.participants) w.Str(id);
+  w.U64(plan.tolerated);
+  w.Str(plan.roster);
+  w.Str(plan.model);
+  w.Str(plan.record_settings);
+  return w.Finish();
+}
+
+StatusOr<FederatedPlan> DecodeFederatedPlan(std::string_view bytes) {
+  Reader r(bytes, kFederatedPlanMagic, "federated plan");
+  FederatedPlan plan;
+  uint64_t count = 0, tolerated = 0;
+  if (GetHeader(r, &plan.job, &plan.epoch, &plan.owner, &plan.step, &plan.slot) &&
+      r.F64(&plan.sampling_rate) && r.F64(&plan.noise_multiplier) && r.I64(&plan.cut_time_ms) &&
+      r.U64(&count)) {
+    if (count > 4096 || count > r.remaining() / 8) {
+      return DataLossError("work topic: a federated plan with too many participants");
+    }
+    plan.participants.resize(count);
+    bool read = true;
+    for (std::string& id : plan.participants) {
+      if (!(read = r.Str(&id))) break;
+    }
+    (void)(read && r.U64(&tolerated) && r.Str(&plan.roster) && r.Str(&plan.model) &&
+           r.Str(&plan.record_settings));
+  }
+  VIPSD_RETURN_IF_ERROR(r.Done());
+  const bool valid = plan.step >= 1 && plan.slot >= 0 && std::isfinite(plan.sampling_rate) &&
+                     plan.sampling_rate > 0 && plan.sampling_rate <= 1 &&
+                     std::isfinite(plan.noise_multiplier) && plan.noise_multiplier > 0 &&
+                     !plan.participants.empty() && IsSortedUnique(plan.participants) &&
+                     tolerated < plan.participants.size();
+  if (!valid) return DataLossError("work topic: a federated plan with out-of-range fields");
+  plan.tolerated = static_cast<uint32_t>(tolerated);
+  return plan;
+}
+
+std::string EncodeFederatedShare(const FederatedShare& share) {
+  Writer w(kFederatedShareMagic);
+  w.Str(share.job);
+  w.U64(share.epoch);
+  w.I64(share.step);
+  w.Str(share.holder);
+  w.U64(static_cast<uint64_t>(share.kind));
+  w.Str(share.reason);
+  w.U64(share.noise_private ? 1 : 0);
+  w.U64(share.masked.size());
+  for (uint64_t word : share.masked) w.U64(word);
+  return w.Finish();
+}
+
+StatusOr<FederatedShare> DecodeFederatedShare(std::string_view bytes) {
+  Reader r(bytes, kFederatedShareMagic, "federated share");
+  FederatedShare share;
+  uint64_t kind = 0, noise_private = 0, count = 0;
+  if (r.Str(&share.job) && r.U64(&share.epoch) && r.I64(&share.step) && r.Str(&share.holder) &&
+      r.U64(&kind) && r.Str(&share.reason) && r.U64(&noise_private) && r.U64(&count)) {
+    if (count > kMaxShareWords || count > r.remaining() / 8) {
+      return DataLossError("work topic: a federated share with too many coordinates");
+    }
+    share.masked.resize(count);
+    for (uint64_t& word : share.masked) {
+      if (!r.U64(&word)) break;
+    }
+  }
+  VIPSD_RETURN_IF_ERROR(r.Done());
+  const bool valid = share.step >= 1 && !share.holder.empty() && kind <= 2 &&
+                     noise_private <= 1 && (kind == 0 || share.masked.empty());
+  if (!valid) return DataLossError("work topic: a federated share with out-of-range fields");
+  share.kind = static_cast<ShareKind>(kind);
+  share.noise_private = noise_private == 1;
+  return share;
 }
 
 }  // namespace vipsd::daemon

@@ -135,10 +135,56 @@ struct WorkPartial {
   std::string instance;  // who computed it (--instance-id)
 };
 
+// ---- Federated mode (issue 31; daemon/holder.h, Coordinator's federated
+// step) ----
+// The aggregator's plan of one round (= its step): NO sampling key (each
+// holder samples its own records with a key of its own) and NO windows (each
+// holder cuts its own partitions at cut_time_ms); the holders whose masked
+// shares the round sums, and what the shares are planned for. Public: all
+// of it is a function of the schedule, the configuration and released
+// models.
+struct FederatedPlan {
+  std::string job;
+  uint64_t epoch = 0;
+  std::string owner;
+  int64_t step = 0;  // the round: pads are keyed by it, so it never repeats
+  int64_t slot = 0;
+  double sampling_rate = 0;     // q the aggregator charged
+  double noise_multiplier = 0;  // σ the release is charged at
+  int64_t cut_time_ms = 0;      // records stamped at or before it are the slot's
+  // Holder ids, sorted, each once: exactly these shares are summed.
+  std::vector<std::string> participants;
+  uint32_t tolerated = 0;  // t: shares are s² = ⌈σ_g²/(n − t)⌉ with n = |participants|
+  std::string roster;      // RosterFingerprint of the configured holders
+  std::string model;       // CheckpointStore::Encode bytes of the model the round starts from
+  std::string record_settings;
+};
+
+// What a holder appends for a round. kShare: its masked, noised sum;
+// kDecline: it will not contribute to this round (a public reason: its own
+// ceiling, a plan it cannot follow, a window over pool.capacity); kJoin: it
+// is ready and asks to be a participant of the next plan.
+enum class ShareKind : uint8_t { kShare = 0, kDecline = 1, kJoin = 2 };
+struct FederatedShare {
+  std::string job;
+  uint64_t epoch = 0;
+  int64_t step = 0;
+  std::string holder;
+  ShareKind kind = ShareKind::kShare;
+  std::string reason;          // kDecline: public text
+  bool noise_private = true;   // the share was drawn from a private source
+  std::vector<uint64_t> masked;  // kShare: one word per coordinate (mod 2^64)
+};
+
+std::string EncodeFederatedPlan(const FederatedPlan& plan);
+std::string EncodeFederatedShare(const FederatedShare& share);
+StatusOr<FederatedPlan> DecodeFederatedPlan(std::string_view bytes);
+StatusOr<FederatedShare> DecodeFederatedShare(std::string_view bytes);
+
 std::string EncodeWorkPlan(const WorkPlan& plan);
 std::string EncodeWorkPartial(const WorkPartial& partial);
 // What one work-topic message holds.
-enum class WorkMessageKind { kPlan, kPartial };
+enum class WorkMessageKind { kPlan, kPartial, kFederatedPlan, kFederatedShare };
 StatusOr<WorkMessageKind> WorkMessageKindOf(std::string_view bytes);
 StatusOr<WorkPlan> DecodeWorkPlan(std::string_view bytes);
 StatusOr<WorkPartial> DecodeWorkPartial(std::string_view bytes);

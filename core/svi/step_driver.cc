@@ -573,14 +573,35 @@ StatusOr<StepResult> StepDriver::Finish(const StepTicket& ticket,
   }
   if (!release.ok()) return release.status();
   result.phase_seconds.noise = Lap(clock);
+  return MStepOn(std::move(result), *release);
+}
 
+StatusOr<StepResult> StepDriver::MStepOn(StepResult result,
+                                         const privacy::GaussianRelease& release) {
   // 5. M-step on the released sum.
+  auto clock = std::chrono::steady_clock::now();
   result.rho = StepSize(config_.tau0, config_.kappa, next_step_);
-  VIPSD_RETURN_IF_ERROR(model_->MStep(release->noisy_sum, config_.sampling_rate, result.rho));
+  VIPSD_RETURN_IF_ERROR(model_->MStep(release.noisy_sum, config_.sampling_rate, result.rho));
   result.phase_seconds.mstep = Lap(clock);
-  if (on_release_) on_release_(release->noisy_sum, next_step_);
+  if (on_release_) on_release_(release.noisy_sum, next_step_);
   ++next_step_;
   return result;
+}
+
+StatusOr<StepResult> StepDriver::FinishReleased(const StepTicket& ticket,
+                                                const privacy::GaussianRelease& release) {
+  if (ticket.result.outcome != StepResult::Outcome::kRan || ticket.result.step != next_step_) {
+    return FailedPreconditionError("FinishReleased: the ticket is not this driver's admitted step " +
+                                   std::to_string(next_step_));
+  }
+  if (config_.noise_multiplier <= 0 || noise_ahead_.valid()) {
+    return FailedPreconditionError(
+        "FinishReleased: only for a private driver without noise drawn ahead");
+  }
+  if (static_cast<size_t>(release.noisy_sum.size()) != model_->statistic_layout().total_size()) {
+    return FailedPreconditionError("FinishReleased: the release has another dimension");
+  }
+  return MStepOn(ticket.result, release);
 }
 
 void StepDriver::DrawNoiseAhead() {

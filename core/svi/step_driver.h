@@ -174,6 +174,13 @@ class StepDriver {
   // sums merged in stream order), M-step with ρ_t, t advances. `ticket` must
   // be the one Begin() gave for this step.
   StatusOr<StepResult> Finish(const StepTicket& ticket, privacy::GaussianSumMechanism& total);
+  // Step 5 alone on the owner, for a release whose noise others added
+  // (federated mode: the sum of the holders' noised, masked shares,
+  // GaussianSumMechanism::ReleaseFederatedTotal): M-step with ρ_t, t
+  // advances, the release observer is called. FAILED_PRECONDITION as Finish,
+  // and for a non-private driver or a DrawNoiseAhead pending.
+  StatusOr<StepResult> FinishReleased(const StepTicket& ticket,
+                                      const privacy::GaussianRelease& release);
   // Step 4's noise drawn ahead, on a thread of its own (private runs; a
   // no-op otherwise): the noise does not depend on the records, so it is
   // drawn while the E-step runs or while the owner of a shared step waits
@@ -218,6 +225,8 @@ class StepDriver {
              privacy::RdpAccountant* accountant, const DriverConfig& config,
              int64_t next_step);
 
+  // Step 5 on a release: M-step, observer, t advances.
+  StatusOr<StepResult> MStepOn(StepResult result, const privacy::GaussianRelease& release);
   model::Model* model_;
   privacy::NoiseSource* noise_;
   privacy::RdpAccountant* accountant_;

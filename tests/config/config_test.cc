@@ -1,4 +1,5 @@
 #include "config/config.h"
+#include "connectors/file/file_util.h"
 #include "core/base/format.h"
 
 #include <gmock/gmock.h>
@@ -288,6 +289,97 @@ TEST(ConfigTest, LedgerTopicKeys) {
   ASSERT_FALSE(on_file.ok());
   EXPECT_THAT(on_file.status().message(),
               HasSubstr("state.ledger_topic: only allowed with source.type: kafka"));
+}
+
+// federation (issue 31): a holder's secret key comes from a file or a
+// systemd credential, never from the YAML (nor the environment); the
+// roster and the roles' keys are checked with key and line.
+TEST(ConfigTest, FederationKeysAndWhereASecretKeyMayComeFrom) {
+  const std::string dir = ::testing::TempDir() + "config_federation";
+  std::filesystem::create_directories(dir);
+  const std::string secret(64, 'a');
+  ASSERT_TRUE(connectors::WriteFileDurably(dir + "/h1.key", secret + "\n", false, 0600).ok());
+  const std::string roster = "  holders:\n    h1: " + std::string(64, 'B') + "\n    h2: " +
+                             std::string(64, 'c') + "\n";
+  auto holder_with = [&](const std::string& key_line, const std::string& extra = "") {
+    std::string text = KafkaWith("  # ledger_topic: vipsd-ledger\n",
+                                 "  ledger_key: fedjob\n  work_topic: vipsd-work\n");
+    text.replace(text.find("accounting: residency"), 21, "accounting: global   ");
+    return text.replace(text.find("log:"), 4,
+                        "federation:\n  role: holder\n  holder_id: h1\n" + key_line +
+                            "  tolerated_holders: 1\n" + roster + extra + "log:");
+  };
+  auto holder = ParseConfig(holder_with("  secret_key: {file: h1.key}\n"), dir + "/v.yaml");
+  ASSERT_TRUE(holder.ok()) << holder.status().message();
+  EXPECT_EQ(holder->federation.role, FederationRole::kHolder);
+  EXPECT_EQ(holder->federation.secret_key, secret);
+  EXPECT_EQ(holder->federation.holders.at("h1"), std::string(64, 'b'));  // lower case
+  for (const auto& [key, value] : AppliedKeyValues(*holder)) {
+    EXPECT_EQ(value.find(secret), std::string::npos) << key;
+  }
+  // Written in the file: refused, and the message does not repeat it.
+  auto inline_key = ParseConfig(holder_with("  secret_key: " + secret + "\n"), dir + "/v.yaml");
+  ASSERT_FALSE(inline_key.ok());
+  EXPECT_THAT(inline_key.status().message(),
+              HasSubstr("federation.secret_key: a secret key is never written in the "
+                        "configuration file"));
+  EXPECT_THAT(inline_key.status().message(), Not(HasSubstr(secret)));
+  auto from_env = ParseConfig(holder_with("  secret_key: {env: KEY}\n"), dir + "/v.yaml");
+  ASSERT_FALSE(from_env.ok());
+  EXPECT_THAT(from_env.status().message(),
+              HasSubstr("must be one of {file: PATH}, {credential: NAME}"));
+  auto missing = ParseConfig(holder_with(""), dir + "/v.yaml");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.status().message(), HasSubstr("federation.secret_key: required"));
+  // The holder's id must be in the roster; t below n; public keys are hex.
+  std::string stranger = holder_with("  secret_key: {file: h1.key}\n");
+  stranger.replace(stranger.find("holder_id: h1"), 13, "holder_id: h9");
+  auto not_listed = ParseConfig(stranger, dir + "/v.yaml");
+  ASSERT_FALSE(not_listed.ok());
+  EXPECT_THAT(not_listed.status().message(),
+              HasSubstr("federation.holder_id: 'h9' is not one of federation.holders"));
+  std::string too_tolerant = holder_with("  secret_key: {file: h1.key}\n");
+  too_tolerant.replace(too_tolerant.find("tolerated_holders: 1"), 20, "tolerated_holders: 2");
+  auto tolerant = ParseConfig(too_tolerant, dir + "/v.yaml");
+  ASSERT_FALSE(tolerant.ok());
+  EXPECT_THAT(tolerant.status().message(),
+              HasSubstr("federation.tolerated_holders: must be below the number of holders (2)"));
+  std::string short_key = holder_with("  secret_key: {file: h1.key}\n");
+  short_key.replace(short_key.find(std::string(64, 'c')), 64, "cafe");
+  auto bad_key = ParseConfig(short_key, dir + "/v.yaml");
+  ASSERT_FALSE(bad_key.ok());
+  EXPECT_THAT(bad_key.status().message(),
+              HasSubstr("federation.holders.h2: must be the holder's X25519 public key"));
+  // An aggregator reads no input and holds no key.
+  std::string aggregator = KafkaWith("  # ledger_topic: vipsd-ledger\n",
+                                     "  ledger_topic: l\n  work_topic: vipsd-work\n");
+  aggregator.replace(aggregator.find("accounting: residency"), 21, "accounting: global   ");
+  aggregator.replace(aggregator.find("log:"), 4,
+                     "federation:\n  role: aggregator\n" + roster + "log:");
+  auto with_topics = ParseConfig(aggregator, dir + "/v.yaml");
+  ASSERT_FALSE(with_topics.ok());
+  EXPECT_THAT(with_topics.status().message(),
+              HasSubstr("source.topics: an aggregator reads no input"));
+  const size_t topics = aggregator.find("  topics: [documents]");
+  aggregator.erase(topics, aggregator.find('\n', topics) + 1 - topics);
+  auto no_input = ParseConfig(aggregator, dir + "/v.yaml");
+  ASSERT_TRUE(no_input.ok()) << no_input.status().message();
+  EXPECT_EQ(no_input->federation.role, FederationRole::kAggregator);
+  // Without federation.role, source.topics is required and the section's
+  // other keys are refused.
+  std::string plain = KafkaExample();
+  plain.erase(plain.find("  topics: [documents]"),
+              plain.find('\n', plain.find("  topics: [documents]")) + 1 -
+                  plain.find("  topics: [documents]"));
+  auto no_topics = ParseConfig(plain, dir + "/v.yaml");
+  ASSERT_FALSE(no_topics.ok());
+  EXPECT_THAT(no_topics.status().message(), HasSubstr("source.topics: required key is missing"));
+  std::string stray = KafkaExample();
+  stray.replace(stray.find("log:"), 4, "federation:\n" + roster + "log:");
+  auto stray_holders = ParseConfig(stray, dir + "/v.yaml");
+  ASSERT_FALSE(stray_holders.ok());
+  EXPECT_THAT(stray_holders.status().message(),
+              HasSubstr("federation.holders: only allowed with federation.role"));
 }
 
 TEST(ConfigTest, KafkaExampleParsesWithItsValues) {

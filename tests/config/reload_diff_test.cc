@@ -142,6 +142,15 @@ std::vector<EnumReload> Cases() {
       {"state.work_partitions", Shared(kafka, "murmur2"),
        With(Shared(kafka, "murmur2"), {{"  work_topic: w\n", "  work_topic: w\n  work_partitions: false\n"}}),
        "true", "false"},
+      // A federated aggregator (issue 31) of the same job: no input.
+      {"federation.role",
+       With(kafka, {{"  directory: s\n", "  directory: s\n  ledger_topic: l\n  work_topic: w\n"}}),
+       With(kafka, {{"  topics: [t]\n", ""},
+                    {"  directory: s\n", "  directory: s\n  ledger_topic: l\n  work_topic: w\n"},
+                    {"log:\n", "federation:\n  role: aggregator\n  holders:\n    a: " +
+                                   std::string(64, '1') + "\n    b: " + std::string(64, '2') +
+                                   "\nlog:\n"}}),
+       "none", "aggregator"},
       {"metrics.expose_step_timing", kafka,
        With(kafka, {{"expose_step_timing: false", "expose_step_timing: true"}}), "false", "true"},
       {"log.level", kafka, With(kafka, {{"level: info", "level: debug"}}), "info", "debug",

@@ -55,6 +55,23 @@ python3 "$root/scripts/prepare_wikipedia.py" --example "$stand_in" >"$work/prepa
   fail "prepare_wikipedia.py did not write the stand-in vocabulary to out/wikipedia/vocab.txt"
 grep -qF "config/examples/lda_wikipedia.yaml reads out/wikipedia/vocab.txt" "$work/prepare.out" ||
   { cat "$work/prepare.out"; fail "prepare_wikipedia.py does not say where the example reads"; }
+# The federated examples (docs/federation.md): the holder's key is made
+# here, and its public key replaces hospital-a's in both files; a holder
+# whose key is not its roster entry is refused.
+fed=$work/federation
+sed -i "s|/var/lib/vipsd|$work/service_state|" "$fed"/*.yaml
+"$vipsd" federation-keygen --out "$fed/holder.key" >"$fed/public.txt" ||
+  fail "vipsd federation-keygen"
+[[ $(stat -c %a "$fed/holder.key") == 600 ]] || fail "federation-keygen: the key file is not 0600"
+"$vipsd" --config "$fed/holder.yaml" --check-config >"$fed/check.out" 2>&1 &&
+  fail "a holder whose key is not the roster's passes --check-config"
+grep -q "federation.secret_key: .*unknown key" "$fed/check.out" ||
+  { cat "$fed/check.out"; fail "no 'unknown key' for a holder key the roster does not list"; }
+sed -i "s|hospital-a: [0-9a-f]*|hospital-a: $(cat "$fed/public.txt")|" "$fed"/*.yaml
+for config in "$fed"/*.yaml; do
+  "$vipsd" --config "$config" --check-config >"$fed/check.out" 2>&1 ||
+    { cat "$fed/check.out"; fail "federation/$(basename "$config") does not pass --check-config"; }
+done
 for config in "$work"/*.yaml; do
   name=$(basename "$config")
   "$vipsd" --config "$config" --check-config >"$work/check.out" 2>&1 ||

@@ -15,11 +15,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -32,7 +34,9 @@
 #include "connectors/kafka/kafka_producer.h"
 #include "connectors/kafka/mock_cluster.h"
 #include "core/privacy/fixed_schedule.h"
+#include "daemon/budget.h"
 #include "daemon/ledger.h"
+#include "daemon/work_exchange.h"
 
 namespace vipsd {
 namespace {
@@ -160,7 +164,9 @@ class DaemonKafkaTest : public ::testing::Test {
          // the worst-case step longer than the 0.2 s slot, which a start
          // refuses (daemon/step_calibration.h).
          << "pool:\n  capacity: 10000\n"
-         << "source:\n  type: kafka\n  topics: [" << input_topic_ << "]\n  group_id: " << group_
+         << "source:\n  type: kafka\n"
+         << (input_topic_.empty() ? "" : "  topics: [" + input_topic_ + "]\n")
+         << "  group_id: " << group_
          // The mock cluster stores the producer's timestamps (CreateTime):
          // it cannot append with LogAppendTime (TOOLCHAIN.md).
          << "\n" << (source_extra_.find("timestamps:") == std::string::npos
@@ -175,7 +181,7 @@ class DaemonKafkaTest : public ::testing::Test {
          << "  consumer_properties:\n    session.timeout.ms: \"6000\"\n"
          << "    heartbeat.interval.ms: \"500\"\n"
          << "state:\n  directory: " << state_directory_ << "\n" << state_extra_
-         << "metrics:\n  listen: \"\"\n";
+         << "metrics:\n  listen: \"\"\n" << federation_;
     return dir_ + "/" + config_name_;
   }
 
@@ -285,8 +291,9 @@ class DaemonKafkaTest : public ::testing::Test {
   std::string state_extra_;
   std::string source_extra_;  // extra source keys
   std::string interval_seconds_ = "0.2";
-  std::string input_topic_ = "docs";
+  std::string input_topic_ = "docs";  // "": no source.topics (a federated aggregator)
   std::string release_topic_ = "releases";
+  std::string federation_;  // a federation section, appended as is
 };
 
 const char* kPrivate =
@@ -982,6 +989,189 @@ TEST_F(DaemonKafkaTest, ACoordinatorThatReadsNoPartitionReleasesBitForBitWhatOne
     EXPECT_EQ((*it)[2], "1") << log;
   }
   EXPECT_EQ(steps_seen, kSteps) << log;
+}
+
+// ---- Federated mode (issue 31) ---------------------------------------------
+
+// Every message on partition `partition` of `topic`, from its start.
+std::vector<std::string> ReadPartition(const std::string& bootstrap, const std::string& topic,
+                                       int32_t partition) {
+  std::string error;
+  std::unique_ptr<RdKafka::Conf> conf(RdKafka::Conf::create(RdKafka::Conf::CONF_GLOBAL));
+  conf->set("bootstrap.servers", bootstrap, error);
+  conf->set("group.id", "federation-test-reader", error);
+  conf->set("enable.partition.eof", "true", error);
+  conf->set("enable.auto.commit", "false", error);
+  std::unique_ptr<RdKafka::KafkaConsumer> consumer(
+      RdKafka::KafkaConsumer::create(conf.get(), error));
+  std::vector<std::string> out;
+  if (!consumer) return out;
+  std::vector<RdKafka::TopicPartition*> assignment = {
+      RdKafka::TopicPartition::create(topic, partition, RdKafka::Topic::OFFSET_BEGINNING)};
+  consumer->assign(assignment);
+  RdKafka::TopicPartition::destroy(assignment);
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (std::chrono::steady_clock::now() < until) {
+    std::unique_ptr<RdKafka::Message> message(consumer->consume(500));
+    if (message->err() == RdKafka::ERR__PARTITION_EOF) break;
+    if (message->err() != RdKafka::ERR_NO_ERROR) continue;
+    out.emplace_back(static_cast<const char*>(message->payload()), message->len());
+  }
+  consumer->close();
+  return out;
+}
+
+TEST_F(DaemonKafkaTest, ThreeHoldersAndAnAggregatorAsSeparateProcesses) {
+  // Issue 31: three data holders, each reading only its own topic, and an
+  // aggregator that holds no data. Every round the holders' masked shares
+  // sum to a release; one holder is killed mid-run: the round that misses
+  // its share is abandoned and charged, and the next rounds run with the
+  // other two (shares re-planned for n = 2). A fourth process configured
+  // with a key that is not the roster's is refused before it reads.
+  constexpr int kSteps = 12;
+  WriteVocabulary(6);
+  for (const char* topic : {"h1docs", "h2docs", "h3docs"}) {
+    ASSERT_TRUE(cluster_->CreateTopic(topic, 2).ok());
+  }
+  ASSERT_TRUE(cluster_->CreateTopic("fedwork", 2).ok());  // plans, shares
+  ASSERT_TRUE(cluster_->CreateTopic("fedledger", 1).ok());
+  ASSERT_TRUE(cluster_->CreateTopic("releases-fed", 1).ok());
+  const std::vector<std::string> ids = {"h1", "h2", "h3"};
+  std::map<std::string, std::string> public_keys;
+  for (const std::string& id : ids) {
+    int code = 0;
+    const std::string out = Shell(std::string(VIPSD_BINARY) + " federation-keygen --out " + dir_ +
+                                      "/" + id + ".key 2>&1",
+                                  &code);
+    ASSERT_EQ(code, 0) << out;
+    public_keys[id] = out.substr(0, 64);
+    EXPECT_EQ(std::filesystem::status(dir_ + "/" + id + ".key").permissions() &
+                  std::filesystem::perms::all,
+              std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  }
+  // An existing key is never overwritten.
+  int keygen_again = 0;
+  Shell(std::string(VIPSD_BINARY) + " federation-keygen --out " + dir_ + "/h1.key 2>&1",
+        &keygen_again);
+  EXPECT_EQ(keygen_again, 2);
+  // Each holder's records on its own topic (split by article).
+  for (size_t h = 0; h < ids.size(); ++h) {
+    input_topic_ = ids[h] + "docs";
+    std::vector<std::string> lines;
+    for (int i = static_cast<int>(h); i < 240; i += 3) lines.push_back(Document(i));
+    ProduceWithKcat(lines);
+    if (HasFatalFailure()) return;
+  }
+  std::string roster = "  holders:\n";
+  for (const auto& [id, key] : public_keys) roster += "    " + id + ": " + key + "\n";
+  const std::string privacy = std::string(kPrivate);
+  const std::string schedule = "  window_steps: 1000000000\n";
+  interval_seconds_ = "1.0";
+  release_topic_ = "releases-fed";
+  const std::string base_group = group_;
+  std::map<std::string, std::unique_ptr<VipsdProcess>> holders;
+  auto holder_config = [&](const std::string& id, const std::string& key_file) {
+    input_topic_ = id + "docs";
+    group_ = base_group + "-" + id;
+    state_directory_ = "state-" + id;
+    config_name_ = "vipsd-" + id + ".yaml";
+    state_extra_ = "  ledger_key: fedjob\n  work_topic: fedwork\n";
+    federation_ = "federation:\n  role: holder\n  holder_id: " + id +
+                  "\n  secret_key: {file: " + key_file +
+                  "}\n  tolerated_holders: 1\n  round_timeout_seconds: 5\n" + roster;
+    return WriteConfig(privacy, schedule);
+  };
+  for (const std::string& id : ids) {
+    holders[id] = std::make_unique<VipsdProcess>(holder_config(id, id + ".key"),
+                                                 dir_ + "/vipsd-" + id + ".log");
+  }
+  // A process that claims to be h1 with another key: refused, exit 2.
+  int code = 0;
+  Shell(std::string(VIPSD_BINARY) + " federation-keygen --out " + dir_ + "/impostor.key", &code);
+  ASSERT_EQ(code, 0);
+  VipsdProcess impostor(holder_config("h1", "impostor.key"), dir_ + "/vipsd-impostor.log");
+  EXPECT_EQ(impostor.Wait(60s), 2) << impostor.Log();
+  EXPECT_NE(impostor.Log().find("unknown key"), std::string::npos) << impostor.Log();
+  // The aggregator: no input, the job's ledger, the releases.
+  input_topic_ = "";
+  group_ = base_group + "-aggregator";
+  state_directory_ = "state-aggregator";
+  config_name_ = "vipsd-aggregator.yaml";
+  state_extra_ = "  ledger_topic: fedledger\n  ledger_key: fedjob\n  work_topic: fedwork\n";
+  federation_ = "federation:\n  role: aggregator\n  tolerated_holders: 1\n"
+                "  round_timeout_seconds: 5\n" + roster;
+  const std::string config =
+      WriteConfig(privacy, schedule + "  release_delay_seconds: 0.5\n  max_steps: " +
+                               std::to_string(kSteps) + "\n",
+                  2, "  mirror_directory: mirror-fed\n");
+  VipsdProcess aggregator(config, dir_ + "/vipsd-aggregator.log");
+  // h3 stops for good once three rounds have run.
+  ASSERT_TRUE(WaitFor([&] { return aggregator.Log().find("step=3 slot=") != std::string::npos; },
+                      120s))
+      << aggregator.Log() << holders["h1"]->Log();
+  holders["h3"]->Kill(SIGKILL);
+  EXPECT_EQ(holders["h3"]->Wait(10s), -1);
+  ASSERT_EQ(aggregator.Wait(240s), 0) << aggregator.Log();
+  for (const char* id : {"h1", "h2"}) {
+    holders[id]->Kill(SIGTERM);
+    EXPECT_EQ(holders[id]->Wait(60s), 0) << holders[id]->Log();
+  }
+  const std::string log = aggregator.Log();
+  // The round that missed h3's share was abandoned, and charged.
+  EXPECT_NE(log.find("abandoned (no share from h3"), std::string::npos) << log;
+  const daemon::LedgerState record = LedgerIn("state-aggregator");
+  int64_t ran = 0;
+  const std::regex step_re("msg=\"step=([0-9]+) slot=");
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), step_re);
+       it != std::sregex_iterator(); ++it) {
+    ++ran;
+  }
+  EXPECT_EQ(ran, kSteps) << log;
+  int64_t released = 0;
+  for (int64_t step = 1; step < record.next_step; ++step) {
+    released += std::filesystem::exists(dir_ + "/mirror-fed/step-" + std::to_string(step)) ? 1 : 0;
+  }
+  // A step that overran its deadline leaves with the next slot's outputs.
+  EXPECT_GE(released, kSteps / 2);
+  EXPECT_GT(record.accountant.steps(), ran) << "an abandoned round is charged";
+  EXPECT_EQ(record.accountant.steps(), record.next_step - 1);
+  // Each holder's own ledger: the rounds it sent a share for, never more
+  // than the aggregator charged; h1 took part in every round, h3 in the
+  // first ones only.
+  const daemon::LedgerState h1 = LedgerIn("state-h1");
+  const daemon::LedgerState h3 = LedgerIn("state-h3");
+  EXPECT_EQ(h1.next_step, record.next_step);
+  EXPECT_EQ(h1.accountant.steps(), record.accountant.steps());
+  EXPECT_LT(h3.accountant.steps(), h1.accountant.steps());
+  EXPECT_GE(h3.accountant.steps(), 3);
+  // One number: the same steps of the same (q, sigma) are the same epsilon
+  // in the holder's ledger and in the aggregator's.
+  auto holder_spent = daemon::LedgerSpent(h1, 1e-5);
+  auto record_spent = daemon::LedgerSpent(record, 1e-5);
+  ASSERT_TRUE(holder_spent.ok() && record_spent.ok());
+  EXPECT_EQ(holder_spent->epsilon, record_spent->epsilon);
+  EXPECT_EQ(holder_spent->accountant, record_spent->accountant);
+  // What the aggregator saw of h1: masked words, uniform on 2^64 although
+  // the values under them are small grid sums (their top bits would be all
+  // zeros or all ones). Chi-square of the top 4 bits over 16 bins.
+  std::array<int64_t, 16> bins{};
+  int64_t words = 0;
+  for (const std::string& bytes : ReadPartition(bootstrap_, "fedwork", 1)) {
+    auto kind = daemon::WorkMessageKindOf(bytes);
+    if (!kind.ok() || *kind != daemon::WorkMessageKind::kFederatedShare) continue;
+    auto share = daemon::DecodeFederatedShare(bytes);
+    ASSERT_TRUE(share.ok()) << share.status().ToString();
+    if (share->holder != "h1" || share->kind != daemon::ShareKind::kShare) continue;
+    for (uint64_t word : share->masked) {
+      ++bins[word >> 60];
+      ++words;
+    }
+  }
+  ASSERT_GE(words, 100);
+  double chi2 = 0;
+  const double expected = static_cast<double>(words) / 16;
+  for (int64_t n : bins) chi2 += (n - expected) * (n - expected) / expected;
+  EXPECT_LT(chi2, 45) << words << " words";  // 15 df: p < 1e-4
 }
 
 }  // namespace

@@ -14,6 +14,9 @@
 #include "config/config.h"
 #include "core/base/format.h"
 #include "core/base/log.h"
+#include "core/models/sbn.h"
+#include "core/privacy/block_layout.h"
+#include "core/privacy/distributed_noise.h"
 #include "core/privacy/filter_weights.h"
 #include "core/privacy/planner.h"
 #include "core/privacy/rdp.h"
@@ -51,6 +54,10 @@ class JsonObject {
   }
   void AddBool(std::string key, bool value) {
     fields_.emplace_back(std::move(key), value ? "true" : "false");
+  }
+  // `json` is already JSON (an array).
+  void AddRaw(std::string key, std::string json) {
+    fields_.emplace_back(std::move(key), std::move(json));
   }
   void AddString(std::string key, const std::string& value) {
     // Values are fixed identifiers (no characters that need escaping).
@@ -257,6 +264,32 @@ std::string AccountantLine(const Parsed& p, const privacy::PrivacyEstimate& esti
   return line;
 }
 
+}  // namespace
+
+StatusOr<privacy::DistributedNoise> FederatedNoiseOf(const config::VipsdConfig& config) {
+  size_t blocks = 0;
+  if (config.model_type == "lda") {
+    blocks = 1;  // the topic-word counts
+  } else if (config.model_type == "blr") {
+    blocks = 2;  // s1, s2
+  } else if (config.model_type == "sbn") {
+    blocks = models::kSbnNumBlocks;
+  } else {
+    return InvalidArgumentError("model.type " + config.model_type + " has no statistic layout");
+  }
+  std::vector<privacy::BlockSpec> specs;
+  for (size_t b = 0; b < blocks; ++b) {
+    specs.push_back(privacy::BlockSpec{"b" + std::to_string(b), privacy::BlockKind::kVector, 1, 1.0});
+  }
+  VIPSD_ASSIGN_OR_RETURN(auto layout, privacy::BlockLayout::Create(std::move(specs)));
+  return privacy::DistributedNoiseFor(
+      layout, config.driver.noise_multiplier,
+      static_cast<uint32_t>(config.federation.holders.size()),
+      static_cast<uint32_t>(config.federation.tolerated_holders));
+}
+
+namespace {
+
 int Fail(std::ostream& err, const Status& status) {
   err << "vipsd-privacy: " << status.message() << "\n";
   return status.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitNoAnswer;
@@ -342,9 +375,40 @@ int RunPlan(const Parsed& p, bool json_output, std::ostream& out, std::ostream& 
   const std::string unit(config::PrivacyUnitName(config->privacy_unit));
   const std::string protects = config::DescribeProtection(
       unit, config->unit_field, config->driver.max_records_per_unit);
+  // Federated mode: the noise shares and the σ that h honest holders'
+  // shares still give (the same function the daemon plans its rounds with).
+  struct Federated {
+    privacy::DistributedNoise noise;
+    std::vector<double> honest;  // by h = 0..n
+  };
+  std::optional<Federated> federated;
+  if (config->federated()) {
+    auto noise = FederatedNoiseOf(*config);
+    if (!noise.ok()) return fail(noise.status());
+    Federated f{*noise, {}};
+    for (uint32_t h = 0; h <= f.noise.holders; ++h) {
+      auto sigma_h = privacy::HonestNoiseMultiplier(f.noise, h);
+      if (!sigma_h.ok()) return fail(sigma_h.status());
+      f.honest.push_back(*sigma_h);
+    }
+    federated = std::move(f);
+  }
   if (json_output) {
     JsonObject json;
     json.AddString("command", "plan");
+    if (federated.has_value()) {
+      json.AddString("federation_role", config->federation.role == config::FederationRole::kHolder
+                                            ? "holder"
+                                            : "aggregator");
+      json.AddInt("holders", federated->noise.holders);
+      json.AddInt("tolerated_holders", federated->noise.tolerated);
+      json.AddInt("share_sigma2_grid", static_cast<int64_t>(federated->noise.share_sigma2.numerator));
+      std::string list = "[";
+      for (size_t h = 0; h < federated->honest.size(); ++h) {
+        list += (h > 0 ? ", " : "") + Number(federated->honest[h]);
+      }
+      json.AddRaw("honest_noise_multiplier", list + "]");
+    }
     json.AddString("schedule", fixed ? "fixed" : "adaptive");
     json.AddString("accounting", residency ? "residency" : "global");
     json.AddString("unit", unit);
@@ -417,6 +481,22 @@ int RunPlan(const Parsed& p, bool json_output, std::ostream& out, std::ostream& 
   }
   const config::CapacityMargin margin = config::CapacityMarginOf(*config);
   if (margin.applies) out << "  capacity: " << margin.text << "\n";
+  if (federated.has_value()) {
+    const auto& f = *federated;
+    out << "  federated: " << f.noise.holders << " holders, tolerated_holders " << f.noise.tolerated
+        << ": each adds a noise share of variance " << f.noise.share_sigma2.numerator
+        << " grid units^2 (the central noise's " << f.noise.central.sigma2.numerator
+        << " over n - t); with every holder honest the total carries "
+        << Human(static_cast<double>(f.noise.holders) / (f.noise.holders - f.noise.tolerated))
+        << " x the central variance\n"
+        << "  the sigma the steps above are charged at holds while at least "
+        << f.noise.holders - f.noise.tolerated
+        << " holders' shares are unknown to the adversary; with h honest holders:";
+    for (size_t h = f.honest.size(); h-- > 0;) {
+      out << (h + 1 == f.honest.size() ? " " : ", ") << "h=" << h << ": " << Human(f.honest[h]);
+    }
+    out << "\n";
+  }
   return starts ? kExitOk : kExitNoAnswer;
 }
 

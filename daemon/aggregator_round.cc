@@ -1,0 +1,236 @@
+// Coordinator, federated mode (federation.role: aggregator; issue 31,
+// docs/federation.md): one step is one ROUND.
+//
+//   1. The step is charged (svi::StepDriver::Begin, before anything else; the
+//      key it draws is not used: every holder samples with a key of its own).
+//   2. The plan goes to the work topic: the round (= the step number, so a
+//      pad is never reused), the slot's cut time, q and σ, the participants,
+//      tolerated_holders, the roster's fingerprint and the model.
+//   3. Every participant appends its share: its clipped grid sum plus its
+//      noise share N_Z(0, s²), s² = ⌈σ_g²/(n − t)⌉, masked with its pair
+//      pads (core/privacy/secure_aggregation.h). The masks cancel only in
+//      the sum of ALL participants' shares.
+//   4. The sum is the noisy total; GaussianSumMechanism::ReleaseFederatedTotal
+//      scales it back, and the M-step runs on it (StepDriver::FinishReleased).
+//
+// A round that misses a share within federation.round_timeout_seconds, or
+// that a participant declines, is ABANDONED: nothing is released (the sum
+// of an incomplete set of shares is a pad), the step stays charged on this
+// ledger and on every holder's that sent its share, and the holders that
+// did not send leave the participants until they ask to join again.
+//
+// Privacy: the aggregator sees only masked shares (uniform words) and their
+// sum, which carries at least the configured σ whenever at most t holders
+// collude with it (docs/privacy_accounting.md §1c). Which holders took part
+// is public (the plan says so).
+#include <algorithm>
+#include <cmath>
+#include <chrono>
+#include <map>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/base/log.h"
+#include "core/privacy/distributed_noise.h"
+#include "daemon/checkpoint.h"
+#include "daemon/coordinator.h"
+#include "daemon/federation.h"
+
+namespace vipsd::daemon {
+namespace {
+
+constexpr auto kSharePoll = std::chrono::milliseconds(50);
+constexpr auto kOwnerCheckInterval = std::chrono::seconds(1);
+
+std::string JoinIds(const std::vector<std::string>& ids) {
+  std::string out;
+  for (const std::string& id : ids) out += (out.empty() ? "" : ", ") + id;
+  return out;
+}
+
+}  // namespace
+
+Status Coordinator::EnableFederation(const config::FederationSettings& settings) {
+  VIPSD_ASSIGN_OR_RETURN(roster_, RosterOf(settings));
+  if (roster_.empty() || settings.tolerated_holders < 0 ||
+      settings.tolerated_holders >= static_cast<int64_t>(roster_.size())) {
+    roster_.clear();
+    return InvalidArgumentError("federation: tolerated_holders must be below the number of holders");
+  }
+  roster_fingerprint_ = RosterFingerprint(roster_);
+  tolerated_ = static_cast<uint32_t>(settings.tolerated_holders);
+  round_timeout_ = std::chrono::milliseconds(
+      static_cast<int64_t>(std::ceil(settings.round_timeout_seconds * 1000)));
+  // Every holder is asked for the first round; one that does not answer
+  // leaves the participants until it asks to join.
+  for (const privacy::RosterEntry& entry : roster_) participants_.insert(entry.id);
+  return Status::Ok();
+}
+
+void Coordinator::DrainJoins(const Context& context) {
+  auto messages = work_.Poll(std::chrono::milliseconds(0));
+  if (!messages.has_value()) return;
+  FederatedPlan none;  // no round: only joins are kept
+  std::map<std::string, FederatedShare> shares;
+  std::map<std::string, std::string> declined;
+  SlotOutputs ignored;
+  for (auto& [offset, bytes] : *messages) {
+    TakeShare(context, none, offset, bytes, &shares, &declined, &ignored);
+  }
+  for (const std::string& id : joining_) participants_.insert(id);
+  joining_.clear();
+}
+
+void Coordinator::TakeShare(const Context& context, const FederatedPlan& plan, int64_t offset,
+                            const std::string& bytes,
+                            std::map<std::string, FederatedShare>* shares,
+                            std::map<std::string, std::string>* declined, SlotOutputs* out) {
+  auto kind = WorkMessageKindOf(bytes);
+  if (!kind.ok() || *kind != WorkMessageKind::kFederatedShare) return;
+  auto share = DecodeFederatedShare(bytes);
+  if (!share.ok()) {
+    out->log_lines.emplace_back(LogLevel::kWarning, work_.Describe() + " offset " +
+                                                        std::to_string(offset) + ": " +
+                                                        share.status().ToString() + "; ignored");
+    return;
+  }
+  if (share->job != context.config->ledger_key) return;  // another federation's
+  const bool known = std::any_of(roster_.begin(), roster_.end(),
+                                 [&](const privacy::RosterEntry& e) { return e.id == share->holder; });
+  if (!known) {
+    out->log_lines.emplace_back(LogLevel::kWarning,
+                                work_.Describe() + " offset " + std::to_string(offset) +
+                                    ": a message from '" + share->holder +
+                                    "', which is not in federation.holders; ignored");
+    return;
+  }
+  if (share->kind == ShareKind::kJoin) {
+    if (participants_.count(share->holder) == 0) joining_.insert(share->holder);
+    return;
+  }
+  if (plan.step == 0 || share->epoch != plan.epoch || share->step != plan.step ||
+      !std::binary_search(plan.participants.begin(), plan.participants.end(), share->holder)) {
+    return;  // another round's
+  }
+  if (shares->count(share->holder) > 0 || declined->count(share->holder) > 0) return;  // first wins
+  if (share->kind == ShareKind::kDecline) {
+    (*declined)[share->holder] = share->reason;
+    return;
+  }
+  const size_t dimension = context.bundle->model->statistic_layout().total_size();
+  if (share->masked.size() != dimension) {
+    (*declined)[share->holder] = "a share of " + std::to_string(share->masked.size()) +
+                                 " coordinates, not " + std::to_string(dimension);
+    return;
+  }
+  (*shares)[share->holder] = std::move(*share);
+}
+
+StatusOr<svi::StepResult> Coordinator::FederatedRound(const Context& context,
+                                                      const svi::StepTicket& ticket,
+                                                      int64_t slot, SlotOutputs* out) {
+  const config::VipsdConfig& config = *context.config;
+  LedgerKeeper& keeper = *context.keeper;
+  const LedgerState& state = keeper.state();
+  FederatedPlan plan;
+  plan.job = config.ledger_key;
+  plan.epoch = keeper.replica()->epoch();
+  plan.owner = keeper.replica()->owner();
+  plan.step = ticket.result.step;
+  plan.slot = slot;
+  plan.sampling_rate = ticket.result.sampling_rate;
+  plan.noise_multiplier = ticket.result.noise_multiplier;
+  plan.cut_time_ms = context.targets->cut_time_ms;
+  plan.participants.assign(participants_.begin(), participants_.end());
+  plan.tolerated = tolerated_;
+  plan.roster = roster_fingerprint_;
+  plan.record_settings = context.bundle->record_settings;
+  Checkpoint model;
+  model.run_id = state.run_id;
+  model.step = context.model_step;
+  model.model_type = context.bundle->model->type();
+  model.model_fingerprint = context.bundle->model_fingerprint;
+  model.arrays = context.bundle->model->CheckpointArrays();
+  VIPSD_ASSIGN_OR_RETURN(plan.model, CheckpointStore::Encode(model));
+  VIPSD_RETURN_IF_ERROR(work_.Append(EncodeFederatedPlan(plan)).status());
+  plan.model.clear();
+
+  std::map<std::string, FederatedShare> shares;  // masked: uniform words to this process
+  std::map<std::string, std::string> declined;
+  const auto start = std::chrono::steady_clock::now();
+  auto last_owner_check = start;
+  bool timed_out = false;
+  while (shares.size() + declined.size() < plan.participants.size() && declined.empty()) {
+    if (control_->stopping()) return CancelledError("stopping");
+    const auto now = std::chrono::steady_clock::now();
+    if (now - start >= round_timeout_) {
+      timed_out = true;
+      break;
+    }
+    if (now - last_owner_check >= kOwnerCheckInterval) {
+      last_owner_check = now;
+      const Status owner = keeper.ConfirmOwner();
+      if (!owner.ok() && keeper.fenced()) {
+        context.on_fenced(owner);
+        return CancelledError("fenced");
+      }
+    }
+    auto messages = work_.Poll(kSharePoll);
+    if (!messages.has_value()) continue;
+    for (auto& [offset, bytes] : *messages) {
+      TakeShare(context, plan, offset, bytes, &shares, &declined, out);
+    }
+  }
+  // Who answers next time: this round's participants that sent a share,
+  // and every holder that asked to join meanwhile.
+  std::set<std::string> next;
+  for (const auto& [id, share] : shares) next.insert(id);
+  for (const std::string& id : joining_) next.insert(id);
+  joining_.clear();
+  if (shares.size() < plan.participants.size()) {
+    participants_ = std::move(next);
+    std::vector<std::string> missing;
+    std::string declines;
+    for (const std::string& id : plan.participants) {
+      if (shares.count(id) > 0) continue;
+      if (const auto it = declined.find(id); it != declined.end()) {
+        declines += (declines.empty() ? "" : "; ") + id + " declined: " + it->second;
+      } else {
+        missing.push_back(id);
+      }
+    }
+    std::string why;
+    if (!declines.empty()) why = declines;
+    if (!missing.empty()) {
+      why += (why.empty() ? "" : "; ") + std::string("no share from ") + JoinIds(missing) +
+             (timed_out ? " within federation.round_timeout_seconds" : "");
+    }
+    return UnavailableError("round " + std::to_string(plan.step) + " abandoned (" + why +
+                            "): nothing released; the step stays charged here and on every "
+                            "holder that sent its share; the holders concerned leave the "
+                            "participants until they ask to join");
+  }
+  participants_ = std::move(next);
+  // Every participant's share is in: the masks cancel in the sum.
+  std::vector<std::span<const uint64_t>> masked;
+  bool shares_private = true;
+  for (const auto& [id, share] : shares) {
+    masked.emplace_back(share.masked);
+    shares_private = shares_private && share.noise_private;
+  }
+  VIPSD_ASSIGN_OR_RETURN(std::vector<int64_t> total, privacy::SumMasked(masked));
+  const privacy::BlockLayout& layout = context.bundle->model->statistic_layout();
+  VIPSD_ASSIGN_OR_RETURN(
+      privacy::DistributedNoise noise,
+      privacy::DistributedNoiseFor(layout, plan.noise_multiplier,
+                                   static_cast<uint32_t>(plan.participants.size()), plan.tolerated));
+  VIPSD_ASSIGN_OR_RETURN(
+      privacy::GaussianRelease release,
+      privacy::GaussianSumMechanism::ReleaseFederatedTotal(layout, total, noise, shares_private));
+  out->partials_remote += static_cast<int64_t>(shares.size());
+  return context.driver->FinishReleased(ticket, release);
+}
+
+}  // namespace vipsd::daemon

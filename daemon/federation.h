@@ -1,0 +1,41 @@
+// Federated mode (issue 31; docs/federation.md): the configuration's roster
+// of data holders, a holder's secret key, and the key generator.
+//
+// The roster (federation.holders: id -> X25519 public key) is public; every
+// process of a federation must have the same one (plans carry its
+// fingerprint and a holder refuses a plan of another roster). A holder's
+// secret key comes from federation.secret_key, which the configuration
+// reads from a file or a systemd credential only (config/section.h
+// SecretReference), never from the YAML itself.
+//
+// Thread-safety: pure functions, except WriteNewHolderKey (filesystem).
+// Failure: INVALID_ARGUMENT naming what is wrong; messages never show a
+// secret key.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "core/base/status.h"
+#include "core/privacy/secure_aggregation.h"
+
+namespace vipsd::daemon {
+
+// federation.holders as a validated roster, sorted by id.
+StatusOr<std::vector<privacy::RosterEntry>> RosterOf(const config::FederationSettings& settings);
+
+// BLAKE2b-256 (hex) of "id:public key\n" for every holder in id order.
+std::string RosterFingerprint(const std::vector<privacy::RosterEntry>& roster);
+
+// The holder's masker: its secret key (64 hex digits, the file's content)
+// checked against the roster's entry for federation.holder_id. A key whose
+// public key is not that entry is refused ("unknown key").
+StatusOr<privacy::Masker> HolderMaskerOf(const config::FederationSettings& settings);
+
+// A new key pair from the OS CSPRNG: the secret key (64 hex digits and a
+// line end) goes to `path`, created with mode 0600 (an existing file is
+// never overwritten) and synced; returns the public key (64 hex digits).
+StatusOr<std::string> WriteNewHolderKey(const std::string& path);
+
+}  // namespace vipsd::daemon

@@ -1,0 +1,390 @@
+#include "daemon/holder.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "core/base/format.h"
+#include "core/base/log.h"
+#include "core/privacy/distributed_noise.h"
+#include "core/svi/step_driver.h"
+#include "daemon/checkpoint.h"
+#include "daemon/federation.h"
+#include "daemon/startup_check.h"
+
+namespace vipsd::daemon {
+namespace {
+
+constexpr std::string_view kComponent = "holder";
+
+bool Names(const std::vector<std::string>& sorted, const std::string& id) {
+  return std::binary_search(sorted.begin(), sorted.end(), id);
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Holder>> Holder::Create(const config::VipsdConfig& config,
+                                                 SourceFactory make_source,
+                                                 std::unique_ptr<OutputSink> sink,
+                                                 Metrics* metrics,
+                                                 std::unique_ptr<WorkExchange> exchange,
+                                                 DaemonOptions options) {
+  if (metrics == nullptr || sink == nullptr || !make_source || exchange == nullptr ||
+      config.federation.role != config::FederationRole::kHolder || !config.is_private()) {
+    return InvalidArgumentError(
+        "a holder needs federation.role: holder, a private configuration, a source factory, a "
+        "sink, metrics and a work exchange");
+  }
+  VIPSD_RETURN_IF_ERROR(CheckFixedSeedFlag(config, options));
+  // The key first: a holder whose key is not the roster's entry for its id
+  // stops before it reads anything.
+  VIPSD_ASSIGN_OR_RETURN(privacy::Masker masker, HolderMaskerOf(config.federation));
+  VIPSD_ASSIGN_OR_RETURN(ModelBundle bundle, BuildModel(config));
+  VIPSD_ASSIGN_OR_RETURN(Ledger ledger, Ledger::Open(config.state_directory));
+  VIPSD_ASSIGN_OR_RETURN(std::optional<LedgerState> previous, ledger.Load());
+  VIPSD_ASSIGN_OR_RETURN(PreparedState prepared,
+                         PrepareState(config, bundle, std::move(previous), ledger.path()));
+  VIPSD_ASSIGN_OR_RETURN(auto noise, NewNoiseSource(config));
+  // Rounds at or below the last one it masked are never answered again.
+  masker.set_last_round(static_cast<uint64_t>(prepared.state.next_step - 1));
+  auto keeper = std::make_unique<LedgerKeeper>(std::move(ledger), std::move(prepared.state),
+                                               /*replica=*/nullptr, config.state_directory,
+                                               metrics);
+  VIPSD_RETURN_IF_ERROR(keeper->UseFixedSchedule(true));
+  // A new directory's ledger exists before anything is read.
+  VIPSD_RETURN_IF_ERROR(keeper->Commit(keeper->state().next_step));
+  return std::unique_ptr<Holder>(new Holder(config, std::move(options), std::move(bundle),
+                                            std::move(sink), metrics, std::move(keeper),
+                                            std::move(noise),
+                                            std::move(masker), std::move(exchange),
+                                            std::move(make_source)));
+}
+
+Holder::Holder(const config::VipsdConfig& config, DaemonOptions options, ModelBundle bundle,
+               std::unique_ptr<OutputSink> sink, Metrics* metrics,
+               std::unique_ptr<LedgerKeeper> keeper, std::unique_ptr<privacy::NoiseSource> noise,
+               privacy::Masker masker, std::unique_ptr<WorkExchange> exchange,
+               SourceFactory make_source)
+    : config_(config),
+      options_(std::move(options)),
+      bundle_(std::move(bundle)),
+      sink_(std::move(sink)),
+      metrics_(metrics),
+      keeper_(std::move(keeper)),
+      noise_(std::move(noise)),
+      masker_(std::move(masker)),
+      make_source_(std::move(make_source)),
+      work_(std::move(exchange), &control_),
+      ingest_(bundle_.decoder.get(), sink_.get(), metrics, &control_,
+              /*cover_every_stream=*/true) {
+  auto roster = RosterOf(config_.federation);
+  if (roster.ok()) roster_fingerprint_ = RosterFingerprint(*roster);
+}
+
+Holder::~Holder() {
+  RequestStop();
+  ingest_.Join();
+}
+
+void Holder::RequestStop() {
+  control_.RequestStop();
+  ingest_.Stop();
+}
+
+Status Holder::Send(const FederatedPlan& plan, ShareKind kind, const std::string& reason,
+                    std::vector<uint64_t> masked) {
+  FederatedShare share;
+  share.job = config_.ledger_key;
+  share.epoch = plan.epoch;
+  share.step = std::max<int64_t>(plan.step, 1);
+  share.holder = config_.federation.holder_id;
+  share.kind = kind;
+  share.reason = reason;
+  share.noise_private = noise_->is_private();
+  share.masked = std::move(masked);
+  return work_.Append(EncodeFederatedShare(share)).status();
+}
+
+std::string Holder::Mismatch(const FederatedPlan& plan) const {
+  std::string out;
+  auto add = [&out](const std::string& text) { out += (out.empty() ? "" : "; ") + text; };
+  if (plan.roster != roster_fingerprint_) {
+    add("the aggregator's roster (fingerprint " + plan.roster.substr(0, 12) +
+        "…) is not this holder's federation.holders (" + roster_fingerprint_.substr(0, 12) + "…)");
+  }
+  if (plan.record_settings != bundle_.record_settings) {
+    add("the aggregator decodes and sums records with other settings (model, vocabulary, "
+        "clipping)");
+  }
+  if (plan.sampling_rate != config_.driver.sampling_rate) {
+    add("privacy.sampling_rate: aggregator " + ShortestNumber(plan.sampling_rate) +
+        ", this holder " + ShortestNumber(config_.driver.sampling_rate));
+  }
+  if (plan.noise_multiplier != config_.driver.noise_multiplier) {
+    add("privacy.noise_multiplier: aggregator " + ShortestNumber(plan.noise_multiplier) +
+        ", this holder " + ShortestNumber(config_.driver.noise_multiplier));
+  }
+  if (static_cast<int64_t>(plan.tolerated) < config_.federation.tolerated_holders) {
+    add("federation.tolerated_holders: aggregator " + std::to_string(plan.tolerated) +
+        ", this holder requires at least " +
+        std::to_string(config_.federation.tolerated_holders));
+  }
+  return out;
+}
+
+bool Holder::CutWindows(const FederatedPlan& plan, WorkPlan* local,
+                        std::vector<LocalStream>* ready, std::map<std::string, int64_t>* cuts,
+                        std::string* why) {
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::milliseconds(
+          static_cast<int64_t>(std::ceil(config_.federation.round_timeout_seconds * 1000)));
+  auto bounds = ingest_.source()->ObserveBounds(WallNow());
+  if (!bounds.ok()) {
+    *why = "its input's log bounds could not be read";
+    Log(LogLevel::kWarning, kComponent, "round " + std::to_string(plan.step) + ": " +
+                                            bounds.status().ToString());
+    return false;
+  }
+  svi::SlotWindows& windows = keeper_->state().windows;
+  for (const auto& [stream, b] : *bounds) {
+    if (!windows.HasStream(stream)) (void)windows.AddStream(stream, b.start);
+  }
+  SlotTargets targets;
+  targets.cut_time_ms = plan.cut_time_ms;
+  local->streams.clear();
+  std::vector<std::string> names = windows.Streams();
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {
+    const svi::OffsetRange window = windows.Window(name, plan.slot);
+    int64_t end = window.high;
+    if (const auto it = bounds->find(name); it != bounds->end()) end = std::max(it->second.end, window.low);
+    int64_t floor = window.high;
+    if (const auto it = previous_ends_.find(name); it != previous_ends_.end()) {
+      floor = std::max(floor, it->second);
+    }
+    floor = std::clamp(floor, window.low, end);
+    targets.streams[name] = {end, floor};
+    local->streams.push_back({name, window.low, floor, end});
+    ingest_.SetResumeOffset(name, window.low);
+    ingest_.DropBelow(name, window.low);
+  }
+  ingest_.SetTargets(targets);
+  for (;;) {
+    if (control_.stopping()) {
+      *why = "stopping";
+      return false;
+    }
+    bool complete = true;
+    for (const WorkStream& stream : local->streams) {
+      if (stream.high == stream.low) continue;
+      if (ingest_.Overflowing(stream.name)) {
+        *why = "its window of " + stream.name + " holds more than pool.capacity = " +
+               std::to_string(config_.pool_capacity) + " records";
+        return false;
+      }
+      complete = complete && ingest_.Assigned(stream.name) && ingest_.Complete(stream.name);
+    }
+    if (complete) break;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      *why = "its input was not read to the slot's cut within federation.round_timeout_seconds";
+      return false;
+    }
+    (void)control_.PauseFor(std::chrono::milliseconds(20));
+  }
+  ready->clear();
+  cuts->clear();
+  for (const WorkStream& stream : local->streams) {
+    previous_ends_[stream.name] = stream.high;
+    const int64_t cut = stream.high == stream.low ? stream.high : ingest_.Target(stream.name);
+    (*cuts)[stream.name] = cut;
+    if (cut > stream.low) ready->push_back({&stream, cut});
+  }
+  return true;
+}
+
+Status Holder::OnPlan(const FederatedPlan& plan) {
+  const std::string& id = config_.federation.holder_id;
+  if (plan.step <= static_cast<int64_t>(masker_.last_round())) return Status::Ok();
+  if (!Names(plan.participants, id)) {
+    if (!halted_ && joined_for_step_ != plan.step) {
+      joined_for_step_ = plan.step;
+      VIPSD_RETURN_IF_ERROR(Send(plan, ShareKind::kJoin, ""));
+      Log(LogLevel::kInfo, kComponent,
+          "round " + std::to_string(plan.step) + " does not name this holder: asked to join");
+    }
+    return Status::Ok();
+  }
+  const std::string mismatch = Mismatch(plan);
+  if (!mismatch.empty()) {
+    (void)Send(plan, ShareKind::kDecline, "configuration differs: " + mismatch);
+    return InvalidArgumentError("cannot follow the aggregator's plans: " + mismatch);
+  }
+  // The model the round starts from (public: post-processing of releases).
+  auto model = CheckpointStore::Decode(plan.model, work_.Describe() + " plan");
+  Status restored = model.status();
+  if (restored.ok() && (model->model_type != bundle_.model->type() ||
+                        model->model_fingerprint != bundle_.model_fingerprint)) {
+    restored = InvalidArgumentError("the aggregator's model (" + model->model_type +
+                                    ") is not this holder's (" + bundle_.model->type() +
+                                    "): a federation needs one model configuration");
+  }
+  if (restored.ok()) restored = bundle_.model->RestoreCheckpoint(model->arrays);
+  if (!restored.ok()) {
+    (void)Send(plan, ShareKind::kDecline, "the plan's model cannot be used");
+    return InvalidArgumentError("cannot follow the aggregator's plans: " +
+                                std::string(restored.message()));
+  }
+  LedgerState& state = keeper_->state();
+  svi::DriverConfig driver_config = config_.driver;
+  driver_config.adaptivity = AccountingAdaptivity();
+  // As the daemon: the keeper checks a fixed schedule's budget, the driver
+  // the RDP filter's as it charges.
+  driver_config.enforce_ceiling = state.schedule == ScheduleKind::kAdaptive;
+  VIPSD_ASSIGN_OR_RETURN(auto driver,
+                         svi::StepDriver::Create(bundle_.model.get(), noise_.get(),
+                                                 &state.accountant, driver_config, plan.step));
+  // Its own budget, on public parameters, before anything is read.
+  double epsilon_after = 0, window_epsilon = 0;
+  if (!keeper_->AdmitsStep(driver_config.sampling_rate, driver_config.noise_multiplier,
+                           driver_config.delta, driver_config.epsilon_ceiling, &epsilon_after,
+                           &window_epsilon)) {
+    if (!halted_) {
+      Log(LogLevel::kWarning, kComponent,
+          "epsilon ceiling reached: round " + std::to_string(plan.step) + " would spend epsilon=" +
+              FixedDecimal(epsilon_after, 4) + " > privacy.epsilon_ceiling=" +
+              ShortestNumber(driver_config.epsilon_ceiling) +
+              " for this holder's records; it declines every further round");
+    }
+    halted_ = true;
+    return Send(plan, ShareKind::kDecline, "this holder's epsilon ceiling is reached");
+  }
+  WorkPlan local;
+  std::vector<LocalStream> ready;
+  std::map<std::string, int64_t> cuts;
+  std::string why;
+  if (!CutWindows(plan, &local, &ready, &cuts, &why)) {
+    if (control_.stopping()) return Status::Ok();
+    Log(LogLevel::kWarning, kComponent,
+        "round " + std::to_string(plan.step) + " declined: " + why + " (nothing charged)");
+    return Send(plan, ShareKind::kDecline, why);
+  }
+  // Charged here, before any record is touched, with this holder's own
+  // step key (the aggregator never sees it).
+  VIPSD_ASSIGN_OR_RETURN(svi::StepTicket ticket, driver->Begin());
+  if (ticket.result.outcome == svi::StepResult::Outcome::kRefusedCeiling) {
+    halted_ = true;
+    return Send(plan, ShareKind::kDecline, "this holder's epsilon ceiling is reached");
+  }
+  local.key = ticket.key;
+  const privacy::BlockLayout& layout = bundle_.model->statistic_layout();
+  if (sum_ == nullptr) {
+    sum_ = std::make_unique<privacy::GaussianSumMechanism>(layout, privacy::SumKind::kGrid);
+  } else {
+    sum_->Reset();
+  }
+  Status summed = ready.empty()
+                      ? Status::Ok()
+                      : SumLocalStreams(ingest_, *driver, local, ready,
+                                        [&](size_t, privacy::GaussianSumMechanism& partial) {
+                                          return sum_->Merge(std::move(partial));
+                                        });
+  StatusOr<privacy::DistributedNoise> shares =
+      privacy::DistributedNoiseFor(layout, plan.noise_multiplier,
+                                   static_cast<uint32_t>(plan.participants.size()), plan.tolerated);
+  StatusOr<std::vector<int64_t>> values = summed.ok() ? (shares.ok() ? sum_->ReleaseShare(*noise_, *shares)
+                                                                     : StatusOr<std::vector<int64_t>>(shares.status()))
+                                                      : StatusOr<std::vector<int64_t>>(summed);
+  std::vector<uint64_t> masked;
+  Status result = values.status();
+  if (result.ok()) {
+    masked.resize(values->size());
+    result = masker_.Mask(static_cast<uint64_t>(plan.step), plan.participants, *values, masked);
+  }
+  driver->Abandon(ticket);  // the aggregator runs the step to its end
+  // The charge, the cuts and the round are durable BEFORE the share leaves
+  // (a failed round is charged too: the step key was drawn and records
+  // read).
+  const Status noted = keeper_->RecordStep(ticket.result, true, noise_->is_private(), window_epsilon);
+  if (!noted.ok() && result.ok()) result = noted;
+  if (plan.slot > state.windows.last_slot()) {
+    const Status recorded = state.windows.RecordCuts(plan.slot, cuts);
+    if (!recorded.ok() && result.ok()) result = recorded;
+  }
+  VIPSD_RETURN_IF_ERROR(keeper_->Commit(plan.step + 1));
+  for (const WorkStream& stream : local.streams) {
+    ingest_.DropBelow(stream.name, state.windows.ResumeOffset(stream.name));
+  }
+  const double spent = keeper_->EpsilonOf(state, driver_config.delta, true);
+  metrics_->SetPrivacyBudget(spent, driver_config.epsilon_ceiling, driver_config.delta);
+  if (!result.ok()) {
+    Log(LogLevel::kError, kComponent,
+        "round " + std::to_string(plan.step) + ": " + result.ToString() +
+            " (charged, nothing sent); declining it");
+    return Send(plan, ShareKind::kDecline, "this holder's share failed");
+  }
+  VIPSD_RETURN_IF_ERROR(Send(plan, ShareKind::kShare, "", std::move(masked)));
+  Log(LogLevel::kInfo, kComponent,
+      "round " + std::to_string(plan.step) + ": share sent (" +
+          std::to_string(plan.participants.size()) + " participants, tolerated " +
+          std::to_string(plan.tolerated) + "); this holder's epsilon_spent=" +
+          FixedDecimal(spent, 4));
+  return Status::Ok();
+}
+
+Status Holder::Run() {
+  ingest_.SetCapacity(config_.pool_capacity);
+  ingest_.SetTimestampPolicy(config_.source_timestamps == "create_time"
+                                 ? TimestampPolicy::kAny
+                                 : TimestampPolicy::kLogAppendTime);
+  const svi::SlotWindows& windows = keeper_->state().windows;
+  for (const std::string& stream : windows.Streams()) {
+    ingest_.SetResumeOffset(stream, windows.ResumeOffset(stream));
+  }
+  Ingest* ingest = &ingest_;
+  auto source = make_source_(
+      [ingest](const std::string& topic, int32_t partition) -> std::optional<int64_t> {
+        return ingest->ResumeOffset(topic, partition).value_or(0);
+      });
+  if (!source.ok()) return source.status();
+  ingest_.Start(std::move(*source));
+  Log(LogLevel::kInfo, kComponent,
+      "holder '" + config_.federation.holder_id + "' of job '" + config_.ledger_key + "' on " +
+          work_.Describe() + ": last round answered " + std::to_string(masker_.last_round()) +
+          "; asking to join the next round");
+  FederatedPlan none;
+  Status result = Send(none, ShareKind::kJoin, "");
+  while (result.ok() && !control_.stopping()) {
+    if (ingest_.error().has_value()) break;
+    auto messages = work_.Poll(std::chrono::milliseconds(100));
+    if (!messages.has_value()) continue;
+    std::optional<FederatedPlan> newest;
+    for (auto& [offset, bytes] : *messages) {
+      auto kind = WorkMessageKindOf(bytes);
+      if (!kind.ok() || *kind != WorkMessageKind::kFederatedPlan) continue;
+      auto plan = DecodeFederatedPlan(bytes);
+      if (!plan.ok()) {
+        Log(LogLevel::kWarning, kComponent,
+            work_.Describe() + " offset " + std::to_string(offset) + ": " +
+                plan.status().ToString() + "; ignored");
+        continue;
+      }
+      if (plan->job != config_.ledger_key || plan->epoch < highest_epoch_) continue;
+      highest_epoch_ = plan->epoch;
+      if (newest.has_value() && newest->epoch == plan->epoch && plan->step < newest->step) continue;
+      newest = std::move(*plan);
+    }
+    if (newest.has_value()) result = OnPlan(*newest);
+  }
+  RequestStop();
+  ingest_.Join();
+  if (result.ok() && ingest_.error().has_value()) result = *ingest_.error();
+  ingest_.Close();
+  const Status flushed = sink_->Close();
+  if (!flushed.ok()) Log(LogLevel::kWarning, kComponent, "closing the sink: " + flushed.ToString());
+  Log(LogLevel::kInfo, kComponent, "holder stopped");
+  return result.code() == StatusCode::kCancelled ? Status::Ok() : result;
+}
+
+}  // namespace vipsd::daemon
