@@ -63,9 +63,10 @@ Status Coordinator::EnableFederation(const config::FederationSettings& settings)
   tolerated_ = static_cast<uint32_t>(settings.tolerated_holders);
   round_timeout_ = std::chrono::milliseconds(
       static_cast<int64_t>(std::ceil(settings.round_timeout_seconds * 1000)));
-  // Every holder is asked for the first round; one that does not answer
-  // leaves the participants until it asks to join.
-  for (const privacy::RosterEntry& entry : roster_) participants_.insert(entry.id);
+  // No participant yet: a round names only holders that asked to join (a
+  // holder asks every few seconds until a plan names it), so that a holder
+  // that is not running never makes a round abandoned, and charged.
+  participants_.clear();
   return Status::Ok();
 }
 
@@ -117,6 +118,12 @@ void Coordinator::TakeShare(const Context& context, const FederatedPlan& plan, i
   if (shares->count(share->holder) > 0 || declined->count(share->holder) > 0) return;  // first wins
   if (share->kind == ShareKind::kDecline) {
     (*declined)[share->holder] = share->reason;
+    return;
+  }
+  if (!share->noise_private && context.secure_noise) {
+    (*declined)[share->holder] =
+        "its share was drawn from a non-private (fixed-seed) source, and this aggregator's "
+        "releases are stated private";
     return;
   }
   const size_t dimension = context.bundle->model->statistic_layout().total_size();

@@ -59,6 +59,10 @@ class Coordinator {
     LedgerKeeper* keeper = nullptr;
     ModelBundle* bundle = nullptr;
     int64_t model_step = 0;  // the step whose M-step the model includes
+    // Whether this process's noise is private (not fixed-seed): a federated
+    // round refuses shares drawn otherwise, so that a release stated
+    // private is private.
+    bool secure_noise = true;
     // Called when ownership is lost while waiting (the daemon stops).
     std::function<void(const Status&)> on_fenced;
     // The slot's cut rule (the ends observed, floors, slot time), and where

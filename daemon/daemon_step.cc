@@ -46,6 +46,7 @@ bool Daemon::RunStep(int64_t slot, SlotOutputs* out) {
     context.keeper = keeper_.get();
     context.bundle = &bundle_;
     context.model_step = model_step_;
+    context.secure_noise = noise_->is_private();
     context.on_fenced = [this](const Status& error) { OnFenced(error); };
     context.targets = &slot_targets_;
     context.cuts = &shared_cuts_;

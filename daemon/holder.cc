@@ -17,6 +17,8 @@ namespace vipsd::daemon {
 namespace {
 
 constexpr std::string_view kComponent = "holder";
+// A holder that no plan has named for this long asks to join again.
+constexpr auto kJoinInterval = std::chrono::seconds(3);
 
 bool Names(const std::vector<std::string>& sorted, const std::string& id) {
   return std::binary_search(sorted.begin(), sorted.end(), id);
@@ -207,9 +209,11 @@ bool Holder::CutWindows(const FederatedPlan& plan, WorkPlan* local,
 Status Holder::OnPlan(const FederatedPlan& plan) {
   const std::string& id = config_.federation.holder_id;
   if (plan.step <= static_cast<int64_t>(masker_.last_round())) return Status::Ok();
+  if (Names(plan.participants, id)) last_contact_ = std::chrono::steady_clock::now();
   if (!Names(plan.participants, id)) {
     if (!halted_ && joined_for_step_ != plan.step) {
       joined_for_step_ = plan.step;
+      last_contact_ = std::chrono::steady_clock::now();
       VIPSD_RETURN_IF_ERROR(Send(plan, ShareKind::kJoin, ""));
       Log(LogLevel::kInfo, kComponent,
           "round " + std::to_string(plan.step) + " does not name this holder: asked to join");
@@ -352,11 +356,18 @@ Status Holder::Run() {
   Log(LogLevel::kInfo, kComponent,
       "holder '" + config_.federation.holder_id + "' of job '" + config_.ledger_key + "' on " +
           work_.Describe() + ": last round answered " + std::to_string(masker_.last_round()) +
-          "; asking to join the next round");
+          "; asking to join the next round (every " + std::to_string(kJoinInterval.count()) +
+          " s until a plan names it)");
   FederatedPlan none;
-  Status result = Send(none, ShareKind::kJoin, "");
+  Status result = Status::Ok();
   while (result.ok() && !control_.stopping()) {
     if (ingest_.error().has_value()) break;
+    if (!halted_ && std::chrono::steady_clock::now() - last_contact_ >= kJoinInterval) {
+      // Not named by a plan lately (just started, or left a round): ask.
+      last_contact_ = std::chrono::steady_clock::now();
+      result = Send(none, ShareKind::kJoin, "");
+      if (!result.ok()) break;
+    }
     auto messages = work_.Poll(std::chrono::milliseconds(100));
     if (!messages.has_value()) continue;
     std::optional<FederatedPlan> newest;

@@ -21,8 +21,8 @@
 // a plan of another configuration is declined and stops the holder with
 // INVALID_ARGUMENT (exit 2). A round at or below its last masked round is
 // never answered (a pad is used once), so after a restart it waits for the
-// next round. A round that does not name it gets a JOIN message, as does
-// its start.
+// next round. It asks to JOIN when it starts, every 3 s until a plan names
+// it, and at a plan that does not name it.
 //
 // What it writes: its ledger only (state.directory): one entry per round it
 // was charged for, so that a holder can show what its data were charged
@@ -38,6 +38,7 @@
 // Thread-safety: Create and Run on one thread; RequestStop from any.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <optional>
@@ -113,6 +114,10 @@ class Holder {
   std::map<std::string, int64_t> previous_ends_;        // log ends observed for the last round
   uint64_t highest_epoch_ = 0;
   int64_t joined_for_step_ = -1;  // the last plan step a join was sent for
+  // Steady time of the last join sent or plan that named this holder: a
+  // holder that hears nothing for kJoinInterval asks again (an aggregator
+  // that started after it never read its first join).
+  std::chrono::steady_clock::time_point last_contact_{};
   bool halted_ = false;           // its ceiling was reached: it no longer joins
 };
 

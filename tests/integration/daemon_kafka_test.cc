@@ -1119,6 +1119,10 @@ TEST_F(DaemonKafkaTest, ThreeHoldersAndAnAggregatorAsSeparateProcesses) {
   const std::string log = aggregator.Log();
   // The round that missed h3's share was abandoned, and charged.
   EXPECT_NE(log.find("abandoned (no share from h3"), std::string::npos) << log;
+  // The next rounds ran with the two holders left, their shares re-planned
+  // for n = 2 (each holder says how many took part).
+  EXPECT_NE(log.find("partials=0+2"), std::string::npos) << log;
+  EXPECT_NE(holders["h1"]->Log().find("(2 participants, tolerated 1)"), std::string::npos);
   const daemon::LedgerState record = LedgerIn("state-aggregator");
   int64_t ran = 0;
   const std::regex step_re("msg=\"step=([0-9]+) slot=");
