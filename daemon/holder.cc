@@ -11,6 +11,7 @@
 #include "core/svi/step_driver.h"
 #include "daemon/checkpoint.h"
 #include "daemon/federation.h"
+#include "daemon/publisher.h"
 #include "daemon/startup_check.h"
 
 namespace vipsd::daemon {
@@ -322,6 +323,7 @@ Status Holder::OnPlan(const FederatedPlan& plan) {
   }
   const double spent = keeper_->EpsilonOf(state, driver_config.delta, true);
   metrics_->SetPrivacyBudget(spent, driver_config.epsilon_ceiling, driver_config.delta);
+  WriteStatusFile({&config_, halted_, false, state.windows.last_slot()}, 0, 0);
   if (!result.ok()) {
     Log(LogLevel::kError, kComponent,
         "round " + std::to_string(plan.step) + ": " + result.ToString() +

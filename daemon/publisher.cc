@@ -153,6 +153,10 @@ void Publisher::PublishAlert(const std::string& json, bool alert_topic_configure
 }
 
 void Publisher::WriteStatus(const StatusFacts& facts) const {
+  WriteStatusFile(facts, published_step_, published_time_);
+}
+
+void WriteStatusFile(const StatusFacts& facts, int64_t published_step, double published_time) {
   const config::VipsdConfig& config = *facts.config;
   const bool is_private = config.is_private();
   std::string json = "{\"schema_version\": 1, \"pid\": " + std::to_string(getpid()) +
@@ -164,8 +168,8 @@ void Publisher::WriteStatus(const StatusFacts& facts) const {
                      ", \"ledger_failing\": " + (facts.ledger_failing ? "true" : "false") +
                      ", \"last_slot\": " + std::to_string(facts.last_slot) +
                      ", \"last_release_step\": " +
-                     std::to_string(std::max<int64_t>(published_step_, 0)) +
-                     ", \"last_release_time\": " + ShortestNumber(published_time_) + "}\n";
+                     std::to_string(std::max<int64_t>(published_step, 0)) +
+                     ", \"last_release_time\": " + ShortestNumber(published_time) + "}\n";
   // Informational (the ledger is the record): renamed into place, not
   // fsync'd, so that the slot path pays no extra disk flush.
   const std::string path = config.state_directory + "/status.json";

@@ -82,6 +82,12 @@ struct StatusFacts {
   int64_t last_slot = 0;
 };
 
+// Writes DIR/status.json (`vipsd status` reads δ and the daemon's state
+// from it): `published_step` and `published_time` are the last release's
+// (0: none, e.g. a federated holder, which releases nothing). Informational
+// (the ledger is the record): renamed into place, not fsync'd.
+void WriteStatusFile(const StatusFacts& facts, int64_t published_step, double published_time);
+
 class Publisher {
  public:
   // `paced`: releases and alerts follow a public clock (a Kafka source).

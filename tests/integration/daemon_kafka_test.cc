@@ -1157,6 +1157,15 @@ TEST_F(DaemonKafkaTest, ThreeHoldersAndAnAggregatorAsSeparateProcesses) {
   ASSERT_TRUE(holder_spent.ok() && record_spent.ok());
   EXPECT_EQ(holder_spent->epsilon, record_spent->epsilon);
   EXPECT_EQ(holder_spent->accountant, record_spent->accountant);
+  // `vipsd status` states it for a holder's directory as for the job's.
+  auto status_epsilon = [&](const std::string& state) {
+    const std::string out =
+        Shell(std::string(VIPSD_BINARY) + " status --state " + dir_ + "/" + state);
+    std::smatch match;
+    const std::regex epsilon_re("epsilon_spent: +([0-9.]+)");
+    return std::regex_search(out, match, epsilon_re) ? match[1].str() : out;
+  };
+  EXPECT_EQ(status_epsilon("state-h1"), status_epsilon("state-aggregator"));
   // What the aggregator saw of h1: masked words, uniform on 2^64 although
   // the values under them are small grid sums (their top bits would be all
   // zeros or all ones). Chi-square of the top 4 bits over 16 bins.
