@@ -26,11 +26,13 @@ StatusOr<svi::StepResult> Coordinator::Step(const Context& context, int64_t slot
                                             SlotOutputs* out) {
   // Exactly svi::StepDriver::Step, with the partial sums of the partitions
   // computed wherever the consumer group put them.
+  round_unplanned_ = false;
   if (federated()) {
     // A round needs more participants than tolerated_holders (the noise
     // shares are planned for n - t honest ones); checked before the charge.
     DrainJoins(context);
     if (participants_.size() <= tolerated_) {
+      round_unplanned_ = true;
       return FailedPreconditionError(
           "no round: " + std::to_string(participants_.size()) +
           " holder(s) ready, more than federation.tolerated_holders = " +

@@ -80,6 +80,9 @@ class Coordinator {
   // first Step; INVALID_ARGUMENT for a bad roster.
   Status EnableFederation(const config::FederationSettings& settings);
   bool federated() const { return !roster_.empty(); }
+  // The last Step planned no round (too few holders ready): it returned
+  // FAILED_PRECONDITION and charged nothing.
+  bool round_unplanned() const { return round_unplanned_; }
 
  private:
   // A federated round: the plan, the shares of every participant within
@@ -135,6 +138,7 @@ class Coordinator {
   std::chrono::milliseconds round_timeout_{30000};
   std::set<std::string> participants_;
   std::set<std::string> joining_;
+  bool round_unplanned_ = false;
 };
 
 }  // namespace vipsd::daemon

@@ -295,6 +295,9 @@ class Daemon {
   int64_t overflow_capacity_ = 0;    // the pool.capacity it overflowed
   double run_started_at_ = 0;        // whole seconds: an unpaced run's release time
   double sticky_logged_at_ = 0;      // when the last "not stepping" line was said
+  // Federated aggregator: the last "no round" reason said (too few holders
+  // ready; nothing charged), so that it is said when it changes, not every slot.
+  std::string no_round_said_;
   int64_t steps_run_ = 0;
   int64_t slots_skipped_ = 0;
   // The log ends observed for the last slot processed (the floor of the next

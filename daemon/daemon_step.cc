@@ -60,6 +60,17 @@ bool Daemon::RunStep(int64_t slot, SlotOutputs* out) {
       return false;
     }
     if (!result.ok() && result.status().code() == StatusCode::kCancelled) return false;
+    if (!result.ok() && coordinator_->round_unplanned()) {
+      // No round could be planned (too few holders ready): nothing was
+      // charged. Said when the reason changes, not at every slot.
+      const std::string why(result.status().message());
+      if (why != no_round_said_) {
+        no_round_said_ = why;
+        out->log_lines.emplace_back(LogLevel::kWarning, "slot " + std::to_string(slot) + ": " + why);
+      }
+      return false;
+    }
+    no_round_said_.clear();
   } else {
     // Each stream's candidates in offset order, as the pool keeps them; the
     // per-record randomness is keyed by the stream's name and the record's

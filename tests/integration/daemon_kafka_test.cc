@@ -1072,29 +1072,20 @@ TEST_F(DaemonKafkaTest, ThreeHoldersAndAnAggregatorAsSeparateProcesses) {
   release_topic_ = "releases-fed";
   const std::string base_group = group_;
   std::map<std::string, std::unique_ptr<VipsdProcess>> holders;
-  auto holder_config = [&](const std::string& id, const std::string& key_file) {
+  auto holder_config = [&](const std::string& id, const std::string& key_file,
+                           const std::string& name = "") {
     input_topic_ = id + "docs";
     group_ = base_group + "-" + id;
-    state_directory_ = "state-" + id;
-    config_name_ = "vipsd-" + id + ".yaml";
+    state_directory_ = "state-" + (name.empty() ? id : name);
+    config_name_ = "vipsd-" + (name.empty() ? id : name) + ".yaml";
     state_extra_ = "  ledger_key: fedjob\n  work_topic: fedwork\n";
     federation_ = "federation:\n  role: holder\n  holder_id: " + id +
                   "\n  secret_key: {file: " + key_file +
                   "}\n  tolerated_holders: 1\n  round_timeout_seconds: 5\n" + roster;
     return WriteConfig(privacy, schedule);
   };
-  for (const std::string& id : ids) {
-    holders[id] = std::make_unique<VipsdProcess>(holder_config(id, id + ".key"),
-                                                 dir_ + "/vipsd-" + id + ".log");
-  }
-  // A process that claims to be h1 with another key: refused, exit 2.
-  int code = 0;
-  Shell(std::string(VIPSD_BINARY) + " federation-keygen --out " + dir_ + "/impostor.key", &code);
-  ASSERT_EQ(code, 0);
-  VipsdProcess impostor(holder_config("h1", "impostor.key"), dir_ + "/vipsd-impostor.log");
-  EXPECT_EQ(impostor.Wait(60s), 2) << impostor.Log();
-  EXPECT_NE(impostor.Log().find("unknown key"), std::string::npos) << impostor.Log();
-  // The aggregator: no input, the job's ledger, the releases.
+  // The aggregator first (no input, the job's ledger, the releases): it
+  // plans no round, and charges nothing, until more than t holders joined.
   input_topic_ = "";
   group_ = base_group + "-aggregator";
   state_directory_ = "state-aggregator";
@@ -1107,6 +1098,23 @@ TEST_F(DaemonKafkaTest, ThreeHoldersAndAnAggregatorAsSeparateProcesses) {
                                std::to_string(kSteps) + "\n",
                   2, "  mirror_directory: mirror-fed\n");
   VipsdProcess aggregator(config, dir_ + "/vipsd-aggregator.log");
+  ASSERT_TRUE(WaitFor(
+      [&] { return aggregator.Log().find("no round: 0 holder(s) ready") != std::string::npos; },
+      60s))
+      << aggregator.Log();
+  for (const std::string& id : ids) {
+    holders[id] = std::make_unique<VipsdProcess>(holder_config(id, id + ".key"),
+                                                 dir_ + "/vipsd-" + id + ".log");
+  }
+  // A process that claims to be h1 with another key: refused, exit 2.
+  int code = 0;
+  Shell(std::string(VIPSD_BINARY) + " federation-keygen --out " + dir_ + "/impostor.key", &code);
+  ASSERT_EQ(code, 0);
+  VipsdProcess impostor(holder_config("h1", "impostor.key", "impostor"),
+                        dir_ + "/vipsd-impostor.log");
+  EXPECT_EQ(impostor.Wait(60s), 2) << impostor.Log();
+  EXPECT_NE(impostor.Log().find("unknown key"), std::string::npos) << impostor.Log();
+
   // h3 stops for good once three rounds have run.
   ASSERT_TRUE(WaitFor([&] { return aggregator.Log().find("step=3 slot=") != std::string::npos; },
                       120s))
@@ -1121,6 +1129,10 @@ TEST_F(DaemonKafkaTest, ThreeHoldersAndAnAggregatorAsSeparateProcesses) {
   const std::string log = aggregator.Log();
   // The round that missed h3's share was abandoned, and charged.
   EXPECT_NE(log.find("abandoned (no share from h3"), std::string::npos) << log;
+  // Before the holders joined: said once, not at every slot.
+  const size_t unplanned = log.find("no round: 0 holder(s) ready");
+  EXPECT_NE(unplanned, std::string::npos) << log;
+  EXPECT_EQ(log.find("no round: 0 holder(s) ready", unplanned + 1), std::string::npos) << log;
   // The next rounds ran with the two holders left, their shares re-planned
   // for n = 2 (each holder says how many took part).
   EXPECT_NE(log.find("partials=0+2"), std::string::npos) << log;
