@@ -26,7 +26,7 @@ Usage: federated_bench.py --vipsd BIN --mock-kafka BIN --eval BIN
        [--corpus JSONL] [--test JSONL] [--vocab FILE] [--docs N]
        [--vocab-size V] [--topics K] [--steps N] [--q Q] [--sigma S]
        [--holders N] [--configs shared,federated:1,federated:0]
-Wrap it in `flock /tmp/vipsd-cpu.lock` on a shared machine.
+Wrap it in `flock out/vipsd-cpu.lock` on a shared machine.
 """
 import argparse
 import hashlib
