@@ -34,7 +34,6 @@
 
 #include "core/base/log.h"
 #include "core/privacy/distributed_noise.h"
-#include "daemon/checkpoint.h"
 #include "daemon/coordinator.h"
 #include "daemon/federation.h"
 
@@ -140,7 +139,6 @@ StatusOr<svi::StepResult> Coordinator::FederatedRound(const Context& context,
                                                       int64_t slot, SlotOutputs* out) {
   const config::VipsdConfig& config = *context.config;
   LedgerKeeper& keeper = *context.keeper;
-  const LedgerState& state = keeper.state();
   FederatedPlan plan;
   plan.job = config.ledger_key;
   plan.epoch = keeper.replica()->epoch();
@@ -154,13 +152,7 @@ StatusOr<svi::StepResult> Coordinator::FederatedRound(const Context& context,
   plan.tolerated = tolerated_;
   plan.roster = roster_fingerprint_;
   plan.record_settings = context.bundle->record_settings;
-  Checkpoint model;
-  model.run_id = state.run_id;
-  model.step = context.model_step;
-  model.model_type = context.bundle->model->type();
-  model.model_fingerprint = context.bundle->model_fingerprint;
-  model.arrays = context.bundle->model->CheckpointArrays();
-  VIPSD_ASSIGN_OR_RETURN(plan.model, CheckpointStore::Encode(model));
+  VIPSD_ASSIGN_OR_RETURN(plan.model, PlanModel(context));
   VIPSD_RETURN_IF_ERROR(work_.Append(EncodeFederatedPlan(plan)).status());
   plan.model.clear();
 

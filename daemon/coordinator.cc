@@ -87,17 +87,21 @@ StatusOr<WorkPlan> Coordinator::AppendPlan(const Context& context,
     if (end > window.low) plan.wanted.push_back(name);
   }
   out->window_offsets = window_offsets;
-  Checkpoint model;
-  model.run_id = state.run_id;
-  model.step = context.model_step;
-  model.model_type = context.bundle->model->type();
-  model.model_fingerprint = context.bundle->model_fingerprint;
-  model.arrays = context.bundle->model->CheckpointArrays();
-  VIPSD_ASSIGN_OR_RETURN(plan.model, CheckpointStore::Encode(model));
+  VIPSD_ASSIGN_OR_RETURN(plan.model, PlanModel(context));
   VIPSD_ASSIGN_OR_RETURN(const int64_t plan_offset, work_.Append(EncodeWorkPlan(plan)));
   plan.model.clear();
   plan.plan_offset = plan_offset;
   return plan;
+}
+
+StatusOr<std::string> Coordinator::PlanModel(const Context& context) {
+  Checkpoint model;
+  model.run_id = context.keeper->state().run_id;
+  model.step = context.model_step;
+  model.model_type = context.bundle->model->type();
+  model.model_fingerprint = context.bundle->model_fingerprint;
+  model.arrays = context.bundle->model->CheckpointArrays();
+  return CheckpointStore::Encode(model);
 }
 
 Status Coordinator::Remind(const Context& context, const WorkPlan& plan,

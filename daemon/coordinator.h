@@ -106,6 +106,9 @@ class Coordinator {
   // starts from), appended to the work topic.
   StatusOr<WorkPlan> AppendPlan(const Context& context, const svi::StepTicket& ticket,
                                 int64_t slot, SlotOutputs* out);
+  // The model the step starts from, as a plan carries it (CheckpointStore
+  // bytes of the job's run id and context.model_step).
+  static StatusOr<std::string> PlanModel(const Context& context);
   // Every second while partials are missing: still the owner? (CANCELLED
   // when fenced), then the plan again for the partitions still missing.
   Status Remind(const Context& context, const WorkPlan& plan,

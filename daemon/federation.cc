@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/release/release.h"
+
 namespace vipsd::daemon {
 
 StatusOr<std::vector<privacy::RosterEntry>> RosterOf(const config::FederationSettings& settings) {
@@ -31,16 +33,7 @@ std::string RosterFingerprint(const std::vector<privacy::RosterEntry>& roster) {
   for (const privacy::RosterEntry& entry : roster) {
     text += entry.id + ":" + privacy::PublicKeyHex(entry.public_key) + "\n";
   }
-  std::array<unsigned char, 32> digest{};
-  crypto_generichash(digest.data(), digest.size(), reinterpret_cast<const unsigned char*>(text.data()),
-                     text.size(), nullptr, 0);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char b : digest) {
-    out.push_back(kHex[b >> 4]);
-    out.push_back(kHex[b & 15]);
-  }
-  return out;
+  return release::Blake2bHex(text);
 }
 
 StatusOr<privacy::Masker> HolderMaskerOf(const config::FederationSettings& settings) {

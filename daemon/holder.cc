@@ -9,7 +9,6 @@
 #include "core/base/log.h"
 #include "core/privacy/distributed_noise.h"
 #include "core/svi/step_driver.h"
-#include "daemon/checkpoint.h"
 #include "daemon/federation.h"
 #include "daemon/publisher.h"
 #include "daemon/startup_check.h"
@@ -163,11 +162,12 @@ bool Holder::CutWindows(const FederatedPlan& plan, WorkPlan* local,
     const svi::OffsetRange window = windows.Window(name, plan.slot);
     int64_t end = window.high;
     if (const auto it = bounds->find(name); it != bounds->end()) end = std::max(it->second.end, window.low);
-    int64_t floor = window.high;
-    if (const auto it = previous_ends_.find(name); it != previous_ends_.end()) {
-      floor = std::max(floor, it->second);
-    }
-    floor = std::clamp(floor, window.low, end);
+    // No cut below the previous one. Unlike one vipsd, which also floors
+    // the cut at the log end it observed at the previous slot's public
+    // time, a holder observes when a plan arrives, which follows how fast
+    // the aggregator ran: that end must not decide which records a slot
+    // holds, so the cut here is decided by the records' timestamps alone.
+    const int64_t floor = std::clamp(window.high, window.low, end);
     targets.streams[name] = {end, floor};
     local->streams.push_back({name, window.low, floor, end});
     ingest_.SetResumeOffset(name, window.low);
@@ -199,7 +199,6 @@ bool Holder::CutWindows(const FederatedPlan& plan, WorkPlan* local,
   ready->clear();
   cuts->clear();
   for (const WorkStream& stream : local->streams) {
-    previous_ends_[stream.name] = stream.high;
     const int64_t cut = stream.high == stream.low ? stream.high : ingest_.Target(stream.name);
     (*cuts)[stream.name] = cut;
     if (cut > stream.low) ready->push_back({&stream, cut});
@@ -227,14 +226,9 @@ Status Holder::OnPlan(const FederatedPlan& plan) {
     return InvalidArgumentError("cannot follow the aggregator's plans: " + mismatch);
   }
   // The model the round starts from (public: post-processing of releases).
-  auto model = CheckpointStore::Decode(plan.model, work_.Describe() + " plan");
+  auto model =
+      DecodePlanModel(plan.model, work_.Describe() + " plan", bundle_, "the aggregator's");
   Status restored = model.status();
-  if (restored.ok() && (model->model_type != bundle_.model->type() ||
-                        model->model_fingerprint != bundle_.model_fingerprint)) {
-    restored = InvalidArgumentError("the aggregator's model (" + model->model_type +
-                                    ") is not this holder's (" + bundle_.model->type() +
-                                    "): a federation needs one model configuration");
-  }
   if (restored.ok()) restored = bundle_.model->RestoreCheckpoint(model->arrays);
   if (!restored.ok()) {
     (void)Send(plan, ShareKind::kDecline, "the plan's model cannot be used");

@@ -111,7 +111,6 @@ class Holder {
   WorkIo work_;
   Ingest ingest_;
   std::unique_ptr<privacy::GaussianSumMechanism> sum_;  // PRIVATE, Reset every round
-  std::map<std::string, int64_t> previous_ends_;        // log ends observed for the last round
   uint64_t highest_epoch_ = 0;
   int64_t joined_for_step_ = -1;  // the last plan step a join was sent for
   // Steady time of the last join sent or plan that named this holder: a

@@ -80,6 +80,20 @@ Status SumLocalStreams(Ingest& ingest, svi::StepDriver& driver, const WorkPlan& 
   return driver.SumStreams(plan.key, candidates, sink);
 }
 
+StatusOr<Checkpoint> DecodePlanModel(const std::string& bytes, const std::string& where,
+                                     const ModelBundle& bundle, const std::string& whose) {
+  VIPSD_ASSIGN_OR_RETURN(Checkpoint model, CheckpointStore::Decode(bytes, where));
+  if (model.model_type != bundle.model->type() ||
+      model.model_fingerprint != bundle.model_fingerprint) {
+    return InvalidArgumentError(
+        whose + " model (" + model.model_type + ", fingerprint " +
+        model.model_fingerprint.substr(0, 12) + "…) is not this process's (" +
+        bundle.model->type() + ", " + bundle.model_fingerprint.substr(0, 12) +
+        "…): the processes of a job need one model configuration");
+  }
+  return model;
+}
+
 const WorkStream* FindStream(const WorkPlan& plan, const std::string& name) {
   const auto it = std::lower_bound(plan.streams.begin(), plan.streams.end(), name,
                                    [](const WorkStream& s, const std::string& n) { return s.name < n; });

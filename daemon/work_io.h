@@ -18,7 +18,9 @@
 
 #include "core/base/status.h"
 #include "core/svi/step_driver.h"
+#include "daemon/checkpoint.h"
 #include "daemon/ingest.h"
+#include "daemon/model_setup.h"
 #include "daemon/run_control.h"
 #include "daemon/work_exchange.h"
 
@@ -60,6 +62,14 @@ struct LocalStream {
 // from the plan, so that every process agrees.
 Status SumLocalStreams(Ingest& ingest, svi::StepDriver& driver, const WorkPlan& plan,
                        const std::vector<LocalStream>& streams, const svi::PartialSink& sink);
+
+// The model a plan carries (CheckpointStore bytes; public: post-processing
+// of releases), checked against this process's model: INVALID_ARGUMENT
+// naming both when `whose` ("the coordinator's", "the aggregator's") model
+// type or fingerprint is not `bundle`'s; the decoder's errors otherwise.
+// The caller restores the arrays.
+StatusOr<Checkpoint> DecodePlanModel(const std::string& bytes, const std::string& where,
+                                     const ModelBundle& bundle, const std::string& whose);
 
 // `plan`'s stream named `name` (plans keep them sorted), or null.
 const WorkStream* FindStream(const WorkPlan& plan, const std::string& name);

@@ -119,16 +119,9 @@ Status Worker::AdoptPlan(WorkPlan plan) {
   }
   const std::pair<uint64_t, int64_t> plan_id{plan.epoch, plan.step};
   if (plan_model_of_ != plan_id) {
-    auto model = CheckpointStore::Decode(plan.model, work_.Describe() + " plan");
+    auto model =
+        DecodePlanModel(plan.model, work_.Describe() + " plan", bundle_, "the coordinator's");
     Status restored = model.status();
-    if (restored.ok() && (model->model_type != bundle_.model->type() ||
-                          model->model_fingerprint != bundle_.model_fingerprint)) {
-      restored = InvalidArgumentError(
-          "the coordinator's model (" + model->model_type + ", fingerprint " +
-          model->model_fingerprint.substr(0, 12) + "…) is not this process's (" +
-          bundle_.model->type() + ", " + bundle_.model_fingerprint.substr(0, 12) +
-          "…): the processes of a job need one model configuration");
-    }
     if (restored.ok() && plan.is_private != config_.is_private()) {
       restored = InvalidArgumentError(
           "the coordinator's run is " + std::string(plan.is_private ? "" : "NOT ") +
