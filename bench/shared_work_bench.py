@@ -22,13 +22,20 @@ last; it stops at --steps, then the workers get SIGTERM. Measured:
                  E-stepped per second (x q)
   CPU            user+system seconds of each process over its whole run
                  (os.wait4), and per step
+  phases         median milliseconds per step of each phase of the
+                 coordinator's step thread (metrics.expose_step_timing puts
+                 phase_ms= on its step lines: charge, sample, estep, noise,
+                 mstep alone; charge, plan, own, wait, merge, noise, mstep
+                 shared; commit, the ledger commit, for both) and of the
+                 workers (adopt, sum, append), over the second half; the
+                 coordinator's serial time is every phase but own and wait
 
 Prints one JSON object per configuration and a summary table. Wrap it in
 `flock /tmp/vipsd-cpu.lock` on a shared machine.
 
 Usage: shared_work_bench.py --vipsd BIN --mock-kafka BIN [--corpus JSONL]
        [--vocab FILE] [--docs N] [--vocab-size V] [--topics K] [--steps N]
-       [--q Q] [--configs solo:2,1:2,2:1,3:1]
+       [--q Q] [--partitions P] [--fetch-wait-ms MS] [--configs solo:2,1:2,2:1,3:1]
 A configuration is PROCESSES:THREADS ("solo" = one process without
 state.work_topic; PROCESSESc: the coordinator, one of the PROCESSES, reads
 no partition, state.work_partitions: false).
@@ -39,6 +46,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -59,6 +67,11 @@ def write_config(directory, bootstrap, group, vocab, args, threads, shared, coor
             state += "  standby_takeover_seconds: 600\n"
         elif not reads_partitions:
             state += "  work_partitions: false\n"
+    consumer = ""
+    if args.fetch_wait_ms is not None:
+        # The mock cluster holds an empty fetch for fetch.wait.max.ms even
+        # when a message arrives meanwhile (a real broker answers at once).
+        consumer = '    fetch.wait.max.ms: "%d"\n' % args.fetch_wait_ms
     config = os.path.join(directory, "vipsd.yaml")
     with open(config, "w") as f:
         f.write("""model:
@@ -98,12 +111,13 @@ kafka:
   consumer_properties:
     session.timeout.ms: "6000"
     heartbeat.interval.ms: "500"
-%smetrics:
+%s%smetrics:
   listen: ""
+  expose_step_timing: true
 log:
   level: info
 """ % (args.topics, vocab, args.q, threads, args.steps, args.docs * 2, group, bootstrap,
-           state))
+           consumer, state))
     return config
 
 
@@ -141,9 +155,25 @@ def step_times(log_path):
     return times
 
 
+def phase_medians(log_paths, first):
+    """Median ms of each phase over the steps after `first`, from the
+    phase_ms= of the coordinator's step lines and the workers' lines."""
+    values = {}
+    for path in log_paths:
+        with open(path) as f:
+            for line in f:
+                m = re.search(r'msg="step[= ](\d+)[ :].*phase_ms=([a-z:0-9.,]+)', line)
+                if not m or int(m.group(1)) <= first:
+                    continue
+                for item in m.group(2).split(","):
+                    name, ms = item.split(":")
+                    values.setdefault(name, []).append(float(ms))
+    return {name: round(statistics.median(v), 1) for name, v in values.items()}
+
+
 def run(args, corpus_path, vocab, processes, threads, shared, work, coordinator_reads=True):
-    kafka = harness.MockKafka(args.mock_kafka, 1, [("docs", 6), ("releases", 1), ("dead", 1),
-                                                   ("ledger", 1), ("work", 2)])
+    kafka = harness.MockKafka(args.mock_kafka, 1, [("docs", args.partitions), ("releases", 1),
+                                                   ("dead", 1), ("ledger", 1), ("work", 2)])
     try:
         # Keyed records: the key hash spreads them evenly over the partitions
         # (unkeyed, librdkafka's sticky partitioner fills one partition per
@@ -190,6 +220,10 @@ def run(args, corpus_path, vocab, processes, threads, shared, work, coordinator_
             # ledger's commit count instead.
             raise RuntimeError("no step lines in %s" % members[-1].log_path)
         steps_per_second = (last - first) / (times[last] - times[first])
+        coordinator_phases = phase_medians([members[-1].log_path], first)
+        worker_phases = phase_medians([m.log_path for m in members[:-1]], first)
+        serial = sum(v for k, v in coordinator_phases.items() if k not in ("own", "wait", "sample",
+                                                                             "estep"))
         return {
             "config": "solo" if not shared else "%d process(es)%s" % (
                 processes, "" if coordinator_reads else ", coordinator reads none"),
@@ -201,6 +235,10 @@ def run(args, corpus_path, vocab, processes, threads, shared, work, coordinator_
             "cpu_seconds_total": round(sum(cpus), 2),
             "wall_seconds": round(wall, 1),
             "partials_local_remote": [local, remote],
+            "step_ms": round(1000 / steps_per_second, 1),
+            "coordinator_phase_ms": coordinator_phases,
+            "worker_phase_ms": worker_phases,
+            "coordinator_serial_ms": round(serial, 1),
         }
     finally:
         kafka.close()
@@ -217,6 +255,10 @@ def main():
     parser.add_argument("--topics", type=int, default=20)
     parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--q", type=float, default=0.1)
+    parser.add_argument("--partitions", type=int, default=6,
+                        help="partitions of the input topic")
+    parser.add_argument("--fetch-wait-ms", type=int, default=None,
+                        help="kafka.consumer_properties fetch.wait.max.ms of every process")
     parser.add_argument("--configs", default="solo:2,1:2,2:1,3:1")
     args = parser.parse_args()
     args.vipsd = os.path.abspath(args.vipsd)
@@ -250,14 +292,22 @@ def main():
             rows.append(row)
         base = rows[0]["steps_per_second"]
         print("\n| configuration | threads each | steps/s | x first | records E-stepped/s | "
-              "partials local + remote | CPU s per process (coordinator last) |")
-        print("|---|---|---|---|---|---|---|")
+              "partials local + remote | CPU s per process (coordinator last) | "
+              "coordinator serial ms/step (% of step) |")
+        print("|---|---|---|---|---|---|---|---|")
         for row in rows:
-            print("| %s | %d | %.3f | %.2f | %d | %d + %d | %s |" % (
+            print("| %s | %d | %.3f | %.2f | %d | %d + %d | %s | %.1f (%.0f %%) |" % (
                 row["config"], row["threads_each"], row["steps_per_second"],
                 row["steps_per_second"] / base, row["records_estepped_per_second"],
                 row["partials_local_remote"][0], row["partials_local_remote"][1],
-                " / ".join("%.1f" % c for c in row["cpu_seconds"])))
+                " / ".join("%.1f" % c for c in row["cpu_seconds"]),
+                row["coordinator_serial_ms"], 100 * row["coordinator_serial_ms"] / row["step_ms"]))
+        print("\nPhases, median ms per step (coordinator | workers):")
+        for row in rows:
+            print("  %s x %d: %s | %s" % (
+                row["config"], row["threads_each"],
+                " ".join("%s %.1f" % kv for kv in row["coordinator_phase_ms"].items()),
+                " ".join("%s %.1f" % kv for kv in row["worker_phase_ms"].items()) or "-"))
         return 0
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -152,7 +152,19 @@ StatusOr<svi::StepResult> Coordinator::StepCharged(const Context& context,
                                                    SlotOutputs* out) {
   const config::VipsdConfig& config = *context.config;
   Ingest& ingest = *context.ingest;
+  // Where the step thread spends the step (SlotOutputs::phases): the plan,
+  // this process's own partitions, waiting for and merging the others'.
+  using Clock = std::chrono::steady_clock;
+  auto lap = [](Clock::time_point& since) {
+    const Clock::time_point now = Clock::now();
+    const double seconds = std::chrono::duration<double>(now - since).count();
+    since = now;
+    return seconds;
+  };
+  Clock::time_point clock = Clock::now();
+  double own_seconds = 0, merge_seconds = 0, wait_seconds = 0;
   VIPSD_ASSIGN_OR_RETURN(WorkPlan plan, AppendPlan(context, ticket, slot, out));
+  const double plan_seconds = lap(clock);
   // The noise is drawn while the partials are computed, off the serial
   // path that follows the last one (merge, noise, M-step, ledger).
   context.driver->DrawNoiseAhead();
@@ -201,6 +213,7 @@ StatusOr<svi::StepResult> Coordinator::StepCharged(const Context& context,
                              std::to_string(config.pool_capacity) +
                              " (no release; the step was charged)");
     }
+    wait_seconds += lap(clock);
     if (!ready.empty()) {
       // This process's own partitions go into the total without being
       // encoded: one SumStreams call over all of them.
@@ -217,15 +230,18 @@ StatusOr<svi::StepResult> Coordinator::StepCharged(const Context& context,
         cuts[local.stream->name] = local.cut;
       }
       out->partials_local += ordered ? static_cast<int64_t>(ready.size()) : 1;
+      own_seconds += lap(clock);
     }
     if (covered.size() == plan.wanted.size()) break;
     auto messages = work_.Poll(kWorkPoll);
+    wait_seconds += lap(clock);
     if (!messages.has_value()) continue;
     for (auto& [offset, bytes] : *messages) {
       partials_read_ = std::max(partials_read_, offset + 1);
       VIPSD_RETURN_IF_ERROR(MergePartial(plan, offset, bytes, ordered, layout, &covered, &cuts,
                                          &float_sums, out));
     }
+    merge_seconds += lap(clock);
     const auto now = std::chrono::steady_clock::now();
     if (covered.size() < plan.wanted.size() && now - last_reminder >= kReminderInterval) {
       VIPSD_RETURN_IF_ERROR(Remind(context, plan, covered, out, &logged));
@@ -238,8 +254,16 @@ StatusOr<svi::StepResult> Coordinator::StepCharged(const Context& context,
       VIPSD_RETURN_IF_ERROR(total_->Merge(std::move(*float_sums.at(name))));
     }
   }
+  merge_seconds += lap(clock);
   VIPSD_ASSIGN_OR_RETURN(svi::StepResult result, context.driver->Finish(ticket, *total_));
   *context.cuts = std::move(cuts);
+  out->phases = {{"charge", ticket.result.phase_seconds.charge},
+                 {"plan", plan_seconds},
+                 {"own", own_seconds},
+                 {"wait", wait_seconds},
+                 {"merge", merge_seconds},
+                 {"noise", result.phase_seconds.noise},
+                 {"mstep", result.phase_seconds.mstep}};
   return result;
 }
 

@@ -96,6 +96,11 @@ bool Daemon::RunStep(int64_t slot, SlotOutputs* out) {
     OnCeiling(result->epsilon_refused, out);
     return false;
   }
+  if (coordinator_ == nullptr) {
+    const svi::StepPhaseSeconds& phases = result->phase_seconds;
+    out->phases = {{"charge", phases.charge}, {"sample", phases.sample}, {"estep", phases.estep},
+                   {"noise", phases.noise},   {"mstep", phases.mstep}};
+  }
   RecordStep(*result, window_epsilon, out);
   out->step_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -492,11 +492,22 @@ class KafkaLedgerLog final : public LedgerLog {
 
 }  // namespace
 
+connectors::KafkaProducerOptions WaitedAppendProducerOptions(
+    const config::VipsdConfig& config, const std::string& bootstrap_servers) {
+  connectors::KafkaProducerOptions options = ProducerOptions(config, bootstrap_servers);
+  if (options.properties.count("linger.ms") == 0 &&
+      options.properties.count("queue.buffering.max.ms") == 0) {
+    options.properties["linger.ms"] = "0";
+  }
+  return options;
+}
+
 StatusOr<std::unique_ptr<LedgerReplica>> NewKafkaLedgerReplica(
     const config::VipsdConfig& config, const std::string& bootstrap_servers) {
   const auto timeout = std::chrono::milliseconds(
       static_cast<int64_t>(std::ceil(config.publish_timeout_seconds * 1000)));
-  connectors::KafkaProducerOptions producer_options = ProducerOptions(config, bootstrap_servers);
+  connectors::KafkaProducerOptions producer_options =
+      WaitedAppendProducerOptions(config, bootstrap_servers);
   // A ledger is ~20 KB of hex floats (the RDP orders) that zstd shrinks
   // about 5x; the topic keeps every entry for the life of the job.
   if (producer_options.properties.count("compression.type") == 0 &&
@@ -611,7 +622,8 @@ StatusOr<std::unique_ptr<WorkExchange>> NewKafkaWorkExchange(
     const config::VipsdConfig& config, const std::string& bootstrap_servers, WorkRole role) {
   const auto timeout = std::chrono::milliseconds(
       static_cast<int64_t>(std::ceil(config.publish_timeout_seconds * 1000)));
-  connectors::KafkaProducerOptions producer_options = ProducerOptions(config, bootstrap_servers);
+  connectors::KafkaProducerOptions producer_options =
+      WaitedAppendProducerOptions(config, bootstrap_servers);
   // A plan carries the model and a partial sum can be dense (4 MB at
   // K·V = 500,000): larger than librdkafka's 1 MB default. The topic needs
   // max.message.bytes to match on a real broker (README "Several instances").

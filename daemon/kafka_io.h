@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "connectors/kafka/kafka_producer.h"
 #include "core/base/status.h"
 #include "daemon/io.h"
 #include "daemon/ledger_replica.h"
@@ -45,6 +46,13 @@ StatusOr<std::unique_ptr<InputSource>> NewKafkaInput(const config::VipsdConfig& 
 
 StatusOr<std::unique_ptr<OutputSink>> NewDaemonOutput(const config::VipsdConfig& config,
                                                       const std::string& bootstrap_servers);
+
+// The producer of the ledger and work topics, whose every append is waited
+// for: the kafka.* and producer properties, with linger.ms 0 unless one of
+// them sets linger.ms or queue.buffering.max.ms (librdkafka's 5 ms default
+// would only delay each append: there is nothing to batch it with).
+connectors::KafkaProducerOptions WaitedAppendProducerOptions(const config::VipsdConfig& config,
+                                                             const std::string& bootstrap_servers);
 
 // The ledger of record on state.ledger_topic (daemon/ledger_replica.h),
 // keyed by state.ledger_key; producer and reader take the kafka.*

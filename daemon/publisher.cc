@@ -78,6 +78,19 @@ std::string Publisher::ReportStep(const SlotOutputs& out, const ReportContext& c
     line += " partials=" + std::to_string(out.partials_local) + "+" +
             std::to_string(out.partials_remote);
   }
+  if (context.expose_step_timing && !out.phases.empty()) {
+    // How long each phase took (issue 30's per-phase measurement), only
+    // where step durations are exposed anyway.
+    std::string phases;
+    for (const auto& [name, seconds] : out.phases) {
+      phases += (phases.empty() ? "" : ",") + std::string(name) + ":" +
+                FixedDecimal(seconds * 1000, 1);
+    }
+    if (out.ledger_committed) {
+      phases += ",commit:" + FixedDecimal(out.ledger_commit_seconds * 1000, 1);
+    }
+    line += " phase_ms=" + phases;
+  }
   return line;
 }
 

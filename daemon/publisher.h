@@ -70,6 +70,12 @@ struct SlotOutputs {
   // Records this slot admitted that were stamped at or before the previous
   // slot's time: readable only after its cut was read (stream timing).
   int64_t records_late = 0;
+  // Where the step thread spent the step, in order (seconds): charge,
+  // sample, estep, noise, mstep for one process; charge, plan, own, wait,
+  // merge, noise, mstep for a shared step's coordinator. Work-dependent:
+  // reported only with metrics.expose_step_timing (phase_ms= on the step
+  // line, with the ledger commit).
+  std::vector<std::pair<const char*, double>> phases;
   std::vector<std::string> alerts;  // JSON
   std::vector<std::pair<LogLevel, std::string>> log_lines;
 };

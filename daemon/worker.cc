@@ -5,6 +5,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/base/format.h"
 #include "core/base/log.h"
 #include "core/privacy/secure_noise.h"
 #include "daemon/checkpoint.h"
@@ -118,6 +119,7 @@ Status Worker::AdoptPlan(WorkPlan plan) {
     }
   }
   const std::pair<uint64_t, int64_t> plan_id{plan.epoch, plan.step};
+  const auto adopt_start = std::chrono::steady_clock::now();
   if (plan_model_of_ != plan_id) {
     auto model =
         DecodePlanModel(plan.model, work_.Describe() + " plan", bundle_, "the coordinator's");
@@ -163,6 +165,8 @@ Status Worker::AdoptPlan(WorkPlan plan) {
       return Status::Ok();
     }
     plan_model_of_ = plan_id;
+    adopt_seconds_ =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - adopt_start).count();
   }
   SlotTargets targets;
   targets.cut_time_ms = plan.cut_time_ms;
@@ -232,6 +236,7 @@ void Worker::WorkOnPlan() {
   // sums go one partition each, added in name order by the coordinator.
   const bool presum = plan_->is_private;
   if (ready.empty() || (presum && reading)) return;
+  const auto sum_start = std::chrono::steady_clock::now();
   if (presummed_ != nullptr) presummed_->Reset();
   std::vector<std::string> encoded(presum ? 1 : ready.size());
   const Status summed = SumLocalStreams(
@@ -260,6 +265,7 @@ void Worker::WorkOnPlan() {
                                " failed: " + result.ToString()));
     return;
   }
+  const auto append_start = std::chrono::steady_clock::now();
   for (size_t i = 0; i < encoded.size(); ++i) {
     WorkPartial partial = header;
     if (presum) {
@@ -271,6 +277,19 @@ void Worker::WorkOnPlan() {
     if (!append(partial)) return;
     ++pending_published_;
   }
+  if (config_.expose_step_timing) {
+    // Work-dependent (how long this process's batch took): only where the
+    // operator exposes step timing (issue 30's per-phase measurement).
+    auto ms = [](std::chrono::steady_clock::duration d) {
+      return FixedDecimal(std::chrono::duration<double, std::milli>(d).count(), 1);
+    };
+    Log(LogLevel::kInfo, kComponent,
+        "step " + std::to_string(plan_->step) + ": " + std::to_string(ready.size()) +
+            " partition(s) phase_ms=adopt:" + FixedDecimal(adopt_seconds_ * 1000, 1) +
+            ",sum:" + ms(append_start - sum_start) +
+            ",append:" + ms(std::chrono::steady_clock::now() - append_start));
+  }
+  adopt_seconds_ = 0;
 }
 
 std::optional<WorkPlan> Worker::NewestPlan(

@@ -111,6 +111,10 @@ class Worker {
   uint64_t highest_epoch_ = 0;
   bool warned_old_plan_ = false;  // a plan of an older vipsd was logged once
   int64_t pending_published_ = 0;  // counted at the next plan (public time)
+  // Seconds the last plan took to adopt (decode and restore its model; 0
+  // when the model was held), logged with the step's partial under
+  // metrics.expose_step_timing.
+  double adopt_seconds_ = 0;
   std::atomic<int64_t> last_plan_seen_ns_{0};
 };
 

@@ -170,6 +170,33 @@ TEST(PublisherTest, TheStepLineCarriesPublicValuesOnly) {
   EXPECT_EQ(f.publisher.ReportStep(out, context), "");
 }
 
+// Per-phase step timing (issue 30): work-dependent, so it is on the step
+// line only where step timing is exposed, never otherwise.
+TEST(PublisherTest, PhaseTimesAreOnTheStepLineOnlyWithExposedStepTiming) {
+  Fixture f;
+  SlotOutputs out;
+  out.stepped = true;
+  out.step = 3;
+  out.slot = 9;
+  out.rho = 0.5;
+  out.window_offsets = 10;
+  out.phases = {{"charge", 0.0001}, {"plan", 0.00475}, {"own", 0.2581}, {"wait", 0.0485}};
+  out.ledger_committed = true;
+  out.ledger_commit_seconds = 0.008;
+  Publisher::ReportContext context;
+  context.coordinator = true;
+  EXPECT_EQ(f.publisher.ReportStep(out, context),
+            "step=3 slot=9 rho=0.5000 window=10 partials=0+0");
+  context.expose_step_timing = true;
+  EXPECT_EQ(f.publisher.ReportStep(out, context),
+            "step=3 slot=9 rho=0.5000 window=10 partials=0+0 "
+            "phase_ms=charge:0.1,plan:4.8,own:258.1,wait:48.5,commit:8.0");
+  out.ledger_committed = false;  // a late slot reported before its commit: no commit phase
+  out.phases.resize(1);
+  EXPECT_EQ(f.publisher.ReportStep(out, context),
+            "step=3 slot=9 rho=0.5000 window=10 partials=0+0 phase_ms=charge:0.1");
+}
+
 TEST(PublisherTest, StatusJsonStatesTheLastReleaseAndTheRunsPublicSettings) {
   Fixture f;
   const std::string dir = ::testing::TempDir() + "publisher_status";

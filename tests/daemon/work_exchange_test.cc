@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "daemon/kafka_io.h"
+
 namespace vipsd::daemon {
 namespace {
 
@@ -161,6 +163,27 @@ TEST(WorkExchangeTest, OutOfRangeFieldsAreRefusedEvenWithAValidChecksum) {
   plan = SamplePlan();
   plan.step = 0;
   EXPECT_FALSE(DecodeWorkPlan(EncodeWorkPlan(plan)).ok());
+}
+
+// Ledger entries, plans and partial sums are appended one at a time and
+// waited for: their producer lingers 0 ms (librdkafka's 5 ms default delayed
+// every append on a step's critical path), unless the operator set a linger.
+TEST(WaitedAppendProducerOptionsTest, LingerIsZeroUnlessTheOperatorSetsOne) {
+  config::VipsdConfig config;
+  config.kafka.properties["socket.keepalive.enable"] = "true";
+  auto options = WaitedAppendProducerOptions(config, "broker:9092");
+  EXPECT_EQ(options.bootstrap_servers, "broker:9092");
+  EXPECT_EQ(options.properties.at("linger.ms"), "0");
+  EXPECT_EQ(options.properties.at("socket.keepalive.enable"), "true");
+
+  config.kafka.producer_properties["linger.ms"] = "20";
+  EXPECT_EQ(WaitedAppendProducerOptions(config, "b:1").properties.at("linger.ms"), "20");
+
+  config.kafka.producer_properties.erase("linger.ms");
+  config.kafka.properties["queue.buffering.max.ms"] = "7";  // the alias
+  options = WaitedAppendProducerOptions(config, "b:1");
+  EXPECT_EQ(options.properties.count("linger.ms"), 0u);
+  EXPECT_EQ(options.properties.at("queue.buffering.max.ms"), "7");
 }
 
 }  // namespace
