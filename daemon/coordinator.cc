@@ -104,7 +104,7 @@ StatusOr<std::string> Coordinator::PlanModel(const Context& context) {
   return CheckpointStore::Encode(model);
 }
 
-Status Coordinator::Remind(const Context& context, const WorkPlan& plan,
+Status Coordinator::Remind(const Context& context, WorkPlan& plan,
                            const std::set<std::string>& covered, SlotOutputs* out,
                            bool* logged) {
   LedgerKeeper& keeper = *context.keeper;
@@ -124,7 +124,25 @@ Status Coordinator::Remind(const Context& context, const WorkPlan& plan,
     if (covered.count(name) == 0) reminder.wanted.push_back(name);
   }
   reminder.partials_read = partials_read_;
+  // A reminder names the full plan's offset for the model; once retention
+  // took that plan, a process that still needs the model could never read
+  // it: the plan goes out whole again and later reminders name the new one.
+  const StatusOr<bool> held = work_.exchange().HoldsPlan(plan.plan_offset);
+  const bool resend_model = held.ok() && !*held;
+  if (resend_model) {
+    auto model = PlanModel(context);
+    if (!model.ok()) return model.status();
+    reminder.model = std::move(*model);
+  }
   auto appended = work_.exchange().Append(EncodeWorkPlan(reminder));
+  if (appended.ok() && resend_model) {
+    plan.plan_offset = *appended;
+    out->log_lines.emplace_back(
+        LogLevel::kWarning, "step " + std::to_string(plan.step) + ": the " + work_.Describe() +
+                                " no longer held its plan (retention); appended it again with "
+                                "the model at offset " + std::to_string(*appended) +
+                                " (raise the work topic's retention)");
+  }
   if (!appended.ok()) {
     Log(LogLevel::kWarning, kComponent,
         "cannot append a plan reminder to the " + work_.Describe() + ": " +
@@ -241,6 +259,9 @@ StatusOr<svi::StepResult> Coordinator::StepCharged(const Context& context,
       VIPSD_RETURN_IF_ERROR(MergePartial(plan, offset, bytes, ordered, layout, &covered, &cuts,
                                          &float_sums, out));
     }
+    // Partials that retention took before they were read count as read:
+    // the next reminder asks their senders for those partitions again.
+    partials_read_ = std::max(partials_read_, work_.exchange().read_position());
     merge_seconds += lap(clock);
     const auto now = std::chrono::steady_clock::now();
     if (covered.size() < plan.wanted.size() && now - last_reminder >= kReminderInterval) {

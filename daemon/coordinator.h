@@ -110,8 +110,10 @@ class Coordinator {
   // bytes of the job's run id and context.model_step).
   static StatusOr<std::string> PlanModel(const Context& context);
   // Every second while partials are missing: still the owner? (CANCELLED
-  // when fenced), then the plan again for the partitions still missing.
-  Status Remind(const Context& context, const WorkPlan& plan,
+  // when fenced), then the plan again for the partitions still missing (with
+  // the model, and `plan.plan_offset` moved to it, once retention took the
+  // full plan).
+  Status Remind(const Context& context, WorkPlan& plan,
                 const std::set<std::string>& covered, SlotOutputs* out, bool* logged);
   // One message of the partial log: a partial of this plan's step whose
   // partitions are all wanted and none covered yet is merged into the total

@@ -595,6 +595,13 @@ class KafkaWorkExchange final : public WorkExchange {
   }
 
 
+  int64_t read_position() const override { return position_; }
+
+  StatusOr<bool> HoldsPlan(int64_t offset) override {
+    VIPSD_ASSIGN_OR_RETURN(const auto bounds, reader_->BoundsOf(kWorkPlanPartition));
+    return offset >= bounds.first && offset < bounds.second;
+  }
+
   StatusOr<std::string> ReadAt(int64_t offset) override {
     VIPSD_ASSIGN_OR_RETURN(const auto bounds, reader_->Bounds());
     if (offset < bounds.first || offset >= bounds.second) {

@@ -212,6 +212,14 @@ class WorkExchange {
   // The message at `offset` of the log this process reads (a worker: the
   // plans); NOT_FOUND if the log no longer holds it.
   virtual StatusOr<std::string> ReadAt(int64_t offset) = 0;
+  // Every offset of the log this process reads below this one was returned
+  // by Poll or is no longer in the log (retention passed it before it was
+  // read): the coordinator's WorkPlan::partials_read, so that a partial lost
+  // that way is summed again.
+  virtual int64_t read_position() const = 0;
+  // Whether the plan log still holds `offset` (a plan's; the coordinator
+  // appends its plan again, with the model, once retention took it).
+  virtual StatusOr<bool> HoldsPlan(int64_t offset) = 0;
 };
 
 }  // namespace vipsd::daemon

@@ -63,6 +63,9 @@ StatusOr<std::unique_ptr<KafkaPartitionReader>> KafkaPartitionReader::Create(
       {"group.id", "vipsd-partition-reader"},
       {"enable.auto.commit", "false"},
       {"enable.partition.eof", "true"},
+      // A position that retention passed resumes at the oldest message
+      // still held, not at the end: nothing still in the log is skipped.
+      {"auto.offset.reset", "earliest"},
   };
   VIPSD_RETURN_IF_ERROR(kafka_internal::ApplyProperties(*conf, kWhat, managed, o.properties));
   if (conf->set("event_cb", static_cast<RdKafka::EventCb*>(reader->callbacks_.get()), errstr) !=
@@ -103,12 +106,16 @@ StatusOr<int> KafkaPartitionReader::PartitionCount() {
 }
 
 StatusOr<std::pair<int64_t, int64_t>> KafkaPartitionReader::Bounds() {
+  return BoundsOf(options_.partition);
+}
+
+StatusOr<std::pair<int64_t, int64_t>> KafkaPartitionReader::BoundsOf(int32_t partition) {
   int64_t low = 0, high = 0;
   const RdKafka::ErrorCode err = consumer_->query_watermark_offsets(
-      options_.topic, options_.partition, &low, &high, static_cast<int>(options_.timeout.count()));
+      options_.topic, partition, &low, &high, static_cast<int>(options_.timeout.count()));
   if (err != RdKafka::ERR_NO_ERROR) {
     return UnavailableError(std::string(kWhat) + ": watermarks of " + options_.topic + "[" +
-                            std::to_string(options_.partition) + "]: " + ErrorDescription(err));
+                            std::to_string(partition) + "]: " + ErrorDescription(err));
   }
   if (low < 0 || high < low) {
     return UnavailableError(std::string(kWhat) + ": invalid watermarks of " + options_.topic);

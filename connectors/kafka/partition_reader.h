@@ -58,6 +58,8 @@ class KafkaPartitionReader {
 
   // Low and high watermark.
   StatusOr<std::pair<int64_t, int64_t>> Bounds();
+  // The same for another partition of the topic (nothing is assigned).
+  StatusOr<std::pair<int64_t, int64_t>> BoundsOf(int32_t partition);
   // Every message with offset in [from, to).
   StatusOr<std::vector<ReadMessage>> Read(int64_t from, int64_t to);
   // Long poll: the messages at offsets ≥ `from` that are queued now or

@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 #include <utility>
 
@@ -317,6 +319,88 @@ TEST(CoordinatorTest, OverlappingPartialsAreRefusedWholeAndTheMissingPartitionCo
   EXPECT_EQ(out.partials_remote, 2);  // {docs:1}, then {docs:0} after the refusal
   // The resend waited for a reminder (one a second).
   EXPECT_GE(std::chrono::steady_clock::now() - start, 900ms);
+  const SoloResult alone = SoloStep(f, *f.topic);
+  ExpectSameModel(coordinator, alone);
+}
+
+// Stops `coordinator` after `limit` (its Step then returns CANCELLED), so
+// that a step that would wait for ever fails the test instead of hanging it.
+class Watchdog {
+ public:
+  Watchdog(RunControl* control, std::chrono::milliseconds limit)
+      : thread_([this, control, limit] {
+          std::unique_lock<std::mutex> lock(mutex_);
+          if (!done_cv_.wait_for(lock, limit, [this] { return done_; })) control->RequestStop();
+        }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    done_cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+// Retention took the worker's partial before the coordinator read it (a
+// work topic over its retention.bytes): the coordinator counts it as read,
+// its reminder's partials_read says so, and the worker sums its partitions
+// again. Before, the step waited for ever.
+TEST(CoordinatorTest, APartialThatRetentionTookBeforeItWasReadIsSummedAgain) {
+  WorkFixture f("coordinator_partial_lost");
+  f.work->partials_lost_on_append = 1;
+  MemoryLog ledger_log;
+  CoordinatorProcess coordinator(f, ledger_log, {});
+  WorkerProcess worker(f, {0, 1});
+  SlotOutputs out;
+  StatusOr<svi::StepResult> shared = UnavailableError("not run");
+  {
+    Watchdog watchdog(&coordinator.control, 20s);
+    shared = coordinator.Step(f, &out);
+  }
+  ASSERT_TRUE(shared.ok()) << shared.status().ToString();
+  EXPECT_EQ(out.partials_remote, 1);  // the second copy; the first was never read
+  EXPECT_EQ(f.work->partials.size(), 2u);
+  const SoloResult alone = SoloStep(f, *f.topic);
+  ExpectSameModel(coordinator, alone);
+}
+
+// Retention took the step's plan before the worker read it: a reminder
+// names the full plan's offset for the model, which no process could read
+// any more. The coordinator appends the plan again with the model, and the
+// step finishes, bit for bit one process's.
+TEST(CoordinatorTest, APlanThatRetentionTookIsAppendedAgainWithTheModel) {
+  WorkFixture f("coordinator_plan_lost");
+  f.work->plans_lost_on_append = 1;
+  MemoryLog ledger_log;
+  CoordinatorProcess coordinator(f, ledger_log, {});
+  WorkerProcess worker(f, {0, 1});
+  SlotOutputs out;
+  StatusOr<svi::StepResult> shared = UnavailableError("not run");
+  {
+    Watchdog watchdog(&coordinator.control, 20s);
+    shared = coordinator.Step(f, &out);
+  }
+  ASSERT_TRUE(shared.ok()) << shared.status().ToString();
+  EXPECT_EQ(out.partials_remote, 1);
+  bool said = false;
+  for (const auto& [level, line] : out.log_lines) {
+    said = said || line.find("no longer held its plan (retention)") != std::string::npos;
+  }
+  EXPECT_TRUE(said);
+  {
+    std::lock_guard<std::mutex> lock(f.work->mutex);
+    ASSERT_EQ(f.work->plans.size(), 2u);  // the plan (lost), then the plan again
+    auto again = DecodeWorkPlan(f.work->plans[1]);
+    ASSERT_TRUE(again.ok());
+    EXPECT_FALSE(again->model.empty());
+  }
   const SoloResult alone = SoloStep(f, *f.topic);
   ExpectSameModel(coordinator, alone);
 }

@@ -5,6 +5,7 @@
 // made, as the Kafka exchange does.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -21,6 +22,13 @@ struct MemoryWorkTopic {
   std::mutex mutex;
   std::vector<std::string> plans;
   std::vector<std::string> partials;
+  // Retention: offsets below these are gone (no Poll or ReadAt finds them).
+  int64_t plans_start = 0;
+  int64_t partials_start = 0;
+  // Retention that passes the next N messages appended at once (before any
+  // reader sees them), as a log over its retention.bytes would.
+  int plans_lost_on_append = 0;
+  int partials_lost_on_append = 0;
 };
 
 class MemoryWorkExchange final : public WorkExchange {
@@ -34,8 +42,14 @@ class MemoryWorkExchange final : public WorkExchange {
   StatusOr<int64_t> Append(const std::string& bytes) override {
     VIPSD_ASSIGN_OR_RETURN(const WorkMessageKind kind, WorkMessageKindOf(bytes));
     std::lock_guard<std::mutex> lock(topic_->mutex);
-    auto& log = kind == WorkMessageKind::kPlan ? topic_->plans : topic_->partials;
+    const bool plan = kind == WorkMessageKind::kPlan;
+    auto& log = plan ? topic_->plans : topic_->partials;
     log.push_back(bytes);
+    int& lost = plan ? topic_->plans_lost_on_append : topic_->partials_lost_on_append;
+    if (lost > 0) {
+      --lost;
+      (plan ? topic_->plans_start : topic_->partials_start) = static_cast<int64_t>(log.size());
+    }
     return static_cast<int64_t>(log.size()) - 1;
   }
   StatusOr<std::vector<std::pair<int64_t, std::string>>> Poll(
@@ -46,6 +60,7 @@ class MemoryWorkExchange final : public WorkExchange {
         std::lock_guard<std::mutex> lock(topic_->mutex);
         const auto& log = Log();
         std::vector<std::pair<int64_t, std::string>> out;
+        position_ = std::max(position_, Start());
         for (; position_ < static_cast<int64_t>(log.size()); ++position_) {
           out.emplace_back(position_, log[static_cast<size_t>(position_)]);
         }
@@ -57,15 +72,23 @@ class MemoryWorkExchange final : public WorkExchange {
   StatusOr<std::string> ReadAt(int64_t offset) override {
     std::lock_guard<std::mutex> lock(topic_->mutex);
     const auto& log = Log();
-    if (offset < 0 || offset >= static_cast<int64_t>(log.size())) {
+    if (offset < Start() || offset >= static_cast<int64_t>(log.size())) {
       return NotFoundError("no offset " + std::to_string(offset));
     }
     return log[static_cast<size_t>(offset)];
+  }
+  int64_t read_position() const override { return position_; }
+  StatusOr<bool> HoldsPlan(int64_t offset) override {
+    std::lock_guard<std::mutex> lock(topic_->mutex);
+    return offset >= topic_->plans_start && offset < static_cast<int64_t>(topic_->plans.size());
   }
 
  private:
   const std::vector<std::string>& Log() const {
     return role_ == WorkRole::kWorker ? topic_->plans : topic_->partials;
+  }
+  int64_t Start() const {
+    return role_ == WorkRole::kWorker ? topic_->plans_start : topic_->partials_start;
   }
   std::shared_ptr<MemoryWorkTopic> topic_;
   const WorkRole role_;
