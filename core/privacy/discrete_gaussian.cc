@@ -296,6 +296,11 @@ Status NoiseSource::FillDiscreteGaussian(const DiscreteGaussianSampler& sampler,
   return sampler.Fill(*this, out);
 }
 
+Status NoiseSource::FillDiscreteGaussianParallel(const DiscreteGaussianSampler& sampler,
+                                                 std::span<int64_t> out, int /*threads*/) {
+  return FillDiscreteGaussian(sampler, out);
+}
+
 Status DiscreteGaussianSampler::Fill(NoiseSource& source, std::span<int64_t> out) const {
   internal::RandomWords words(source);
   const u128 n = sigma2_.numerator;

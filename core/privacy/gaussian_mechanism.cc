@@ -375,7 +375,7 @@ void GaussianSumMechanism::PreparedNoise::Wipe() {
 }
 
 StatusOr<GaussianSumMechanism::PreparedNoise> GaussianSumMechanism::PrepareNoise(
-    const BlockLayout& layout, NoiseSource& noise, double noise_multiplier) {
+    const BlockLayout& layout, NoiseSource& noise, double noise_multiplier, int threads) {
   if (!std::isfinite(noise_multiplier) || noise_multiplier <= 0) {
     return InvalidArgumentError(
         "noise_multiplier must be finite and > 0, got " + std::to_string(noise_multiplier) +
@@ -386,7 +386,7 @@ StatusOr<GaussianSumMechanism::PreparedNoise> GaussianSumMechanism::PrepareNoise
                          DiscreteGaussianSampler::Create(parameters.sigma2));
   PreparedNoise prepared;
   prepared.draws_.resize(layout.total_size());
-  const Status filled = noise.FillDiscreteGaussian(sampler, prepared.draws_);
+  const Status filled = noise.FillDiscreteGaussianParallel(sampler, prepared.draws_, threads);
   if (!filled.ok()) return filled;  // `prepared` wipes what was drawn
   // A draw beyond 2^61 has probability below exp(−2^122/2^63): never; the
   // check keeps the integer addition in ScaleBack provably exact.

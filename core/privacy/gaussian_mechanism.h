@@ -253,8 +253,10 @@ class GaussianSumMechanism {
     bool ready_ = false;
   };
   // Errors as DiscreteNoiseFor and the sampler's; nothing is drawn then.
+  // Drawn on up to `threads` threads (NoiseSource::FillDiscreteGaussianParallel:
+  // the draws do not depend on how many).
   static StatusOr<PreparedNoise> PrepareNoise(const BlockLayout& layout, NoiseSource& noise,
-                                              double noise_multiplier);
+                                              double noise_multiplier, int threads = 1);
   // Release() with noise drawn ahead for this layout (FAILED_PRECONDITION
   // for noise of another layout or grid, or consumed already; nothing is
   // released then and the noise is wiped). Consumes `noise` either way.

@@ -43,6 +43,13 @@ class NoiseSource {
   virtual Status FillDiscreteGaussian(const DiscreteGaussianSampler& sampler,
                                       std::span<int64_t> out);
 
+  // The same on up to `threads` threads (the calling one included). The
+  // draws do not depend on `threads`: SecureNoiseSource fills fixed chunks
+  // from streams of their own (secure_noise.h); any other source fills
+  // serially with FillDiscreteGaussian (the default).
+  virtual Status FillDiscreteGaussianParallel(const DiscreteGaussianSampler& sampler,
+                                              std::span<int64_t> out, int threads);
+
   // False for any source that an adversary could predict (fixed seed) or
   // that adds no noise. Releases made with such a source are not private.
   virtual bool is_private() const = 0;

@@ -87,6 +87,19 @@ class SecureNoiseSource final : public NoiseSource {
 
   void FillStandardNormal(std::span<double> out) override;
   void FillUniformBits(std::span<uint64_t> out) override;
+  // The release noise in chunks of kDiscreteGaussianChunk draws, chunk c
+  // drawn by the exact sampler from a ChaCha20 stream of its own, keyed
+  // BLAKE2b-256(c; key = a 256-bit key drawn from this stream for the call):
+  // every chunk's (key, nonce) pairs are distinct from every other stream's,
+  // the chunks are independent, and the draws are the same whatever the
+  // number of threads that fill them (issue 30: a step's noise — 500,000
+  // draws at K·V = 500,000, ~0.15 s on one core — divides over the
+  // coordinator's threads). FillDiscreteGaussian is this on one thread.
+  static constexpr size_t kDiscreteGaussianChunk = 16384;
+  Status FillDiscreteGaussian(const DiscreteGaussianSampler& sampler,
+                              std::span<int64_t> out) override;
+  Status FillDiscreteGaussianParallel(const DiscreteGaussianSampler& sampler,
+                                      std::span<int64_t> out, int threads) override;
   bool is_private() const override { return is_private_; }
   std::string description() const override;
 

@@ -609,8 +609,11 @@ void StepDriver::DrawNoiseAhead() {
   const privacy::BlockLayout* layout = &model_->statistic_layout();
   privacy::NoiseSource* noise = noise_;
   const double sigma = config_.noise_multiplier;
-  noise_ahead_ = std::async(std::launch::async, [layout, noise, sigma] {
-    return privacy::GaussianSumMechanism::PrepareNoise(*layout, *noise, sigma);
+  // On the step's threads (schedule.threads): a coordinator that reads no
+  // partition has them free, and the draws are the same however many.
+  const int threads = config_.threads;
+  noise_ahead_ = std::async(std::launch::async, [layout, noise, sigma, threads] {
+    return privacy::GaussianSumMechanism::PrepareNoise(*layout, *noise, sigma, threads);
   });
 }
 

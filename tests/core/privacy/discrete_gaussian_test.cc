@@ -657,6 +657,45 @@ TEST(DiscreteGaussianSampler, ReproducibleSourceGivesIdenticalDraws) {
             500);
 }
 
+// The release noise in chunks, each from a stream of its own (issue 30: the
+// noise of a step divides over threads): the draws are the same on any
+// number of threads, chunks differ from each other and from the next call,
+// and the whole still fits N_Z(0, sigma^2).
+TEST(DiscreteGaussianSampler, ChunkedFillIsTheSameOnAnyNumberOfThreadsAndFits) {
+  const Rational sigma2{1369, 100};
+  const DiscreteGaussianSampler sampler = MakeSampler(sigma2);
+  const size_t chunk = SecureNoiseSource::kDiscreteGaussianChunk;
+  const size_t count = 6 * chunk + 123;  // a short last chunk
+  std::vector<int64_t> one(count);
+  {
+    auto source = MakeReproducible(9);
+    ASSERT_TRUE(source->FillDiscreteGaussianParallel(sampler, one, 1).ok());
+  }
+  for (int threads : {2, 3, 8, 64}) {
+    auto source = MakeReproducible(9);
+    std::vector<int64_t> many(count);
+    ASSERT_TRUE(source->FillDiscreteGaussianParallel(sampler, many, threads).ok());
+    EXPECT_EQ(many, one) << threads << " threads";
+  }
+  auto source = MakeReproducible(9);
+  std::vector<int64_t> serial(count);
+  ASSERT_TRUE(source->FillDiscreteGaussian(sampler, serial).ok());  // one thread
+  EXPECT_EQ(serial, one);
+  std::vector<int64_t> next(count);
+  ASSERT_TRUE(source->FillDiscreteGaussianParallel(sampler, next, 4).ok());
+  EXPECT_NE(next, one);  // a new base key for every call
+  EXPECT_FALSE(std::equal(one.begin(), one.begin() + chunk, one.begin() + chunk));
+
+  const uint64_t draws = 1000000;
+  auto fit_source = MakeReproducible(110);
+  std::vector<int64_t> values(draws);
+  ASSERT_TRUE(fit_source->FillDiscreteGaussianParallel(sampler, values, 4).ok());
+  const ChiSquare chi =
+      GoodnessOfFit(Histogram(values), draws, [&](int64_t x) { return Pmf(sigma2, x); }, 0);
+  Report("N_Z(0, 1369/100), 4 threads, chunked", chi, draws);
+  EXPECT_GT(chi.p_value, kSignificance);
+}
+
 // --- (f) 1-D privacy loss ----------------------------------------------------
 
 TEST(DiscreteGaussianAccounting, DeltaClosedFormsAndSymmetry) {
