@@ -32,6 +32,7 @@
 #include <set>
 #include <string>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "config/config.h"
@@ -121,10 +122,19 @@ class Coordinator {
   // else is skipped (a malformed or out-of-range one with a warning line).
   // OUT_OF_RANGE for an overflow partial; DATA_LOSS for a sum that does not
   // decode against the layout.
+  // A message of the partial log decoded (any thread): `partial` unset for
+  // a message that is not a partial; `sum` decoded only for a partial of
+  // `plan`'s step (no overflow).
+  struct DecodedPartial {
+    std::optional<StatusOr<WorkPartial>> partial;
+    StatusOr<std::unique_ptr<privacy::GaussianSumMechanism>> sum =
+        UnavailableError("not this step's partial");
+  };
+  static DecodedPartial DecodePartial(const WorkPlan& plan, const std::string& bytes,
+                                      const privacy::BlockLayout& layout);
   Status MergePartial(
-      const WorkPlan& plan, int64_t offset, const std::string& bytes, bool ordered,
-      const privacy::BlockLayout& layout, std::set<std::string>* covered,
-      std::map<std::string, int64_t>* cuts,
+      const WorkPlan& plan, int64_t offset, DecodedPartial decoded, bool ordered,
+      std::set<std::string>* covered, std::map<std::string, int64_t>* cuts,
       std::map<std::string, std::unique_ptr<privacy::GaussianSumMechanism>>* float_sums,
       SlotOutputs* out);
 

@@ -299,6 +299,26 @@ TEST(CoordinatorTest, ACoordinatorWithoutPartitionsMergesOnePreSummedPartial) {
   ExpectSameModel(coordinator, alone);
 }
 
+// Partials that arrive together are decoded on the coordinator's threads
+// (schedule.threads), then merged in log order: still bit for bit one
+// process's step, with one partial from each of two workers.
+TEST(CoordinatorTest, PartialsDecodedOnSeveralThreadsGiveOneProcesssStep) {
+  WorkFixture f("coordinator_parallel_decode");
+  f.config.driver.threads = 4;
+  MemoryLog ledger_log;
+  CoordinatorProcess coordinator(f, ledger_log, {});
+  WorkerProcess zero(f, {0}, 100000, "zero");
+  WorkerProcess one(f, {1}, 100000, "one");
+  SlotOutputs out;
+  auto shared = coordinator.Step(f, &out);
+  ASSERT_TRUE(shared.ok()) << shared.status().ToString();
+  EXPECT_EQ(out.partials_remote, 2);
+  EXPECT_EQ(coordinator.cuts_found.at("docs:0"), 5);
+  EXPECT_EQ(coordinator.cuts_found.at("docs:1"), 4);
+  const SoloResult alone = SoloStep(f, *f.topic);
+  ExpectSameModel(coordinator, alone);
+}
+
 // Two processes hold docs:1 at once (as during a rebalance): their
 // pre-summed partials overlap. The coordinator merges the first ({docs:1},
 // from the process that starts reading at once) and refuses the other
