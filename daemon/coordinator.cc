@@ -1,15 +1,14 @@
 #include "daemon/coordinator.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <map>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "core/base/log.h"
+#include "core/base/parallel.h"
 #include "daemon/checkpoint.h"
 
 namespace vipsd::daemon {
@@ -261,18 +260,9 @@ StatusOr<svi::StepResult> Coordinator::StepCharged(const Context& context,
     // decoding a dense partial is most of its cost (18 ms at K·V = 500,000)
     // and N of them in series would grow the step's serial part with N.
     std::vector<DecodedPartial> decoded(messages->size());
-    const size_t threads = std::min<size_t>(
-        messages->size(), static_cast<size_t>(std::max(1, context.driver->config().threads)));
-    std::atomic<size_t> next{0};
-    auto decode = [&] {
-      for (size_t i = next.fetch_add(1); i < decoded.size(); i = next.fetch_add(1)) {
-        decoded[i] = DecodePartial(plan, (*messages)[i].second, layout);
-      }
-    };
-    std::vector<std::thread> helpers;
-    for (size_t i = 1; i < threads; ++i) helpers.emplace_back(decode);
-    decode();
-    for (std::thread& helper : helpers) helper.join();
+    ForEachIndexOnThreads(decoded.size(), context.driver->config().threads, [&](size_t i) {
+      decoded[i] = DecodePartial(plan, (*messages)[i].second, layout);
+    });
     for (size_t i = 0; i < messages->size(); ++i) {
       const int64_t offset = (*messages)[i].first;
       partials_read_ = std::max(partials_read_, offset + 1);

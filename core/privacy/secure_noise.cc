@@ -4,17 +4,16 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <mutex>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include "core/base/log.h"
+#include "core/base/parallel.h"
 #include "core/privacy/discrete_gaussian.h"
 
 namespace vipsd::privacy {
@@ -202,39 +201,31 @@ Status SecureNoiseSource::FillDiscreteGaussianParallel(const DiscreteGaussianSam
   std::memcpy(base, words.data(), kKeyBytes);
   sodium_memzero(words.data(), sizeof words);
   const size_t chunks = (out.size() + kDiscreteGaussianChunk - 1) / kDiscreteGaussianChunk;
-  std::atomic<size_t> next{0};
   std::mutex error_mutex;
   Status error = Status::Ok();  // the first failure; guarded by error_mutex
-  auto fill = [&] {
-    for (size_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1)) {
-      // Chunk c's key: BLAKE2b-256(c as 8 little-endian bytes; key = base).
-      unsigned char index[8];
-      for (int byte = 0; byte < 8; ++byte) index[byte] = static_cast<unsigned char>(c >> (8 * byte));
-      unsigned char key[kKeyBytes];
-      Status status = Status::Ok();
-      if (crypto_generichash(key, sizeof key, index, sizeof index, base, sizeof base) != 0) {
-        status = InternalError("BLAKE2b key derivation failed for a noise chunk");
-      } else {
-        SecureNoiseSource chunk_source(key, is_private_);
-        const size_t begin = c * kDiscreteGaussianChunk;
-        status = sampler.Fill(chunk_source,
-                              out.subspan(begin, std::min(kDiscreteGaussianChunk,
-                                                          out.size() - begin)));
-      }
-      sodium_memzero(key, sizeof key);
-      if (!status.ok()) {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (error.ok()) error = status;
-      }
+  ForEachIndexOnThreads(chunks, threads, [&](size_t c) {
+    // Chunk c's key: BLAKE2b-256(c as 8 little-endian bytes; key = base).
+    unsigned char index[8];
+    for (int byte = 0; byte < 8; ++byte) {
+      index[byte] = static_cast<unsigned char>(c >> (8 * byte));
     }
-  };
-  const size_t helpers =
-      std::min<size_t>(chunks, static_cast<size_t>(std::max(threads, 1))) - (chunks > 0 ? 1 : 0);
-  std::vector<std::thread> pool;
-  pool.reserve(helpers);
-  for (size_t i = 0; i < helpers; ++i) pool.emplace_back(fill);
-  fill();
-  for (std::thread& thread : pool) thread.join();
+    unsigned char key[kKeyBytes];
+    Status status = Status::Ok();
+    if (crypto_generichash(key, sizeof key, index, sizeof index, base, sizeof base) != 0) {
+      status = InternalError("BLAKE2b key derivation failed for a noise chunk");
+    } else {
+      SecureNoiseSource chunk_source(key, is_private_);
+      const size_t begin = c * kDiscreteGaussianChunk;
+      status = sampler.Fill(chunk_source,
+                            out.subspan(begin, std::min(kDiscreteGaussianChunk,
+                                                        out.size() - begin)));
+    }
+    sodium_memzero(key, sizeof key);
+    if (!status.ok()) {
+      std::lock_guard<std::mutex> lock(error_mutex);
+      if (error.ok()) error = status;
+    }
+  });
   sodium_memzero(base, sizeof base);
   if (!error.ok()) {
     std::fill(out.begin(), out.end(), 0);  // as DiscreteGaussianSampler::Fill on failure

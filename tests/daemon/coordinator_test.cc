@@ -368,6 +368,13 @@ class Watchdog {
   std::thread thread_;
 };
 
+// The coordinator's step, cancelled if it is still waiting after `limit`.
+StatusOr<svi::StepResult> StepWithin(CoordinatorProcess& coordinator, WorkFixture& f,
+                                     SlotOutputs* out, std::chrono::milliseconds limit) {
+  Watchdog watchdog(&coordinator.control, limit);
+  return coordinator.Step(f, out);
+}
+
 // Retention took the worker's partial before the coordinator read it (a
 // work topic over its retention.bytes): the coordinator counts it as read,
 // its reminder's partials_read says so, and the worker sums its partitions
@@ -379,11 +386,7 @@ TEST(CoordinatorTest, APartialThatRetentionTookBeforeItWasReadIsSummedAgain) {
   CoordinatorProcess coordinator(f, ledger_log, {});
   WorkerProcess worker(f, {0, 1});
   SlotOutputs out;
-  StatusOr<svi::StepResult> shared = UnavailableError("not run");
-  {
-    Watchdog watchdog(&coordinator.control, 20s);
-    shared = coordinator.Step(f, &out);
-  }
+  auto shared = StepWithin(coordinator, f, &out, 20s);
   ASSERT_TRUE(shared.ok()) << shared.status().ToString();
   EXPECT_EQ(out.partials_remote, 1);  // the second copy; the first was never read
   EXPECT_EQ(f.work->partials.size(), 2u);
@@ -402,11 +405,7 @@ TEST(CoordinatorTest, APlanThatRetentionTookIsAppendedAgainWithTheModel) {
   CoordinatorProcess coordinator(f, ledger_log, {});
   WorkerProcess worker(f, {0, 1});
   SlotOutputs out;
-  StatusOr<svi::StepResult> shared = UnavailableError("not run");
-  {
-    Watchdog watchdog(&coordinator.control, 20s);
-    shared = coordinator.Step(f, &out);
-  }
+  auto shared = StepWithin(coordinator, f, &out, 20s);
   ASSERT_TRUE(shared.ok()) << shared.status().ToString();
   EXPECT_EQ(out.partials_remote, 1);
   bool said = false;
