@@ -36,7 +36,7 @@ void StorePair(const Pair& value, double* data) { std::memcpy(data, &value, size
 double Sum(const Pair& value) { return value[0] + value[1]; }
 
 struct LdaScratch final : model::EStepScratch {
-  std::vector<int32_t> tokens;
+  ResampleBuffers resample;
   std::vector<int32_t> words;
   std::vector<double> counts;
   // Padded topics × m, column-major: the document's columns of exp(E[log β]).
@@ -199,6 +199,40 @@ void CountWords(std::span<const int32_t> tokens, std::vector<int32_t>* words,
   words->resize(unique);
 }
 
+void ResampleWords(std::span<const int32_t> document, int64_t draws, model::RecordRng& rng,
+                   ResampleBuffers& buffers, std::vector<int32_t>* words,
+                   std::vector<double>* counts) {
+  const size_t length = document.size();
+  if (static_cast<int64_t>(length) >= draws) {
+    buffers.tokens.resize(static_cast<size_t>(draws));
+    for (int32_t& token : buffers.tokens) token = document[rng.Below(length)];
+    CountWords(buffers.tokens, words, counts);
+    return;
+  }
+  // The same draws in the same order, tallied per distinct word; the words
+  // drawn at least once, in increasing order, are CountWords' words, and
+  // each tally (a sum of ones) its count.
+  std::vector<int32_t>& distinct = buffers.distinct;
+  distinct.assign(document.begin(), document.end());
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  buffers.slot.resize(length);
+  for (size_t i = 0; i < length; ++i) {
+    buffers.slot[i] = static_cast<uint32_t>(
+        std::lower_bound(distinct.begin(), distinct.end(), document[i]) - distinct.begin());
+  }
+  buffers.tally.assign(distinct.size(), 0.0);
+  for (int64_t d = 0; d < draws; ++d) buffers.tally[buffers.slot[rng.Below(length)]] += 1.0;
+  words->clear();
+  counts->clear();
+  for (size_t u = 0; u < distinct.size(); ++u) {
+    if (buffers.tally[u] > 0) {
+      words->push_back(distinct[u]);
+      counts->push_back(buffers.tally[u]);
+    }
+  }
+}
+
 StatusOr<std::unique_ptr<LdaModel>> LdaModel::Create(const LdaConfig& config) {
   VIPSD_RETURN_IF_ERROR(ValidateLdaConfig(config));
   // Without resampling there is no proven bound; the layout still needs a
@@ -334,16 +368,13 @@ Status LdaModel::EStep(const model::Record& record, model::RecordRng& rng,
     out.Clear();
     return Status::Ok();
   }
-  std::span<const int32_t> tokens(record.word_ids);
   if (config_.resample_length > 0) {
     // Exactly N draws with replacement from the document's tokens.
-    scratch.tokens.resize(static_cast<size_t>(config_.resample_length));
-    for (int32_t& token : scratch.tokens) {
-      token = record.word_ids[rng.Below(record.word_ids.size())];
-    }
-    tokens = scratch.tokens;
+    ResampleWords(record.word_ids, config_.resample_length, rng, scratch.resample,
+                  &scratch.words, &scratch.counts);
+  } else {
+    CountWords(record.word_ids, &scratch.words, &scratch.counts);
   }
-  CountWords(tokens, &scratch.words, &scratch.counts);
   FitDocumentInto(scratch.words, scratch.counts, scratch);
 
   // With e from the final γ: n_v = Σ_k e_k expElogβ[k, v] (+ floor) and

@@ -137,4 +137,23 @@ Eigen::VectorXd ExpDirichletExpectation(const Eigen::VectorXd& gamma);
 void CountWords(std::span<const int32_t> tokens, std::vector<int32_t>* words,
                 std::vector<double>* counts);
 
+// Reusable buffers of ResampleWords.
+struct ResampleBuffers {
+  std::vector<int32_t> tokens;    // the draws (documents at least `draws` long)
+  std::vector<int32_t> distinct;  // the document's sorted distinct words
+  std::vector<uint32_t> slot;     // per position: its word's index in `distinct`
+  std::vector<double> tally;      // per distinct word: how often it was drawn
+};
+
+// The private E-step's document: `draws` tokens drawn with replacement from
+// `document` (non-empty), position rng.Below(|document|) for each draw in
+// turn, as sorted unique words and their counts. Exactly CountWords of the
+// draws: a document shorter than `draws` tallies the draws per distinct word
+// instead of sorting them (a Wikipedia paragraph has ~60 words against the
+// default N = 500, and the sort was a tenth of the E-step's time); a longer
+// one sorts the draws.
+void ResampleWords(std::span<const int32_t> document, int64_t draws, model::RecordRng& rng,
+                   ResampleBuffers& buffers, std::vector<int32_t>* words,
+                   std::vector<double>* counts);
+
 }  // namespace vipsd::models

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -144,11 +145,14 @@ void GaussianSumMechanism::RoundToGrid(std::span<double> scaled, size_t block_in
   // int64; the clamp to ±2^40 only matters for a value that escaped the
   // clipping (it then fails the bound below).
   constexpr double kClamp = 1099511627776.0;  // 2^40
+  // x·2^g by a product with the power of two (g ∈ [10, 20]): exact for
+  // every finite x, so the same value as std::ldexp(x, g), without its call
+  // per coordinate (a few % of an E-step).
+  const double grid_scale = std::ldexp(1.0, grid_exponent_);
   auto round_and_measure = [&]() -> U128 {
     U128 norm = 0;
     for (size_t i = 0; i < scaled.size(); ++i) {
-      const double units =
-          std::clamp(std::ldexp(scaled[i], grid_exponent_), -kClamp, kClamp);
+      const double units = std::clamp(scaled[i] * grid_scale, -kClamp, kClamp);
       const auto n = static_cast<int64_t>(std::nearbyint(units));
       grid_scratch_[i] = n;
       const uint64_t magnitude = Magnitude(n);
@@ -265,7 +269,13 @@ Status GaussianSumMechanism::AddSparse(std::span<const uint32_t> indices,
     begin = end;
   }
   if (!dense_) {
-    for (const uint32_t index : indices) MarkPage(index / kPage);
+    // Indices increase: a page is marked once per run of its indices.
+    size_t last_page = SIZE_MAX;
+    for (const uint32_t index : indices) {
+      const size_t page = index / kPage;
+      if (page != last_page) MarkPage(page);
+      last_page = page;
+    }
   }
   if (!indices.empty()) sum_is_zero_ = false;
   ++counts_.accepted;

@@ -5,9 +5,12 @@
 #include <boost/math/special_functions/digamma.hpp>
 #include <unsupported/Eigen/SpecialFunctions>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/privacy/block_layout.h"
 
@@ -156,6 +159,46 @@ TEST(LdaModelTest, ResamplingGivesExactlyNWordsAndTheBoundHolds) {
   model::SparseStatistic statistic;
   ASSERT_TRUE((*model)->EStep(repeated, rng, *scratch, statistic).ok());
   EXPECT_GT(Norm(statistic), n / std::sqrt(4.0) - 1e-9);
+}
+
+TEST(LdaModelTest, ResampledWordsAreCountWordsOfTheSameDraws) {
+  // The oracle: draw the N positions one by one from a copy of the same
+  // rng, sort the drawn tokens (CountWords). ResampleWords tallies instead
+  // when the document is shorter than N; both branches must give the same
+  // words, counts and rng state.
+  std::mt19937_64 gen(17);
+  ResampleBuffers buffers;
+  std::vector<int32_t> words, expected_words;
+  std::vector<double> counts, expected_counts;
+  int tallied = 0, sorted = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int64_t draws = 1 + static_cast<int64_t>(gen() % 600);
+    std::vector<int32_t> document(1 + gen() % 900);
+    const int range = 1 + static_cast<int>(gen() % 3000);
+    for (auto& id : document) id = static_cast<int32_t>(gen() % range);
+    (static_cast<int64_t>(document.size()) < draws ? tallied : sorted) += 1;
+    model::RecordRng rng(1000 + trial), oracle_rng(1000 + trial);
+    std::vector<int32_t> tokens(static_cast<size_t>(draws));
+    for (auto& token : tokens) token = document[oracle_rng.Below(document.size())];
+    CountWords(tokens, &expected_words, &expected_counts);
+    ResampleWords(document, draws, rng, buffers, &words, &counts);
+    ASSERT_EQ(words, expected_words) << trial;
+    ASSERT_EQ(counts, expected_counts) << trial;
+    EXPECT_EQ(rng.Next(), oracle_rng.Next()) << trial;  // the same draws consumed
+  }
+  EXPECT_GT(tallied, 100);
+  EXPECT_GT(sorted, 100);
+  // One repeated word, a one-token document, and N = 1.
+  for (const auto& [document, draws] :
+       std::vector<std::pair<std::vector<int32_t>, int64_t>>{
+           {std::vector<int32_t>(10, 7), 500}, {{1999}, 500}, {{3, 1, 2}, 1}}) {
+    model::RecordRng rng(5);
+    ResampleWords(document, draws, rng, buffers, &words, &counts);
+    double total = 0;
+    for (double c : counts) total += c;
+    EXPECT_EQ(total, static_cast<double>(draws));
+    EXPECT_TRUE(std::is_sorted(words.begin(), words.end()));
+  }
 }
 
 TEST(LdaModelTest, MStepBlendsTheClampedNoisySumDividedByQ) {
