@@ -35,7 +35,7 @@ Prints one JSON object per configuration and a summary table. Wrap it in
 
 Usage: shared_work_bench.py --vipsd BIN --mock-kafka BIN [--corpus JSONL]
        [--vocab FILE] [--docs N] [--vocab-size V] [--topics K] [--steps N]
-       [--q Q] [--partitions P] [--fetch-wait-ms MS] [--configs solo:2,1:2,2:1,3:1]
+       [--q Q] [--partitions P] [--fetch-wait-ms MS] [--configs solo:2,1:2,2:1,3:1] [--keep]
 A configuration is PROCESSES:THREADS ("solo" = one process without
 state.work_topic; PROCESSESc: the coordinator, one of the PROCESSES, reads
 no partition, state.work_partitions: false).
@@ -260,6 +260,9 @@ def main():
     parser.add_argument("--fetch-wait-ms", type=int, default=None,
                         help="kafka.consumer_properties fetch.wait.max.ms of every process")
     parser.add_argument("--configs", default="solo:2,1:2,2:1,3:1")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the run directory (configs and every process's log) and "
+                        "print where it is")
     args = parser.parse_args()
     args.vipsd = os.path.abspath(args.vipsd)
     args.mock_kafka = os.path.abspath(args.mock_kafka)
@@ -310,7 +313,10 @@ def main():
                 " ".join("%s %.1f" % kv for kv in row["worker_phase_ms"].items()) or "-"))
         return 0
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if args.keep:
+            print("kept: %s" % work, file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
