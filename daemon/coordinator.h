@@ -116,12 +116,6 @@ class Coordinator {
   // full plan).
   Status Remind(const Context& context, WorkPlan& plan,
                 const std::set<std::string>& covered, SlotOutputs* out, bool* logged);
-  // One message of the partial log: a partial of this plan's step whose
-  // partitions are all wanted and none covered yet is merged into the total
-  // (a private run) or kept for the ordered merge (`float_sums`); anything
-  // else is skipped (a malformed or out-of-range one with a warning line).
-  // OUT_OF_RANGE for an overflow partial; DATA_LOSS for a sum that does not
-  // decode against the layout.
   // A message of the partial log decoded (any thread): `partial` unset for
   // a message that is not a partial; `sum` decoded only for a partial of
   // `plan`'s step (no overflow).
@@ -132,6 +126,12 @@ class Coordinator {
   };
   static DecodedPartial DecodePartial(const WorkPlan& plan, const std::string& bytes,
                                       const privacy::BlockLayout& layout);
+  // One decoded message of the partial log: a partial of this plan's step whose
+  // partitions are all wanted and none covered yet is merged into the total
+  // (a private run) or kept for the ordered merge (`float_sums`); anything
+  // else is skipped (a malformed or out-of-range one with a warning line).
+  // OUT_OF_RANGE for an overflow partial; DATA_LOSS for a sum that does not
+  // decode against the layout.
   Status MergePartial(
       const WorkPlan& plan, int64_t offset, DecodedPartial decoded, bool ordered,
       std::set<std::string>* covered, std::map<std::string, int64_t>* cuts,

@@ -1,7 +1,9 @@
-// ForEachIndexOnThreads: a loop over [0, count) spread over a few threads.
+// Loops over [0, count) spread over a few threads: ForEachIndexOnThreads
+// hands out one index at a time (work of uneven cost), ParallelRanges one
+// contiguous range per thread (uniform work over a large array).
 //
 // Thread-safety: `body` is called from several threads at once (each index
-// exactly once); it must only touch what its index owns or what it guards.
+// or range exactly once); it must only touch what it owns or what it guards.
 #pragma once
 
 #include <algorithm>
@@ -27,6 +29,27 @@ void ForEachIndexOnThreads(size_t count, int threads, const Body& body) {
   for (size_t t = 1; t < used; ++t) helpers.emplace_back(run);
   run();
   for (std::thread& helper : helpers) helper.join();
+}
+
+// Runs body(begin, end) over [0, count) split into min(threads, 256)
+// contiguous ranges, on the calling thread and the others new ones; one
+// range on the calling thread when count < 2 · that many.
+template <typename Index, typename Body>
+void ParallelRanges(Index count, int threads, const Body& body) {
+  const auto parts = static_cast<Index>(std::max(1, std::min<int>(threads, 256)));
+  if (parts == 1 || count < 2 * parts) {
+    body(Index{0}, count);
+    return;
+  }
+  std::vector<std::thread> workers;
+  workers.reserve(static_cast<size_t>(parts - 1));
+  for (Index part = 1; part < parts; ++part) {
+    workers.emplace_back([&body, count, parts, part] {
+      body(count * part / parts, count * (part + 1) / parts);
+    });
+  }
+  body(Index{0}, count / parts);
+  for (std::thread& worker : workers) worker.join();
 }
 
 }  // namespace vipsd

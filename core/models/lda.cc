@@ -7,9 +7,9 @@
 #include <cstring>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "core/base/parallel.h"
 #include "core/models/digamma.h"
 
 namespace vipsd::models {
@@ -121,26 +121,6 @@ void ExpElogTheta(const std::vector<double>& gamma, Eigen::Index num_topics,
   double total = 0;
   for (size_t i = 0; i < k; ++i) total += gamma[i];
   ExpDigammaMinus(std::span(gamma.data(), k), Digamma(total), std::span(e.data(), k));
-}
-
-// Runs body(begin, end) over [0, count) split into `threads` contiguous
-// ranges, on the calling thread and threads − 1 new ones.
-template <typename Body>
-void ParallelRanges(Eigen::Index count, int threads, const Body& body) {
-  const auto parts = static_cast<Eigen::Index>(std::max(1, std::min<int>(threads, 256)));
-  if (parts == 1 || count < 2 * parts) {
-    body(Eigen::Index{0}, count);
-    return;
-  }
-  std::vector<std::thread> workers;
-  workers.reserve(static_cast<size_t>(parts - 1));
-  for (Eigen::Index part = 1; part < parts; ++part) {
-    workers.emplace_back([&body, count, parts, part] {
-      body(count * part / parts, count * (part + 1) / parts);
-    });
-  }
-  body(Eigen::Index{0}, count / parts);
-  for (std::thread& worker : workers) worker.join();
 }
 
 Status FieldError(const std::string& field, const std::string& allowed) {
