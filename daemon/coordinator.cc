@@ -279,6 +279,9 @@ StatusOr<svi::StepResult> Coordinator::StepCharged(const Context& context,
       last_reminder = now;
     }
   }
+  // Every partial is in: no partial is read before the next step's own
+  // partitions are summed.
+  work_.exchange().Rest();
   if (ordered) {
     // Partition-name order: the summation order of one process.
     for (const std::string& name : plan.wanted) {

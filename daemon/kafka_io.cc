@@ -427,7 +427,14 @@ class KafkaLedgerLog final : public LedgerLog {
   }
 
   StatusOr<std::vector<LedgerLogEntry>> Read(int64_t from, int64_t to) override {
-    VIPSD_ASSIGN_OR_RETURN(auto messages, reader_->Read(from, to));
+    auto read = reader_->Read(from, to);
+    // The ledger is read when a process claims, commits or checks it, not
+    // continuously: between reads the client stops fetching, so that the
+    // read-back of the next commit and the watermark check before a release
+    // do not wait behind an empty fetch the broker holds (a failed pause
+    // only leaves it fetching).
+    (void)reader_->Pause();
+    VIPSD_ASSIGN_OR_RETURN(auto messages, std::move(read));
     std::vector<LedgerLogEntry> entries;
     entries.reserve(messages.size());
     for (auto& m : messages) {
@@ -606,6 +613,11 @@ class KafkaWorkExchange final : public WorkExchange {
   }
 
   int64_t read_position() const override { return position_; }
+
+  // Between steps' reads the client sends no idle fetches (~100 a second
+  // with the reader's 10 ms fetch wait), and the next Poll does not wait
+  // behind an empty fetch the broker holds.
+  void Rest() override { (void)reader_->Pause(); }
 
   StatusOr<bool> HoldsPlan(int64_t offset) override {
     VIPSD_ASSIGN_OR_RETURN(const auto bounds, reader_->BoundsOf(kWorkPlanPartition));

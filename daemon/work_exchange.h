@@ -220,6 +220,11 @@ class WorkExchange {
   // Whether the plan log still holds `offset` (a plan's; the coordinator
   // appends its plan again, with the model, once retention took it).
   virtual StatusOr<bool> HoldsPlan(int64_t offset) = 0;
+  // The process will not Poll for a while (a worker sums its partitions, the
+  // coordinator has every partial of its step): the Kafka exchange stops
+  // fetching until the next Poll (KafkaPartitionReader::Pause), which reads
+  // on from the same position. Nothing is lost or read twice.
+  virtual void Rest() {}
 };
 
 }  // namespace vipsd::daemon

@@ -237,6 +237,7 @@ void Worker::WorkOnPlan() {
   const bool presum = plan_->is_private;
   if (ready.empty() || (presum && reading)) return;
   const auto sum_start = std::chrono::steady_clock::now();
+  work_.exchange().Rest();  // no plan is read while it sums
   if (presummed_ != nullptr) presummed_->Reset();
   std::vector<std::string> encoded(presum ? 1 : ready.size());
   const Status summed = SumLocalStreams(

@@ -170,7 +170,8 @@ StatusOr<std::vector<ReadMessage>> KafkaPartitionReader::Read(int64_t from, int6
 Status KafkaPartitionReader::AssignAt(int64_t from) {
   // The partition stays assigned between calls, so that the client keeps
   // fetching and a read of what was just appended finds it queued; a read
-  // from anywhere but where the last one ended re-assigns at `from`.
+  // from anywhere but where the last one ended (or after Pause) re-assigns
+  // at `from`.
   if (position_ == from) return Status::Ok();
   std::unique_ptr<RdKafka::TopicPartition> start(
       RdKafka::TopicPartition::create(options_.topic, options_.partition, from));
@@ -181,7 +182,20 @@ Status KafkaPartitionReader::AssignAt(int64_t from) {
     return UnavailableError(std::string(kWhat) + ": assign " + options_.topic + ": " +
                             ErrorDescription(err));
   }
+  assigned_ = true;
   position_ = from;
+  return Status::Ok();
+}
+
+Status KafkaPartitionReader::Pause() {
+  if (!assigned_) return Status::Ok();
+  const RdKafka::ErrorCode err = consumer_->unassign();
+  assigned_ = false;
+  position_ = -1;  // the next read assigns where it starts
+  if (err != RdKafka::ERR_NO_ERROR) {
+    return UnavailableError(std::string(kWhat) + ": unassign " + options_.topic + ": " +
+                            ErrorDescription(err));
+  }
   return Status::Ok();
 }
 

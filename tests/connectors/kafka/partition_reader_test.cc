@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,7 +39,7 @@ struct Fixture {
   }
 };
 
-Fixture MakeFixture() {
+Fixture MakeFixture(std::map<std::string, std::string> reader_properties = {}) {
   Fixture f;
   auto cluster = MockCluster::Create(1);
   EXPECT_TRUE(cluster.ok());
@@ -55,6 +56,7 @@ Fixture MakeFixture() {
   options.topic = "log";
   options.partition = 1;
   options.timeout = std::chrono::seconds(10);
+  options.properties = std::move(reader_properties);
   auto reader = KafkaPartitionReader::Create(options);
   EXPECT_TRUE(reader.ok()) << reader.status().message();
   f.reader = std::move(*reader);
@@ -135,6 +137,86 @@ TEST(KafkaPartitionReaderTest, ALongPollReturnsAnAppendAsItArrivesAndNothingAtIt
   ASSERT_FALSE(again->empty());
   EXPECT_EQ(again->front().offset, 1);
   EXPECT_EQ(again->front().value, "b");
+}
+
+
+// Reads every message from `from` until `count` arrived (a fetch may hold
+// part of what is queued).
+std::vector<ReadMessage> ReadCount(KafkaPartitionReader& reader, int64_t from, size_t count) {
+  std::vector<ReadMessage> got;
+  while (got.size() < count) {
+    auto more = reader.ReadAvailable(from, std::chrono::seconds(10));
+    EXPECT_TRUE(more.ok()) << more.status().message();
+    if (!more.ok() || more->empty()) break;  // not within 10 s: the caller's EXPECT fails
+    for (ReadMessage& m : *more) got.push_back(std::move(m));
+    from = got.back().offset + 1;
+  }
+  return got;
+}
+
+// Pause: reads after it go on where consumption stood, with what was
+// appended meanwhile, whichever read comes next (a long poll continuing, a
+// range read elsewhere); pausing twice, or before anything was read, is a
+// no-op.
+TEST(KafkaPartitionReaderTest, APausedReaderReadsOnWhereItStood) {
+  Fixture f = MakeFixture();
+  ASSERT_TRUE(f.reader->Pause().ok());  // nothing assigned yet
+  f.Append({"a", "b"});
+  EXPECT_EQ(Values(ReadCount(*f.reader, 0, 2)), (std::vector<std::string>{"a", "b"}));
+  ASSERT_TRUE(f.reader->Pause().ok());
+  ASSERT_TRUE(f.reader->Pause().ok());
+  f.Append({"c", "d"});
+  std::vector<ReadMessage> after = ReadCount(*f.reader, 2, 2);
+  EXPECT_EQ(Values(after), (std::vector<std::string>{"c", "d"}));
+  ASSERT_EQ(after.size(), 2u);
+  EXPECT_EQ(after[0].offset, 2);
+  // Nothing more: the pause lost nothing and repeated nothing.
+  ASSERT_TRUE(f.reader->Pause().ok());
+  auto none = f.reader->ReadAvailable(4, std::chrono::milliseconds(300));
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+  // A range read elsewhere while paused re-assigns and reads it whole.
+  ASSERT_TRUE(f.reader->Pause().ok());
+  auto all = f.reader->Read(0, 4);
+  ASSERT_TRUE(all.ok()) << all.status().message();
+  EXPECT_EQ(Values(*all), (std::vector<std::string>{"a", "b", "c", "d"}));
+  ASSERT_TRUE(f.reader->Pause().ok());
+  f.Append({"e"});
+  auto range = f.reader->Read(4, 5);
+  ASSERT_TRUE(range.ok()) << range.status().message();
+  EXPECT_EQ(Values(*range), (std::vector<std::string>{"e"}));
+}
+
+// What Pause is for: a paused reader has no fetch in flight, so a watermark
+// request and a read of what was just appended are answered at once. The
+// mock cluster holds an empty fetch for fetch.wait.max.ms (2 s here) and
+// answers a connection's requests in order; a reader left fetching has,
+// 2.3 s after its last message, its second held fetch about 0.3 s old, so
+// the same calls would wait about 1.7 s behind it.
+TEST(KafkaPartitionReaderTest, APausedReaderDoesNotWaitBehindAHeldFetch) {
+  Fixture f = MakeFixture({{"fetch.wait.max.ms", "2000"}});
+  f.Append({"a"});
+  ASSERT_EQ(ReadCount(*f.reader, 0, 1).size(), 1u);
+  ASSERT_TRUE(f.reader->Pause().ok());
+  // The fetch held when it paused ends within 2 s; no other is sent.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2300));
+  auto ms = [](Clock::duration d) {
+    return static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
+  };
+  auto start = Clock::now();
+  auto bounds = f.reader->Bounds();
+  const auto bounds_took = Clock::now() - start;
+  ASSERT_TRUE(bounds.ok()) << bounds.status().message();
+  EXPECT_EQ(bounds->second, 1);
+  f.Append({"b"});
+  start = Clock::now();
+  std::vector<ReadMessage> read = ReadCount(*f.reader, 1, 1);
+  const auto read_took = Clock::now() - start;
+  std::printf("paused reader: watermarks in %lld ms, a new message read in %lld ms\n",
+              ms(bounds_took), ms(read_took));
+  ASSERT_EQ(Values(read), (std::vector<std::string>{"b"}));
+  EXPECT_LT(bounds_took, std::chrono::milliseconds(1000));
+  EXPECT_LT(read_took, std::chrono::milliseconds(1000));
 }
 
 }  // namespace
