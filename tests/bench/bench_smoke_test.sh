@@ -77,6 +77,13 @@ $py -c "import json,sys; r=json.load(open(sys.argv[1])); assert 0 <= r['final'][
 "$build/bench/accounting_table" > "$work/accounting.md"
 grep -q "^|" "$work/accounting.md" || fail "accounting_table printed no table"
 
+for rest in "" --rest; do
+  "$build/bench/kafka_delivery_run" --messages 3 --bytes 1000 $rest 2>/dev/null \
+    > "$work/delivery.json" || fail "kafka_delivery_run $rest"
+  $py -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['received'] == 3 and r['delivery_ms']['p50'] > 0, r" \
+    "$work/delivery.json" || fail "kafka_delivery_run $rest: not every message delivered"
+done
+
 for bench in noise_bench record_pool_bench partial_sum_bench; do
   "$build/bench/$bench" --benchmark_min_time=0.001 --benchmark_format=json \
     > "$work/$bench.json" 2>/dev/null || fail "$bench"
