@@ -16,7 +16,7 @@
 // --busy-threads keeps B threads spinning meanwhile (load on every core).
 //
 // Prints one JSON object: how many messages arrived (fewer than M when the
-// cluster's retention took some first: the mock cluster keeps a few MB a
+// cluster's retention took some first: the mock cluster keeps at most 5 MiB a
 // partition), the append's and the delivery's 10th, 50th and 90th
 // percentiles and maximum, in ms. Message content is filler: nothing
 // private goes through it.
@@ -207,7 +207,7 @@ int main(int argc, char** argv) {
     }
     if (rest && !got->empty()) (void)(*reader)->Pause();
     // Every message was appended and none came for 5 s: the rest are lost
-    // to the cluster's retention (the mock keeps a few MB a partition).
+    // to the cluster's retention (the mock keeps at most 5 MiB a partition).
     if (got->empty() && last_chance) break;
   }
   appender.join();
