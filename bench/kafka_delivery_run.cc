@@ -146,7 +146,6 @@ int main(int argc, char** argv) {
   reader_options.topic = kTopic;
   reader_options.properties["fetch.wait.max.ms"] = std::to_string(fetch_wait_ms);
   reader_options.properties["fetch.max.bytes"] = std::to_string(64 << 20);
-  reader_options.properties["max.partition.fetch.bytes"] = std::to_string(64 << 20);
   auto reader = KafkaPartitionReader::Create(reader_options);
   if (!reader.ok()) return Usage(reader.status().ToString().c_str());
   auto bounds = (*reader)->Bounds();
