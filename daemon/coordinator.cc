@@ -279,8 +279,8 @@ StatusOr<svi::StepResult> Coordinator::StepCharged(const Context& context,
       last_reminder = now;
     }
   }
-  // Every partial is in: no partial is read before the next step's own
-  // partitions are summed.
+  // Every partial is in: the reader stops fetching until the next step
+  // polls (after its plan, usually after its own partitions' sum).
   work_.exchange().Rest();
   if (ordered) {
     // Partition-name order: the summation order of one process.
