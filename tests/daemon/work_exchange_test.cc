@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "connectors/kafka/mock_cluster.h"
 #include "daemon/kafka_io.h"
 
 namespace vipsd::daemon {
@@ -184,6 +185,87 @@ TEST(WaitedAppendProducerOptionsTest, LingerIsZeroUnlessTheOperatorSetsOne) {
   options = WaitedAppendProducerOptions(config, "b:1");
   EXPECT_EQ(options.properties.count("linger.ms"), 0u);
   EXPECT_EQ(options.properties.at("queue.buffering.max.ms"), "7");
+}
+
+// The Kafka exchange on a mock cluster: a worker that rests (stops
+// fetching while it sums) reads on with the plans appended meanwhile, in
+// order, none twice, none lost; resting again or before any read changes
+// nothing. The coordinator's end reads the partials the same way.
+TEST(KafkaWorkExchangeTest, AnEndThatRestsReadsOnWithWhatCameMeanwhile) {
+  auto cluster = connectors::MockCluster::Create(1);
+  ASSERT_TRUE(cluster.ok()) << cluster.status().message();
+  ASSERT_TRUE((*cluster)->CreateTopic("work", 2).ok());
+  config::VipsdConfig config;
+  config.work_topic = "work";
+  config.ledger_key = "job-1";
+  config.publish_timeout_seconds = 10;
+  const std::string bootstrap = (*cluster)->bootstrap_servers();
+  auto coordinator = NewKafkaWorkExchange(config, bootstrap, WorkRole::kCoordinator);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().message();
+  auto worker = NewKafkaWorkExchange(config, bootstrap, WorkRole::kWorker);
+  ASSERT_TRUE(worker.ok()) << worker.status().message();
+
+  auto plan_of_step = [](int64_t step) {
+    WorkPlan plan = SamplePlan();
+    plan.step = step;
+    return EncodeWorkPlan(plan);
+  };
+  // Polls until `count` messages came (a fetch may hold part of them).
+  auto poll = [](WorkExchange& end, size_t count) {
+    std::vector<std::pair<int64_t, std::string>> got;
+    for (int tries = 0; tries < 100 && got.size() < count; ++tries) {
+      auto more = end.Poll(std::chrono::milliseconds(100));
+      EXPECT_TRUE(more.ok()) << more.status().message();
+      if (!more.ok()) break;
+      for (auto& m : *more) got.push_back(std::move(m));
+    }
+    return got;
+  };
+  auto steps = [](const std::vector<std::pair<int64_t, std::string>>& messages) {
+    std::vector<int64_t> out;
+    for (const auto& [offset, bytes] : messages) {
+      auto plan = DecodeWorkPlan(bytes);
+      out.push_back(plan.ok() ? plan->step : -1);
+    }
+    return out;
+  };
+
+  (*worker)->Rest();  // before any read: nothing to stop
+  ASSERT_TRUE((*coordinator)->Append(plan_of_step(1)).ok());
+  EXPECT_EQ(steps(poll(**worker, 1)), (std::vector<int64_t>{1}));
+  (*worker)->Rest();
+  (*worker)->Rest();
+  ASSERT_TRUE((*coordinator)->Append(plan_of_step(2)).ok());
+  ASSERT_TRUE((*coordinator)->Append(plan_of_step(3)).ok());
+  auto after = poll(**worker, 2);
+  EXPECT_EQ(steps(after), (std::vector<int64_t>{2, 3}));
+  ASSERT_EQ(after.size(), 2u);
+  EXPECT_EQ(after[1].first, after[0].first + 1);
+  EXPECT_EQ((*worker)->read_position(), after[1].first + 1);
+  (*worker)->Rest();
+  auto none = (*worker)->Poll(std::chrono::milliseconds(200));
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty()) << "a message was read twice";
+
+  // The coordinator's end: partials, with a rest between two of them.
+  WorkPartial partial;
+  partial.job = "job-1";
+  partial.epoch = 3;
+  partial.owner = std::string(32, 'a');
+  partial.slot = 40;
+  partial.streams = {{"docs:0", 12}};
+  partial.sum = "sum";
+  partial.step = 1;
+  ASSERT_TRUE((*worker)->Append(EncodeWorkPartial(partial)).ok());
+  ASSERT_EQ(poll(**coordinator, 1).size(), 1u);
+  (*coordinator)->Rest();
+  partial.step = 2;
+  ASSERT_TRUE((*worker)->Append(EncodeWorkPartial(partial)).ok());
+  auto partials = poll(**coordinator, 1);
+  ASSERT_EQ(partials.size(), 1u);
+  auto decoded = DecodeWorkPartial(partials[0].second);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  EXPECT_EQ(decoded->step, 2);
 }
 
 }  // namespace
