@@ -4,7 +4,9 @@ broker_fault_harness.py): a mock Kafka cluster in its own process
 independent client, tools/decode_release.py to read the release topic and
 `vipsd status --json` to read the state directory.
 
-Only the Python standard library and the reference decoder's numpy.
+Only the Python standard library and, where releases are read, the reference
+decoder's numpy (imported then: bench/shared_work_bench.py uses MockKafka on
+machines without numpy).
 """
 import hashlib
 import json
@@ -20,7 +22,11 @@ import urllib.request
 
 SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(SOURCE_DIR, "tools"))
-import decode_release  # noqa: E402  (tools/decode_release.py)
+
+
+def _decode_release():
+    import decode_release  # noqa: E402  (tools/decode_release.py; needs numpy)
+    return decode_release
 
 DELTA = 1e-5
 VOCABULARY = ["apple", "banana", "cherry", "date", "elder", "fig"]
@@ -183,7 +189,7 @@ def dump_topic(bootstrap, topic):
 
 
 def messages(bootstrap, topic):
-    return decode_release.read_kcat_dump(dump_topic(bootstrap, topic))
+    return _decode_release().read_kcat_dump(dump_topic(bootstrap, topic))
 
 
 def releases(bootstrap, topic):
@@ -191,7 +197,7 @@ def releases(bootstrap, topic):
     sha256 of the manifest and every file)."""
     errors = []
     out = []
-    for manifest, arrays, files in decode_release.load_kcat_releases(
+    for manifest, arrays, files in _decode_release().load_kcat_releases(
             dump_topic(bootstrap, topic), errors):
         digest = hashlib.sha256()
         for name in sorted(files):

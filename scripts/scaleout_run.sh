@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Runs issue 30's table (bench/shared_work_bench.py) from a bundle made by
+# scripts/scaleout_bundle.sh: every configuration of the issue, one after
+# the other on the same machine, each with its own mock cluster.
+#
+#   scripts/scaleout_run.sh [BUNDLE] [RESULTS_DIR] [BENCH ARGS...]
+#     BUNDLE       default out/scaleout
+#     RESULTS_DIR  default $OUT if set (the device tool's output folder),
+#                  else out/scaleout-results
+#   Extra arguments go to shared_work_bench.py after the defaults
+#   (--docs 30000 --steps 30 --topics 50 --q 0.3 and CONFIGS below), e.g.
+#   --steps 10 for a shorter run.
+#   $CONFIGS: default the issue's table,
+#     solo:1,solo:2,solo:4,solo:8,1:1,2:1,4:1,8:1,4:2
+#   $PASSES: run the whole list this many times (default 1).
+#
+# Writes RESULTS_DIR/run-N.txt (the bench's JSON lines and table per pass)
+# and RESULTS_DIR/machine.txt (nproc, CPU model, memory). Needs python3.
+set -euo pipefail
+
+here=$(CDPATH= cd -- "$(dirname -- "$0")/.." && pwd)
+bundle=${1:-out/scaleout}
+results=${2:-${OUT:-out/scaleout-results}}
+shift $(( $# >= 2 ? 2 : $# ))
+configs=${CONFIGS:-solo:1,solo:2,solo:4,solo:8,1:1,2:1,4:1,8:1,4:2}
+passes=${PASSES:-1}
+
+command -v python3 > /dev/null || { echo "scaleout_run: python3 is needed" >&2; exit 1; }
+for f in "$bundle/bin/vipsd" "$bundle/bin/vipsd-mock-kafka" "$bundle/data/corpus.jsonl"; do
+  [[ -e $f ]] || { echo "scaleout_run: $f is missing (scripts/scaleout_bundle.sh)" >&2; exit 1; }
+done
+mkdir -p "$results"
+{
+  echo "nproc: $(nproc)"
+  grep -m1 "model name" /proc/cpuinfo || true
+  grep -m1 MemTotal /proc/meminfo || true
+  echo "configs: $configs passes: $passes args: $*"
+} > "$results/machine.txt"
+cat "$results/machine.txt"
+
+for pass in $(seq "$passes"); do
+  python3 "$here/bench/shared_work_bench.py" \
+    --vipsd "$bundle/bin/vipsd" --mock-kafka "$bundle/bin/vipsd-mock-kafka" \
+    --corpus "$bundle/data/corpus.jsonl" --vocab "$bundle/data/vocab.txt" \
+    --docs "$(wc -l < "$bundle/data/corpus.jsonl")" --steps 30 --topics 50 --q 0.3 \
+    --configs "$configs" "$@" 2>&1 | tee "$results/run-$pass.txt"
+done
