@@ -14,6 +14,9 @@
 #   $VOCAB (default out/wikipedia/vocab.txt), as scripts/prepare_wikipedia.py
 #   writes them. The data stay out of the repository (out/ is ignored): the
 #   bundle is for a measurement, never committed.
+#   With $IDS_TRAIN and $IDS_TEST (tokenised paragraphs, {"ids": [...]} per
+#   line, ids below the vocabulary's 10,000), bench/lda_svi_run and those
+#   files go in too, for the one-process thread table (scaleout_run.sh).
 #
 # Prints the bundle's size; the device tool carries at most 64 MiB.
 set -euo pipefail
@@ -31,7 +34,16 @@ done
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/data"
 loader=""
-for binary in "$build/daemon/vipsd" "$build/tools/vipsd-mock-kafka"; do
+binaries=("$build/daemon/vipsd" "$build/tools/vipsd-mock-kafka")
+if [[ -n ${IDS_TRAIN:-} || -n ${IDS_TEST:-} ]]; then
+  for f in "$build/bench/lda_svi_run" "${IDS_TRAIN:-}" "${IDS_TEST:-}"; do
+    [[ -f $f ]] || { echo "scaleout_bundle: ${f:-IDS_TRAIN or IDS_TEST} is missing" >&2; exit 1; }
+  done
+  binaries+=("$build/bench/lda_svi_run")
+  cp "$IDS_TRAIN" "$out/data/ids_train.jsonl"
+  cp "$IDS_TEST" "$out/data/ids_test.jsonl"
+fi
+for binary in "${binaries[@]}"; do
   name=$(basename "$binary")
   strip -o "$out/lib/$name.bin" "$binary"
   # Every library the dynamic linker resolves, and the linker itself.

@@ -14,8 +14,14 @@
 #     solo:1,solo:2,solo:4,solo:8,1:1,2:1,4:1,8:1,4:2
 #   $PASSES: run the whole list this many times (default 1).
 #
-# Writes RESULTS_DIR/run-N.txt (the bench's JSON lines and table per pass)
-# and RESULTS_DIR/machine.txt (nproc, CPU model, memory). Needs python3.
+#   $THREADS: when the bundle holds lda_svi_run and tokenised paragraphs
+#     (IDS_TRAIN, IDS_TEST at bundling), the one-process table first:
+#     lda_svi_run --V 10000 --K 50 --q 0.3 --steps 3 --sigma 1 at each of
+#     these thread counts (default 1 2 4 8 16), per-phase seconds a step.
+#
+# Writes RESULTS_DIR/threads.jsonl (one lda_svi_run JSON per thread count),
+# RESULTS_DIR/run-N.txt (the bench's JSON lines and table per pass) and
+# RESULTS_DIR/machine.txt (nproc, CPU model, memory). Needs python3.
 set -euo pipefail
 
 here=$(CDPATH= cd -- "$(dirname -- "$0")/.." && pwd)
@@ -37,6 +43,16 @@ mkdir -p "$results"
   echo "configs: $configs passes: $passes args: $*"
 } > "$results/machine.txt"
 cat "$results/machine.txt"
+
+if [[ -x $bundle/bin/lda_svi_run && -f $bundle/data/ids_train.jsonl ]]; then
+  : > "$results/threads.jsonl"
+  for threads in ${THREADS:-1 2 4 8 16}; do
+    "$bundle/bin/lda_svi_run" --train "$bundle/data/ids_train.jsonl" \
+      --test "$bundle/data/ids_test.jsonl" --V 10000 --K 50 --q 0.3 --steps 3 --sigma 1 \
+      --epsilon 1000 --threads "$threads" >> "$results/threads.jsonl"
+    tail -1 "$results/threads.jsonl" | cut -c1-300
+  done
+fi
 
 for pass in $(seq "$passes"); do
   python3 "$here/bench/shared_work_bench.py" \
