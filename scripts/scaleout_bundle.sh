@@ -31,6 +31,11 @@ for f in "$build/daemon/vipsd" "$build/tools/vipsd-mock-kafka" "$corpus" "$vocab
   [[ -f $f ]] || { echo "scaleout_bundle: $f is missing (build first; prepare the corpus)" >&2; exit 1; }
 done
 
+# Only a bundle is replaced: OUT_DIR must be new or hold an earlier bundle.
+if [[ -e $out && ! -e $out/bin/vipsd ]]; then
+  echo "scaleout_bundle: $out exists and is not a bundle; choose another OUT_DIR" >&2
+  exit 1
+fi
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/data"
 loader=""
