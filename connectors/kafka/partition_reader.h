@@ -4,8 +4,9 @@
 //
 // Read(from, to) consumes from `from` (the partition stays assigned between
 // calls unless Pause() unassigned it; a read that does not continue the
-// previous one, or follows a Pause, assigns at `from`) until it has returned every message below `to` (or the timeout passes: UNAVAILABLE
-// naming the topic, the offsets reached and wanted). Offsets with no message
+// previous one, or follows a Pause, assigns at `from`) until it has returned
+// every message below `to` (or the timeout passes: UNAVAILABLE naming the
+// topic, the offsets reached and wanted). Offsets with no message
 // (transaction markers, compaction) are skipped. Bounds() is the partition's
 // low and high watermark from the broker.
 //
