@@ -8,7 +8,8 @@
 // compare the ns of the two in the same run. Counters: wire_bytes per
 // partial. BM_PlanModel (issue 30) is what a plan's model costs on the same
 // statistic: CheckpointStore::Encode of the LDA model on the coordinator,
-// Decode and RestoreCheckpoint on a worker, every step.
+// Decode and RestoreCheckpoint on a worker, every step; BM_PlanShipping the
+// whole plan with the model against the plan with the released sum instead.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -19,7 +20,10 @@
 
 #include "core/models/lda.h"
 #include "core/privacy/gaussian_mechanism.h"
+#include "core/privacy/secure_noise.h"
 #include "daemon/checkpoint.h"
+#include "daemon/model_setup.h"
+#include "daemon/work_exchange.h"
 
 namespace {
 
@@ -85,15 +89,20 @@ void BM_EncodeDecodeMerge(benchmark::State& state) {
 }
 BENCHMARK(BM_EncodeDecodeMerge)->Arg(1)->Arg(10)->Arg(100)->Unit(benchmark::kMillisecond);
 
-// Arg 0: the coordinator's encode; 1: a worker's decode (checksum and
-// parse); 2: a worker's RestoreCheckpoint (LDA recomputes E[log beta]).
-void BM_PlanModel(benchmark::State& state) {
+// The LDA model of K x V coordinates both plan benchmarks ship.
+vipsd::StatusOr<std::unique_ptr<vipsd::models::LdaModel>> Lda() {
   vipsd::models::LdaConfig config;
   config.num_topics = kTopics;
   config.vocabulary_size = kVocabulary;
   config.alpha = 0.1;
   config.eta = 0.01;
-  auto model = vipsd::models::LdaModel::Create(config);
+  return vipsd::models::LdaModel::Create(config);
+}
+
+// Arg 0: the coordinator's encode; 1: a worker's decode (checksum and
+// parse); 2: a worker's RestoreCheckpoint (LDA recomputes E[log beta]).
+void BM_PlanModel(benchmark::State& state) {
+  auto model = Lda();
   vipsd::daemon::Checkpoint checkpoint;
   checkpoint.run_id = std::string(32, 'a');
   checkpoint.step = 1;
@@ -121,6 +130,69 @@ void BM_PlanModel(benchmark::State& state) {
   state.counters["wire_bytes"] = static_cast<double>(encoded->size());
 }
 BENCHMARK(BM_PlanModel)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
+
+// A whole plan's model part, each way (issue 30): Arg 0 the model (the
+// coordinator's CheckpointStore::Encode inside EncodeWorkPlan); 1 a worker's
+// DecodeWorkPlan, DecodePlanModel and RestoreCheckpoint; 2 the previous
+// step's released sum instead (EncodeReleased inside EncodeWorkPlan); 3 a
+// worker's DecodeWorkPlan, DecodeReleased and the M-step. The released sum
+// is a real σ = 1 release of a dense sum (the noise decides its size).
+void BM_PlanShipping(benchmark::State& state) {
+  auto model = std::move(Lda()).value();
+  const BlockLayout& layout = model->statistic_layout();
+  GaussianSumMechanism sum(layout);
+  Fill(sum, 100);
+  auto noise = std::move(vipsd::privacy::SecureNoiseSource::CreateReproducible(3)).value();
+  const Eigen::VectorXd released = std::move(sum.Release(*noise, 1.0)).value().noisy_sum;
+  vipsd::daemon::ModelBundle bundle;
+  bundle.model_fingerprint = std::string(64, 'b');
+  vipsd::daemon::WorkPlan plan;
+  plan.job = "job";
+  plan.owner = std::string(32, 'a');
+  plan.step = 2;
+  plan.sampling_rate = 0.1;
+  plan.streams = {{"docs:0", 0, 10, 10}};
+  plan.wanted = {"docs:0"};
+  vipsd::daemon::Checkpoint checkpoint;
+  checkpoint.run_id = std::string(32, 'a');
+  checkpoint.step = 1;
+  checkpoint.model_type = model->type();
+  checkpoint.model_fingerprint = bundle.model_fingerprint;
+  const bool delta = state.range(0) >= 2;
+  auto encode = [&] {
+    vipsd::daemon::WorkPlan p = plan;
+    if (delta) {
+      p.delta_sum = *GaussianSumMechanism::EncodeReleased(layout, released);
+      p.delta_base = 1;
+      p.delta_base_offset = 0;
+      p.delta_step = 1;
+      p.delta_sampling_rate = 0.1;
+      p.delta_rho = 0.5;
+    } else {
+      checkpoint.arrays = model->CheckpointArrays();
+      p.model = *vipsd::daemon::CheckpointStore::Encode(checkpoint);
+    }
+    return vipsd::daemon::EncodeWorkPlan(p);
+  };
+  const std::string bytes = encode();
+  for (auto _ : state) {
+    if (state.range(0) % 2 == 0) {
+      benchmark::DoNotOptimize(encode());
+      continue;
+    }
+    auto decoded = vipsd::daemon::DecodeWorkPlan(bytes);
+    if (delta) {
+      auto applied = GaussianSumMechanism::DecodeReleased(layout, decoded->delta_sum);
+      benchmark::DoNotOptimize(model->MStep(*applied, decoded->delta_sampling_rate,
+                                            decoded->delta_rho));
+    } else {
+      auto restored = vipsd::daemon::CheckpointStore::Decode(decoded->model, "plan");
+      benchmark::DoNotOptimize(model->RestoreCheckpoint(restored->arrays));
+    }
+  }
+  state.counters["wire_bytes"] = static_cast<double>(bytes.size());
+}
+BENCHMARK(BM_PlanShipping)->DenseRange(0, 3)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

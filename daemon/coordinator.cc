@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/base/log.h"
@@ -88,9 +89,44 @@ StatusOr<WorkPlan> Coordinator::AppendPlan(const Context& context,
     if (end > window.low) plan.wanted.push_back(name);
   }
   out->window_offsets = window_offsets;
-  VIPSD_ASSIGN_OR_RETURN(plan.model, PlanModel(context));
+  // The previous step's released sum instead of the model (about half the
+  // bytes, and no checkpoint encode and decode) when the previous plan was
+  // of this epoch, described this model object, and that step's M-step is
+  // the only change since; the whole model at least every kPlanModelEvery
+  // plans, so that a process that joins reads few plans back.
+  const model::Model* model = context.bundle->model.get();
+  const std::optional<Released> released = std::exchange(released_, std::nullopt);
+  const bool delta = plan.is_private && last_plan_.has_value() &&
+                     last_plan_->epoch == plan.epoch && last_plan_->model == model &&
+                     last_plan_->deltas_since_model + 1 < kPlanModelEvery &&
+                     released.has_value() && released->plan_step == last_plan_->step &&
+                     released->step == context.model_step;
+  if (delta) {
+    auto encoded = privacy::GaussianSumMechanism::EncodeReleased(
+        context.bundle->model->statistic_layout(), released_sum_);
+    if (encoded.ok()) {
+      plan.delta_sum = std::move(*encoded);
+      plan.delta_base = last_plan_->step;
+      plan.delta_base_offset = last_plan_->offset;
+      plan.delta_step = released->step;
+      plan.delta_sampling_rate = released->sampling_rate;
+      plan.delta_rho = released->rho;
+    }
+  }
+  if (plan.delta_sum.empty()) {
+    VIPSD_ASSIGN_OR_RETURN(plan.model, PlanModel(context));
+  }
   VIPSD_ASSIGN_OR_RETURN(const int64_t plan_offset, work_.Append(EncodeWorkPlan(plan)));
+  LastPlan appended{plan.epoch, plan.step, plan_offset, model, plan_offset, 0};
+  if (!plan.delta_sum.empty()) {
+    appended.model_offset = last_plan_->model_offset;
+    appended.deltas_since_model = last_plan_->deltas_since_model + 1;
+  }
+  last_plan_ = appended;
   plan.model.clear();
+  plan.delta_sum.clear();
+  plan.delta_base = -1;
+  plan.delta_base_offset = -1;
   plan.plan_offset = plan_offset;
   return plan;
 }
@@ -125,10 +161,16 @@ Status Coordinator::Remind(const Context& context, WorkPlan& plan,
     if (covered.count(name) == 0) reminder.wanted.push_back(name);
   }
   reminder.partials_read = partials_read_;
-  // A reminder names the full plan's offset for the model; once retention
-  // took that plan, a process that still needs the model could never read
-  // it: the plan goes out whole again and later reminders name the new one.
-  const StatusOr<bool> held = work_.exchange().HoldsPlan(plan.plan_offset);
+  // A reminder names the step's plan; a process that lacks its model reads
+  // back from there to the plan with the model. Once retention took that
+  // one (the oldest of them), such a process could never read it: the plan
+  // goes out whole again and later reminders (and the next step's released
+  // sum) follow from the new one.
+  const int64_t model_offset =
+      last_plan_.has_value() && last_plan_->step == plan.step && last_plan_->epoch == plan.epoch
+          ? last_plan_->model_offset
+          : plan.plan_offset;
+  const StatusOr<bool> held = work_.exchange().HoldsPlan(model_offset);
   const bool resend_model = held.ok() && !*held;
   if (resend_model) {
     auto model = PlanModel(context);
@@ -138,6 +180,10 @@ Status Coordinator::Remind(const Context& context, WorkPlan& plan,
   auto appended = work_.exchange().Append(EncodeWorkPlan(reminder));
   if (appended.ok() && resend_model) {
     plan.plan_offset = *appended;
+    if (last_plan_.has_value()) {
+      last_plan_->offset = last_plan_->model_offset = *appended;
+      last_plan_->deltas_since_model = 0;
+    }
     out->log_lines.emplace_back(
         LogLevel::kWarning, "step " + std::to_string(plan.step) + ": the " + work_.Describe() +
                                 " no longer held its plan (retention); appended it again with "
@@ -289,7 +335,19 @@ StatusOr<svi::StepResult> Coordinator::StepCharged(const Context& context,
     }
   }
   merge_seconds += lap(clock);
-  VIPSD_ASSIGN_OR_RETURN(svi::StepResult result, context.driver->Finish(ticket, *total_));
+  // The released sum, for the next plan (public); a private run's only: a
+  // non-private one's float sums are not on the grid.
+  if (!ordered) {
+    const int64_t plan_step = plan.step;
+    context.driver->set_release_observer(
+        [this, plan_step](const Eigen::VectorXd& sum, int64_t step, double q, double rho) {
+          released_sum_ = sum;
+          released_ = Released{plan_step, step, q, rho};
+        });
+  }
+  StatusOr<svi::StepResult> finished = context.driver->Finish(ticket, *total_);
+  context.driver->set_release_observer(nullptr);
+  VIPSD_ASSIGN_OR_RETURN(svi::StepResult result, std::move(finished));
   *context.cuts = std::move(cuts);
   out->phases = {{"charge", ticket.result.phase_seconds.charge},
                  {"plan", plan_seconds},

@@ -104,7 +104,9 @@ class Coordinator {
   StatusOr<svi::StepResult> StepCharged(const Context& context, const svi::StepTicket& ticket,
                                         int64_t slot, SlotOutputs* out);
   // The step's plan (every partition's window for `slot`, the model it
-  // starts from), appended to the work topic.
+  // starts from, or the previous step's released sum when the previous plan
+  // was of this epoch and described the model that sum's M-step changed),
+  // appended to the work topic. The plan returned has neither.
   StatusOr<WorkPlan> AppendPlan(const Context& context, const svi::StepTicket& ticket,
                                 int64_t slot, SlotOutputs* out);
   // The model the step starts from, as a plan carries it (CheckpointStore
@@ -113,7 +115,7 @@ class Coordinator {
   // Every second while partials are missing: still the owner? (CANCELLED
   // when fenced), then the plan again for the partitions still missing (with
   // the model, and `plan.plan_offset` moved to it, once retention took the
-  // full plan).
+  // plan with the model that the step's plan follows from).
   Status Remind(const Context& context, WorkPlan& plan,
                 const std::set<std::string>& covered, SlotOutputs* out, bool* logged);
   // A message of the partial log decoded (any thread): `partial` unset for
@@ -141,6 +143,30 @@ class Coordinator {
   WorkIo work_;
   RunControl* const control_;
   std::unique_ptr<privacy::GaussianSumMechanism> total_;
+  // What the workers hold (WorkPlan::delta_sum): the last plan appended
+  // (its epoch, step and offset, the model object it described), where the
+  // plan with the model that it follows from lies, and how many plans since
+  // carried a released sum instead.
+  struct LastPlan {
+    uint64_t epoch = 0;
+    int64_t step = 0;
+    int64_t offset = -1;
+    const model::Model* model = nullptr;
+    int64_t model_offset = -1;
+    int deltas_since_model = 0;
+  };
+  std::optional<LastPlan> last_plan_;
+  // The released sum of the last finished step (public), the plan step whose
+  // model its M-step changed, its step, q and ρ_t; unset once a plan used it
+  // or when a step did not finish.
+  struct Released {
+    int64_t plan_step = 0;
+    int64_t step = 0;
+    double sampling_rate = 0;
+    double rho = 0;
+  };
+  std::optional<Released> released_;
+  Eigen::VectorXd released_sum_;
   // Every partial below this offset of the partial log has been read
   // (WorkPlan::partials_read).
   int64_t partials_read_ = 0;

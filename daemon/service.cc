@@ -288,8 +288,8 @@ std::optional<int> Service::StandBy(LedgerReplica& replica) {
     worker->RequestStop();
     worker_thread.join();
     // The model the job had reached: the new owner continues from it.
-    if (!worker->latest_plan_model().empty()) {
-      claim_options_.takeover_model = worker->latest_plan_model();
+    if (std::string model = worker->latest_plan_model(); !model.empty()) {
+      claim_options_.takeover_model = std::move(model);
     }
     worker.reset();
     if (!worker_result.ok()) {

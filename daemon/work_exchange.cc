@@ -8,13 +8,14 @@
 namespace vipsd::daemon {
 namespace {
 
-constexpr char kPlanMagic[4] = {'V', 'W', 'P', '4'};
+constexpr char kPlanMagic[4] = {'V', 'W', 'P', '5'};
 // Plans of earlier vipsd versions (refused by name): VWP1 without the record
 // settings, VWP2 with cuts at the observed log ends (no timestamp cut rule),
-// VWP3 with one partial per partition.
+// VWP3 with one partial per partition, VWP4 with the model in every plan.
 constexpr char kPlanMagicV1[4] = {'V', 'W', 'P', '1'};
 constexpr char kPlanMagicV2[4] = {'V', 'W', 'P', '2'};
 constexpr char kPlanMagicV3[4] = {'V', 'W', 'P', '3'};
+constexpr char kPlanMagicV4[4] = {'V', 'W', 'P', '4'};
 constexpr char kPartialMagic[4] = {'V', 'W', 'R', '3'};
 constexpr char kPartialMagicV1[4] = {'V', 'W', 'R', '1'};
 constexpr char kPartialMagicV2[4] = {'V', 'W', 'R', '2'};
@@ -154,6 +155,12 @@ std::string EncodeWorkPlan(const WorkPlan& plan) {
   w.U64(plan.wanted.size());
   for (const std::string& s : plan.wanted) w.Str(s);
   w.Str(plan.model);
+  w.Str(plan.delta_sum);
+  w.I64(plan.delta_base);
+  w.I64(plan.delta_base_offset);
+  w.I64(plan.delta_step);
+  w.F64(plan.delta_sampling_rate);
+  w.F64(plan.delta_rho);
   w.I64(plan.plan_offset);
   w.Str(plan.record_settings);
   w.I64(plan.partials_read);
@@ -205,6 +212,11 @@ StatusOr<WorkMessageKind> WorkMessageKindOf(std::string_view bytes) {
         "work topic: a message of an older vipsd (VWP3/VWR2, one partial sum per "
         "partition): every process of a job must run one vipsd version");
   }
+  if (bytes.size() >= 4 && std::memcmp(bytes.data(), kPlanMagicV4, 4) == 0) {
+    return FailedPreconditionError(
+        "work topic: a plan of an older vipsd (VWP4, the whole model in every plan): every "
+        "process of a job must run one vipsd version");
+  }
   return DataLossError("work topic: a message that is neither a plan nor a partial sum");
 }
 
@@ -230,7 +242,10 @@ StatusOr<WorkPlan> DecodeWorkPlan(std::string_view bytes) {
       for (std::string& s : plan.wanted) {
         if (!r.Str(&s)) break;
       }
-      (void)(r.Str(&plan.model) && r.I64(&plan.plan_offset) && r.Str(&plan.record_settings) &&
+      (void)(r.Str(&plan.model) && r.Str(&plan.delta_sum) && r.I64(&plan.delta_base) &&
+             r.I64(&plan.delta_base_offset) && r.I64(&plan.delta_step) &&
+             r.F64(&plan.delta_sampling_rate) && r.F64(&plan.delta_rho) &&
+             r.I64(&plan.plan_offset) && r.Str(&plan.record_settings) &&
              r.I64(&plan.partials_read));
     }
   }
@@ -238,6 +253,18 @@ StatusOr<WorkPlan> DecodeWorkPlan(std::string_view bytes) {
   bool valid = key.size() == plan.key.bytes.size() && is_private <= 1 && plan.step >= 1 &&
                plan.slot >= 0 && std::isfinite(plan.sampling_rate) && plan.sampling_rate > 0 &&
                plan.sampling_rate <= 1 && plan.partials_read >= 0;
+  if (plan.delta_sum.empty()) {
+    valid = valid && plan.delta_base == -1 && plan.delta_base_offset == -1;
+  } else {
+    // A delta replaces the model of a full plan: from an earlier plan's
+    // model through the M-step of a step in between, with q and ρ in (0, 1].
+    valid = valid && plan.model.empty() && plan.plan_offset == -1 && plan.delta_base >= 1 &&
+            plan.delta_base_offset >= 0 && plan.delta_base <= plan.delta_step &&
+            plan.delta_step < plan.step &&
+            std::isfinite(plan.delta_sampling_rate) && plan.delta_sampling_rate > 0 &&
+            plan.delta_sampling_rate <= 1 && std::isfinite(plan.delta_rho) &&
+            plan.delta_rho > 0 && plan.delta_rho <= 1;
+  }
   for (size_t i = 0; valid && i < plan.streams.size(); ++i) {
     const WorkStream& s = plan.streams[i];
     valid = s.low >= 0 && s.low <= s.floor && s.floor <= s.high &&

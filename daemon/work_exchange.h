@@ -36,10 +36,13 @@
 // Plans are repeated (REMINDERS: no model, the offset of the full plan, and
 // the partitions still missing) every second while partials are missing,
 // so a process that joins or takes a partition over mid-step finds the
-// step. Every message names the job (state.ledger_key) and the
-// coordinator's epoch: a process follows the plans of the highest epoch it
-// has seen, and the coordinator merges only partials of its own epoch and
-// step.
+// step. A private run's plan carries the previous step's released sum
+// instead of the model when it follows a plan of the same epoch (workers
+// apply the M-step themselves; one that lacks the model the sum applies to
+// reads the plans back to one with the model, at most kPlanModelEvery).
+// Every message names the job (state.ledger_key) and the coordinator's
+// epoch: a process follows the plans of the highest epoch it has seen, and
+// the coordinator merges only partials of its own epoch and step.
 //
 // Privacy: a plan's key decides which records are sampled and a partial is
 // an un-noised sum of records: both are PRIVATE, like the input records.
@@ -48,7 +51,7 @@
 // it goes to a log, metric or error message. The plan's model is
 // post-processing of released noisy sums (public).
 //
-// Format: "VWP4" (plan) or "VWR3" (partial), then fields (little-endian
+// Format: "VWP5" (plan) or "VWR3" (partial), then fields (little-endian
 // integers, length-prefixed strings), then BLAKE2b-256 of everything
 // before; Decode refuses anything else with DATA_LOSS.
 #pragma once
@@ -76,6 +79,11 @@ struct WorkStream {
   int64_t high = 0;
 };
 
+// A plan carries the whole model at least this often (the first plan of an
+// epoch always does): a process that joins reads at most this many plans
+// back to find a model (WorkPlan::delta_sum).
+inline constexpr int kPlanModelEvery = 16;
+
 struct WorkPlan {
   std::string job;    // state.ledger_key
   uint64_t epoch = 0; // the coordinator's ledger epoch
@@ -93,8 +101,23 @@ struct WorkPlan {
   // The partitions whose partial the coordinator still waits for.
   std::vector<std::string> wanted;
   // The model the step starts from: CheckpointStore::Encode bytes. Empty in
-  // a reminder, which names the full plan's offset on the work topic.
+  // a reminder, which names the full plan's offset on the work topic, and in
+  // a plan that carries a delta instead (below).
   std::string model;
+  // Instead of the model (issue 30): the released noisy sum of step
+  // delta_step (GaussianSumMechanism::EncodeReleased: public) with the q and
+  // ρ_t its M-step used. Applied through that M-step to the model of this
+  // epoch's plan of step delta_base (at delta_base_offset of the work
+  // topic), it gives this plan's model bit for bit. A process that does not
+  // hold that model reads the plans back to one that carries the model (the
+  // coordinator sends the model at least every kPlanModelEvery plans).
+  // Empty, with delta_base −1, in a plan with the model and in a reminder.
+  std::string delta_sum;
+  int64_t delta_base = -1;
+  int64_t delta_base_offset = -1;
+  int64_t delta_step = 0;
+  double delta_sampling_rate = 0;
+  double delta_rho = 0;
   int64_t plan_offset = -1;
   // In a reminder: the coordinator has read (merged or refused) every
   // partial below this offset of the partial log. A worker whose partial

@@ -121,9 +121,10 @@ Status Worker::AdoptPlan(WorkPlan plan) {
   const std::pair<uint64_t, int64_t> plan_id{plan.epoch, plan.step};
   const auto adopt_start = std::chrono::steady_clock::now();
   if (plan_model_of_ != plan_id) {
-    auto model =
-        DecodePlanModel(plan.model, work_.Describe() + " plan", bundle_, "the coordinator's");
-    Status restored = model.status();
+    // A model first: one of another type or configuration is named as such
+    // (its fingerprint). A released sum is applied only once the settings
+    // are known to be this process's (another layout would not decode).
+    Status restored = plan.model.empty() ? Status::Ok() : TakeModel(plan);
     if (restored.ok() && plan.is_private != config_.is_private()) {
       restored = InvalidArgumentError(
           "the coordinator's run is " + std::string(plan.is_private ? "" : "NOT ") +
@@ -136,9 +137,8 @@ Status Worker::AdoptPlan(WorkPlan plan) {
           DifferingSettings(plan.record_settings, bundle_.record_settings) +
           "): its partial sums would differ, and it would dead-letter other records");
     }
-    if (restored.ok()) restored = bundle_.model->RestoreCheckpoint(model->arrays);
+    if (restored.ok() && plan.model.empty()) restored = TakeModel(plan);
     if (restored.ok()) {
-      latest_plan_model_ = plan.model;
       svi::DriverConfig driver_config = config_.driver;
       driver_config.adaptivity = privacy::Adaptivity::kAdaptiveFilter;
       driver_config.enforce_ceiling = false;  // a worker never charges
@@ -190,8 +190,89 @@ Status Worker::AdoptPlan(WorkPlan plan) {
     }
   }
   plan.model.clear();
+  plan.delta_sum.clear();
   plan_ = std::move(plan);
   return Status::Ok();
+}
+
+Status Worker::RestorePlanModel(const WorkPlan& plan) {
+  VIPSD_ASSIGN_OR_RETURN(Checkpoint model, DecodePlanModel(plan.model, work_.Describe() + " plan",
+                                                           bundle_, "the coordinator's"));
+  VIPSD_RETURN_IF_ERROR(bundle_.model->RestoreCheckpoint(model.arrays));
+  model.arrays.clear();
+  model_header_ = std::move(model);
+  plan_model_of_ = {plan.epoch, plan.step};
+  return Status::Ok();
+}
+
+Status Worker::ApplyDelta(const WorkPlan& plan) {
+  // The coordinator's M-step (svi::StepDriver::Finish) on the same released
+  // sum, q and ρ_t: the same model, bit for bit.
+  VIPSD_ASSIGN_OR_RETURN(
+      const Eigen::VectorXd sum,
+      privacy::GaussianSumMechanism::DecodeReleased(bundle_.model->statistic_layout(),
+                                                    plan.delta_sum));
+  plan_model_of_ = {0, -1};  // changed from here on, until it is the plan's
+  VIPSD_RETURN_IF_ERROR(bundle_.model->MStep(sum, plan.delta_sampling_rate, plan.delta_rho));
+  model_header_.step = plan.delta_step;
+  plan_model_of_ = {plan.epoch, plan.step};
+  return Status::Ok();
+}
+
+Status Worker::TakeModel(const WorkPlan& plan) {
+  const Status taken = [&]() -> Status {
+    if (!plan.model.empty()) return RestorePlanModel(plan);
+    if (plan.delta_sum.empty()) {
+      return DataLossError("the plan of step " + std::to_string(plan.step) +
+                           " carries neither a model nor a released sum");
+    }
+    // Back along delta_base_offset to a plan whose model this process holds
+    // or one that carries the model (the coordinator sends it at least every
+    // kPlanModelEvery plans), then forward through each released sum.
+    std::vector<WorkPlan> back;  // older plans, newest first
+    back.reserve(kPlanModelEvery);  // `at` points into it: never reallocated
+    std::optional<WorkPlan> root;
+    for (const WorkPlan* at = &plan;
+         plan_model_of_ != std::make_pair(at->epoch, at->delta_base);) {
+      if (back.size() >= static_cast<size_t>(kPlanModelEvery)) {
+        return DataLossError("no plan with the model within " +
+                             std::to_string(kPlanModelEvery) + " plans before step " +
+                             std::to_string(plan.step));
+      }
+      VIPSD_ASSIGN_OR_RETURN(const std::string bytes,
+                             work_.exchange().ReadAt(at->delta_base_offset));
+      VIPSD_ASSIGN_OR_RETURN(WorkPlan earlier, DecodeWorkPlan(bytes));
+      if (earlier.epoch != at->epoch || earlier.step != at->delta_base) {
+        return DataLossError(work_.Describe() + " offset " +
+                             std::to_string(at->delta_base_offset) + " is not the plan of step " +
+                             std::to_string(at->delta_base));
+      }
+      if (!earlier.model.empty()) {
+        root = std::move(earlier);
+        break;
+      }
+      if (earlier.delta_sum.empty()) {
+        return DataLossError(work_.Describe() + " offset " +
+                             std::to_string(at->delta_base_offset) +
+                             ": a plan with neither a model nor a released sum");
+      }
+      back.push_back(std::move(earlier));
+      at = &back.back();
+    }
+    if (root.has_value()) VIPSD_RETURN_IF_ERROR(RestorePlanModel(*root));
+    for (auto it = back.rbegin(); it != back.rend(); ++it) VIPSD_RETURN_IF_ERROR(ApplyDelta(*it));
+    return ApplyDelta(plan);
+  }();
+  if (!taken.ok()) plan_model_of_ = {0, -1};
+  return taken;
+}
+
+std::string Worker::latest_plan_model() const {
+  if (plan_model_of_.second < 0) return "";
+  Checkpoint model = model_header_;
+  model.arrays = bundle_.model->CheckpointArrays();
+  auto encoded = CheckpointStore::Encode(model);
+  return encoded.ok() ? std::move(*encoded) : std::string();
 }
 
 void Worker::WorkOnPlan() {
@@ -326,8 +407,8 @@ std::optional<WorkPlan> Worker::NewestPlan(
     }
     next = std::move(*plan);
   }
-  if (!next.has_value() || !next->model.empty()) return next;
-  // A reminder: the model is in the full plan.
+  if (!next.has_value() || !next->model.empty() || !next->delta_sum.empty()) return next;
+  // A reminder: the model (or the released sum) is in the step's plan.
   if (plan_model_of_ == std::make_pair(next->epoch, next->step)) return next;
   auto full = work_.exchange().ReadAt(next->plan_offset);
   auto decoded = full.ok() ? DecodeWorkPlan(*full) : StatusOr<WorkPlan>(full.status());

@@ -34,6 +34,7 @@
 #include "core/privacy/gaussian_mechanism.h"
 #include "core/privacy/noise_source.h"
 #include "core/svi/step_driver.h"
+#include "daemon/checkpoint.h"
 #include "daemon/daemon.h"
 #include "daemon/ingest.h"
 #include "daemon/ledger.h"
@@ -62,9 +63,9 @@ class Worker {
   // the coordinator it saw; 0 before any. A standby that works takes over
   // only after the ledger AND the plans were silent.
   int64_t last_plan_seen_ns() const { return last_plan_seen_ns_.load(); }
-  // After Run returned: the model of the last plan it followed
-  // (DaemonOptions::takeover_model); empty if none.
-  const std::string& latest_plan_model() const { return latest_plan_model_; }
+  // After Run returned: the model of the last plan it followed, as a plan
+  // carries it (DaemonOptions::takeover_model); empty if none.
+  std::string latest_plan_model() const;
 
  private:
   Worker(const config::VipsdConfig& config, DaemonOptions options, ModelBundle bundle,
@@ -80,6 +81,13 @@ class Worker {
   void WorkOnPlan();
   // The newest plan of the highest epoch among `messages` (nullopt: none).
   std::optional<WorkPlan> NewestPlan(std::vector<std::pair<int64_t, std::string>>& messages);
+  // Holds `plan`'s model (plan_model_of_ names it): restores the model it
+  // carries, or applies its released sum to the model it follows from,
+  // reading plans back (ReadAt) to one this process holds or one with the
+  // model. On failure plan_model_of_ names none.
+  Status TakeModel(const WorkPlan& plan);
+  Status RestorePlanModel(const WorkPlan& plan);
+  Status ApplyDelta(const WorkPlan& plan);
 
   const config::VipsdConfig config_;
   const DaemonOptions options_;
@@ -107,12 +115,15 @@ class Worker {
   // The pre-summed partial (PRIVATE), kept and Reset from step to step so
   // that its statistic-sized buffer is not allocated and faulted in anew.
   std::unique_ptr<privacy::GaussianSumMechanism> presummed_;
-  std::string latest_plan_model_;
+  // The checkpoint header (run id, model type and fingerprint, model step)
+  // of the model held, for latest_plan_model; its arrays stay empty.
+  Checkpoint model_header_;
   uint64_t highest_epoch_ = 0;
   bool warned_old_plan_ = false;  // a plan of an older vipsd was logged once
   int64_t pending_published_ = 0;  // counted at the next plan (public time)
-  // Seconds the last plan took to adopt (decode and restore its model; 0
-  // when the model was held), logged with the step's partial under
+  // Seconds the last plan took to adopt (decode and restore its model, or
+  // apply its released sum; 0 when the model was held), logged with the
+  // step's partial under
   // metrics.expose_step_timing.
   double adopt_seconds_ = 0;
   std::atomic<int64_t> last_plan_seen_ns_{0};

@@ -4,7 +4,10 @@
 // behind the checksum is reached. The fuzzed bytes replace the body after
 // a valid header (magic, layout digest, size, counts) of a fixed two-block
 // layout. A decoded partial encodes to the same bytes, merges into a fresh
-// sum, and its non-private release is finite.
+// sum, and its non-private release is finite. The same bytes also go, as
+// given and behind a valid header, to the released-sum decoder that plans
+// use (DecodeReleased; no checksum of its own).
+#include <cstring>
 #include <string>
 
 #include "core/privacy/gaussian_mechanism.h"
@@ -49,14 +52,41 @@ void Check(const std::string& bytes) {
   }
 }
 
+// A released sum as a plan carries it (GaussianSumMechanism::DecodeReleased):
+// what decodes is finite, encodes again, and decodes to the same bits.
+void CheckReleased(const std::string& bytes) {
+  auto decoded = privacy::GaussianSumMechanism::DecodeReleased(Layout(), bytes);
+  if (!decoded.ok()) return;
+  if (!decoded->allFinite()) fuzz::Violated("a decoded released sum is not finite");
+  const auto encoded = privacy::GaussianSumMechanism::EncodeReleased(Layout(), *decoded);
+  if (!encoded.ok()) fuzz::Violated("a decoded released sum does not encode");
+  const auto again = privacy::GaussianSumMechanism::DecodeReleased(Layout(), *encoded);
+  if (!again.ok() || again->size() != decoded->size() ||
+      std::memcmp(again->data(), decoded->data(),
+                  sizeof(double) * static_cast<size_t>(decoded->size())) != 0) {
+    fuzz::Violated("a re-encoded released sum decodes to other values");
+  }
+}
+
+// Magic, layout digest and total size of a real released sum.
+std::string ReleasedHeader() {
+  const Eigen::VectorXd zero =
+      Eigen::VectorXd::Zero(static_cast<Eigen::Index>(Layout().total_size()));
+  return privacy::GaussianSumMechanism::EncodeReleased(Layout(), zero)
+      ->substr(0, 4 + kDigestBytes + 8);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   static const std::string grid_header = Header(true);
   static const std::string float_header = Header(false);
+  static const std::string released_header = ReleasedHeader();
   const std::string input(fuzz::AsText(data + 1, size - 1));
   Check(input);
   Check(fuzz::Blake2bSigned((data[0] & 1 ? float_header : grid_header) + input));
+  CheckReleased(input);
+  CheckReleased(released_header + input);
   return 0;
 }

@@ -5,7 +5,9 @@
 // partial encodes to bytes that decode to the same message again, and a
 // plan that decodes keeps its invariants (partitions sorted by name, each
 // window 0 <= low <= floor <= high), a partial its own (at least one
-// partition, sorted by name, each once, no negative cut). The first byte picks plan or partial.
+// partition, sorted by name, each once, no negative cut), a plan with a
+// released sum no model beside it and a base before it. The first byte
+// picks plan or partial.
 #include <string>
 
 #include "daemon/work_exchange.h"
@@ -26,6 +28,15 @@ void Plan(const std::string& bytes) {
     if (i > 0 && !(plan->streams[i - 1].name < s.name)) {
       fuzz::Violated("a decoded plan's partitions are not sorted by name");
     }
+  }
+  // A released sum replaces the model and names the plan it follows.
+  if (!plan->delta_sum.empty() &&
+      (!plan->model.empty() || plan->delta_base < 1 || plan->delta_base_offset < 0 ||
+       plan->delta_step >= plan->step)) {
+    fuzz::Violated("a decoded plan's released sum has a model beside it or no base before it");
+  }
+  if (plan->delta_sum.empty() && (plan->delta_base != -1 || plan->delta_base_offset != -1)) {
+    fuzz::Violated("a decoded plan names a base without a released sum");
   }
   const std::string encoded = daemon::EncodeWorkPlan(*plan);
   const auto again = daemon::DecodeWorkPlan(encoded);
@@ -61,7 +72,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Partial(fuzz::Blake2bSigned("VWR3" + input));
   } else {
     Plan(input);
-    Plan(fuzz::Blake2bSigned("VWP4" + input));
+    Plan(fuzz::Blake2bSigned("VWP5" + input));
   }
   (void)daemon::WorkMessageKindOf(input);
   return 0;

@@ -330,6 +330,7 @@ Status GaussianSumMechanism::Merge(GaussianSumMechanism&& other) {
 
 GaussianRelease GaussianSumMechanism::ScaleBack(std::span<const int64_t> noise) const {
   Eigen::VectorXd out(static_cast<Eigen::Index>(layout_.total_size()));
+  const double two_to_minus_g = std::ldexp(1.0, -grid_exponent_);
   for (const Block& block : layout_.blocks()) {
     if (kind_ == SumKind::kFloat) {
       for (size_t i = block.offset; i < block.offset + block.size; ++i) {
@@ -342,8 +343,7 @@ GaussianRelease GaussianSumMechanism::ScaleBack(std::span<const int64_t> noise) 
       // conversion to double and the scaling are post-processing of the
       // integer (a power-of-two step, then one rounding for C_b).
       const int64_t value = noise.empty() ? sum_[i] : sum_[i] + noise[i];
-      out[static_cast<Eigen::Index>(i)] =
-          std::ldexp(static_cast<double>(value), -grid_exponent_) * block.clip_bound;
+      out[static_cast<Eigen::Index>(i)] = ReleasedValue(value, two_to_minus_g, block.clip_bound);
     }
   }
   GaussianRelease release;
@@ -782,6 +782,98 @@ StatusOr<std::unique_ptr<GaussianSumMechanism>> GaussianSumMechanism::DecodeUnre
   }
   if (!in.done()) return bad("trailing bytes");
   return mechanism;
+}
+
+namespace {
+
+constexpr char kReleasedMagic[4] = {'V', 'R', 'S', '1'};
+
+}  // namespace
+
+StatusOr<std::string> GaussianSumMechanism::EncodeReleased(const BlockLayout& layout,
+                                                           const Eigen::VectorXd& noisy_sum) {
+  if (static_cast<uint64_t>(noisy_sum.size()) != layout.total_size()) {
+    return FailedPreconditionError("released sum of another size than the layout");
+  }
+  const int g = GridExponent(layout.num_blocks());
+  const double two_to_g = std::ldexp(1.0, g), two_to_minus_g = std::ldexp(1.0, -g);
+  std::string out(kReleasedMagic, sizeof kReleasedMagic);
+  out += LayoutDigest(layout);
+  PutU64(out, layout.total_size());
+  const size_t header = out.size();
+  // At most 10 bytes a coordinate; the room is made once and cut to size.
+  out.resize(header + 10 * layout.total_size());
+  char* p = out.data() + header;
+  const double* x = noisy_sum.data();
+  constexpr double kLimit = 4611686018427387904.0;  // 2^62
+  for (const Block& block : layout.blocks()) {
+    const double c = block.clip_bound;
+    for (size_t i = block.offset; i < block.offset + block.size; ++i) {
+      const double grid = std::nearbyint(x[i] / c * two_to_g);
+      if (!(std::fabs(grid) <= kLimit)) {
+        return FailedPreconditionError("released sum: a coordinate off the grid");
+      }
+      const auto m = static_cast<int64_t>(grid);
+      const double back = ReleasedValue(m, two_to_minus_g, c);
+      if (std::memcmp(&back, &x[i], sizeof back) != 0) {
+        return FailedPreconditionError("released sum: a coordinate off the grid");
+      }
+      // Zigzag, then 7 bits a byte, low first.
+      uint64_t z = (static_cast<uint64_t>(m) << 1) ^ static_cast<uint64_t>(m >> 63);
+      while (z >= 0x80) {
+        *p++ = static_cast<char>((z & 0x7f) | 0x80);
+        z >>= 7;
+      }
+      *p++ = static_cast<char>(z);
+    }
+  }
+  out.resize(static_cast<size_t>(p - out.data()));
+  return out;
+}
+
+StatusOr<Eigen::VectorXd> GaussianSumMechanism::DecodeReleased(const BlockLayout& layout,
+                                                               std::string_view bytes) {
+  auto bad = [](const std::string& what) { return DataLossError("released sum: " + what); };
+  if (bytes.size() < sizeof kReleasedMagic ||
+      std::memcmp(bytes.data(), kReleasedMagic, sizeof kReleasedMagic) != 0) {
+    return bad("not a VRS1 released sum");
+  }
+  Reader in(bytes.substr(sizeof kReleasedMagic));
+  std::string_view layout_digest;
+  uint64_t total = 0;
+  if (!in.Bytes(kDigestBytes, &layout_digest) || !in.U64(&total)) return bad("truncated header");
+  if (layout_digest != LayoutDigest(layout) || total != layout.total_size()) {
+    return bad("made under another statistic layout (model or clip configuration)");
+  }
+  const size_t header = sizeof kReleasedMagic + kDigestBytes + 8;
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data()) + header;
+  const auto* end = reinterpret_cast<const unsigned char*>(bytes.data()) + bytes.size();
+  const double two_to_minus_g = std::ldexp(1.0, -GridExponent(layout.num_blocks()));
+  Eigen::VectorXd out(static_cast<Eigen::Index>(total));
+  double* x = out.data();
+  for (const Block& block : layout.blocks()) {
+    const double c = block.clip_bound;
+    for (size_t i = block.offset; i < block.offset + block.size; ++i) {
+      uint64_t z = 0;
+      int shift = 0;
+      for (;;) {
+        if (p == end) return bad("truncated");
+        const unsigned char byte = *p++;
+        // A 64-bit value has at most 10 groups, the tenth only its top bit.
+        if (shift == 63 && byte > 1) return bad("a coordinate beyond 64 bits");
+        z |= static_cast<uint64_t>(byte & 0x7f) << shift;
+        if ((byte & 0x80) == 0) break;
+        shift += 7;
+      }
+      const auto m = static_cast<int64_t>((z >> 1) ^ (~(z & 1) + 1));
+      if (m > (int64_t{1} << 62) || m < -(int64_t{1} << 62)) {
+        return bad("a coordinate beyond the grid's range");
+      }
+      x[i] = ReleasedValue(m, two_to_minus_g, c);
+    }
+  }
+  if (p != end) return bad("trailing bytes");
+  return out;
 }
 
 }  // namespace vipsd::privacy

@@ -101,6 +101,14 @@
 
 namespace vipsd::privacy {
 
+// A released coordinate from its grid integer: m·2^-g·C_b, the power of
+// two exact (|m| ≤ 2^62, g ≤ 20: never subnormal), then one rounding for
+// C_b. The one formula of a release (ScaleBack) and of a plan's released
+// sum (DecodeReleased), so that both give the same bits.
+inline double ReleasedValue(int64_t m, double two_to_minus_g, double clip_bound) {
+  return static_cast<double>(m) * two_to_minus_g * clip_bound;
+}
+
 // The largest noise multiplier a release accepts (see "Limits").
 inline constexpr double kMaxNoiseMultiplier = 1024;
 // The rounding slack of a block's integer bound: 2^-kGridSlackBits.
@@ -311,6 +319,22 @@ class GaussianSumMechanism {
   // reach; the decoded mechanism is unreleased.
   static StatusOr<std::unique_ptr<GaussianSumMechanism>> DecodeUnreleased(
       const BlockLayout& layout, std::string_view bytes);
+
+  // A released (noisy, public) grid sum in few bytes, for shared work's
+  // plans (issue 30: a plan carries the released sum instead of the whole
+  // model when the workers hold the model it applies to). Each coordinate
+  // goes as the integer m with value == ReleasedValue(m, g, C_b) bit for
+  // bit: zigzag LEB128, mostly 3-4 bytes at σ ≥ 1 against 8 for a double.
+  // Format: "VRS1", LayoutDigest (as above), the total size, the varints.
+  // No checksum of its own: the plan that carries it has one.
+  // FAILED_PRECONDITION when a coordinate is not such a value (a
+  // non-private release, or any other vector): send the model instead.
+  static StatusOr<std::string> EncodeReleased(const BlockLayout& layout,
+                                              const Eigen::VectorXd& noisy_sum);
+  // The exact doubles EncodeReleased was given. DATA_LOSS for another
+  // layout, a truncated or overlong varint, or trailing bytes.
+  static StatusOr<Eigen::VectorXd> DecodeReleased(const BlockLayout& layout,
+                                                  std::string_view bytes);
 
   bool released() const { return released_; }
 

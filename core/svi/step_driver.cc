@@ -583,7 +583,7 @@ StatusOr<StepResult> StepDriver::MStepOn(StepResult result,
   result.rho = StepSize(config_.tau0, config_.kappa, next_step_);
   VIPSD_RETURN_IF_ERROR(model_->MStep(release.noisy_sum, config_.sampling_rate, result.rho));
   result.phase_seconds.mstep = Lap(clock);
-  if (on_release_) on_release_(release.noisy_sum, next_step_);
+  if (on_release_) on_release_(release.noisy_sum, next_step_, config_.sampling_rate, result.rho);
   ++next_step_;
   return result;
 }

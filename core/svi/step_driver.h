@@ -203,9 +203,12 @@ class StepDriver {
   Status Advance(const Eigen::VectorXd& released_sum, int64_t step);
 
   const model::Model& model() const { return *model_; }
-  // Called by Finish with every released (noisy: public) sum and its step,
-  // e.g. to hand it to replicas.
-  void set_release_observer(std::function<void(const Eigen::VectorXd&, int64_t)> observer) {
+  // Called by Finish with every released (noisy: public) sum, its step and
+  // the q and ρ_t its M-step used (what Advance-like replays need), e.g. to
+  // hand it to replicas or to a plan (daemon/coordinator.h).
+  using ReleaseObserver = std::function<void(const Eigen::VectorXd& released_sum, int64_t step,
+                                             double sampling_rate, double rho)>;
+  void set_release_observer(ReleaseObserver observer) {
     on_release_ = std::move(observer);
   }
 
@@ -240,7 +243,7 @@ class StepDriver {
   // them back in: about a quarter of the LDA training time.
   std::unique_ptr<privacy::GaussianSumMechanism> total_;
   std::unique_ptr<privacy::GaussianSumMechanism> current_;  // the stream being summed
-  std::function<void(const Eigen::VectorXd&, int64_t)> on_release_;
+  ReleaseObserver on_release_;
   SampleObserver on_sample_;
   std::vector<std::unique_ptr<privacy::GaussianSumMechanism>> spare_;
   // DrawNoiseAhead's draw (PRIVATE), collected by Finish or Abandon.

@@ -40,6 +40,7 @@ struct CoordinatorProcess {
   bool fenced = false;
   SlotTargets targets;
   std::map<std::string, int64_t> cuts_found;  // what the step's partials named
+  int64_t model_step = 0;  // the step whose M-step the model includes
 
   CoordinatorProcess(WorkFixture& f, MemoryLog& ledger_log, std::set<int32_t> partitions) {
     bundle = std::move(BuildModel(f.config)).value();
@@ -96,7 +97,10 @@ struct CoordinatorProcess {
     context.on_fenced = [this](const Status&) { fenced = true; };
     context.targets = &targets;
     context.cuts = &cuts_found;
-    return coordinator->Step(context, 1, out);
+    context.model_step = model_step;
+    auto result = coordinator->Step(context, 1, out);
+    if (result.ok()) model_step = result->step;
+    return result;
   }
 };
 
@@ -421,6 +425,75 @@ TEST(CoordinatorTest, APlanThatRetentionTookIsAppendedAgainWithTheModel) {
     EXPECT_FALSE(again->model.empty());
   }
   const SoloResult alone = SoloStep(f, *f.topic);
+  ExpectSameModel(coordinator, alone);
+}
+
+// Issue 30: after the first plan, a plan carries the previous step's
+// released sum instead of the model, and the worker's M-step on it gives the
+// coordinator's model: three shared steps are bit for bit three steps of one
+// process (a worker that summed with another model would change the sums).
+TEST(CoordinatorTest, PlansCarryTheReleasedSumAfterTheFirstAndTheRunStaysOneProcesss) {
+  WorkFixture f("coordinator_delta");
+  MemoryLog ledger_log;
+  CoordinatorProcess coordinator(f, ledger_log, {0});
+  WorkerProcess worker(f, {1});
+  for (int t = 1; t <= 3; ++t) {
+    SlotOutputs out;
+    auto shared = StepWithin(coordinator, f, &out, 20s);
+    ASSERT_TRUE(shared.ok()) << shared.status().ToString();
+    EXPECT_EQ(shared->step, t);
+    EXPECT_EQ(out.partials_remote, 1);
+  }
+  std::vector<WorkPlan> plans;
+  {
+    std::lock_guard<std::mutex> lock(f.work->mutex);
+    for (const std::string& bytes : f.work->plans) plans.push_back(*DecodeWorkPlan(bytes));
+  }
+  ASSERT_EQ(plans.size(), 3u);  // no reminder: every partial came within a second
+  EXPECT_FALSE(plans[0].model.empty());
+  EXPECT_TRUE(plans[0].delta_sum.empty());
+  for (size_t i = 1; i < plans.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_TRUE(plans[i].model.empty());
+    EXPECT_FALSE(plans[i].delta_sum.empty());
+    EXPECT_LT(plans[i].delta_sum.size(), plans[0].model.size());
+    EXPECT_EQ(plans[i].delta_base, plans[i - 1].step);
+    EXPECT_EQ(plans[i].delta_base_offset, static_cast<int64_t>(i - 1));
+    EXPECT_EQ(plans[i].delta_step, plans[i - 1].step);
+    EXPECT_EQ(plans[i].delta_sampling_rate, f.config.driver.sampling_rate);
+  }
+  // One process, the same seed, three steps on the same windows.
+  ModelBundle solo = std::move(BuildModel(f.config)).value();
+  auto noise = std::move(privacy::SecureNoiseSource::CreateReproducible(7)).value();
+  privacy::RdpAccountant accountant;
+  svi::DriverConfig driver_config = f.config.driver;
+  driver_config.adaptivity = AccountingAdaptivity();
+  auto driver = std::move(svi::StepDriver::Create(solo.model.get(), noise.get(), &accountant,
+                                                  driver_config, 1))
+                    .value();
+  std::vector<std::vector<model::Record>> records(2);
+  std::vector<svi::StreamCandidates> streams(2);
+  for (int partition = 0; partition < 2; ++partition) {
+    streams[partition].stream = "docs:" + std::to_string(partition);
+    for (const auto& entry : f.topic->partitions.at(partition)) {
+      records[partition].push_back(
+          std::get<model::Record>(solo.decoder->DecodeKeyed(entry.payload, entry.key)));
+    }
+    for (size_t i = 0; i < records[partition].size(); ++i) {
+      streams[partition].records.push_back(&records[partition][i]);
+      streams[partition].offsets.push_back(static_cast<int64_t>(i));
+    }
+  }
+  std::vector<double> rhos;
+  for (int t = 1; t <= 3; ++t) {
+    auto alone = driver->Step(streams);
+    ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+    rhos.push_back(alone->rho);
+  }
+  EXPECT_EQ(plans[1].delta_rho, rhos[0]);
+  EXPECT_EQ(plans[2].delta_rho, rhos[1]);
+  SoloResult alone;
+  alone.arrays = solo.model->CheckpointArrays();
   ExpectSameModel(coordinator, alone);
 }
 

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "connectors/kafka/mock_cluster.h"
 #include "daemon/kafka_io.h"
 
@@ -79,6 +81,60 @@ TEST(WorkExchangeTest, APlanOfAnOlderVersionIsRefusedByName) {
             std::string::npos);
   partial = "VWR2";
   EXPECT_EQ(WorkMessageKindOf(partial).status().code(), StatusCode::kFailedPrecondition);
+  // VWP4 plans (the whole model in every plan) likewise.
+  bytes[3] = '4';
+  EXPECT_EQ(WorkMessageKindOf(bytes).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(WorkMessageKindOf(bytes).status().message().find("the whole model in every plan"),
+            std::string::npos);
+}
+
+// Issue 30: a plan that carries a released sum instead of the model names
+// the plan it follows (step and offset), the released step, q and ρ; a
+// plan with both, or a sum without a base, is refused.
+TEST(WorkExchangeTest, APlanWithAReleasedSumRoundTripsAndMustNameItsBase) {
+  WorkPlan plan = SamplePlan();
+  plan.model.clear();
+  plan.delta_sum = std::string("VRS1\0sum", 8);
+  plan.delta_base = 2;
+  plan.delta_base_offset = 40;
+  plan.delta_step = 2;
+  plan.delta_sampling_rate = 0.25;
+  plan.delta_rho = 0.375;
+  auto decoded = DecodeWorkPlan(EncodeWorkPlan(plan));
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_TRUE(decoded->model.empty());
+  EXPECT_EQ(decoded->delta_sum, plan.delta_sum);
+  EXPECT_EQ(decoded->delta_base, 2);
+  EXPECT_EQ(decoded->delta_base_offset, 40);
+  EXPECT_EQ(decoded->delta_step, 2);
+  EXPECT_EQ(decoded->delta_sampling_rate, 0.25);
+  EXPECT_EQ(decoded->delta_rho, 0.375);
+  // A full plan names no base.
+  const auto full = DecodeWorkPlan(EncodeWorkPlan(SamplePlan()));
+  ASSERT_TRUE(full.ok());
+  EXPECT_EQ(full->delta_base, -1);
+  EXPECT_EQ(full->delta_base_offset, -1);
+  EXPECT_TRUE(full->delta_sum.empty());
+  const std::vector<std::pair<const char*, void (*)(WorkPlan&)>> bad = {
+      {"model too", [](WorkPlan& p) { p.model = "m"; }},
+      {"a reminder", [](WorkPlan& p) { p.plan_offset = 3; }},
+      {"no base step", [](WorkPlan& p) { p.delta_base = -1; }},
+      {"no base offset", [](WorkPlan& p) { p.delta_base_offset = -1; }},
+      {"released before its base", [](WorkPlan& p) { p.delta_step = 1; }},
+      {"released at the plan's own step", [](WorkPlan& p) { p.delta_step = p.step; }},
+      {"q of 0", [](WorkPlan& p) { p.delta_sampling_rate = 0; }},
+      {"rho above 1", [](WorkPlan& p) { p.delta_rho = 1.5; }},
+      {"rho not finite", [](WorkPlan& p) { p.delta_rho = std::nan(""); }},
+      {"a base without a sum", [](WorkPlan& p) { p.delta_sum.clear(); p.model = "m"; }},
+  };
+  for (const auto& [name, change] : bad) {
+    SCOPED_TRACE(name);
+    WorkPlan changed = plan;
+    change(changed);
+    const auto refused = DecodeWorkPlan(EncodeWorkPlan(changed));
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), StatusCode::kDataLoss);
+  }
 }
 
 // A partial names at least one partition, sorted by name, each once: the

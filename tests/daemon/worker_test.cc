@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <map>
+#include <random>
 #include <thread>
 
 #include "core/privacy/gaussian_mechanism.h"
@@ -46,9 +48,15 @@ WorkPlan Plan(const WorkFixture& f, const ModelBundle& bundle, uint64_t epoch, i
   return plan;
 }
 
-// The partial sums one process computes for `plan`, by stream.
-std::map<std::string, std::string> Reference(const WorkFixture& f, const WorkPlan& plan) {
+// The partial sums one process computes for `plan`, by stream, from the
+// prior model or from `model` (checkpoint arrays).
+std::map<std::string, std::string> Reference(
+    const WorkFixture& f, const WorkPlan& plan,
+    const std::vector<model::NamedArray>* model = nullptr) {
   ModelBundle bundle = std::move(BuildModel(f.config)).value();
+  if (model != nullptr) {
+    EXPECT_TRUE(bundle.model->RestoreCheckpoint(*model).ok());
+  }
   std::vector<std::vector<model::Record>> records(2);
   std::vector<svi::StreamCandidates> streams(2);
   for (int partition = 0; partition < 2; ++partition) {
@@ -111,6 +119,51 @@ StatusOr<std::unique_ptr<Worker>> NewWorker(WorkFixture& f, SourceFactory source
   return Worker::Create(f.config, std::move(sources),
                         std::make_unique<FakeSink>(std::make_shared<SinkLog>()), f.metrics.get(),
                         std::make_unique<MemoryWorkExchange>(f.work, WorkRole::kWorker), options);
+}
+
+// Issue 30: a plan may carry the previous step's released sum instead of
+// the model. A released sum on the mechanism's grid (signs, zeros and a
+// large value), as GaussianSumMechanism::ScaleBack forms one.
+Eigen::VectorXd ReleasedSum(const privacy::BlockLayout& layout, uint64_t seed) {
+  const double two_to_minus_g = std::ldexp(1.0, -privacy::GridExponent(layout.num_blocks()));
+  std::mt19937_64 rng(seed);
+  Eigen::VectorXd sum(static_cast<Eigen::Index>(layout.total_size()));
+  for (const privacy::Block& block : layout.blocks()) {
+    for (size_t i = block.offset; i < block.offset + block.size; ++i) {
+      const int64_t m = static_cast<int64_t>(rng() % 20000001) - 10000000;
+      sum[static_cast<Eigen::Index>(i)] =
+          privacy::ReleasedValue(i == block.offset ? int64_t{1} << 50 : m, two_to_minus_g,
+                                 block.clip_bound);
+    }
+  }
+  return sum;
+}
+
+// `base`'s step's plan followed by the released sum of step `base.step`.
+WorkPlan DeltaPlan(const WorkPlan& base, int64_t base_offset, const ModelBundle& bundle,
+                   const Eigen::VectorXd& released, double rho) {
+  WorkPlan plan = base;
+  plan.step = base.step + 1;
+  plan.model.clear();
+  plan.delta_sum = *privacy::GaussianSumMechanism::EncodeReleased(
+      bundle.model->statistic_layout(), released);
+  plan.delta_base = base.step;
+  plan.delta_base_offset = base_offset;
+  plan.delta_step = base.step;
+  plan.delta_sampling_rate = base.sampling_rate;
+  plan.delta_rho = rho;
+  return plan;
+}
+
+// The model after the M-steps of `released` (with ρ `rhos`) from the prior.
+std::vector<model::NamedArray> MSteppedModel(const WorkFixture& f, double q,
+                                             const std::vector<Eigen::VectorXd>& released,
+                                             const std::vector<double>& rhos) {
+  ModelBundle bundle = std::move(BuildModel(f.config)).value();
+  for (size_t i = 0; i < released.size(); ++i) {
+    EXPECT_TRUE(bundle.model->MStep(released[i], q, rhos[i]).ok());
+  }
+  return bundle.model->CheckpointArrays();
 }
 
 TEST(WorkerTest, ItSumsTheWindowsOfThePartitionsItHoldsAsOneProcessWould) {
@@ -269,6 +322,19 @@ TEST(WorkerTest, AWorkerWithOtherRecordSettingsExitsBeforeItJoinsTheGroup) {
     EXPECT_THAT(result.message(), HasSubstr(c.expected));
     EXPECT_EQ(sources_made, 0) << "it joined the consumer group";
     EXPECT_TRUE(coordinator.Poll(0ms)->empty());
+    // The same when the first plan it sees carries a released sum (it
+    // joined mid-run): named before the sum is applied, not taken for a
+    // plan it cannot read.
+    worker->reset();  // it holds the state directory's lock
+    auto joining = NewWorker(f, counted, f.options);
+    ASSERT_TRUE(joining.ok());
+    const Eigen::VectorXd released = ReleasedSum(bundle.model->statistic_layout(), 4);
+    const WorkPlan delta = DeltaPlan(Plan(f, bundle, 1, 1), 0, bundle, released, 0.5);
+    ASSERT_TRUE(coordinator.Append(EncodeWorkPlan(delta)).ok());
+    const Status again = (*joining)->Run();
+    EXPECT_EQ(again.code(), StatusCode::kInvalidArgument) << again.ToString();
+    EXPECT_THAT(again.message(), HasSubstr(c.expected));
+    EXPECT_EQ(sources_made, 0) << "it joined the consumer group";
   }
 }
 
@@ -289,6 +355,110 @@ TEST(WorkerTest, RecordSettingsNameTheModelsKeysAndTheVocabularyByContent) {
   EXPECT_EQ(text.find("privacy.sampling_rate"), std::string::npos);
   EXPECT_EQ(text.find("privacy.noise_multiplier"), std::string::npos);
   EXPECT_EQ(text.find("privacy.epsilon_ceiling"), std::string::npos);
+}
+
+TEST(WorkerTest, APlanWithAReleasedSumSumsWithTheModelOfThatMStepBitForBit) {
+  WorkFixture f("worker_delta");
+  auto worker = NewWorker(f, f.Partitions({0, 1}), f.options);
+  ASSERT_TRUE(worker.ok());
+  MemoryWorkExchange coordinator(f.work, WorkRole::kCoordinator);
+  Status result = Status::Ok();
+  std::thread run([&] { result = (*worker)->Run(); });
+  const ModelBundle bundle = std::move(BuildModel(f.config)).value();
+  const WorkPlan first = Plan(f, bundle, 2, 1);
+  const int64_t first_offset = *coordinator.Append(EncodeWorkPlan(first));
+  ASSERT_EQ(Partials(coordinator, 1).size(), 1u);
+  const Eigen::VectorXd released = ReleasedSum(bundle.model->statistic_layout(), 11);
+  const WorkPlan second = DeltaPlan(first, first_offset, bundle, released, 0.6);
+  ASSERT_LT(second.delta_sum.size(), first.model.size() * 2 / 3);
+  ASSERT_TRUE(coordinator.Append(EncodeWorkPlan(second)).ok());
+  const std::vector<WorkPartial> partials = Partials(coordinator, 1);
+  (*worker)->RequestStop();
+  run.join();
+  EXPECT_TRUE(result.ok()) << result.ToString();
+  ASSERT_EQ(partials.size(), 1u);
+  EXPECT_EQ(partials[0].step, 2);
+  const auto model = MSteppedModel(f, first.sampling_rate, {released}, {0.6});
+  EXPECT_EQ(partials[0].sum, Reference(f, second, &model).at("both"));
+  // Not the prior's sums: the model moved.
+  EXPECT_NE(partials[0].sum, Reference(f, second).at("both"));
+  // The model it would continue from as the job's owner: the M-stepped one,
+  // at the released step.
+  auto held = CheckpointStore::Decode((*worker)->latest_plan_model(), "test");
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  EXPECT_EQ(held->step, 1);
+  ASSERT_EQ(held->arrays.size(), model.size());
+  EXPECT_EQ(held->arrays[0].data, model[0].data);
+}
+
+// A process that joins after plans with released sums reads back to the
+// plan with the model and forward through each sum; one whose way back is
+// broken sums nothing until a plan brings the model.
+TEST(WorkerTest, AWorkerThatLacksTheModelReadsThePlansBackToIt) {
+  WorkFixture f("worker_delta_chain");
+  MemoryWorkExchange coordinator(f.work, WorkRole::kCoordinator);
+  // Made before the plans (a worker reads from the log's end at its start),
+  // running after them: it sees the third plan, whose base it lacks.
+  auto worker = NewWorker(f, f.Partitions({0, 1}), f.options);
+  ASSERT_TRUE(worker.ok());
+  const ModelBundle bundle = std::move(BuildModel(f.config)).value();
+  const privacy::BlockLayout& layout = bundle.model->statistic_layout();
+  const WorkPlan first = Plan(f, bundle, 2, 1);
+  const int64_t first_offset = *coordinator.Append(EncodeWorkPlan(first));
+  const Eigen::VectorXd one = ReleasedSum(layout, 1), two = ReleasedSum(layout, 2);
+  const WorkPlan second = DeltaPlan(first, first_offset, bundle, one, 0.9);
+  const int64_t second_offset = *coordinator.Append(EncodeWorkPlan(second));
+  const WorkPlan third = DeltaPlan(second, second_offset, bundle, two, 0.8);
+  ASSERT_TRUE(coordinator.Append(EncodeWorkPlan(third)).ok());
+  {
+    Status result = Status::Ok();
+    std::thread run([&] { result = (*worker)->Run(); });
+    const std::vector<WorkPartial> partials = Partials(coordinator, 1);
+    (*worker)->RequestStop();
+    run.join();
+    EXPECT_TRUE(result.ok()) << result.ToString();
+    ASSERT_EQ(partials.size(), 1u);
+    EXPECT_EQ(partials[0].step, 3);
+    const auto model = MSteppedModel(f, first.sampling_rate, {one, two}, {0.9, 0.8});
+    EXPECT_EQ(partials[0].sum, Reference(f, third, &model).at("both"));
+  }
+  // The fourth plan names, as its base, an offset that holds the second
+  // plan, not the third: nothing is summed from a model it cannot verify.
+  const Eigen::VectorXd three = ReleasedSum(layout, 3);
+  const WorkPlan fourth = DeltaPlan(third, second_offset, bundle, three, 0.7);
+  WorkFixture g("worker_delta_broken");
+  MemoryWorkExchange other(g.work, WorkRole::kCoordinator);
+  auto joining = NewWorker(g, g.Partitions({0, 1}), g.options);
+  ASSERT_TRUE(joining.ok());
+  for (const WorkPlan* plan : {&first, &second, &third, &fourth}) {
+    ASSERT_TRUE(other.Append(EncodeWorkPlan(*plan)).ok());
+  }
+  Status result = Status::Ok();
+  std::thread run([&] { result = (*joining)->Run(); });
+  std::this_thread::sleep_for(500ms);
+  EXPECT_TRUE(other.Poll(0ms)->empty()) << "summed without the plan's model";
+  // The step's plan again with the model (as a reminder sends it when the
+  // model's plan is gone): now it sums, with that model.
+  const auto model = MSteppedModel(g, first.sampling_rate, {one, two, three}, {0.9, 0.8, 0.7});
+  WorkPlan whole = fourth;
+  whole.delta_sum.clear();
+  whole.delta_base = whole.delta_base_offset = -1;
+  Checkpoint checkpoint;
+  checkpoint.run_id = std::string(32, 'b');
+  checkpoint.step = 3;
+  checkpoint.model_type = bundle.model->type();
+  checkpoint.model_fingerprint = bundle.model_fingerprint;
+  checkpoint.arrays = model;
+  whole.model = *CheckpointStore::Encode(checkpoint);
+  whole.plan_offset = 0;
+  ASSERT_TRUE(other.Append(EncodeWorkPlan(whole)).ok());
+  const std::vector<WorkPartial> partials = Partials(other, 1);
+  (*joining)->RequestStop();
+  run.join();
+  EXPECT_TRUE(result.ok()) << result.ToString();
+  ASSERT_EQ(partials.size(), 1u);
+  EXPECT_EQ(partials[0].step, 4);
+  EXPECT_EQ(partials[0].sum, Reference(g, fourth, &model).at("both"));
 }
 
 }  // namespace

@@ -925,5 +925,85 @@ TEST(GaussianMechanismTest, TransferRefusesCorruptForeignAndReleasedPartials) {
   EXPECT_EQ(m.EncodeUnreleased().status().code(), StatusCode::kFailedPrecondition);
 }
 
+// Issue 30: a plan carries the released sum as grid integers; decoding
+// gives back the release's doubles bit for bit, in fewer bytes.
+TEST(GaussianMechanismTest, AReleasedSumRoundTripsBitForBitInFewerBytes) {
+  // Bounds that are not powers of two: the scaling by C_b rounds.
+  const BlockLayout layout = MakeLayout({{"a", BlockKind::kVector, 3000, 0.7},
+                                         {"s", BlockKind::kSymmetricMatrix, 20, 3.3},
+                                         {"b", BlockKind::kVector, 1000, 1e-3}});
+  for (const double sigma : {0.5, 1.0, 4.0}) {
+    SCOPED_TRACE(sigma);
+    GaussianSumMechanism sum(layout);
+    for (const auto& record : RandomRecords(layout, 50, 3)) ASSERT_TRUE(sum.Add(record).ok());
+    auto noise = Reproducible(5);
+    auto release = sum.Release(*noise, sigma);
+    ASSERT_TRUE(release.ok()) << release.status().ToString();
+    auto bytes = GaussianSumMechanism::EncodeReleased(layout, release->noisy_sum);
+    ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+    auto back = GaussianSumMechanism::DecodeReleased(layout, *bytes);
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    ASSERT_EQ(back->size(), release->noisy_sum.size());
+    EXPECT_EQ(std::memcmp(back->data(), release->noisy_sum.data(),
+                          sizeof(double) * static_cast<size_t>(back->size())),
+              0);
+    // The noise is ~σ·2^20 grid units a coordinate: 3-4 bytes, not 8.
+    EXPECT_LT(bytes->size(), 5 * layout.total_size() + 100) << bytes->size();
+  }
+  // The extremes of the grid's range, zero and the smallest steps.
+  const double step = std::ldexp(1.0, -GridExponent(layout.num_blocks()));
+  Eigen::VectorXd edge = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(layout.total_size()));
+  const int64_t limit = int64_t{1} << 62;
+  const int64_t values[] = {limit, -limit, 1, -1, 0, (int64_t{1} << 53) + 1};
+  for (size_t i = 0; i < std::size(values); ++i) {
+    edge[static_cast<Eigen::Index>(i)] = ReleasedValue(values[i], step, 0.7);
+  }
+  auto edge_bytes = GaussianSumMechanism::EncodeReleased(layout, edge);
+  ASSERT_TRUE(edge_bytes.ok()) << edge_bytes.status().ToString();
+  auto edge_back = GaussianSumMechanism::DecodeReleased(layout, *edge_bytes);
+  ASSERT_TRUE(edge_back.ok()) << edge_back.status().ToString();
+  EXPECT_EQ(std::memcmp(edge_back->data(), edge.data(),
+                        sizeof(double) * static_cast<size_t>(edge.size())),
+            0);
+}
+
+TEST(GaussianMechanismTest, AReleasedSumOffTheGridOrOfAnotherLayoutIsRefused) {
+  const BlockLayout layout = MakeLayout({{"w", BlockKind::kVector, 100, 3.0}});
+  const double step = std::ldexp(1.0, -GridExponent(layout.num_blocks()));
+  Eigen::VectorXd on(100);
+  for (Eigen::Index i = 0; i < 100; ++i) on[i] = ReleasedValue(i * 977 - 40000, step, 3.0);
+  // Off the grid (a non-private release's floats, or anything else), not
+  // finite, beyond the grid's range, or of another size: the model goes instead.
+  for (const double bad : {0.1234, std::nan(""), HUGE_VAL, 3.0 * 1e30, -0.0}) {
+    Eigen::VectorXd off = on;
+    off[7] = bad;
+    EXPECT_EQ(GaussianSumMechanism::EncodeReleased(layout, off).status().code(),
+              StatusCode::kFailedPrecondition)
+        << bad;
+  }
+  EXPECT_EQ(GaussianSumMechanism::EncodeReleased(layout, on.head(99)).status().code(),
+            StatusCode::kFailedPrecondition);
+  const std::string bytes = *GaussianSumMechanism::EncodeReleased(layout, on);
+  ASSERT_TRUE(GaussianSumMechanism::DecodeReleased(layout, bytes).ok());
+  // Another statistic layout (another bound), cut short, one byte more, a
+  // varint of 11 bytes, another magic: DATA_LOSS.
+  const BlockLayout other = MakeLayout({{"w", BlockKind::kVector, 100, 2.0}});
+  EXPECT_EQ(GaussianSumMechanism::DecodeReleased(other, bytes).status().code(),
+            StatusCode::kDataLoss);
+  EXPECT_EQ(GaussianSumMechanism::DecodeReleased(layout, bytes.substr(0, bytes.size() - 1))
+                .status()
+                .code(),
+            StatusCode::kDataLoss);
+  EXPECT_EQ(GaussianSumMechanism::DecodeReleased(layout, bytes + '\0').status().code(),
+            StatusCode::kDataLoss);
+  std::string overlong = bytes.substr(0, bytes.size() - 1) + std::string(10, '\xff') + '\x01';
+  EXPECT_EQ(GaussianSumMechanism::DecodeReleased(layout, overlong).status().code(),
+            StatusCode::kDataLoss);
+  std::string magic = bytes;
+  magic[3] = '2';
+  EXPECT_EQ(GaussianSumMechanism::DecodeReleased(layout, magic).status().code(),
+            StatusCode::kDataLoss);
+}
+
 }  // namespace
 }  // namespace vipsd::privacy
