@@ -562,13 +562,42 @@ void GaussianSumMechanism::ClearSum() {
 
 namespace {
 
-constexpr char kTransferMagic[4] = {'V', 'P', 'S', '2'};
+constexpr char kTransferMagic[4] = {'V', 'P', 'S', '3'};
+// Grid partials of vipsd versions with fixed 8-byte coordinates (refused by
+// name).
+constexpr char kTransferMagicV2[4] = {'V', 'P', 'S', '2'};
 constexpr char kFloatTransferMagic[4] = {'V', 'P', 'S', 'F'};
 constexpr size_t kDigestBytes = 32;
 enum TransferKind : uint8_t { kTransferZero = 0, kTransferPages = 1, kTransferDense = 2 };
 
 void PutU64(std::string& out, uint64_t v) {
   for (int b = 0; b < 8; ++b) out.push_back(static_cast<char>(v >> (8 * b)));
+}
+
+// A signed integer as zigzag LEB128 (7 bits a byte, low first; at most 10
+// bytes) at p, which it advances.
+inline void PutZigzag(char*& p, int64_t m) {
+  uint64_t z = (static_cast<uint64_t>(m) << 1) ^ static_cast<uint64_t>(m >> 63);
+  while (z >= 0x80) {
+    *p++ = static_cast<char>((z & 0x7f) | 0x80);
+    z >>= 7;
+  }
+  *p++ = static_cast<char>(z);
+}
+
+// The inverse from [*p, end); false if truncated or beyond 64 bits.
+inline bool GetZigzag(const unsigned char*& p, const unsigned char* end, int64_t* m) {
+  uint64_t z = 0;
+  for (int shift = 0;; shift += 7) {
+    if (p == end) return false;
+    const unsigned char byte = *p++;
+    // A 64-bit value has at most 10 groups, the tenth only its top bit.
+    if (shift == 63 && byte > 1) return false;
+    z |= static_cast<uint64_t>(byte & 0x7f) << shift;
+    if ((byte & 0x80) == 0) break;
+  }
+  *m = static_cast<int64_t>((z >> 1) ^ (~(z & 1) + 1));
+  return true;
 }
 void PutF64(std::string& out, double d) {
   uint64_t v;
@@ -631,6 +660,13 @@ class Reader {
     pos_ += n;
     return true;
   }
+  bool Zigzag(int64_t* value) {
+    const auto* begin = reinterpret_cast<const unsigned char*>(bytes_.data());
+    const unsigned char* p = begin + pos_;
+    if (!GetZigzag(p, begin + bytes_.size(), value)) return false;
+    pos_ = static_cast<size_t>(p - begin);
+    return true;
+  }
   bool done() const { return pos_ == bytes_.size(); }
 
  private:
@@ -649,22 +685,25 @@ StatusOr<std::string> GaussianSumMechanism::EncodeUnreleased() const {
   PutU64(out, counts_.accepted);
   PutU64(out, counts_.rejected);
   const size_t size = layout_.total_size();
-  // Coordinates [begin, end) as little-endian words, written into room made
-  // once (a dense LDA partial is 4 MB: one push_back per byte cost more
-  // than the digest).
+  // Coordinates [begin, end), written into room made once (a dense LDA
+  // partial is 500,000 coordinates: one push_back per byte cost more than
+  // the digest) and cut to size: grid integers as zigzag varints (a sum of
+  // clipped, rounded records is mostly small: 1-3 bytes where 8 went
+  // before), a float sum's doubles as little-endian words.
   auto put = [&](size_t begin, size_t end) {
     const size_t at = out.size();
-    out.resize(at + 8 * (end - begin));
+    out.resize(at + (kind_ == SumKind::kGrid ? 10 : 8) * (end - begin));
     char* p = out.data() + at;
     for (size_t i = begin; i < end; ++i) {
-      uint64_t v;
       if (kind_ == SumKind::kGrid) {
-        v = static_cast<uint64_t>(sum_[i]);
-      } else {
-        std::memcpy(&v, &float_sum_[i], sizeof v);
+        PutZigzag(p, sum_[i]);
+        continue;
       }
+      uint64_t v;
+      std::memcpy(&v, &float_sum_[i], sizeof v);
       for (int b = 0; b < 8; ++b) *p++ = static_cast<char>(v >> (8 * b));
     }
+    out.resize(static_cast<size_t>(p - out.data()));
   };
   if (sum_is_zero_) {
     out.push_back(static_cast<char>(kTransferZero));
@@ -672,7 +711,7 @@ StatusOr<std::string> GaussianSumMechanism::EncodeUnreleased() const {
     out.push_back(static_cast<char>(kTransferPages));
     std::vector<uint32_t> pages = touched_pages_;
     std::sort(pages.begin(), pages.end());
-    out.reserve(out.size() + 8 + pages.size() * 8 * (kPage + 1) + kDigestBytes);
+    out.reserve(out.size() + 8 + pages.size() * (8 + 10 * kPage) + kDigestBytes);
     PutU64(out, pages.size());
     for (const uint32_t page : pages) {
       PutU64(out, page);
@@ -681,7 +720,7 @@ StatusOr<std::string> GaussianSumMechanism::EncodeUnreleased() const {
     }
   } else {
     out.push_back(static_cast<char>(kTransferDense));
-    out.reserve(out.size() + 8 * size + kDigestBytes);
+    out.reserve(out.size() + 10 * size + kDigestBytes);
     put(0, size);
   }
   unsigned char digest[kDigestBytes];
@@ -701,8 +740,11 @@ StatusOr<std::unique_ptr<GaussianSumMechanism>> GaussianSumMechanism::DecodeUnre
   SumKind kind = SumKind::kGrid;
   if (std::memcmp(bytes.data(), kFloatTransferMagic, sizeof kTransferMagic) == 0) {
     kind = SumKind::kFloat;
+  } else if (std::memcmp(bytes.data(), kTransferMagicV2, sizeof kTransferMagic) == 0) {
+    return bad("a VPS2 partial sum (fixed 8-byte coordinates) of an older vipsd: every process "
+               "of a job must run one vipsd version");
   } else if (std::memcmp(bytes.data(), kTransferMagic, sizeof kTransferMagic) != 0) {
-    return bad("not a VPS2 (or VPSF) partial sum");
+    return bad("not a VPS3 (or VPSF) partial sum");
   }
   unsigned char digest[kDigestBytes];
   Digest(bytes.substr(0, bytes.size() - kDigestBytes), digest);
@@ -741,7 +783,7 @@ StatusOr<std::unique_ptr<GaussianSumMechanism>> GaussianSumMechanism::DecodeUnre
       return true;
     }
     int64_t v;
-    if (!in.I64(&v)) return false;
+    if (!in.Zigzag(&v)) return false;
     if (Magnitude(v) > reach) return false;
     sum[i] = v;
     return true;
@@ -818,13 +860,7 @@ StatusOr<std::string> GaussianSumMechanism::EncodeReleased(const BlockLayout& la
       if (std::memcmp(&back, &x[i], sizeof back) != 0) {
         return FailedPreconditionError("released sum: a coordinate off the grid");
       }
-      // Zigzag, then 7 bits a byte, low first.
-      uint64_t z = (static_cast<uint64_t>(m) << 1) ^ static_cast<uint64_t>(m >> 63);
-      while (z >= 0x80) {
-        *p++ = static_cast<char>((z & 0x7f) | 0x80);
-        z >>= 7;
-      }
-      *p++ = static_cast<char>(z);
+      PutZigzag(p, m);
     }
   }
   out.resize(static_cast<size_t>(p - out.data()));
@@ -854,18 +890,8 @@ StatusOr<Eigen::VectorXd> GaussianSumMechanism::DecodeReleased(const BlockLayout
   for (const Block& block : layout.blocks()) {
     const double c = block.clip_bound;
     for (size_t i = block.offset; i < block.offset + block.size; ++i) {
-      uint64_t z = 0;
-      int shift = 0;
-      for (;;) {
-        if (p == end) return bad("truncated");
-        const unsigned char byte = *p++;
-        // A 64-bit value has at most 10 groups, the tenth only its top bit.
-        if (shift == 63 && byte > 1) return bad("a coordinate beyond 64 bits");
-        z |= static_cast<uint64_t>(byte & 0x7f) << shift;
-        if ((byte & 0x80) == 0) break;
-        shift += 7;
-      }
-      const auto m = static_cast<int64_t>((z >> 1) ^ (~(z & 1) + 1));
+      int64_t m = 0;
+      if (!GetZigzag(p, end, &m)) return bad("truncated, or a coordinate beyond 64 bits");
       if (m > (int64_t{1} << 62) || m < -(int64_t{1} << 62)) {
         return bad("a coordinate beyond the grid's range");
       }

@@ -307,11 +307,12 @@ class GaussianSumMechanism {
   // has the input topic's access control) and never into a log, metric,
   // release or error message. Encoding does not release or change the
   // mechanism; the receiver decodes it and Merges it into the one sum that
-  // is released once. Format: "VPS2", BLAKE2b-256 of the layout (names,
+  // is released once. Format: "VPS3", BLAKE2b-256 of the layout (names,
   // kinds, dims, offsets, sizes, bounds, grid exponent), the counts, the
-  // touched pages (or the dense sum), then BLAKE2b-256 of all of it;
-  // little-endian two's-complement int64 grid units ("VPSF" and IEEE doubles
+  // touched pages (or the dense sum), then BLAKE2b-256 of all of it; grid
+  // units as zigzag LEB128 varints ("VPSF" and little-endian IEEE doubles
   // for a kFloat sum; the decoded mechanism has the kind of its bytes).
+  // "VPS2" (fixed 8-byte integers, earlier versions) is refused by name.
   // FAILED_PRECONDITION if released.
   StatusOr<std::string> EncodeUnreleased() const;
   // DATA_LOSS for anything malformed, truncated, of another layout, with
@@ -324,8 +325,9 @@ class GaussianSumMechanism {
   // plans (issue 30: a plan carries the released sum instead of the whole
   // model when the workers hold the model it applies to). Each coordinate
   // goes as the integer m with value == ReleasedValue(m, g, C_b) bit for
-  // bit: zigzag LEB128, mostly 3-4 bytes at σ ≥ 1 against 8 for a double.
-  // Format: "VRS1", LayoutDigest (as above), the total size, the varints.
+  // bit: zigzag LEB128 as in a partial, mostly 3-4 bytes at σ ≥ 1 against 8
+  // for a double. Format: "VRS1", the layout's digest (as a partial's), the
+  // total size, the varints.
   // No checksum of its own: the plan that carries it has one.
   // FAILED_PRECONDITION when a coordinate is not such a value (a
   // non-private release, or any other vector): send the model instead.

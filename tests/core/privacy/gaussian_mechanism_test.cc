@@ -6,6 +6,7 @@
 #include "core/privacy/gaussian_mechanism.h"
 
 #include <gmock/gmock.h>
+#include <sodium.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -923,6 +924,35 @@ TEST(GaussianMechanismTest, TransferRefusesCorruptForeignAndReleasedPartials) {
   auto release = m.ReleaseNonPrivate();
   ASSERT_TRUE(release.ok());
   EXPECT_EQ(m.EncodeUnreleased().status().code(), StatusCode::kFailedPrecondition);
+}
+
+// Issue 30: a partial's grid integers go as zigzag varints (a dense sum of
+// clipped records is mostly small numbers), and a partial of the earlier
+// fixed-width format is named, not taken for junk.
+TEST(GaussianMechanismTest, APartialsIntegersGoAsVarintsAndAnOlderFormatIsNamed) {
+  const BlockLayout layout = PowerOfTwoLayout();
+  const BlockLayout wide = MakeLayout({{"w", BlockKind::kVector, 4000, 3.0}});
+  GaussianSumMechanism dense(wide);
+  for (const auto& record : RandomRecords(wide, 50, 8)) ASSERT_TRUE(dense.Add(record).ok());
+  auto bytes = dense.EncodeUnreleased();
+  ASSERT_TRUE(bytes.ok());
+  EXPECT_LT(bytes->size(), 5 * wide.total_size()) << "not smaller than 8-byte integers";
+  auto back = GaussianSumMechanism::DecodeUnreleased(wide, *bytes);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*(*back)->EncodeUnreleased(), *bytes);  // the same integers
+  // The magic of the fixed-width format, re-signed: refused by name.
+  GaussianSumMechanism small(layout);
+  for (const auto& record : RandomRecords(layout, 3, 9)) ASSERT_TRUE(small.Add(record).ok());
+  std::string old = *small.EncodeUnreleased();
+  old[3] = '2';
+  unsigned char digest[32];
+  crypto_generichash(digest, sizeof digest, reinterpret_cast<const unsigned char*>(old.data()),
+                     old.size() - sizeof digest, nullptr, 0);
+  old.replace(old.size() - sizeof digest, sizeof digest, reinterpret_cast<const char*>(digest),
+              sizeof digest);
+  const auto refused = GaussianSumMechanism::DecodeUnreleased(layout, old);
+  EXPECT_EQ(refused.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(refused.status().message(), HasSubstr("older vipsd"));
 }
 
 // Issue 30: a plan carries the released sum as grid integers; decoding
