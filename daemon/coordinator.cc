@@ -101,9 +101,11 @@ StatusOr<WorkPlan> Coordinator::AppendPlan(const Context& context,
                      last_plan_->deltas_since_model + 1 < kPlanModelEvery &&
                      released.has_value() && released->plan_step == last_plan_->step &&
                      released->step == context.model_step;
-  if (delta) {
-    auto encoded = privacy::GaussianSumMechanism::EncodeReleased(
-        context.bundle->model->statistic_layout(), released_sum_);
+  // Encoded since that step's release (StepCharged); waited for here, or by
+  // this future's destructor when the plan carries the model instead.
+  std::future<StatusOr<std::string>> released_encoded = std::move(released_encoded_);
+  if (delta && released_encoded.valid()) {
+    StatusOr<std::string> encoded = released_encoded.get();
     if (encoded.ok()) {
       plan.delta_sum = std::move(*encoded);
       plan.delta_base = last_plan_->step;
@@ -337,17 +339,28 @@ StatusOr<svi::StepResult> Coordinator::StepCharged(const Context& context,
   merge_seconds += lap(clock);
   // The released sum, for the next plan (public); a private run's only: a
   // non-private one's float sums are not on the grid.
+  // Called before the M-step: the sum is encoded for the next plan on a
+  // thread of its own meanwhile (off the serial path, with the workers
+  // idle until that plan). It counts as released only once the M-step
+  // succeeded.
+  std::optional<Released> pending;
   if (!ordered) {
     const int64_t plan_step = plan.step;
     context.driver->set_release_observer(
-        [this, plan_step](const Eigen::VectorXd& sum, int64_t step, double q, double rho) {
+        [this, plan_step, &pending, layout](const Eigen::VectorXd& sum, int64_t step, double q,
+                                            double rho) {
+          if (released_encoded_.valid()) released_encoded_.wait();  // it reads released_sum_
           released_sum_ = sum;
-          released_ = Released{plan_step, step, q, rho};
+          pending = Released{plan_step, step, q, rho};
+          released_encoded_ = std::async(std::launch::async, [this, layout] {
+            return privacy::GaussianSumMechanism::EncodeReleased(layout, released_sum_);
+          });
         });
   }
   StatusOr<svi::StepResult> finished = context.driver->Finish(ticket, *total_);
   context.driver->set_release_observer(nullptr);
   VIPSD_ASSIGN_OR_RETURN(svi::StepResult result, std::move(finished));
+  released_ = pending;
   *context.cuts = std::move(cuts);
   out->phases = {{"charge", ticket.result.phase_seconds.charge},
                  {"plan", plan_seconds},

@@ -28,6 +28,7 @@
 
 #include <chrono>
 #include <functional>
+#include <future>
 #include <map>
 #include <set>
 #include <string>
@@ -166,7 +167,12 @@ class Coordinator {
     double rho = 0;
   };
   std::optional<Released> released_;
+  // Its sum, and that sum encoded for the next plan (EncodeReleased) on a
+  // thread of its own while the M-step, the ledger commit and the next
+  // step's charge run; waited for before released_sum_ changes (and by the
+  // destructor: declared after it).
   Eigen::VectorXd released_sum_;
+  std::future<StatusOr<std::string>> released_encoded_;
   // Every partial below this offset of the partial log has been read
   // (WorkPlan::partials_read).
   int64_t partials_read_ = 0;

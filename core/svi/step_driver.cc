@@ -581,9 +581,11 @@ StatusOr<StepResult> StepDriver::MStepOn(StepResult result,
   // 5. M-step on the released sum.
   auto clock = std::chrono::steady_clock::now();
   result.rho = StepSize(config_.tau0, config_.kappa, next_step_);
+  // The observer first: what it does with the sum (a coordinator encodes it
+  // for the next plan) overlaps the M-step.
+  if (on_release_) on_release_(release.noisy_sum, next_step_, config_.sampling_rate, result.rho);
   VIPSD_RETURN_IF_ERROR(model_->MStep(release.noisy_sum, config_.sampling_rate, result.rho));
   result.phase_seconds.mstep = Lap(clock);
-  if (on_release_) on_release_(release.noisy_sum, next_step_, config_.sampling_rate, result.rho);
   ++next_step_;
   return result;
 }

@@ -204,8 +204,10 @@ class StepDriver {
 
   const model::Model& model() const { return *model_; }
   // Called by Finish with every released (noisy: public) sum, its step and
-  // the q and ρ_t its M-step used (what Advance-like replays need), e.g. to
-  // hand it to replicas or to a plan (daemon/coordinator.h).
+  // the q and ρ_t its M-step uses (what Advance-like replays need), e.g. to
+  // hand it to replicas or to a plan (daemon/coordinator.h). Called before
+  // that M-step runs, which may still fail (Finish returns its error): an
+  // observer that needs the M-stepped model waits for Finish's result.
   using ReleaseObserver = std::function<void(const Eigen::VectorXd& released_sum, int64_t step,
                                              double sampling_rate, double rho)>;
   void set_release_observer(ReleaseObserver observer) {

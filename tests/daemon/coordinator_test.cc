@@ -432,8 +432,14 @@ TEST(CoordinatorTest, APlanThatRetentionTookIsAppendedAgainWithTheModel) {
 // released sum instead of the model, and the worker's M-step on it gives the
 // coordinator's model: three shared steps are bit for bit three steps of one
 // process (a worker that summed with another model would change the sums).
-TEST(CoordinatorTest, PlansCarryTheReleasedSumAfterTheFirstAndTheRunStaysOneProcesss) {
-  WorkFixture f("coordinator_delta");
+// For each model: the worker M-steps each released sum as the coordinator
+// does (the model's MStep on the same doubles, q and ρ_t); a worker model
+// that differed would change its partials of steps 2 and 3 (every model's
+// E-step reads the model), and the final model would not be one process's.
+class CoordinatorDeltaTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CoordinatorDeltaTest, PlansCarryTheReleasedSumAfterTheFirstAndTheRunStaysOneProcesss) {
+  WorkFixture f("coordinator_delta_" + GetParam(), "", /*records=*/true, /*q=*/"0.5", GetParam());
   MemoryLog ledger_log;
   CoordinatorProcess coordinator(f, ledger_log, {0});
   WorkerProcess worker(f, {1});
@@ -496,6 +502,11 @@ TEST(CoordinatorTest, PlansCarryTheReleasedSumAfterTheFirstAndTheRunStaysOneProc
   alone.arrays = solo.model->CheckpointArrays();
   ExpectSameModel(coordinator, alone);
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, CoordinatorDeltaTest, ::testing::Values("lda", "blr", "sbn"),
+                         [](const ::testing::TestParamInfo<std::string>& param_info) {
+                           return param_info.param;
+                         });
 
 TEST(CoordinatorTest, APartitionNoProcessCanHoldStopsStepping) {
   WorkFixture f("coordinator_overflow");

@@ -1,7 +1,7 @@
 // TEST-ONLY: what the shared-work tests (coordinator_test, worker_test)
-// share — a job's configuration in a fresh directory (LDA, fixed-seed
-// noise, a work topic), its input log, and the model and records a solo
-// step would see.
+// share — a job's configuration in a fresh directory (LDA unless asked for
+// BLR or SBN, fixed-seed noise, a work topic), its input log, and the model
+// and records a solo step would see.
 #pragma once
 
 #include <filesystem>
@@ -38,17 +38,24 @@ struct WorkFixture {
 
   // `extra_privacy`: more lines of the privacy section (indented two
   // spaces); `records`: whether to append the nine default records; `q`:
-  // privacy.sampling_rate.
+  // privacy.sampling_rate; `model`: "lda", "blr" (d = 3) or "sbn" (J = 6,
+  // K = 2), the records in its format.
   explicit WorkFixture(const std::string& name, const std::string& extra_privacy = "",
-                       bool records = true, const std::string& q = "0.5") {
+                       bool records = true, const std::string& q = "0.5",
+                       const std::string& model = "lda") {
     dir = ::testing::TempDir() + "work_" + name;
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
     std::ofstream(dir + "/vocab.txt") << "apple\nbanana\ncherry\ndate\nelder\nfig\n";
+    const std::string model_section =
+        model == "blr"   ? "model:\n  type: blr\n  blr:\n    dimension: 3\n"
+        : model == "sbn" ? "model:\n  type: sbn\n  sbn:\n    visible: 6\n    hidden: 2\n"
+                         : "model:\n  type: lda\n  lda:\n    topics: 2\n    vocabulary: vocab.txt\n"
+                           "    alpha: 0.5\n    eta: 0.1\n    resample_length: 10\n";
+    EXPECT_TRUE(model == "lda" || model == "blr" || model == "sbn") << model;
     std::ofstream(dir + "/vipsd.yaml")
-        << "model:\n  type: lda\n  lda:\n    topics: 2\n    vocabulary: vocab.txt\n"
-           "    alpha: 0.5\n    eta: 0.1\n    resample_length: 10\n"
-           "privacy:\n  noise_multiplier: 1.0\n  sampling_rate: " << q << "\n  delta: 1.0e-5\n"
+        << model_section
+        << "privacy:\n  noise_multiplier: 1.0\n  sampling_rate: " << q << "\n  delta: 1.0e-5\n"
            "  epsilon_ceiling: 1000\n  schedule: adaptive\n  noise: fixed_seed\n"
            "  noise_seed: 7\n"
         << extra_privacy
@@ -65,9 +72,14 @@ struct WorkFixture {
     if (loaded.ok()) config = *loaded;
     metrics = NewTestMetrics();
     const char* texts[] = {"apple banana apple cherry", "date elder fig fig", "fig apple"};
+    const char* features[] = {"[0.5, -0.25, 0.125]", "[-0.75, 0.5, 0.0]", "[0.25, 0.25, -0.5]"};
+    const char* pixels[] = {"[1, 0, 1, 1, 0, 0]", "[0, 1, 0, 0, 1, 1]", "[1, 1, 0, 1, 0, 1]"};
     for (int i = 0; records && i < 9; ++i) {
-      topic->Append(i % 2, "{\"id\": " + std::to_string(i) + ", \"text\": \"" +
-                               texts[i % 3] + "\"}");
+      const std::string id = "{\"id\": " + std::to_string(i);
+      topic->Append(i % 2, model == "blr"   ? id + ", \"x\": " + features[i % 3] +
+                                                ", \"y\": " + std::to_string(i % 2) + "}"
+                           : model == "sbn" ? id + ", \"y\": " + pixels[i % 3] + "}"
+                                            : id + ", \"text\": \"" + texts[i % 3] + "\"}");
     }
   }
   // A process reading only `partitions` of the input.
