@@ -38,7 +38,9 @@ Usage: shared_work_bench.py --vipsd BIN --mock-kafka BIN [--corpus JSONL]
        [--q Q] [--partitions P] [--fetch-wait-ms MS] [--configs solo:2,1:2,2:1,3:1] [--keep]
 A configuration is PROCESSES:THREADS ("solo" = one process without
 state.work_topic; PROCESSESc: the coordinator, one of the PROCESSES, reads
-no partition, state.work_partitions: false).
+no partition, state.work_partitions: false; PROCESSES:THREADS+C: the
+coordinator runs C threads, the others THREADS — its noise draw bounds a
+step at Wikipedia scale, bench/README.md).
 """
 import argparse
 import json
@@ -171,7 +173,8 @@ def phase_medians(log_paths, first):
     return {name: round(statistics.median(v), 1) for name, v in values.items()}
 
 
-def run(args, corpus_path, vocab, processes, threads, shared, work, coordinator_reads=True):
+def run(args, corpus_path, vocab, processes, threads, shared, work, coordinator_reads=True,
+        coordinator_threads=None):
     kafka = harness.MockKafka(args.mock_kafka, 1, [("docs", args.partitions), ("releases", 1),
                                                    ("dead", 1), ("ledger", 1), ("work", 2)])
     try:
@@ -188,8 +191,9 @@ def run(args, corpus_path, vocab, processes, threads, shared, work, coordinator_
         for i in range(processes):
             coordinator = i == processes - 1
             directory = os.path.join(work, "p%d" % i)
-            config = write_config(directory, kafka.bootstrap, group, vocab, args, threads, shared,
-                                  coordinator, coordinator_reads)
+            own_threads = coordinator_threads if coordinator and coordinator_threads else threads
+            config = write_config(directory, kafka.bootstrap, group, vocab, args, own_threads,
+                                  shared, coordinator, coordinator_reads)
             members.append(Process(args.vipsd, config, os.path.join(work, "p%d.log" % i)))
             if not coordinator:
                 time.sleep(0.5)
@@ -225,9 +229,11 @@ def run(args, corpus_path, vocab, processes, threads, shared, work, coordinator_
         serial = sum(v for k, v in coordinator_phases.items() if k not in ("own", "wait", "sample",
                                                                              "estep"))
         return {
-            "config": "solo" if not shared else "%d process(es)%s" % (
-                processes, "" if coordinator_reads else ", coordinator reads none"),
+            "config": "solo" if not shared else "%d process(es)%s%s" % (
+                processes, "" if coordinator_reads else ", coordinator reads none",
+                ", coordinator %d threads" % coordinator_threads if coordinator_threads else ""),
             "processes": processes, "threads_each": threads, "shared": shared,
+            "coordinator_threads": coordinator_threads or threads,
             "steps_per_second": round(steps_per_second, 3),
             "candidates_per_second": round(steps_per_second * args.docs),
             "records_estepped_per_second": round(steps_per_second * args.docs * args.q),
@@ -283,13 +289,18 @@ def main():
         rows = []
         for item in args.configs.split(","):
             name, threads = item.split(":")
+            threads, _, coordinator_threads = threads.partition("+")
             shared = name != "solo"
+            if coordinator_threads and not shared:
+                parser.error("%s: +C (the coordinator's threads) needs a shared configuration"
+                             % item)
             coordinator_reads = not name.endswith("c")
             processes = 1 if not shared else int(name.rstrip("c"))
-            run_dir = os.path.join(work, "%d-%s" % (len(rows), item.replace(":", "-")))
+            run_dir = os.path.join(work, "%d-%s" % (len(rows),
+                                                    item.replace(":", "-").replace("+", "-c")))
             os.makedirs(run_dir)
             row = run(args, corpus_path, vocab, processes, int(threads), shared, run_dir,
-                      coordinator_reads)
+                      coordinator_reads, int(coordinator_threads) if coordinator_threads else None)
             row.update(docs=args.docs, topics=args.topics, vocab_size=args.vocab_size, q=args.q)
             print(json.dumps(row), flush=True)
             rows.append(row)
