@@ -35,7 +35,8 @@ Prints one JSON object per configuration and a summary table. Wrap it in
 
 Usage: shared_work_bench.py --vipsd BIN --mock-kafka BIN [--corpus JSONL]
        [--vocab FILE] [--docs N] [--vocab-size V] [--topics K] [--steps N]
-       [--q Q] [--partitions P] [--fetch-wait-ms MS] [--configs solo:2,1:2,2:1,3:1] [--keep]
+       [--q Q] [--partitions P] [--fetch-wait-ms MS] [--interval-seconds S]
+       [--configs solo:2,1:2,2:1,3:1] [--keep]
 A configuration is PROCESSES:THREADS ("solo" = one process without
 state.work_topic; PROCESSESc: the coordinator, one of the PROCESSES, reads
 no partition, state.work_partitions: false; PROCESSES:THREADS+C: the
@@ -90,7 +91,7 @@ privacy:
   epsilon_ceiling: 100000
 schedule:
   threads: %d
-  interval_seconds: 0.05
+  interval_seconds: %s
   start_delay_seconds: 0
   release_delay_seconds: 0
   window_steps: 1000000000
@@ -118,8 +119,8 @@ kafka:
   expose_step_timing: true
 log:
   level: info
-""" % (args.topics, vocab, args.q, threads, args.steps, args.docs * 2, group, bootstrap,
-           consumer, state))
+""" % (args.topics, vocab, args.q, threads, args.interval_seconds, args.steps,
+           args.docs * 2, group, bootstrap, consumer, state))
     return config
 
 
@@ -266,6 +267,9 @@ def main():
     parser.add_argument("--fetch-wait-ms", type=int, default=None,
                         help="kafka.consumer_properties fetch.wait.max.ms of every process")
     parser.add_argument("--configs", default="solo:2,1:2,2:1,3:1")
+    parser.add_argument("--interval-seconds", default="0.05",
+                        help="schedule.interval_seconds (every slot is late; a step late "
+                        "twice in a row waits for the next slot boundary, up to this long)")
     parser.add_argument("--keep", action="store_true",
                         help="keep the run directory (configs and every process's log) and "
                         "print where it is")
