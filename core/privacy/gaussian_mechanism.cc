@@ -648,12 +648,6 @@ class Reader {
     std::memcpy(d, &v, sizeof v);
     return true;
   }
-  bool I64(int64_t* value) {
-    uint64_t v;
-    if (!U64(&v)) return false;
-    *value = static_cast<int64_t>(v);
-    return true;
-  }
   bool Bytes(size_t n, std::string_view* out) {
     if (bytes_.size() - pos_ < n) return false;
     *out = bytes_.substr(pos_, n);
