@@ -657,6 +657,53 @@ TEST(DiscreteGaussianSampler, ReproducibleSourceGivesIdenticalDraws) {
             500);
 }
 
+// The sampler's draws on fixed seeds, pinned. The digests were produced by
+// the sampler as first written (CKS's algorithms composed from the building
+// blocks in internal::, one StatusOr per Bernoulli trial) before its inner
+// loops were rewritten for speed. Any change to which random words a draw
+// reads, or to what it makes of them, changes them; so does a change of
+// distribution that the goodness-of-fit tests above might be too weak to see.
+// The cases cover t = 1 (σ < 1), a denominator d > 1 that is not a power of
+// two, σ ≈ 2^21 (a release's grid-unit σ), and σ near 2^31 (the 256-bit
+// acceptance path). Two Fill calls per case: the second starts where the
+// first left the stream, so it also pins how many words the first consumed.
+uint64_t Fnv1a(uint64_t hash, int64_t value) {
+  for (int byte = 0; byte < 8; ++byte) {
+    hash ^= static_cast<uint64_t>(value) >> (8 * byte) & 0xff;
+    hash *= 0x100000001b3ULL;
+  }
+  return hash;
+}
+
+TEST(DiscreteGaussianSampler, FixedSeedDrawsAreThoseOfTheFirstSampler) {
+  struct Case {
+    Rational sigma2;
+    uint64_t seed;
+    uint64_t digest;
+  };
+  const Case cases[] = {
+      {{1, 4}, 201, 0xa80536c5038e4077ULL},
+      {{1, uint64_t{1} << 40}, 202, 0xc323171c1ac25dc5ULL},
+      {{1369, 100}, 203, 0x9e912122a6c891fcULL},
+      {{1000000000007ULL, 3}, 204, 0xd69bb1f367e751b1ULL},
+      {{(uint64_t{1} << 42) + 4097, 1}, 205, 0xf1c368f98a8c8964ULL},
+      {{(uint64_t{1} << 62) + (uint64_t{1} << 40) + 12345, 1}, 206, 0xd692634d7ba28084ULL},
+  };
+  for (const Case& c : cases) {
+    const DiscreteGaussianSampler sampler = MakeSampler(c.sigma2);
+    auto source = MakeReproducible(c.seed);
+    uint64_t digest = 0xcbf29ce484222325ULL;
+    for (size_t count : {size_t{60000}, size_t{40001}}) {
+      for (int64_t x : Draw(sampler, *source, count)) digest = Fnv1a(digest, x);
+    }
+    std::printf("[pin] sigma^2 = %llu/%llu seed %llu: digest 0x%016llxULL\n",
+                static_cast<unsigned long long>(c.sigma2.numerator),
+                static_cast<unsigned long long>(c.sigma2.denominator),
+                static_cast<unsigned long long>(c.seed), static_cast<unsigned long long>(digest));
+    EXPECT_EQ(digest, c.digest) << c.sigma2.numerator << "/" << c.sigma2.denominator;
+  }
+}
+
 // The release noise in chunks, each from a stream of its own (issue 30: the
 // noise of a step divides over threads): the draws are the same on any
 // number of threads, chunks differ from each other and from the next call,
