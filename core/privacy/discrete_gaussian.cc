@@ -18,54 +18,228 @@ constexpr u128 kU128Max = ~static_cast<u128>(0);
 constexpr u128 kTwoTo127 = static_cast<u128>(1) << 127;
 constexpr u128 kTwoTo63 = static_cast<u128>(1) << 63;
 
-// Uniform in [0, max], by masking to the bit length of max and rejecting.
-uint64_t UniformAtMost(internal::RandomWords& words, uint64_t max) {
-  if (max == 0) return 0;
-  const int bits = 64 - std::countl_zero(max);
-  const uint64_t mask = bits == 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
+// --- The sampling core ------------------------------------------------------
+//
+// One implementation of every sampling step, used both by Fill and by the
+// building blocks in internal:: (which tests call). Each step reads random
+// words in exactly the order the algorithms in the header comment describe,
+// so Fill's draws on a given stream are fixed (the test
+// FixedSeedDrawsAreThoseOfTheFirstSampler pins them). For speed the inner
+// loops do not build a Status per trial: a step that cannot complete records
+// a Fault (each has probability far below 2^-64, see the header) and returns;
+// its caller stops at once and turns the fault into the Status below.
+
+enum class Fault : uint8_t {
+  kNone,
+  kLoopCounter,       // a Bernoulli(exp(−γ)) loop ran 2^64 − 1 times
+  kGeometricCounter,  // the Laplace's geometric count reached 2^64 − 1
+  kLaplaceCandidate,  // U + t·V ≥ 2^63
+  kWideExponent,      // γ beyond 256-bit arithmetic passed every trial
+};
+
+Status FaultStatus(Fault fault, uint64_t t) {
+  switch (fault) {
+    case Fault::kLoopCounter:
+      return OutOfRangeError("discrete Gaussian: Bernoulli(exp(-gamma)) loop counter overflowed");
+    case Fault::kGeometricCounter:
+      return OutOfRangeError("discrete Laplace: geometric counter overflowed");
+    case Fault::kLaplaceCandidate:
+      return OutOfRangeError("discrete Laplace: candidate U + t*V does not fit in int64 (t = " +
+                             std::to_string(t) + "); no draw is returned");
+    case Fault::kWideExponent:
+      return OutOfRangeError(
+          "discrete Gaussian: an acceptance exponent too large for 256-bit arithmetic "
+          "passed every trial (probability below exp(-2^127)); no draw is returned");
+    case Fault::kNone:
+      break;
+  }
+  return Status::Ok();
+}
+
+// The mask of max's bit length, max ≥ 1.
+inline uint64_t BitMask(uint64_t max) { return ~uint64_t{0} >> std::countl_zero(max); }
+
+// Uniform in [0, max] for max ≥ 1 with mask = BitMask(max): the next word
+// masked to max's bit length, rejected if above max.
+inline uint64_t DrawAtMost(internal::RandomWords& words, uint64_t max, uint64_t mask) {
   while (true) {
     const uint64_t candidate = words.Next() & mask;
     if (candidate <= max) return candidate;
   }
 }
 
-u128 UniformAtMost128(internal::RandomWords& words, u128 max) {
-  const uint64_t high_max = static_cast<uint64_t>(max >> 64);
-  if (high_max == 0) return UniformAtMost(words, static_cast<uint64_t>(max));
-  const int bits = 64 - std::countl_zero(high_max);
-  const uint64_t mask = bits == 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
-  while (true) {
-    const uint64_t high = words.Next() & mask;
-    const uint64_t low = words.Next();
-    const u128 candidate = (static_cast<u128>(high) << 64) | low;
-    if (candidate <= max) return candidate;
+// Uniform in [0, max]; no word is read for max = 0.
+uint64_t UniformAtMost(internal::RandomWords& words, uint64_t max) {
+  if (max == 0) return 0;
+  return DrawAtMost(words, max, BitMask(max));
+}
+
+// Uniform in [0, max] for a fixed max < 2^128, its masks worked out once:
+// one word when max < 2^64, else two (high word masked, then low), the pair
+// rejected if above max.
+class UniformRange {
+ public:
+  explicit UniformRange(u128 max)
+      : max_(max),
+        wide_((max >> 64) != 0),
+        mask_(wide_ ? BitMask(static_cast<uint64_t>(max >> 64))
+                    : (max == 0 ? 0 : BitMask(static_cast<uint64_t>(max)))) {}
+
+  u128 Draw(internal::RandomWords& words) const {
+    if (!wide_) {
+      if (max_ == 0) return 0;
+      return DrawAtMost(words, static_cast<uint64_t>(max_), mask_);
+    }
+    while (true) {
+      const uint64_t high = words.Next() & mask_;
+      const uint64_t low = words.Next();
+      const u128 candidate = (static_cast<u128>(high) << 64) | low;
+      if (candidate <= max_) return candidate;
+    }
   }
-}
 
-// Bernoulli(p/q), 0 ≤ p ≤ q, q ≥ 1.
-bool BernoulliRatio(internal::RandomWords& words, u128 p, u128 q) {
-  if (p == 0) return false;
-  if (p >= q) return true;
-  return UniformAtMost128(words, q - 1) < p;
-}
+ private:
+  u128 max_;
+  bool wide_;
+  uint64_t mask_;
+};
 
-// Bernoulli(exp(−r/q)) for 0 ≤ r ≤ q (γ ∈ [0, 1]): K ← 1; while
-// Bernoulli(γ/K) (= Bernoulli(γ) and Bernoulli(1/K)): K ← K + 1; K odd?
-StatusOr<bool> BernoulliExpMinusAtMostOne(internal::RandomWords& words, u128 r, u128 q) {
+// Bernoulli(p/q) for a fixed q ≥ 1: "a uniform integer in [0, q) is < p";
+// no word is read when p = 0 or p ≥ q.
+class Fraction {
+ public:
+  explicit Fraction(u128 q) : q_(q), below_q_(q - 1) {}
+  u128 denominator() const { return q_; }
+  bool Draw(internal::RandomWords& words, u128 p) const {
+    if (p == 0) return false;
+    if (p >= q_) return true;
+    return below_q_.Draw(words) < p;
+  }
+
+ private:
+  u128 q_;
+  UniformRange below_q_;
+};
+
+// Bernoulli(exp(−p/q)), 0 ≤ p ≤ q: K ← 1; while Bernoulli(1/K) and
+// Bernoulli(p/q) (in that order; Bernoulli(1/1) reads nothing): K ← K + 1;
+// return K odd.
+inline bool ExpMinusAtMostOne(internal::RandomWords& words, u128 p, const Fraction& q,
+                              Fault& fault) {
   uint64_t k = 1;
   while (true) {
-    const bool one_over_k = k == 1 || UniformAtMost(words, k - 1) == 0;
-    if (!one_over_k || !BernoulliRatio(words, r, q)) break;
+    if (k != 1 && DrawAtMost(words, k - 1, BitMask(k - 1)) != 0) break;
+    if (!q.Draw(words, p)) break;
     if (k == std::numeric_limits<uint64_t>::max()) {
-      return OutOfRangeError("discrete Gaussian: Bernoulli(exp(-gamma)) loop counter overflowed");
+      fault = Fault::kLoopCounter;
+      return false;
     }
     ++k;
   }
   return (k & 1) == 1;
 }
 
-StatusOr<bool> BernoulliExpMinusOne(internal::RandomWords& words) {
-  return BernoulliExpMinusAtMostOne(words, 1, 1);
+// Bernoulli(exp(−1)): the loop above with p = q, whose Bernoulli(p/q) is
+// always true and reads nothing.
+inline bool ExpMinusOne(internal::RandomWords& words, Fault& fault) {
+  uint64_t k = 2;
+  while (DrawAtMost(words, k - 1, BitMask(k - 1)) == 0) {
+    if (k == std::numeric_limits<uint64_t>::max()) {
+      fault = Fault::kLoopCounter;
+      return false;
+    }
+    ++k;
+  }
+  return (k & 1) == 1;
+}
+
+// Bernoulli(exp(−γ)), γ = whole + p/q with p < q: `whole` Bernoulli(exp(−1))
+// trials, stopping at the first failure, then Bernoulli(exp(−p/q)). With
+// whole_is_lower_bound (γ only known to be ≥ whole) passing every trial is a
+// kWideExponent fault.
+inline bool ExpMinus(internal::RandomWords& words, u128 whole, u128 p, const Fraction& q,
+                     bool whole_is_lower_bound, Fault& fault) {
+  for (u128 i = 0; i < whole; ++i) {
+    if (!ExpMinusOne(words, fault)) return false;
+  }
+  if (whole_is_lower_bound) {
+    fault = Fault::kWideExponent;
+    return false;
+  }
+  return ExpMinusAtMostOne(words, p, q, fault);
+}
+
+// The discrete Laplace with scale t/s (CKS Algorithm 2), s, t ≥ 1:
+// U uniform in [0, t); accept with Bernoulli(exp(−U/t)), else start over;
+// V ← the number of Bernoulli(exp(−1)) successes before the first failure;
+// Y ← ⌊(U + t·V)/s⌋; a sign bit (the next word's lowest); start over on
+// "negative zero".
+class Laplace {
+ public:
+  Laplace(uint64_t s, uint64_t t)
+      : s_(s), t_(t), u_range_(t - 1), u_fraction_(t), v_limit_((kTwoTo63 - 1) / t) {}
+
+  int64_t Draw(internal::RandomWords& words, Fault& fault) const {
+    while (true) {
+      const uint64_t u = static_cast<uint64_t>(u_range_.Draw(words));
+      if (!ExpMinusAtMostOne(words, u, u_fraction_, fault)) {
+        if (fault != Fault::kNone) return 0;
+        continue;
+      }
+      uint64_t v = 0;
+      while (true) {
+        const bool pass = ExpMinusOne(words, fault);
+        if (fault != Fault::kNone) return 0;
+        if (!pass) break;
+        if (v == std::numeric_limits<uint64_t>::max()) {
+          fault = Fault::kGeometricCounter;
+          return 0;
+        }
+        ++v;
+      }
+      // t·V < 2^63 is checked before it is formed; then U + t·V < 2^64.
+      if (v > v_limit_) {
+        fault = Fault::kLaplaceCandidate;
+        return 0;
+      }
+      const uint64_t x = u + t_ * v;
+      if (x >= kTwoTo63) {
+        fault = Fault::kLaplaceCandidate;
+        return 0;
+      }
+      const uint64_t y = s_ == 1 ? x : x / s_;
+      const bool negative = (words.Next() & 1) == 1;
+      if (negative && y == 0) continue;
+      return negative ? -static_cast<int64_t>(y) : static_cast<int64_t>(y);
+    }
+  }
+
+  uint64_t t() const { return t_; }
+
+ private:
+  uint64_t s_;
+  uint64_t t_;
+  UniformRange u_range_;  // [0, t − 1]
+  Fraction u_fraction_;   // U/t
+  uint64_t v_limit_;      // the largest V with t·V < 2^63
+};
+
+// ⌊a²/b⌋ and a² mod b as internal::DivideSquare, without a 128-bit division
+// in the common case: when a < 2^64 and γ = a²/b is below 5 (nearly every
+// acceptance test), the quotient comes from at most four subtractions.
+internal::SquareDivision DivideSquareQuick(u128 a, u128 b) {
+  if ((a >> 64) != 0) return internal::DivideSquare(a, b);
+  if (b == 0 || b >= kTwoTo127) return internal::DivideSquare(a, b);  // outside the contract
+  const uint64_t a0 = static_cast<uint64_t>(a);
+  u128 remainder = static_cast<u128>(a0) * a0;
+  internal::SquareDivision result;
+  for (int step = 0; step < 4 && remainder >= b; ++step) {
+    remainder -= b;
+    ++result.quotient;
+  }
+  if (remainder >= b) return internal::DivideSquare(a, b);
+  result.remainder = remainder;
+  return result;
 }
 
 uint64_t IntegerSqrt(uint64_t value) {
@@ -119,7 +293,7 @@ uint64_t UniformBelow(RandomWords& words, uint64_t m) {
 
 Uint128 UniformBelow128(RandomWords& words, Uint128 m) {
   if (m == 0) return 0;
-  return UniformAtMost128(words, m - 1);
+  return UniformRange(m - 1).Draw(words);
 }
 
 StatusOr<bool> BernoulliExpMinus(RandomWords& words, Uint128 whole,
@@ -129,16 +303,11 @@ StatusOr<bool> BernoulliExpMinus(RandomWords& words, Uint128 whole,
     return InvalidArgumentError(
         "discrete Gaussian: Bernoulli(exp(-gamma)) needs remainder < denominator");
   }
-  for (u128 i = 0; i < whole; ++i) {
-    VIPSD_ASSIGN_OR_RETURN(const bool pass, BernoulliExpMinusOne(words));
-    if (!pass) return false;
-  }
-  if (whole_is_lower_bound) {
-    return OutOfRangeError(
-        "discrete Gaussian: an acceptance exponent too large for 256-bit arithmetic "
-        "passed every trial (probability below exp(-2^127)); no draw is returned");
-  }
-  return BernoulliExpMinusAtMostOne(words, remainder, denominator);
+  Fault fault = Fault::kNone;
+  const bool result =
+      ExpMinus(words, whole, remainder, Fraction(denominator), whole_is_lower_bound, fault);
+  if (fault != Fault::kNone) return FaultStatus(fault, 0);
+  return result;
 }
 
 StatusOr<bool> BernoulliExpMinusRational(RandomWords& words, uint64_t numerator,
@@ -154,32 +323,10 @@ StatusOr<int64_t> DiscreteLaplace(RandomWords& words, uint64_t s, uint64_t t) {
   if (s == 0 || t == 0) {
     return InvalidArgumentError("discrete Laplace: scale t/s needs s, t >= 1");
   }
-  while (true) {
-    const uint64_t u = UniformBelow(words, t);
-    VIPSD_ASSIGN_OR_RETURN(const bool d, BernoulliExpMinus(words, 0, u, t));
-    if (!d) continue;
-    uint64_t v = 0;
-    while (true) {
-      VIPSD_ASSIGN_OR_RETURN(const bool a, BernoulliExpMinusOne(words));
-      if (!a) break;
-      if (v == std::numeric_limits<uint64_t>::max()) {
-        return OutOfRangeError("discrete Laplace: geometric counter overflowed");
-      }
-      ++v;
-    }
-    // t·V < 2^63 is checked before it is formed; then U + t·V < 2^64.
-    const u128 x = v > (kTwoTo63 - 1) / t ? kTwoTo63
-                                          : static_cast<u128>(u) + static_cast<u128>(t) * v;
-    if (x >= kTwoTo63) {
-      return OutOfRangeError(
-          "discrete Laplace: candidate U + t*V does not fit in int64 (t = " +
-          std::to_string(t) + "); no draw is returned");
-    }
-    const uint64_t y = static_cast<uint64_t>(x) / s;
-    const bool negative = (words.Next() & 1) == 1;
-    if (negative && y == 0) continue;
-    return negative ? -static_cast<int64_t>(y) : static_cast<int64_t>(y);
-  }
+  Fault fault = Fault::kNone;
+  const int64_t y = Laplace(s, t).Draw(words, fault);
+  if (fault != Fault::kNone) return FaultStatus(fault, t);
+  return y;
 }
 
 SquareDivision DivideSquare(Uint128 a, Uint128 b) {
@@ -304,38 +451,39 @@ Status NoiseSource::FillDiscreteGaussianParallel(const DiscreteGaussianSampler& 
 Status DiscreteGaussianSampler::Fill(NoiseSource& source, std::span<int64_t> out) const {
   internal::RandomWords words(source);
   const u128 n = sigma2_.numerator;
+  const Laplace laplace(1, t_);
+  const Fraction gamma_fraction(gamma_denominator_);
+  // |Y| above this makes |Y|·t·d ≥ 2^128 (the numerator of γ is then
+  // > 2^254, so γ > 2^127).
+  const u128 magnitude_limit = kU128Max / dt_;
+  Fault fault = Fault::kNone;
   for (size_t i = 0; i < out.size(); ++i) {
     while (true) {
-      StatusOr<int64_t> y = internal::DiscreteLaplace(words, 1, t_);
-      if (!y.ok()) {
-        std::fill(out.begin(), out.end(), 0);
-        return y.status();
-      }
+      const int64_t y = laplace.Draw(words, fault);
+      if (fault != Fault::kNone) break;
       // γ = (|Y|·t·d − n)² / (2·n·d·t²) = (|Y| − σ²/t)² / (2σ²).
       // |Y| as unsigned (Y > INT64_MIN: the Laplace draw is below 2^63 in size).
-      const u128 magnitude = *y < 0 ? uint64_t{0} - static_cast<uint64_t>(*y)
-                                    : static_cast<uint64_t>(*y);
-      StatusOr<bool> accept = false;
-      if (magnitude != 0 && magnitude > kU128Max / dt_) {
-        // |Y|·t·d ≥ 2^128, so the numerator is > 2^254 and γ > 2^127.
-        accept = internal::BernoulliExpMinus(words, kTwoTo127, 0, 1, true);
+      const u128 magnitude = y < 0 ? uint64_t{0} - static_cast<uint64_t>(y)
+                                   : static_cast<uint64_t>(y);
+      bool accept = false;
+      if (magnitude != 0 && magnitude > magnitude_limit) {
+        accept = ExpMinus(words, kTwoTo127, 0, gamma_fraction, true, fault);
       } else {
         const u128 product = magnitude * dt_;
         const u128 a = product >= n ? product - n : n - product;
-        const internal::SquareDivision gamma = internal::DivideSquare(a, gamma_denominator_);
-        accept = gamma.overflow
-                     ? internal::BernoulliExpMinus(words, gamma.quotient, 0, 1, true)
-                     : internal::BernoulliExpMinus(words, gamma.quotient, gamma.remainder,
-                                                   gamma_denominator_);
+        const internal::SquareDivision gamma = DivideSquareQuick(a, gamma_denominator_);
+        accept = ExpMinus(words, gamma.quotient, gamma.remainder, gamma_fraction,
+                          gamma.overflow, fault);
       }
-      if (!accept.ok()) {
-        std::fill(out.begin(), out.end(), 0);
-        return accept.status();
-      }
-      if (*accept) {
-        out[i] = *y;
+      if (fault != Fault::kNone) break;
+      if (accept) {
+        out[i] = y;
         break;
       }
+    }
+    if (fault != Fault::kNone) {
+      std::fill(out.begin(), out.end(), 0);
+      return FaultStatus(fault, t_);
     }
   }
   return Status::Ok();
