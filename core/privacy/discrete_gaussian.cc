@@ -56,43 +56,43 @@ Status FaultStatus(Fault fault, uint64_t t) {
   return Status::Ok();
 }
 
-// The mask of max's bit length, max ≥ 1.
-inline uint64_t BitMask(uint64_t max) { return ~uint64_t{0} >> std::countl_zero(max); }
+// The bit length of max ≥ 1.
+inline int BitLength(uint64_t max) { return 64 - std::countl_zero(max); }
 
-// Uniform in [0, max] for max ≥ 1 with mask = BitMask(max): the next word
-// masked to max's bit length, rejected if above max.
-inline uint64_t DrawAtMost(internal::RandomWords& words, uint64_t max, uint64_t mask) {
+// Uniform in [0, max] for max ≥ 1 with bits = BitLength(max): the next
+// `bits` random bits, rejected if above max.
+inline uint64_t DrawAtMost(internal::RandomWords& words, uint64_t max, int bits) {
   while (true) {
-    const uint64_t candidate = words.Next() & mask;
+    const uint64_t candidate = words.Bits(bits);
     if (candidate <= max) return candidate;
   }
 }
 
-// Uniform in [0, max]; no word is read for max = 0.
+// Uniform in [0, max]; no bit is read for max = 0.
 uint64_t UniformAtMost(internal::RandomWords& words, uint64_t max) {
   if (max == 0) return 0;
-  return DrawAtMost(words, max, BitMask(max));
+  return DrawAtMost(words, max, BitLength(max));
 }
 
-// Uniform in [0, max] for a fixed max < 2^128, its masks worked out once:
-// one word when max < 2^64, else two (high word masked, then low), the pair
-// rejected if above max.
+// Uniform in [0, max] for a fixed max < 2^128, its bit length worked out
+// once: as DrawAtMost when max < 2^64, else the high bits (as many as the
+// high word of max has) and then 64 low bits, the pair rejected if above max.
 class UniformRange {
  public:
   explicit UniformRange(u128 max)
       : max_(max),
         wide_((max >> 64) != 0),
-        mask_(wide_ ? BitMask(static_cast<uint64_t>(max >> 64))
-                    : (max == 0 ? 0 : BitMask(static_cast<uint64_t>(max)))) {}
+        bits_(wide_ ? BitLength(static_cast<uint64_t>(max >> 64))
+                    : (max == 0 ? 0 : BitLength(static_cast<uint64_t>(max)))) {}
 
   u128 Draw(internal::RandomWords& words) const {
     if (!wide_) {
       if (max_ == 0) return 0;
-      return DrawAtMost(words, static_cast<uint64_t>(max_), mask_);
+      return DrawAtMost(words, static_cast<uint64_t>(max_), bits_);
     }
     while (true) {
-      const uint64_t high = words.Next() & mask_;
-      const uint64_t low = words.Next();
+      const uint64_t high = words.Bits(bits_);
+      const uint64_t low = words.Bits(64);
       const u128 candidate = (static_cast<u128>(high) << 64) | low;
       if (candidate <= max_) return candidate;
     }
@@ -101,7 +101,7 @@ class UniformRange {
  private:
   u128 max_;
   bool wide_;
-  uint64_t mask_;
+  int bits_;
 };
 
 // Bernoulli(p/q) for a fixed q ≥ 1: "a uniform integer in [0, q) is < p";
@@ -128,7 +128,7 @@ inline bool ExpMinusAtMostOne(internal::RandomWords& words, u128 p, const Fracti
                               Fault& fault) {
   uint64_t k = 1;
   while (true) {
-    if (k != 1 && DrawAtMost(words, k - 1, BitMask(k - 1)) != 0) break;
+    if (k != 1 && DrawAtMost(words, k - 1, BitLength(k - 1)) != 0) break;
     if (!q.Draw(words, p)) break;
     if (k == std::numeric_limits<uint64_t>::max()) {
       fault = Fault::kLoopCounter;
@@ -143,7 +143,7 @@ inline bool ExpMinusAtMostOne(internal::RandomWords& words, u128 p, const Fracti
 // always true and reads nothing.
 inline bool ExpMinusOne(internal::RandomWords& words, Fault& fault) {
   uint64_t k = 2;
-  while (DrawAtMost(words, k - 1, BitMask(k - 1)) == 0) {
+  while (DrawAtMost(words, k - 1, BitLength(k - 1)) == 0) {
     if (k == std::numeric_limits<uint64_t>::max()) {
       fault = Fault::kLoopCounter;
       return false;
@@ -208,7 +208,7 @@ class Laplace {
         return 0;
       }
       const uint64_t y = s_ == 1 ? x : x / s_;
-      const bool negative = (words.Next() & 1) == 1;
+      const bool negative = words.Bits(1) == 1;
       if (negative && y == 0) continue;
       return negative ? -static_cast<int64_t>(y) : static_cast<int64_t>(y);
     }
@@ -279,7 +279,10 @@ long double GaussTailBound(long double sigma, long double cut) {
 
 namespace internal {
 
-RandomWords::~RandomWords() { sodium_memzero(buffer_, sizeof buffer_); }
+RandomWords::~RandomWords() {
+  sodium_memzero(buffer_, sizeof buffer_);
+  sodium_memzero(&pool_, sizeof pool_);
+}
 
 void RandomWords::Refill() {
   source_.FillUniformBits(std::span<uint64_t>(buffer_, DiscreteGaussianSampler::kWordBuffer));

@@ -30,16 +30,20 @@
 //    Bernoulli(p/q) is "a uniform integer in [0, q) is < p". No floating-point
 //    value is computed anywhere in the sampling path. Given ideal random
 //    words, the output distribution is exactly N_Z(0, n/d).
-//  * Uniform integers in [0, m) are drawn by rejection: take the next word
-//    (two for m > 2^64), keep its low ⌈log2 m⌉ bits, reject if ≥ m. No modulo
-//    bias; each try succeeds with probability > 1/2.
+//  * Uniform integers in [0, m) are drawn by rejection: take the next
+//    ⌈log2 m⌉ random bits (RandomWords::Bits; for m > 2^64 the high part
+//    first, then 64 low bits), reject if ≥ m. No modulo bias; each try
+//    succeeds with probability > 1/2. A sign is one bit. Every random bit
+//    is used by at most one decision, so the decisions see independent
+//    uniform bits, which is all the exactness argument needs.
 //  * Bernoulli(γ/K) is sampled as Bernoulli(γ) AND Bernoulli(1/K) (fresh
 //    randomness for both), so no product d·K is ever formed.
 //  * Random words come only from NoiseSource::FillUniformBits (the production
 //    SecureNoiseSource: ChaCha20 keyed from the OS CSPRNG; the reproducible
-//    source in tests). A call buffers at most kWordBuffer words; the ones it
-//    does not use are wiped and discarded when the call returns, so the same
-//    seed and the same sequence of Fill calls (and sizes) give the same draws.
+//    source in tests). A call buffers at most kWordBuffer words; the words
+//    and bits it does not use are wiped and discarded when the call returns,
+//    so the same seed and the same sequence of Fill calls (and sizes) give
+//    the same draws.
 //  * Running time. The sampler never sees the statistic the noise is added to,
 //    so its running time cannot depend on it, nor on any record. The time
 //    depends only on σ² (public) and on the random words: the rejection
@@ -205,9 +209,31 @@ class RandomWords {
   RandomWords(const RandomWords&) = delete;
   RandomWords& operator=(const RandomWords&) = delete;
 
+  // The next whole word.
   uint64_t Next() {
     if (position_ == DiscreteGaussianSampler::kWordBuffer) Refill();
     return buffer_[position_++];
+  }
+
+  // The next `count` bits, 1 ≤ count ≤ 64, as the low bits of the result:
+  // the unused bits of the last word first (lowest first), then the low
+  // bits of the next word. No bit is returned twice, so draws from Bits and
+  // Next are independent uniform bits.
+  uint64_t Bits(int count) {
+    if (count <= pool_bits_) {
+      const uint64_t result = pool_ & (~uint64_t{0} >> (64 - count));
+      pool_ = count == 64 ? 0 : pool_ >> count;
+      pool_bits_ -= count;
+      return result;
+    }
+    const int from_pool = pool_bits_;
+    const int from_word = count - from_pool;  // 1..64
+    const uint64_t word = Next();
+    const uint64_t result =
+        pool_ | ((word & (~uint64_t{0} >> (64 - from_word))) << from_pool);
+    pool_ = from_word == 64 ? 0 : word >> from_word;
+    pool_bits_ = 64 - from_word;
+    return result;
   }
 
  private:
@@ -215,6 +241,8 @@ class RandomWords {
   NoiseSource& source_;
   uint64_t buffer_[DiscreteGaussianSampler::kWordBuffer] = {};
   size_t position_ = DiscreteGaussianSampler::kWordBuffer;
+  uint64_t pool_ = 0;  // the unused high bits of the last word Bits read
+  int pool_bits_ = 0;
 };
 
 // Uniform in [0, m), m ≥ 1 (m = 0 is a caller bug and returns 0).

@@ -281,6 +281,39 @@ TEST(DiscreteGaussianInternals, DivideSquareMatchesBigIntegers) {
   EXPECT_GT(long_divisions, 100);
 }
 
+// RandomWords::Bits hands out the stream's bits in order, each once: the bits
+// of Bits(n) calls of every width 1..64, concatenated, are the words' bits
+// (lowest first) with nothing skipped or repeated; Next after Bits starts a
+// fresh word.
+TEST(DiscreteGaussianInternals, BitsAreTheWordsBitsInOrderEachOnce) {
+  auto plain = MakeReproducible(31);
+  auto pooled = MakeReproducible(31);
+  std::vector<uint64_t> words;
+  {
+    internal::RandomWords source(*plain);
+    for (int i = 0; i < 200; ++i) words.push_back(source.Next());
+  }
+  auto bit = [&](size_t index) { return (words[index / 64] >> (index % 64)) & 1; };
+  internal::RandomWords source(*pooled);
+  size_t position = 0;
+  int width = 1;
+  while (position + 64 <= 190 * 64) {
+    const uint64_t value = source.Bits(width);
+    for (int b = 0; b < width; ++b) {
+      ASSERT_EQ((value >> b) & 1, bit(position + static_cast<size_t>(b)))
+          << "width " << width << " at bit " << position;
+    }
+    if (width < 64) {
+      EXPECT_EQ(value >> width, 0u) << "width " << width;
+    }
+    position += static_cast<size_t>(width);
+    width = width % 64 + 1;  // 1, 2, ..., 64, 1, ...
+  }
+  // The pool is partly used; Next takes the word after the one it came from.
+  const size_t next_word = (position + 63) / 64;
+  EXPECT_EQ(source.Next(), words[next_word]);
+}
+
 TEST(DiscreteGaussianInternals, UniformBelowHasNoModuloBias) {
   auto source = MakeReproducible(11);
   internal::RandomWords words(*source);
@@ -657,16 +690,16 @@ TEST(DiscreteGaussianSampler, ReproducibleSourceGivesIdenticalDraws) {
             500);
 }
 
-// The sampler's draws on fixed seeds, pinned. The digests were produced by
-// the sampler as first written (CKS's algorithms composed from the building
-// blocks in internal::, one StatusOr per Bernoulli trial) before its inner
-// loops were rewritten for speed. Any change to which random words a draw
-// reads, or to what it makes of them, changes them; so does a change of
-// distribution that the goodness-of-fit tests above might be too weak to see.
-// The cases cover t = 1 (σ < 1), a denominator d > 1 that is not a power of
-// two, σ ≈ 2^21 (a release's grid-unit σ), and σ near 2^31 (the 256-bit
-// acceptance path). Two Fill calls per case: the second starts where the
-// first left the stream, so it also pins how many words the first consumed.
+// The sampler's draws on fixed seeds, pinned: any change to which random
+// bits a draw reads, or to what it makes of them, changes the digests; so
+// does a change of distribution that the goodness-of-fit tests above might
+// be too weak to see. A change of the digests must be deliberate and say why
+// the draws are still exact (they changed once: uniforms and sign bits now
+// take only the bits they need from RandomWords::Bits instead of a word
+// each). The cases cover t = 1 (σ < 1), denominators d > 1 that are not
+// powers of two, σ ≈ 2^21 (a release's grid-unit σ), and σ near 2^31 (the
+// 256-bit acceptance path). Two Fill calls per case: the second starts where
+// the first left the stream, so it also pins how much the first consumed.
 uint64_t Fnv1a(uint64_t hash, int64_t value) {
   for (int byte = 0; byte < 8; ++byte) {
     hash ^= static_cast<uint64_t>(value) >> (8 * byte) & 0xff;
@@ -682,12 +715,12 @@ TEST(DiscreteGaussianSampler, FixedSeedDrawsAreThoseOfTheFirstSampler) {
     uint64_t digest;
   };
   const Case cases[] = {
-      {{1, 4}, 201, 0xa80536c5038e4077ULL},
-      {{1, uint64_t{1} << 40}, 202, 0xc323171c1ac25dc5ULL},
-      {{1369, 100}, 203, 0x9e912122a6c891fcULL},
-      {{1000000000007ULL, 3}, 204, 0xd69bb1f367e751b1ULL},
-      {{(uint64_t{1} << 42) + 4097, 1}, 205, 0xf1c368f98a8c8964ULL},
-      {{(uint64_t{1} << 62) + (uint64_t{1} << 40) + 12345, 1}, 206, 0xd692634d7ba28084ULL},
+      {{1, 4}, 201, 0x1921ffc706da4314ULL},
+      {{5, 7}, 202, 0x57281ba25e79de66ULL},
+      {{1369, 100}, 203, 0x53cf43b28dd6002aULL},
+      {{1000000000007ULL, 3}, 204, 0x59637df1b209c5efULL},
+      {{(uint64_t{1} << 42) + 4097, 1}, 205, 0xcf71cddfd75196a3ULL},
+      {{(uint64_t{1} << 62) + (uint64_t{1} << 40) + 12345, 1}, 206, 0x752aeba4fec470fbULL},
   };
   for (const Case& c : cases) {
     const DiscreteGaussianSampler sampler = MakeSampler(c.sigma2);
