@@ -1,6 +1,7 @@
 // What moving one un-noised partial sum between processes costs (issue 16,
 // docs/privacy_accounting.md §6c): GaussianSumMechanism::EncodeUnreleased on
-// the worker, DecodeUnreleased + Merge on the step's owner, for an LDA
+// the worker, DecodeUnreleased + Merge on the step's owner (BM_DecodeMerge
+// that side alone), for an LDA
 // topic-word statistic of K × V = 50 × 10,000 (500,000 coordinates) whose
 // partial touches 1 %, 10 % or 100 % of its coordinates (a partition's
 // sampled documents at small, medium and Wikipedia-scale batches). The
@@ -88,6 +89,22 @@ void BM_EncodeDecodeMerge(benchmark::State& state) {
   state.counters["wire_bytes"] = static_cast<double>(bytes);
 }
 BENCHMARK(BM_EncodeDecodeMerge)->Arg(1)->Arg(10)->Arg(100)->Unit(benchmark::kMillisecond);
+
+// The step owner's side alone (what it does for each partial that arrives):
+// DecodeUnreleased and Merge of a partial encoded once.
+void BM_DecodeMerge(benchmark::State& state) {
+  const BlockLayout layout = Layout();
+  GaussianSumMechanism total(layout), partial(layout);
+  Fill(total, 100);
+  Fill(partial, static_cast<int>(state.range(0)));
+  const auto encoded = partial.EncodeUnreleased();
+  for (auto _ : state) {
+    auto decoded = GaussianSumMechanism::DecodeUnreleased(layout, *encoded);
+    (void)total.Merge(std::move(**decoded));
+  }
+  state.counters["wire_bytes"] = static_cast<double>(encoded->size());
+}
+BENCHMARK(BM_DecodeMerge)->Arg(1)->Arg(10)->Arg(100)->Unit(benchmark::kMillisecond);
 
 // The LDA model of K x V coordinates both plan benchmarks ship.
 vipsd::StatusOr<std::unique_ptr<vipsd::models::LdaModel>> Lda() {

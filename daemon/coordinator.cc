@@ -382,8 +382,11 @@ Coordinator::DecodedPartial Coordinator::DecodePartial(const WorkPlan& plan,
   const StatusOr<WorkPartial>& partial = *decoded.partial;
   if (partial.ok() && partial->epoch == plan.epoch && partial->owner == plan.owner &&
       partial->step == plan.step && partial->slot == plan.slot && !partial->overflow) {
-    // This step's: its sum, whether or not it will be merged.
-    decoded.sum = privacy::GaussianSumMechanism::DecodeUnreleased(layout, partial->sum);
+    // This step's: its sum, whether or not it will be merged. The work
+    // message's BLAKE2b-256, checked by DecodeWorkPartial, covers the sum's
+    // bytes; the sum's own trailing one is not computed a second time.
+    decoded.sum = privacy::GaussianSumMechanism::DecodeUnreleased(
+        layout, partial->sum, privacy::GaussianSumMechanism::Checksum::kVerifiedByCaller);
   }
   return decoded;
 }

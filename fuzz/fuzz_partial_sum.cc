@@ -6,7 +6,9 @@
 // layout. A decoded partial encodes to the same bytes, merges into a fresh
 // sum, and its non-private release is finite. The same bytes also go, as
 // given and behind a valid header, to the released-sum decoder that plans
-// use (DecodeReleased; no checksum of its own).
+// use (DecodeReleased; no checksum of its own). Every input is also decoded
+// without its trailing checksum (Checksum::kVerifiedByCaller), as the
+// coordinator does.
 #include <cstring>
 #include <string>
 
@@ -38,7 +40,18 @@ std::string Header(bool grid) {
 
 
 void Check(const std::string& bytes) {
-  auto decoded = privacy::GaussianSumMechanism::DecodeUnreleased(Layout(), bytes);
+  using Checksum = privacy::GaussianSumMechanism::Checksum;
+  auto verified = privacy::GaussianSumMechanism::DecodeUnreleased(Layout(), bytes);
+  // Without the trailing checksum (the coordinator's mode: the work
+  // message's checksum covers the bytes) every other check still holds:
+  // what it accepts must pass everything below, and it accepts whatever
+  // the verifying decoder does, as the same sum.
+  auto decoded =
+      privacy::GaussianSumMechanism::DecodeUnreleased(Layout(), bytes, Checksum::kVerifiedByCaller);
+  if (verified.ok() &&
+      (!decoded.ok() || *(*verified)->EncodeUnreleased() != *(*decoded)->EncodeUnreleased())) {
+    fuzz::Violated("a partial decodes differently without its checksum");
+  }
   if (!decoded.ok()) return;
   const auto encoded = (*decoded)->EncodeUnreleased();
   if (!encoded.ok()) fuzz::Violated("a decoded partial does not encode");

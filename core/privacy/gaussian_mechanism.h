@@ -318,8 +318,16 @@ class GaussianSumMechanism {
   // DATA_LOSS for anything malformed, truncated, of another layout, with
   // more than kMaxContributions records or a coordinate no such sum can
   // reach; the decoded mechanism is unreleased.
+  //
+  // kVerifiedByCaller skips the check of the trailing BLAKE2b (every other
+  // check stays), for a caller that has verified a checksum covering these
+  // bytes already: shared work's partials travel inside a work message
+  // whose own BLAKE2b-256 covers the whole sum (DecodeWorkPartial), and a
+  // second pass over a dense partial's 1.2 MB cost about 0.7 ms of the step
+  // owner's serial time per partial (bench/partial_sum_bench).
+  enum class Checksum { kVerify, kVerifiedByCaller };
   static StatusOr<std::unique_ptr<GaussianSumMechanism>> DecodeUnreleased(
-      const BlockLayout& layout, std::string_view bytes);
+      const BlockLayout& layout, std::string_view bytes, Checksum checksum = Checksum::kVerify);
 
   // A released (noisy, public) grid sum in few bytes, for shared work's
   // plans (issue 30: a plan carries the released sum instead of the whole

@@ -955,6 +955,71 @@ TEST(GaussianMechanismTest, APartialsIntegersGoAsVarintsAndAnOlderFormatIsNamed)
   EXPECT_THAT(refused.status().message(), HasSubstr("older vipsd"));
 }
 
+// A partial's coordinates are checked against what its records can reach
+// (accepted × the largest grid value of one record), at the boundary and
+// in both checksum modes: kVerifiedByCaller skips only the trailing digest.
+TEST(GaussianMechanismTest, APartialsCoordinatesBeyondWhatItsRecordsCanReachAreRefused) {
+  const BlockLayout layout = MakeLayout({{"w", BlockKind::kVector, 4, 1.0}});
+  const int g = GridExponent(layout.num_blocks());
+  const int64_t reach = 3 * ((int64_t{1} << g) + (int64_t{1} << (g - kGridSlackBits)));
+  // Magic, layout digest and total size from a real encoding.
+  const std::string prefix = GaussianSumMechanism(layout).EncodeUnreleased()->substr(0, 4 + 32 + 8);
+  auto put_u64 = [](std::string& out, uint64_t v) {
+    for (int b = 0; b < 8; ++b) out.push_back(static_cast<char>(v >> (8 * b)));
+  };
+  auto put_zigzag = [](std::string& out, int64_t m) {
+    uint64_t z = (static_cast<uint64_t>(m) << 1) ^ static_cast<uint64_t>(m >> 63);
+    while (z >= 0x80) {
+      out.push_back(static_cast<char>((z & 0x7f) | 0x80));
+      z >>= 7;
+    }
+    out.push_back(static_cast<char>(z));
+  };
+  // A dense partial of 3 records with these coordinates; `truncated` sets
+  // the continuation bit of the last varint's last byte.
+  auto partial = [&](const std::vector<int64_t>& values, bool truncated) {
+    std::string out = prefix;
+    put_u64(out, 3);  // accepted
+    put_u64(out, 0);  // rejected
+    out.push_back(2);  // dense
+    for (const int64_t v : values) put_zigzag(out, v);
+    if (truncated) out.back() = static_cast<char>(out.back() | 0x80);
+    unsigned char digest[32];
+    crypto_generichash(digest, sizeof digest, reinterpret_cast<const unsigned char*>(out.data()),
+                       out.size(), nullptr, 0);
+    out.append(reinterpret_cast<const char*>(digest), sizeof digest);
+    return out;
+  };
+  using Checksum = GaussianSumMechanism::Checksum;
+  for (const Checksum checksum : {Checksum::kVerify, Checksum::kVerifiedByCaller}) {
+    SCOPED_TRACE(checksum == Checksum::kVerify ? "verify" : "verified by caller");
+    for (const std::vector<int64_t>& values :
+         std::vector<std::vector<int64_t>>{{reach, -reach, 0, 1}, {63, 64, -64, -65}}) {
+      const std::string bytes = partial(values, false);
+      auto back = GaussianSumMechanism::DecodeUnreleased(layout, bytes, checksum);
+      ASSERT_TRUE(back.ok()) << back.status().ToString();
+      EXPECT_EQ(*(*back)->EncodeUnreleased(), bytes);  // the same integers
+    }
+    for (const std::vector<int64_t>& values : std::vector<std::vector<int64_t>>{
+             {reach + 1, 0, 0, 0}, {0, 0, 0, -reach - 1}, {0, std::numeric_limits<int64_t>::min(), 0, 0}}) {
+      auto back = GaussianSumMechanism::DecodeUnreleased(layout, partial(values, false), checksum);
+      EXPECT_EQ(back.status().code(), StatusCode::kDataLoss);
+      EXPECT_THAT(back.status().message(), HasSubstr("out of reach"));
+    }
+    auto truncated = GaussianSumMechanism::DecodeUnreleased(layout, partial({1, 2, 3, 4}, true), checksum);
+    EXPECT_EQ(truncated.status().code(), StatusCode::kDataLoss);
+  }
+  // A wrong trailing digest: refused when verified here, not when the
+  // caller verified a checksum over these bytes.
+  std::string unsigned_bytes = partial({1, 2, 3, 4}, false);
+  unsigned_bytes.back() = static_cast<char>(unsigned_bytes.back() ^ 1);
+  EXPECT_THAT(GaussianSumMechanism::DecodeUnreleased(layout, unsigned_bytes).status().message(),
+              HasSubstr("checksum mismatch"));
+  EXPECT_TRUE(GaussianSumMechanism::DecodeUnreleased(layout, unsigned_bytes,
+                                                     Checksum::kVerifiedByCaller)
+                  .ok());
+}
+
 // Issue 30: a plan carries the released sum as grid integers; decoding
 // gives back the release's doubles bit for bit, in fewer bytes.
 TEST(GaussianMechanismTest, AReleasedSumRoundTripsBitForBitInFewerBytes) {
