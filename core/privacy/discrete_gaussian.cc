@@ -22,9 +22,10 @@ constexpr u128 kTwoTo63 = static_cast<u128>(1) << 63;
 //
 // One implementation of every sampling step, used both by Fill and by the
 // building blocks in internal:: (which tests call). Each step reads random
-// words in exactly the order the algorithms in the header comment describe,
-// so Fill's draws on a given stream are fixed (the test
-// FixedSeedDrawsAreThoseOfTheFirstSampler pins them). For speed the inner
+// bits (RandomWords::Bits, each bit once) in exactly the order the
+// algorithms in the header comment describe, so Fill's draws on a given
+// stream are fixed (the test FixedSeedDrawsAreThoseOfTheFirstSampler pins
+// them). For speed the inner
 // loops do not build a Status per trial: a step that cannot complete records
 // a Fault (each has probability far below 2^-64, see the header) and returns;
 // its caller stops at once and turns the fault into the Status below.
@@ -105,11 +106,10 @@ class UniformRange {
 };
 
 // Bernoulli(p/q) for a fixed q ≥ 1: "a uniform integer in [0, q) is < p";
-// no word is read when p = 0 or p ≥ q.
+// no bit is read when p = 0 or p ≥ q.
 class Fraction {
  public:
   explicit Fraction(u128 q) : q_(q), below_q_(q - 1) {}
-  u128 denominator() const { return q_; }
   bool Draw(internal::RandomWords& words, u128 p) const {
     if (p == 0) return false;
     if (p >= q_) return true;
@@ -172,7 +172,7 @@ inline bool ExpMinus(internal::RandomWords& words, u128 whole, u128 p, const Fra
 // The discrete Laplace with scale t/s (CKS Algorithm 2), s, t ≥ 1:
 // U uniform in [0, t); accept with Bernoulli(exp(−U/t)), else start over;
 // V ← the number of Bernoulli(exp(−1)) successes before the first failure;
-// Y ← ⌊(U + t·V)/s⌋; a sign bit (the next word's lowest); start over on
+// Y ← ⌊(U + t·V)/s⌋; a sign (the next random bit); start over on
 // "negative zero".
 class Laplace {
  public:
@@ -213,8 +213,6 @@ class Laplace {
       return negative ? -static_cast<int64_t>(y) : static_cast<int64_t>(y);
     }
   }
-
-  uint64_t t() const { return t_; }
 
  private:
   uint64_t s_;
