@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/privacy/block_layout.h"
+#include "core/privacy/rdp_accountant.h"
 #include "core/svi/step_driver.h"
 #include "core/svi/step_randomness.h"
 #include "tests/testing/testing_noise.h"
@@ -104,7 +105,9 @@ std::vector<Eigen::VectorXd> RunSteps(const Data& data, const DriverConfig& conf
                                  int steps) {
   SpikeModel model;
   testing::ZeroNoiseSource noise(seed);
-  auto driver = StepDriver::Create(&model, &noise, nullptr, config);
+  privacy::RdpAccountant accountant;  // a private driver charges its steps
+  auto driver = StepDriver::Create(&model, &noise,
+                                   config.noise_multiplier > 0 ? &accountant : nullptr, config);
   EXPECT_TRUE(driver.ok()) << driver.status().message();
   std::vector<Eigen::VectorXd> sums;
   if (!driver.ok()) return sums;
@@ -229,10 +232,20 @@ TEST(UnitSamplingTest, TheSumDoesNotDependOnTheThreadCount) {
   Data d;
   // Enough units for several 64-contribution chunks.
   for (int i = 0; i < kDim; ++i) d.Add(i, "u" + std::to_string(i / 3));
-  const auto one = RunSteps(d, UnitConfig(0.5, 2, 1), 5, 4);
-  const auto four = RunSteps(d, UnitConfig(0.5, 2, 4), 5, 4);
-  ASSERT_EQ(one.size(), four.size());
-  for (size_t t = 0; t < one.size(); ++t) EXPECT_EQ(one[t], four[t]) << "step " << t;
+  // σ = 0: float sums; σ > 0 (zero noise drawn): grid sums, whose units are
+  // clipped and rounded before they are summed.
+  for (const double sigma : {0.0, 1.0}) {
+    DriverConfig one_thread = UnitConfig(0.5, 2, 1), four_threads = UnitConfig(0.5, 2, 4);
+    one_thread.noise_multiplier = four_threads.noise_multiplier = sigma;
+    one_thread.epsilon_ceiling = four_threads.epsilon_ceiling = 1000;  // every step runs
+    const auto one = RunSteps(d, one_thread, 5, 4);
+    const auto four = RunSteps(d, four_threads, 5, 4);
+    ASSERT_EQ(one.size(), four.size());
+    for (size_t t = 0; t < one.size(); ++t) {
+      EXPECT_GT(one[t].norm(), 0) << "sigma " << sigma << " step " << t;  // the step ran
+      EXPECT_EQ(one[t], four[t]) << "sigma " << sigma << " step " << t;
+    }
+  }
 }
 
 TEST(UnitSamplingTest, TheCapIsValidated) {
