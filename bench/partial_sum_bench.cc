@@ -1,8 +1,8 @@
 // What moving one un-noised partial sum between processes costs (issue 16,
 // docs/privacy_accounting.md §6c): GaussianSumMechanism::EncodeUnreleased on
 // the worker, DecodeUnreleased + Merge on the step's owner (BM_DecodeMerge
-// that side alone), for an LDA
-// topic-word statistic of K × V = 50 × 10,000 (500,000 coordinates) whose
+// that side alone), for an LDA topic-word statistic of K × V = 50 × 10,000
+// (500,000 coordinates) whose
 // partial touches 1 %, 10 % or 100 % of its coordinates (a partition's
 // sampled documents at small, medium and Wikipedia-scale batches). The
 // baseline is merging the same partial in-process (what one process does):

@@ -220,9 +220,9 @@ class RandomWords {
   // bits of the next word. No bit is returned twice, so draws from Bits and
   // Next are independent uniform bits.
   uint64_t Bits(int count) {
-    if (count <= pool_bits_) {
+    if (count <= pool_bits_) {  // so count ≤ 63: the pool never holds 64
       const uint64_t result = pool_ & (~uint64_t{0} >> (64 - count));
-      pool_ = count == 64 ? 0 : pool_ >> count;
+      pool_ >>= count;
       pool_bits_ -= count;
       return result;
     }
@@ -242,7 +242,7 @@ class RandomWords {
   uint64_t buffer_[DiscreteGaussianSampler::kWordBuffer] = {};
   size_t position_ = DiscreteGaussianSampler::kWordBuffer;
   uint64_t pool_ = 0;  // the unused high bits of the last word Bits read
-  int pool_bits_ = 0;
+  int pool_bits_ = 0;  // 0..63
 };
 
 // Uniform in [0, m), m ≥ 1 (m = 0 is a caller bug and returns 0).
