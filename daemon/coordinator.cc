@@ -101,13 +101,20 @@ StatusOr<WorkPlan> Coordinator::AppendPlan(const Context& context,
                      last_plan_->deltas_since_model + 1 < kPlanModelEvery &&
                      released.has_value() && released->plan_step == last_plan_->step &&
                      released->step == context.model_step;
-  // Encoded since that step's release (StepCharged); waited for here, or by
-  // this future's destructor when the plan carries the model instead.
+  // Encoded (and appended ahead as a WorkRelease) since that step's release
+  // (StepCharged); waited for before this plan is appended, whether or not
+  // the plan uses it: that thread may still be appending to the plan log.
   std::future<StatusOr<std::string>> released_encoded = std::move(released_encoded_);
+  if (released_encoded.valid()) released_encoded.wait();
   if (delta && released_encoded.valid()) {
     StatusOr<std::string> encoded = released_encoded.get();
     if (encoded.ok()) {
-      plan.delta_sum = std::move(*encoded);
+      // Appended ahead (after the base plan): named, not sent again.
+      if (released_offset_ > last_plan_->offset) {
+        plan.delta_release_offset = released_offset_;
+      } else {
+        plan.delta_sum = std::move(*encoded);
+      }
       plan.delta_base = last_plan_->step;
       plan.delta_base_offset = last_plan_->offset;
       plan.delta_step = released->step;
@@ -115,18 +122,19 @@ StatusOr<WorkPlan> Coordinator::AppendPlan(const Context& context,
       plan.delta_rho = released->rho;
     }
   }
-  if (plan.delta_sum.empty()) {
+  if (!plan.has_delta()) {
     VIPSD_ASSIGN_OR_RETURN(plan.model, PlanModel(context));
   }
   VIPSD_ASSIGN_OR_RETURN(const int64_t plan_offset, work_.Append(EncodeWorkPlan(plan)));
   LastPlan appended{plan.epoch, plan.step, plan_offset, model, plan_offset, 0};
-  if (!plan.delta_sum.empty()) {
+  if (plan.has_delta()) {
     appended.model_offset = last_plan_->model_offset;
     appended.deltas_since_model = last_plan_->deltas_since_model + 1;
   }
   last_plan_ = appended;
   plan.model.clear();
   plan.delta_sum.clear();
+  plan.delta_release_offset = -1;
   plan.delta_base = -1;
   plan.delta_base_offset = -1;
   plan.plan_offset = plan_offset;
@@ -343,18 +351,54 @@ StatusOr<svi::StepResult> Coordinator::StepCharged(const Context& context,
   // thread of its own meanwhile (off the serial path, with the workers
   // idle until that plan). It counts as released only once the M-step
   // succeeded.
+  // With workers in the step, the same thread then appends the sum to the
+  // plan log (WorkRelease, one try), so that they run their M-step beside
+  // this one's and the ledger commit instead of after the next plan, which
+  // then names it by its offset instead of carrying it again (or carries
+  // it, if the append failed). Nothing else uses the exchange until the
+  // next plan, which waits for this thread first.
   std::optional<Released> pending;
   if (!ordered) {
-    const int64_t plan_step = plan.step;
+    WorkRelease header;
+    header.job = plan.job;
+    header.epoch = plan.epoch;
+    header.owner = plan.owner;
+    header.step = plan.step;
+    header.slot = plan.slot;
+    const bool workers = out->partials_remote > 0;
     context.driver->set_release_observer(
-        [this, plan_step, &pending, layout](const Eigen::VectorXd& sum, int64_t step, double q,
-                                            double rho) {
+        [this, header, workers, &pending, layout](const Eigen::VectorXd& sum, int64_t step,
+                                                  double q, double rho) {
           if (released_encoded_.valid()) released_encoded_.wait();  // it reads released_sum_
           released_sum_ = sum;
-          pending = Released{plan_step, step, q, rho};
-          released_encoded_ = std::async(std::launch::async, [this, layout] {
-            return privacy::GaussianSumMechanism::EncodeReleased(layout, released_sum_);
-          });
+          released_offset_ = -1;
+          pending = Released{header.step, step, q, rho};
+          WorkRelease release = header;
+          release.delta_step = step;
+          release.delta_sampling_rate = q;
+          release.delta_rho = rho;
+          released_encoded_ = std::async(
+              std::launch::async,
+              [this, layout, workers, release = std::move(release)]() mutable
+              -> StatusOr<std::string> {
+                VIPSD_ASSIGN_OR_RETURN(
+                    std::string encoded,
+                    privacy::GaussianSumMechanism::EncodeReleased(layout, released_sum_));
+                if (workers) {
+                  release.delta_sum = std::move(encoded);
+                  const auto appended = work_.exchange().Append(EncodeWorkRelease(release));
+                  if (appended.ok()) released_offset_ = *appended;
+                  if (!appended.ok()) {
+                    Log(LogLevel::kWarning, kComponent,
+                        "step " + std::to_string(release.delta_step) +
+                            ": the released sum was not appended ahead of the next plan (" +
+                            appended.status().ToString() +
+                            "); the next plan carries it");
+                  }
+                  encoded = std::move(release.delta_sum);
+                }
+                return encoded;
+              });
         });
   }
   StatusOr<svi::StepResult> finished = context.driver->Finish(ticket, *total_);

@@ -169,9 +169,13 @@ class Coordinator {
   std::optional<Released> released_;
   // Its sum, and that sum encoded for the next plan (EncodeReleased) on a
   // thread of its own while the M-step, the ledger commit and the next
-  // step's charge run; waited for before released_sum_ changes (and by the
-  // destructor: declared after it).
+  // step's charge run; with workers in the step, that thread also appends
+  // it to the plan log (WorkRelease). Waited for before released_sum_
+  // changes, before the next plan is appended (the exchange has one user at
+  // a time) and by the destructor (declared after work_ and the sum).
   Eigen::VectorXd released_sum_;
+  // Where that thread appended it (−1: not appended); read once it is done.
+  int64_t released_offset_ = -1;
   std::future<StatusOr<std::string>> released_encoded_;
   // Every partial below this offset of the partial log has been read
   // (WorkPlan::partials_read).

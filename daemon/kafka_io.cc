@@ -558,10 +558,7 @@ class KafkaWorkExchange final : public WorkExchange {
     VIPSD_ASSIGN_OR_RETURN(const WorkMessageKind kind, WorkMessageKindOf(bytes));
     connectors::OutMessage message;
     message.topic = topic_;
-    message.partition =
-        kind == WorkMessageKind::kPlan || kind == WorkMessageKind::kFederatedPlan
-            ? kWorkPlanPartition
-            : kWorkPartialPartition;
+    message.partition = OnPlanLog(kind) ? kWorkPlanPartition : kWorkPartialPartition;
     message.key = job_;
     message.value = bytes;
     int64_t offset = -1;

@@ -8,7 +8,7 @@
 namespace vipsd::daemon {
 namespace {
 
-constexpr char kPlanMagic[4] = {'V', 'W', 'P', '5'};
+constexpr char kPlanMagic[4] = {'V', 'W', 'P', '6'};
 // Plans of earlier vipsd versions (refused by name): VWP1 without the record
 // settings, VWP2 with cuts at the observed log ends (no timestamp cut rule),
 // VWP3 with one partial per partition, VWP4 with the model in every plan.
@@ -16,11 +16,13 @@ constexpr char kPlanMagicV1[4] = {'V', 'W', 'P', '1'};
 constexpr char kPlanMagicV2[4] = {'V', 'W', 'P', '2'};
 constexpr char kPlanMagicV3[4] = {'V', 'W', 'P', '3'};
 constexpr char kPlanMagicV4[4] = {'V', 'W', 'P', '4'};
+constexpr char kPlanMagicV5[4] = {'V', 'W', 'P', '5'};
 constexpr char kPartialMagic[4] = {'V', 'W', 'R', '3'};
 constexpr char kPartialMagicV1[4] = {'V', 'W', 'R', '1'};
 constexpr char kPartialMagicV2[4] = {'V', 'W', 'R', '2'};
 constexpr char kFederatedPlanMagic[4] = {'V', 'F', 'P', '1'};
 constexpr char kFederatedShareMagic[4] = {'V', 'F', 'S', '1'};
+constexpr char kReleaseMagic[4] = {'V', 'W', 'L', '1'};
 constexpr size_t kDigestBytes = 32;
 // At most this many coordinates in a share (2^31 words: 16 GiB).
 constexpr uint64_t kMaxShareWords = uint64_t{1} << 31;
@@ -164,6 +166,7 @@ std::string EncodeWorkPlan(const WorkPlan& plan) {
   w.I64(plan.plan_offset);
   w.Str(plan.record_settings);
   w.I64(plan.partials_read);
+  w.I64(plan.delta_release_offset);
   return w.Finish();
 }
 
@@ -181,6 +184,16 @@ std::string EncodeWorkPartial(const WorkPartial& partial) {
   return w.Finish();
 }
 
+std::string EncodeWorkRelease(const WorkRelease& release) {
+  Writer w(kReleaseMagic);
+  PutHeader(w, release.job, release.epoch, release.owner, release.step, release.slot);
+  w.I64(release.delta_step);
+  w.F64(release.delta_sampling_rate);
+  w.F64(release.delta_rho);
+  w.Str(release.delta_sum);
+  return w.Finish();
+}
+
 StatusOr<WorkMessageKind> WorkMessageKindOf(std::string_view bytes) {
   if (bytes.size() >= 4 && std::memcmp(bytes.data(), kPlanMagic, 4) == 0) {
     return WorkMessageKind::kPlan;
@@ -193,6 +206,9 @@ StatusOr<WorkMessageKind> WorkMessageKindOf(std::string_view bytes) {
   }
   if (bytes.size() >= 4 && std::memcmp(bytes.data(), kFederatedShareMagic, 4) == 0) {
     return WorkMessageKind::kFederatedShare;
+  }
+  if (bytes.size() >= 4 && std::memcmp(bytes.data(), kReleaseMagic, 4) == 0) {
+    return WorkMessageKind::kRelease;
   }
   if (bytes.size() >= 4 && std::memcmp(bytes.data(), kPlanMagicV1, 4) == 0) {
     return FailedPreconditionError(
@@ -211,6 +227,11 @@ StatusOr<WorkMessageKind> WorkMessageKindOf(std::string_view bytes) {
     return FailedPreconditionError(
         "work topic: a message of an older vipsd (VWP3/VWR2, one partial sum per "
         "partition): every process of a job must run one vipsd version");
+  }
+  if (bytes.size() >= 4 && std::memcmp(bytes.data(), kPlanMagicV5, 4) == 0) {
+    return FailedPreconditionError(
+        "work topic: a plan of an older vipsd (VWP5, the released sum always inside the "
+        "plan): every process of a job must run one vipsd version");
   }
   if (bytes.size() >= 4 && std::memcmp(bytes.data(), kPlanMagicV4, 4) == 0) {
     return FailedPreconditionError(
@@ -246,24 +267,28 @@ StatusOr<WorkPlan> DecodeWorkPlan(std::string_view bytes) {
              r.I64(&plan.delta_base_offset) && r.I64(&plan.delta_step) &&
              r.F64(&plan.delta_sampling_rate) && r.F64(&plan.delta_rho) &&
              r.I64(&plan.plan_offset) && r.Str(&plan.record_settings) &&
-             r.I64(&plan.partials_read));
+             r.I64(&plan.partials_read) && r.I64(&plan.delta_release_offset));
     }
   }
   VIPSD_RETURN_IF_ERROR(r.Done());
   bool valid = key.size() == plan.key.bytes.size() && is_private <= 1 && plan.step >= 1 &&
                plan.slot >= 0 && std::isfinite(plan.sampling_rate) && plan.sampling_rate > 0 &&
                plan.sampling_rate <= 1 && plan.partials_read >= 0;
-  if (plan.delta_sum.empty()) {
-    valid = valid && plan.delta_base == -1 && plan.delta_base_offset == -1;
+  if (!plan.has_delta()) {
+    valid = valid && plan.delta_base == -1 && plan.delta_base_offset == -1 &&
+            plan.delta_release_offset == -1;
   } else {
     // A delta replaces the model of a full plan: from an earlier plan's
-    // model through the M-step of a step in between, with q and ρ in (0, 1].
+    // model through the M-step of a step in between, with q and ρ in (0, 1];
+    // the sum inline or in a release appended after that plan, never both.
     valid = valid && plan.model.empty() && plan.plan_offset == -1 && plan.delta_base >= 1 &&
             plan.delta_base_offset >= 0 && plan.delta_base <= plan.delta_step &&
             plan.delta_step < plan.step &&
             std::isfinite(plan.delta_sampling_rate) && plan.delta_sampling_rate > 0 &&
             plan.delta_sampling_rate <= 1 && std::isfinite(plan.delta_rho) &&
-            plan.delta_rho > 0 && plan.delta_rho <= 1;
+            plan.delta_rho > 0 && plan.delta_rho <= 1 &&
+            (plan.delta_sum.empty() ? plan.delta_release_offset > plan.delta_base_offset
+                                    : plan.delta_release_offset == -1);
   }
   for (size_t i = 0; valid && i < plan.streams.size(); ++i) {
     const WorkStream& s = plan.streams[i];
@@ -303,6 +328,26 @@ StatusOr<WorkPartial> DecodeWorkPartial(std::string_view bytes) {
   if (!valid) return DataLossError("work topic: a partial sum with out-of-range fields");
   partial.overflow = overflow == 1;
   return partial;
+}
+
+StatusOr<WorkRelease> DecodeWorkRelease(std::string_view bytes) {
+  Reader r(bytes, kReleaseMagic, "release");
+  WorkRelease release;
+  (void)(GetHeader(r, &release.job, &release.epoch, &release.owner, &release.step,
+                   &release.slot) &&
+         r.I64(&release.delta_step) && r.F64(&release.delta_sampling_rate) &&
+         r.F64(&release.delta_rho) && r.Str(&release.delta_sum));
+  VIPSD_RETURN_IF_ERROR(r.Done());
+  // The plan of `step` ran the released step (delta_step ≥ step: a step
+  // number is never reused), with q and ρ in (0, 1].
+  const bool valid = release.step >= 1 && release.slot >= 0 &&
+                     release.delta_step >= release.step && !release.delta_sum.empty() &&
+                     std::isfinite(release.delta_sampling_rate) &&
+                     release.delta_sampling_rate > 0 && release.delta_sampling_rate <= 1 &&
+                     std::isfinite(release.delta_rho) && release.delta_rho > 0 &&
+                     release.delta_rho <= 1;
+  if (!valid) return DataLossError("work topic: a release with out-of-range fields");
+  return release;
 }
 
 namespace {

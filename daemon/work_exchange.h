@@ -51,7 +51,7 @@
 // it goes to a log, metric or error message. The plan's model is
 // post-processing of released noisy sums (public).
 //
-// Format: "VWP5" (plan) or "VWR3" (partial), then fields (little-endian
+// Format: "VWP6" (plan), "VWR3" (partial) or "VWL1" (release), then fields (little-endian
 // integers, length-prefixed strings), then BLAKE2b-256 of everything
 // before; Decode refuses anything else with DATA_LOSS.
 #pragma once
@@ -112,12 +112,19 @@ struct WorkPlan {
   // hold that model reads the plans back to one that carries the model (the
   // coordinator sends the model at least every kPlanModelEvery plans).
   // Empty, with delta_base −1, in a plan with the model and in a reminder.
+  // Or, in place of delta_sum (then empty): the offset in the plan log of
+  // the WorkRelease that carries it (the coordinator appended it ahead of
+  // this plan), −1 otherwise.
   std::string delta_sum;
+  int64_t delta_release_offset = -1;
   int64_t delta_base = -1;
   int64_t delta_base_offset = -1;
   int64_t delta_step = 0;
   double delta_sampling_rate = 0;
   double delta_rho = 0;
+  // Whether the plan follows from an earlier plan's model by a released sum
+  // (inline or by reference) rather than carrying the model or nothing.
+  bool has_delta() const { return !delta_sum.empty() || delta_release_offset >= 0; }
   int64_t plan_offset = -1;
   // In a reminder: the coordinator has read (merged or refused) every
   // partial below this offset of the partial log. A worker whose partial
@@ -129,6 +136,32 @@ struct WorkPlan {
   // a worker whose own differ would sum different statistics or dead-letter
   // other records, so it exits before it joins the consumer group.
   std::string record_settings;
+};
+
+// The released noisy sum of a shared step, appended by the coordinator to
+// the plan log as soon as the step's M-step succeeded (issue 30): a worker
+// idle after its partials applies it through the same M-step while the
+// coordinator commits its ledger and plans the next step, and the next
+// plan names by its offset (WorkPlan::delta_release_offset) instead of
+// carrying the bytes again, then finds its model ready. A worker that did
+// not read it, or holds another model, reads it at that offset.
+//
+// Public: what the next plan carries (post-processing of a release); the
+// step's partials are all merged when it is appended, so the worker's work
+// for plan `step` is over. It is on the work topic, inside the cluster's
+// trust boundary, where the next plan would put it a little later. Takeover
+// keeps its rule: a standby continues from a model only of a step the
+// ledger record charges (startup_check.cc ContinueFromTakeoverModel).
+struct WorkRelease {
+  std::string job;
+  uint64_t epoch = 0;
+  std::string owner;
+  int64_t step = 0;  // the plan whose step released the sum (WorkPlan::step)
+  int64_t slot = 0;
+  int64_t delta_step = 0;  // the released step (the model's step after it)
+  double delta_sampling_rate = 0;
+  double delta_rho = 0;
+  std::string delta_sum;  // GaussianSumMechanism::EncodeReleased (public)
 };
 
 // One partition a partial covers.
@@ -206,11 +239,18 @@ StatusOr<FederatedShare> DecodeFederatedShare(std::string_view bytes);
 
 std::string EncodeWorkPlan(const WorkPlan& plan);
 std::string EncodeWorkPartial(const WorkPartial& partial);
-// What one work-topic message holds.
-enum class WorkMessageKind { kPlan, kPartial, kFederatedPlan, kFederatedShare };
+std::string EncodeWorkRelease(const WorkRelease& release);
+// What one work-topic message holds. Plans, releases and federated plans go
+// to the plan log, partials and shares to the partial log.
+enum class WorkMessageKind { kPlan, kPartial, kFederatedPlan, kFederatedShare, kRelease };
+inline bool OnPlanLog(WorkMessageKind kind) {
+  return kind == WorkMessageKind::kPlan || kind == WorkMessageKind::kFederatedPlan ||
+         kind == WorkMessageKind::kRelease;
+}
 StatusOr<WorkMessageKind> WorkMessageKindOf(std::string_view bytes);
 StatusOr<WorkPlan> DecodeWorkPlan(std::string_view bytes);
 StatusOr<WorkPartial> DecodeWorkPartial(std::string_view bytes);
+StatusOr<WorkRelease> DecodeWorkRelease(std::string_view bytes);
 
 // Which log an end reads: a worker the plans, the coordinator the partials.
 enum class WorkRole { kCoordinator, kWorker };

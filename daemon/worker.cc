@@ -198,6 +198,7 @@ Status Worker::AdoptPlan(WorkPlan plan) {
 Status Worker::RestorePlanModel(const WorkPlan& plan) {
   VIPSD_ASSIGN_OR_RETURN(Checkpoint model, DecodePlanModel(plan.model, work_.Describe() + " plan",
                                                            bundle_, "the coordinator's"));
+  applied_ahead_.reset();
   VIPSD_RETURN_IF_ERROR(bundle_.model->RestoreCheckpoint(model.arrays));
   model.arrays.clear();
   model_header_ = std::move(model);
@@ -205,14 +206,33 @@ Status Worker::RestorePlanModel(const WorkPlan& plan) {
   return Status::Ok();
 }
 
+StatusOr<std::string> Worker::ReleasedSumOf(const WorkPlan& plan) {
+  if (!plan.delta_sum.empty()) return plan.delta_sum;
+  VIPSD_ASSIGN_OR_RETURN(const std::string bytes,
+                         work_.exchange().ReadAt(plan.delta_release_offset));
+  VIPSD_ASSIGN_OR_RETURN(WorkRelease release, DecodeWorkRelease(bytes));
+  if (release.job != plan.job || release.epoch != plan.epoch || release.owner != plan.owner ||
+      release.step != plan.delta_base || release.delta_step != plan.delta_step ||
+      release.delta_sampling_rate != plan.delta_sampling_rate ||
+      release.delta_rho != plan.delta_rho) {
+    return DataLossError(work_.Describe() + " offset " +
+                         std::to_string(plan.delta_release_offset) +
+                         " is not the released sum the plan of step " +
+                         std::to_string(plan.step) + " names");
+  }
+  return std::move(release.delta_sum);
+}
+
 Status Worker::ApplyDelta(const WorkPlan& plan) {
   // The coordinator's M-step (svi::StepDriver::Finish) on the same released
   // sum, q and ρ_t: the same model, bit for bit.
+  VIPSD_ASSIGN_OR_RETURN(const std::string released, ReleasedSumOf(plan));
   VIPSD_ASSIGN_OR_RETURN(
       const Eigen::VectorXd sum,
       privacy::GaussianSumMechanism::DecodeReleased(bundle_.model->statistic_layout(),
-                                                    plan.delta_sum));
+                                                    released));
   plan_model_of_ = {0, -1};  // changed from here on, until it is the plan's
+  applied_ahead_.reset();
   VIPSD_RETURN_IF_ERROR(bundle_.model->MStep(sum, plan.delta_sampling_rate, plan.delta_rho));
   model_header_.step = plan.delta_step;
   plan_model_of_ = {plan.epoch, plan.step};
@@ -222,9 +242,27 @@ Status Worker::ApplyDelta(const WorkPlan& plan) {
 Status Worker::TakeModel(const WorkPlan& plan) {
   const Status taken = [&]() -> Status {
     if (!plan.model.empty()) return RestorePlanModel(plan);
-    if (plan.delta_sum.empty()) {
+    if (!plan.has_delta()) {
       return DataLossError("the plan of step " + std::to_string(plan.step) +
                            " carries neither a model nor a released sum");
+    }
+    if (applied_ahead_.has_value()) {
+      // Applied ahead: the same sum, q and ρ on the same base model is the
+      // same M-step, so the model held is this plan's bit for bit.
+      const AppliedAhead& ahead = *applied_ahead_;
+      if (ahead.epoch == plan.epoch && ahead.base_step == plan.delta_base &&
+          ahead.delta_step == plan.delta_step &&
+          ahead.sampling_rate == plan.delta_sampling_rate && ahead.rho == plan.delta_rho &&
+          (plan.delta_sum.empty() ? ahead.offset == plan.delta_release_offset
+                                  : ahead.sum == plan.delta_sum)) {
+        ahead_seconds_ = ahead.seconds;
+        applied_ahead_.reset();
+        plan_model_of_ = {plan.epoch, plan.step};
+        releases_applied_ahead_.fetch_add(1);
+        return Status::Ok();
+      }
+      // Another sum or base (the coordinator changed, a plan was missed):
+      // the model held is no plan's; read back to one with the model.
     }
     // Back along delta_base_offset to a plan whose model this process holds
     // or one that carries the model (the coordinator sends it at least every
@@ -251,7 +289,7 @@ Status Worker::TakeModel(const WorkPlan& plan) {
         root = std::move(earlier);
         break;
       }
-      if (earlier.delta_sum.empty()) {
+      if (!earlier.has_delta()) {
         return DataLossError(work_.Describe() + " offset " +
                              std::to_string(at->delta_base_offset) +
                              ": a plan with neither a model nor a released sum");
@@ -267,8 +305,55 @@ Status Worker::TakeModel(const WorkPlan& plan) {
   return taken;
 }
 
+void Worker::ApplyReleasesAhead(const std::vector<std::pair<int64_t, std::string>>& messages) {
+  for (const auto& [offset, bytes] : messages) {
+    auto kind = WorkMessageKindOf(bytes);
+    if (!kind.ok() || *kind != WorkMessageKind::kRelease) continue;
+    auto release = DecodeWorkRelease(bytes);
+    if (!release.ok()) {
+      Log(LogLevel::kWarning, kComponent,
+          work_.Describe() + " offset " + std::to_string(offset) + ": " +
+              release.status().ToString() + "; ignored");
+      continue;
+    }
+    // Only the plan in hand's release, onto that plan's model: anything
+    // else (an older plan's, another coordinator's) is left to the plans.
+    if (!plan_.has_value() || release->job != plan_->job || release->epoch != plan_->epoch ||
+        release->owner != plan_->owner || release->step != plan_->step ||
+        plan_model_of_ != std::make_pair(plan_->epoch, plan_->step)) {
+      continue;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    auto sum = privacy::GaussianSumMechanism::DecodeReleased(bundle_.model->statistic_layout(),
+                                                             release->delta_sum);
+    if (!sum.ok()) {
+      Log(LogLevel::kWarning, kComponent,
+          work_.Describe() + " offset " + std::to_string(offset) +
+              ": a released sum that does not decode (" + sum.status().ToString() +
+              "); the next plan brings it");
+      continue;
+    }
+    plan_model_of_ = {0, -1};  // changed from here on
+    const Status stepped =
+        bundle_.model->MStep(*sum, release->delta_sampling_rate, release->delta_rho);
+    if (!stepped.ok()) {
+      applied_ahead_.reset();
+      Log(LogLevel::kWarning, kComponent,
+          "the released sum of step " + std::to_string(release->delta_step) +
+              " could not be applied ahead (" + stepped.ToString() +
+              "); the next plan's model is read back");
+      continue;
+    }
+    model_header_.step = release->delta_step;
+    applied_ahead_ = AppliedAhead{
+        release->epoch, release->step, release->delta_step, release->delta_sampling_rate,
+        release->delta_rho, std::move(release->delta_sum), offset,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+  }
+}
+
 std::string Worker::latest_plan_model() const {
-  if (plan_model_of_.second < 0) return "";
+  if (plan_model_of_.second < 0 && !applied_ahead_.has_value()) return "";
   Checkpoint model = model_header_;
   model.arrays = bundle_.model->CheckpointArrays();
   auto encoded = CheckpointStore::Encode(model);
@@ -367,11 +452,13 @@ void Worker::WorkOnPlan() {
     };
     Log(LogLevel::kInfo, kComponent,
         "step " + std::to_string(plan_->step) + ": " + std::to_string(ready.size()) +
-            " partition(s) phase_ms=adopt:" + FixedDecimal(adopt_seconds_ * 1000, 1) +
+            " partition(s) phase_ms=ahead:" + FixedDecimal(ahead_seconds_ * 1000, 1) +
+            ",adopt:" + FixedDecimal(adopt_seconds_ * 1000, 1) +
             ",sum:" + ms(append_start - sum_start) +
             ",append:" + ms(std::chrono::steady_clock::now() - append_start));
   }
   adopt_seconds_ = 0;
+  ahead_seconds_ = 0;
 }
 
 std::optional<WorkPlan> Worker::NewestPlan(
@@ -407,7 +494,7 @@ std::optional<WorkPlan> Worker::NewestPlan(
     }
     next = std::move(*plan);
   }
-  if (!next.has_value() || !next->model.empty() || !next->delta_sum.empty()) return next;
+  if (!next.has_value() || !next->model.empty() || next->has_delta()) return next;
   // A reminder: the model (or the released sum) is in the step's plan.
   if (plan_model_of_ == std::make_pair(next->epoch, next->step)) return next;
   auto full = work_.exchange().ReadAt(next->plan_offset);
@@ -436,9 +523,14 @@ Status Worker::Run() {
           ": it joins the consumer group at the coordinator's first plan and sums the "
           "partitions the group gives it");
   while (!control_.stopping()) {
-    if (plan_.has_value()) WorkOnPlan();
+    // Only with the plan's model: after a release applied ahead, the plan's
+    // work is over (the coordinator had every partial when it sent it).
+    if (plan_.has_value() && plan_model_of_ == std::make_pair(plan_->epoch, plan_->step)) {
+      WorkOnPlan();
+    }
     auto messages = work_.Poll(std::chrono::milliseconds(100));
     if (!messages.has_value()) continue;
+    ApplyReleasesAhead(*messages);
     std::optional<WorkPlan> next = NewestPlan(*messages);
     if (!next.has_value()) continue;
     const Status adopted = AdoptPlan(std::move(*next));

@@ -63,9 +63,13 @@ class Worker {
   // the coordinator it saw; 0 before any. A standby that works takes over
   // only after the ledger AND the plans were silent.
   int64_t last_plan_seen_ns() const { return last_plan_seen_ns_.load(); }
-  // After Run returned: the model of the last plan it followed, as a plan
-  // carries it (DaemonOptions::takeover_model); empty if none.
+  // After Run returned: the model of the last plan it followed (or of that
+  // plan's released step, applied ahead: WorkRelease), as a plan carries it
+  // (DaemonOptions::takeover_model); empty if none.
   std::string latest_plan_model() const;
+  // Plans whose model was ready when they came: their released sum had
+  // been applied ahead from a WorkRelease (tests; any thread).
+  int64_t releases_applied_ahead() const { return releases_applied_ahead_.load(); }
 
  private:
   Worker(const config::VipsdConfig& config, DaemonOptions options, ModelBundle bundle,
@@ -88,6 +92,15 @@ class Worker {
   Status TakeModel(const WorkPlan& plan);
   Status RestorePlanModel(const WorkPlan& plan);
   Status ApplyDelta(const WorkPlan& plan);
+  // The released sum `plan` applies: its own bytes, or those of the release
+  // it names, checked to be that plan's (DATA_LOSS otherwise).
+  StatusOr<std::string> ReleasedSumOf(const WorkPlan& plan);
+  // Applies the released sum of every WorkRelease among `messages` that
+  // follows the plan in hand, whose model this process holds, through the
+  // M-step the next plan would run (the plan's work is over: the
+  // coordinator has every partial). A malformed one is logged and skipped;
+  // one that fails leaves no model held (the next plan reads back).
+  void ApplyReleasesAhead(const std::vector<std::pair<int64_t, std::string>>& messages);
 
   const config::VipsdConfig config_;
   const DaemonOptions options_;
@@ -108,6 +121,23 @@ class Worker {
   // appended for it.
   std::optional<WorkPlan> plan_;
   std::pair<uint64_t, int64_t> plan_model_of_{0, -1};  // (epoch, step) of the model held
+  // A released sum applied ahead (ApplyReleasesAhead): the model held is
+  // that of the plan of `base_step` after the M-step of `delta_step` on
+  // `sum` with q and ρ — the model of the next plan whose released sum is
+  // exactly this (TakeModel then takes it as is). plan_model_of_ names no
+  // plan meanwhile.
+  struct AppliedAhead {
+    uint64_t epoch = 0;
+    int64_t base_step = 0;
+    int64_t delta_step = 0;
+    double sampling_rate = 0;
+    double rho = 0;
+    std::string sum;  // EncodeReleased bytes
+    int64_t offset = -1;  // of the WorkRelease in the plan log
+    double seconds = 0;
+  };
+  std::optional<AppliedAhead> applied_ahead_;
+  std::atomic<int64_t> releases_applied_ahead_{0};
   // Partitions of the plan in hand whose partial this process appended, and
   // the offset of that partial in the partial log (a reminder whose
   // partials_read is above it and still wants the partition: refused).
@@ -126,6 +156,7 @@ class Worker {
   // step's partial under
   // metrics.expose_step_timing.
   double adopt_seconds_ = 0;
+  double ahead_seconds_ = 0;  // of the released sum applied ahead of that plan
   std::atomic<int64_t> last_plan_seen_ns_{0};
 };
 

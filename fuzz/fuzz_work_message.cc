@@ -6,8 +6,9 @@
 // plan that decodes keeps its invariants (partitions sorted by name, each
 // window 0 <= low <= floor <= high), a partial its own (at least one
 // partition, sorted by name, each once, no negative cut), a plan with a
-// released sum no model beside it and a base before it. The first byte
-// picks plan or partial.
+// released sum no model beside it and a base before it, a release
+// (WorkRelease) a released step at or after its plan's step with q and ρ in
+// (0, 1] and a sum. The first byte picks plan, partial or release.
 #include <string>
 
 #include "daemon/work_exchange.h"
@@ -30,12 +31,19 @@ void Plan(const std::string& bytes) {
     }
   }
   // A released sum replaces the model and names the plan it follows.
-  if (!plan->delta_sum.empty() &&
+  if (plan->has_delta() &&
       (!plan->model.empty() || plan->delta_base < 1 || plan->delta_base_offset < 0 ||
        plan->delta_step >= plan->step)) {
     fuzz::Violated("a decoded plan's released sum has a model beside it or no base before it");
   }
-  if (plan->delta_sum.empty() && (plan->delta_base != -1 || plan->delta_base_offset != -1)) {
+  if (!plan->delta_sum.empty() && plan->delta_release_offset != -1) {
+    fuzz::Violated("a decoded plan carries its released sum and names a release too");
+  }
+  if (plan->delta_sum.empty() && plan->delta_release_offset >= 0 &&
+      plan->delta_release_offset <= plan->delta_base_offset) {
+    fuzz::Violated("a decoded plan names a release before its base plan");
+  }
+  if (!plan->has_delta() && (plan->delta_base != -1 || plan->delta_base_offset != -1)) {
     fuzz::Violated("a decoded plan names a base without a released sum");
   }
   const std::string encoded = daemon::EncodeWorkPlan(*plan);
@@ -62,17 +70,36 @@ void Partial(const std::string& bytes) {
   }
 }
 
+void Release(const std::string& bytes) {
+  const auto release = daemon::DecodeWorkRelease(bytes);
+  if (!release.ok()) return;
+  if (release->step < 1 || release->delta_step < release->step || release->delta_sum.empty() ||
+      !(release->delta_sampling_rate > 0 && release->delta_sampling_rate <= 1) ||
+      !(release->delta_rho > 0 && release->delta_rho <= 1)) {
+    fuzz::Violated("a decoded release has a step, q, rho or sum out of range");
+  }
+  const std::string encoded = daemon::EncodeWorkRelease(*release);
+  const auto again = daemon::DecodeWorkRelease(encoded);
+  if (!again.ok()) fuzz::Violated("a decoded release does not decode after re-encoding");
+  if (daemon::EncodeWorkRelease(*again) != encoded) {
+    fuzz::Violated("release encoding is not stable");
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string input(fuzz::AsText(data + 1, size - 1));
-  if (data[0] & 1) {
+  if (data[0] % 3 == 2) {
+    Release(input);
+    Release(fuzz::Blake2bSigned("VWL1" + input));
+  } else if (data[0] & 1) {
     Partial(input);
     Partial(fuzz::Blake2bSigned("VWR3" + input));
   } else {
     Plan(input);
-    Plan(fuzz::Blake2bSigned("VWP5" + input));
+    Plan(fuzz::Blake2bSigned("VWP6" + input));
   }
   (void)daemon::WorkMessageKindOf(input);
   return 0;

@@ -419,7 +419,14 @@ TEST(CoordinatorTest, APlanThatRetentionTookIsAppendedAgainWithTheModel) {
   EXPECT_TRUE(said);
   {
     std::lock_guard<std::mutex> lock(f.work->mutex);
-    ASSERT_EQ(f.work->plans.size(), 2u);  // the plan (lost), then the plan again
+    // The plan (lost), then the plan again (and, once the step's M-step
+    // ran, perhaps its released sum: WorkRelease).
+    ASSERT_GE(f.work->plans.size(), 2u);
+    EXPECT_EQ(*WorkMessageKindOf(f.work->plans[0]), WorkMessageKind::kPlan);
+    ASSERT_EQ(*WorkMessageKindOf(f.work->plans[1]), WorkMessageKind::kPlan);
+    for (size_t i = 2; i < f.work->plans.size(); ++i) {
+      EXPECT_EQ(*WorkMessageKindOf(f.work->plans[i]), WorkMessageKind::kRelease);
+    }
     auto again = DecodeWorkPlan(f.work->plans[1]);
     ASSERT_TRUE(again.ok());
     EXPECT_FALSE(again->model.empty());
@@ -450,24 +457,59 @@ TEST_P(CoordinatorDeltaTest, PlansCarryTheReleasedSumAfterTheFirstAndTheRunStays
     EXPECT_EQ(shared->step, t);
     EXPECT_EQ(out.partials_remote, 1);
   }
+  // The plan log: each plan, then (a worker took part) that step's released
+  // sum as soon as it was drawn, which the next plan names by its offset.
   std::vector<WorkPlan> plans;
+  std::vector<int64_t> plan_offsets;
+  std::vector<WorkRelease> releases;
+  std::vector<int64_t> release_offsets;
   {
     std::lock_guard<std::mutex> lock(f.work->mutex);
-    for (const std::string& bytes : f.work->plans) plans.push_back(*DecodeWorkPlan(bytes));
+    for (size_t offset = 0; offset < f.work->plans.size(); ++offset) {
+      const std::string& bytes = f.work->plans[offset];
+      if (*WorkMessageKindOf(bytes) == WorkMessageKind::kRelease) {
+        releases.push_back(*DecodeWorkRelease(bytes));
+        release_offsets.push_back(static_cast<int64_t>(offset));
+      } else {
+        plans.push_back(*DecodeWorkPlan(bytes));
+        plan_offsets.push_back(static_cast<int64_t>(offset));
+      }
+    }
   }
   ASSERT_EQ(plans.size(), 3u);  // no reminder: every partial came within a second
+  // The third step's release may still be on its way (the next plan or the
+  // coordinator's end waits for it); the first two came before plans 2, 3.
+  ASSERT_GE(releases.size(), 2u);
+  ASSERT_LE(releases.size(), 3u);
   EXPECT_FALSE(plans[0].model.empty());
   EXPECT_TRUE(plans[0].delta_sum.empty());
   for (size_t i = 1; i < plans.size(); ++i) {
     SCOPED_TRACE(i);
     EXPECT_TRUE(plans[i].model.empty());
-    EXPECT_FALSE(plans[i].delta_sum.empty());
-    EXPECT_LT(plans[i].delta_sum.size(), plans[0].model.size());
+    // The sum appended ahead is named, not sent again.
+    EXPECT_TRUE(plans[i].has_delta());
+    EXPECT_TRUE(plans[i].delta_sum.empty());
+    EXPECT_EQ(plans[i].delta_release_offset, release_offsets[i - 1]);
     EXPECT_EQ(plans[i].delta_base, plans[i - 1].step);
-    EXPECT_EQ(plans[i].delta_base_offset, static_cast<int64_t>(i - 1));
+    EXPECT_EQ(plans[i].delta_base_offset, plan_offsets[i - 1]);
     EXPECT_EQ(plans[i].delta_step, plans[i - 1].step);
     EXPECT_EQ(plans[i].delta_sampling_rate, f.config.driver.sampling_rate);
+    const WorkRelease& release = releases[i - 1];
+    EXPECT_GT(release_offsets[i - 1], plan_offsets[i - 1]);
+    EXPECT_LT(release_offsets[i - 1], plan_offsets[i]);
+    EXPECT_EQ(release.job, plans[i].job);
+    EXPECT_EQ(release.epoch, plans[i].epoch);
+    EXPECT_EQ(release.owner, plans[i].owner);
+    EXPECT_EQ(release.step, plans[i].delta_base);
+    EXPECT_EQ(release.slot, plans[i - 1].slot);
+    EXPECT_EQ(release.delta_step, plans[i].delta_step);
+    EXPECT_EQ(release.delta_sampling_rate, plans[i].delta_sampling_rate);
+    EXPECT_EQ(release.delta_rho, plans[i].delta_rho);
+    EXPECT_LT(release.delta_sum.size(), plans[0].model.size());
   }
+  // The worker had applied both ahead when plans 2 and 3 came: its partials
+  // of those steps were summed with that model.
+  EXPECT_EQ(worker.worker->releases_applied_ahead(), 2);
   // One process, the same seed, three steps on the same windows.
   ModelBundle solo = std::move(BuildModel(f.config)).value();
   auto noise = std::move(privacy::SecureNoiseSource::CreateReproducible(7)).value();

@@ -58,6 +58,56 @@ TEST(WorkExchangeTest, APlanRoundTripsExactly) {
   EXPECT_EQ(decoded->partials_read, plan.partials_read);
 }
 
+// A released sum sent ahead of the next plan (WorkRelease) round-trips;
+// truncated or out-of-range ones are refused.
+TEST(WorkExchangeTest, AReleaseRoundTripsAndOutOfRangeOnesAreRefused) {
+  WorkRelease release;
+  release.job = "job";
+  release.epoch = 7;
+  release.owner = std::string(32, 'a');
+  release.step = 41;
+  release.slot = 1234;
+  release.delta_step = 41;
+  release.delta_sampling_rate = 0.25;
+  release.delta_rho = 0.125;
+  release.delta_sum = std::string("sum\0bytes", 9);
+  const std::string bytes = EncodeWorkRelease(release);
+  ASSERT_EQ(*WorkMessageKindOf(bytes), WorkMessageKind::kRelease);
+  EXPECT_TRUE(OnPlanLog(WorkMessageKind::kRelease));
+  EXPECT_FALSE(DecodeWorkPlan(bytes).ok());
+  auto decoded = DecodeWorkRelease(bytes);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->job, release.job);
+  EXPECT_EQ(decoded->epoch, release.epoch);
+  EXPECT_EQ(decoded->owner, release.owner);
+  EXPECT_EQ(decoded->step, release.step);
+  EXPECT_EQ(decoded->slot, release.slot);
+  EXPECT_EQ(decoded->delta_step, release.delta_step);
+  EXPECT_EQ(decoded->delta_sampling_rate, release.delta_sampling_rate);
+  EXPECT_EQ(decoded->delta_rho, release.delta_rho);
+  EXPECT_EQ(decoded->delta_sum, release.delta_sum);
+  EXPECT_FALSE(DecodeWorkRelease(bytes.substr(0, bytes.size() - 1)).ok());
+  std::string flipped = bytes;
+  flipped[flipped.size() / 2] ^= 1;
+  EXPECT_FALSE(DecodeWorkRelease(flipped).ok());
+  auto refused = [](WorkRelease r) { return !DecodeWorkRelease(EncodeWorkRelease(r)).ok(); };
+  WorkRelease bad = release;
+  bad.delta_step = release.step - 1;  // released before the plan's step
+  EXPECT_TRUE(refused(bad));
+  bad = release;
+  bad.delta_rho = 0;
+  EXPECT_TRUE(refused(bad));
+  bad = release;
+  bad.delta_sampling_rate = 1.5;
+  EXPECT_TRUE(refused(bad));
+  bad = release;
+  bad.delta_sum.clear();
+  EXPECT_TRUE(refused(bad));
+  bad = release;
+  bad.step = 0;
+  EXPECT_TRUE(refused(bad));
+}
+
 // A plan of a vipsd without record settings (magic VWP1) is named as such,
 // not taken for junk: a worker says why it cannot follow it.
 TEST(WorkExchangeTest, APlanOfAnOlderVersionIsRefusedByName) {
@@ -86,6 +136,11 @@ TEST(WorkExchangeTest, APlanOfAnOlderVersionIsRefusedByName) {
   EXPECT_EQ(WorkMessageKindOf(bytes).status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(WorkMessageKindOf(bytes).status().message().find("the whole model in every plan"),
             std::string::npos);
+  // VWP5 plans (the released sum always inside the plan) likewise.
+  bytes[3] = '5';
+  EXPECT_EQ(WorkMessageKindOf(bytes).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(WorkMessageKindOf(bytes).status().message().find("always inside the plan"),
+            std::string::npos);
 }
 
 // Issue 30: a plan that carries a released sum instead of the model names
@@ -109,6 +164,17 @@ TEST(WorkExchangeTest, APlanWithAReleasedSumRoundTripsAndMustNameItsBase) {
   EXPECT_EQ(decoded->delta_step, 2);
   EXPECT_EQ(decoded->delta_sampling_rate, 0.25);
   EXPECT_EQ(decoded->delta_rho, 0.375);
+  EXPECT_EQ(decoded->delta_release_offset, -1);
+  // Or the sum by the offset of the release appended ahead of the plan.
+  WorkPlan named = plan;
+  named.delta_sum.clear();
+  named.delta_release_offset = 41;
+  auto by_offset = DecodeWorkPlan(EncodeWorkPlan(named));
+  ASSERT_TRUE(by_offset.ok()) << by_offset.status().ToString();
+  EXPECT_TRUE(by_offset->has_delta());
+  EXPECT_TRUE(by_offset->delta_sum.empty());
+  EXPECT_EQ(by_offset->delta_release_offset, 41);
+  EXPECT_EQ(by_offset->delta_base_offset, 40);
   // A full plan names no base.
   const auto full = DecodeWorkPlan(EncodeWorkPlan(SamplePlan()));
   ASSERT_TRUE(full.ok());
@@ -126,6 +192,14 @@ TEST(WorkExchangeTest, APlanWithAReleasedSumRoundTripsAndMustNameItsBase) {
       {"rho above 1", [](WorkPlan& p) { p.delta_rho = 1.5; }},
       {"rho not finite", [](WorkPlan& p) { p.delta_rho = std::nan(""); }},
       {"a base without a sum", [](WorkPlan& p) { p.delta_sum.clear(); p.model = "m"; }},
+      {"the sum and a release", [](WorkPlan& p) { p.delta_release_offset = 41; }},
+      {"a release before its base",
+       [](WorkPlan& p) { p.delta_sum.clear(); p.delta_release_offset = 40; }},
+      {"a release offset without a delta",
+       [](WorkPlan& p) {
+         p.delta_sum.clear();
+         p.delta_release_offset = -2;
+       }},
   };
   for (const auto& [name, change] : bad) {
     SCOPED_TRACE(name);

@@ -391,6 +391,88 @@ TEST(WorkerTest, APlanWithAReleasedSumSumsWithTheModelOfThatMStepBitForBit) {
   EXPECT_EQ(held->arrays[0].data, model[0].data);
 }
 
+// The step's released sum appended ahead of the next plan (WorkRelease):
+// the worker applies it while it waits, sums nothing more for the plan in
+// hand, and the next plan that names that release finds its model ready.
+// A plan that names another release than the one applied ahead is followed
+// from the plans instead (read back to the one with the model, each sum
+// read at the offset its plan names), bit for bit.
+TEST(WorkerTest, AReleaseAppliedAheadIsTheNextPlansModelAndAnotherSumIsReadBack) {
+  WorkFixture f("worker_release_ahead");
+  auto worker = NewWorker(f, f.Partitions({0, 1}), f.options);
+  ASSERT_TRUE(worker.ok());
+  MemoryWorkExchange coordinator(f.work, WorkRole::kCoordinator);
+  Status result = Status::Ok();
+  std::thread run([&] { result = (*worker)->Run(); });
+  const ModelBundle bundle = std::move(BuildModel(f.config)).value();
+  const privacy::BlockLayout& layout = bundle.model->statistic_layout();
+  auto release_of = [&](const WorkPlan& plan, const WorkPlan& next) {
+    WorkRelease release;
+    release.job = plan.job;
+    release.epoch = plan.epoch;
+    release.owner = plan.owner;
+    release.step = plan.step;
+    release.slot = plan.slot;
+    release.delta_step = next.delta_step;
+    release.delta_sampling_rate = next.delta_sampling_rate;
+    release.delta_rho = next.delta_rho;
+    release.delta_sum = next.delta_sum;
+    return release;
+  };
+  const WorkPlan first = Plan(f, bundle, 2, 1);
+  const int64_t first_offset = *coordinator.Append(EncodeWorkPlan(first));
+  ASSERT_EQ(Partials(coordinator, 1).size(), 1u);
+  const Eigen::VectorXd one = ReleasedSum(layout, 21), two = ReleasedSum(layout, 22),
+                        other = ReleasedSum(layout, 23);
+  const WorkPlan second = DeltaPlan(first, first_offset, bundle, one, 0.6);
+  // Another plan's release (a step it does not hold) changes nothing.
+  WorkRelease stray = release_of(first, second);
+  stray.step = 5;
+  stray.delta_step = 5;
+  ASSERT_TRUE(coordinator.Append(EncodeWorkRelease(stray)).ok());
+  const int64_t one_offset = *coordinator.Append(EncodeWorkRelease(release_of(first, second)));
+  std::this_thread::sleep_for(300ms);
+  EXPECT_TRUE(coordinator.Poll(0ms)->empty()) << "summed the finished plan again";
+  // The plan names the release instead of carrying its sum.
+  WorkPlan second_named = second;
+  second_named.delta_sum.clear();
+  second_named.delta_release_offset = one_offset;
+  const int64_t second_offset = *coordinator.Append(EncodeWorkPlan(second_named));
+  std::vector<WorkPartial> partials = Partials(coordinator, 1);
+  ASSERT_EQ(partials.size(), 1u);
+  EXPECT_EQ(partials[0].step, 2);
+  const auto after_one = MSteppedModel(f, first.sampling_rate, {one}, {0.6});
+  EXPECT_EQ(partials[0].sum, Reference(f, second, &after_one).at("both"));
+  EXPECT_EQ((*worker)->releases_applied_ahead(), 1);
+  // Ahead: the release of sum `two`; then a second release of the same
+  // step with sum `other` (not applied: the model held is no plan's any
+  // more), which the plan names: the worker reads back to the first plan's
+  // model and forward through the release of `one` and that of `other`,
+  // both read at their offsets.
+  const WorkPlan third_announced = DeltaPlan(second, second_offset, bundle, two, 0.8);
+  ASSERT_TRUE(coordinator.Append(EncodeWorkRelease(release_of(second, third_announced))).ok());
+  const WorkPlan third = DeltaPlan(second, second_offset, bundle, other, 0.8);
+  const int64_t other_offset = *coordinator.Append(EncodeWorkRelease(release_of(second, third)));
+  std::this_thread::sleep_for(300ms);
+  WorkPlan third_named = third;
+  third_named.delta_sum.clear();
+  third_named.delta_release_offset = other_offset;
+  ASSERT_TRUE(coordinator.Append(EncodeWorkPlan(third_named)).ok());
+  partials = Partials(coordinator, 1);
+  (*worker)->RequestStop();
+  run.join();
+  EXPECT_TRUE(result.ok()) << result.ToString();
+  ASSERT_EQ(partials.size(), 1u);
+  EXPECT_EQ(partials[0].step, 3);
+  const auto after_other = MSteppedModel(f, first.sampling_rate, {one, other}, {0.6, 0.8});
+  EXPECT_EQ(partials[0].sum, Reference(f, third, &after_other).at("both"));
+  EXPECT_EQ((*worker)->releases_applied_ahead(), 1);
+  auto held = CheckpointStore::Decode((*worker)->latest_plan_model(), "test");
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  EXPECT_EQ(held->step, 2);
+  EXPECT_EQ(held->arrays[0].data, after_other[0].data);
+}
+
 // A process that joins after plans with released sums reads back to the
 // plan with the model and forward through each sum; one whose way back is
 // broken sums nothing until a plan brings the model.
