@@ -333,6 +333,10 @@ void Worker::ApplyReleasesAhead(const std::vector<std::pair<int64_t, std::string
               "); the next plan brings it");
       continue;
     }
+    // The plan's model, for a takeover before the next plan (see
+    // latest_plan_model).
+    std::vector<model::NamedArray> base_arrays = bundle_.model->CheckpointArrays();
+    const int64_t base_model_step = model_header_.step;
     plan_model_of_ = {0, -1};  // changed from here on
     const Status stepped =
         bundle_.model->MStep(*sum, release->delta_sampling_rate, release->delta_rho);
@@ -348,14 +352,21 @@ void Worker::ApplyReleasesAhead(const std::vector<std::pair<int64_t, std::string
     applied_ahead_ = AppliedAhead{
         release->epoch, release->step, release->delta_step, release->delta_sampling_rate,
         release->delta_rho, std::move(release->delta_sum), offset,
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+        std::move(base_arrays), base_model_step};
   }
 }
 
 std::string Worker::latest_plan_model() const {
-  if (plan_model_of_.second < 0 && !applied_ahead_.has_value()) return "";
   Checkpoint model = model_header_;
-  model.arrays = bundle_.model->CheckpointArrays();
+  if (applied_ahead_.has_value()) {
+    model.step = applied_ahead_->base_model_step;
+    model.arrays = applied_ahead_->base_arrays;
+  } else if (plan_model_of_.second < 0) {
+    return "";
+  } else {
+    model.arrays = bundle_.model->CheckpointArrays();
+  }
   auto encoded = CheckpointStore::Encode(model);
   return encoded.ok() ? std::move(*encoded) : std::string();
 }

@@ -63,9 +63,12 @@ class Worker {
   // the coordinator it saw; 0 before any. A standby that works takes over
   // only after the ledger AND the plans were silent.
   int64_t last_plan_seen_ns() const { return last_plan_seen_ns_.load(); }
-  // After Run returned: the model of the last plan it followed (or of that
-  // plan's released step, applied ahead: WorkRelease), as a plan carries it
-  // (DaemonOptions::takeover_model); empty if none.
+  // After Run returned: the model of the last plan it followed, as a plan
+  // carries it (DaemonOptions::takeover_model); empty if none. After a
+  // release applied ahead (WorkRelease) it is still that plan's model, kept
+  // aside: the release's step may not be in the ledger yet (the
+  // coordinator commits it at the slot's deadline), and a standby continues
+  // only from a model of a step the ledger charges.
   std::string latest_plan_model() const;
   // Plans whose model was ready when they came: their released sum had
   // been applied ahead from a WorkRelease (tests; any thread).
@@ -135,6 +138,9 @@ class Worker {
     std::string sum;  // EncodeReleased bytes
     int64_t offset = -1;  // of the WorkRelease in the plan log
     double seconds = 0;
+    // The plan's model before it (latest_plan_model) and its step.
+    std::vector<model::NamedArray> base_arrays;
+    int64_t base_model_step = 0;
   };
   std::optional<AppliedAhead> applied_ahead_;
   std::atomic<int64_t> releases_applied_ahead_{0};

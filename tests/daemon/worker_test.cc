@@ -473,6 +473,46 @@ TEST(WorkerTest, AReleaseAppliedAheadIsTheNextPlansModelAndAnotherSumIsReadBack)
   EXPECT_EQ(held->arrays[0].data, after_other[0].data);
 }
 
+// A worker that applied a release ahead and then stopped (its coordinator
+// died before the next plan) hands over the plan's model, not the model of
+// the released step: that step may not be in the ledger yet, and a standby
+// continues only from a model of a step the ledger charges.
+TEST(WorkerTest, AfterAReleaseAppliedAheadTheTakeoverModelIsStillThePlans) {
+  WorkFixture f("worker_release_takeover");
+  auto worker = NewWorker(f, f.Partitions({0, 1}), f.options);
+  ASSERT_TRUE(worker.ok());
+  MemoryWorkExchange coordinator(f.work, WorkRole::kCoordinator);
+  Status result = Status::Ok();
+  std::thread run([&] { result = (*worker)->Run(); });
+  const ModelBundle bundle = std::move(BuildModel(f.config)).value();
+  const WorkPlan first = Plan(f, bundle, 2, 1);
+  const int64_t first_offset = *coordinator.Append(EncodeWorkPlan(first));
+  ASSERT_EQ(Partials(coordinator, 1).size(), 1u);
+  const Eigen::VectorXd one = ReleasedSum(bundle.model->statistic_layout(), 31);
+  const WorkPlan second = DeltaPlan(first, first_offset, bundle, one, 0.6);
+  WorkRelease release;
+  release.job = first.job;
+  release.epoch = first.epoch;
+  release.owner = first.owner;
+  release.step = first.step;
+  release.slot = first.slot;
+  release.delta_step = second.delta_step;
+  release.delta_sampling_rate = second.delta_sampling_rate;
+  release.delta_rho = second.delta_rho;
+  release.delta_sum = second.delta_sum;
+  ASSERT_TRUE(coordinator.Append(EncodeWorkRelease(release)).ok());
+  std::this_thread::sleep_for(300ms);
+  (*worker)->RequestStop();
+  run.join();
+  EXPECT_TRUE(result.ok()) << result.ToString();
+  auto held = CheckpointStore::Decode((*worker)->latest_plan_model(), "test");
+  ASSERT_TRUE(held.ok()) << held.status().ToString();
+  EXPECT_EQ(held->step, 0);  // the first plan's model: the prior, before step 1
+  const auto prior = bundle.model->CheckpointArrays();
+  ASSERT_EQ(held->arrays.size(), prior.size());
+  EXPECT_EQ(held->arrays[0].data, prior[0].data);
+}
+
 // A process that joins after plans with released sums reads back to the
 // plan with the model and forward through each sum; one whose way back is
 // broken sums nothing until a plan brings the model.
