@@ -155,6 +155,22 @@ WorkPlan DeltaPlan(const WorkPlan& base, int64_t base_offset, const ModelBundle&
   return plan;
 }
 
+// What a coordinator appends after `plan`'s step: the released sum that
+// `next` (a DeltaPlan of it) carries.
+WorkRelease ReleaseAhead(const WorkPlan& plan, const WorkPlan& next) {
+  WorkRelease release;
+  release.job = plan.job;
+  release.epoch = plan.epoch;
+  release.owner = plan.owner;
+  release.step = plan.step;
+  release.slot = plan.slot;
+  release.delta_step = next.delta_step;
+  release.delta_sampling_rate = next.delta_sampling_rate;
+  release.delta_rho = next.delta_rho;
+  release.delta_sum = next.delta_sum;
+  return release;
+}
+
 // The model after the M-steps of `released` (with ρ `rhos`) from the prior.
 std::vector<model::NamedArray> MSteppedModel(const WorkFixture& f, double q,
                                              const std::vector<Eigen::VectorXd>& released,
@@ -406,19 +422,6 @@ TEST(WorkerTest, AReleaseAppliedAheadIsTheNextPlansModelAndAnotherSumIsReadBack)
   std::thread run([&] { result = (*worker)->Run(); });
   const ModelBundle bundle = std::move(BuildModel(f.config)).value();
   const privacy::BlockLayout& layout = bundle.model->statistic_layout();
-  auto release_of = [&](const WorkPlan& plan, const WorkPlan& next) {
-    WorkRelease release;
-    release.job = plan.job;
-    release.epoch = plan.epoch;
-    release.owner = plan.owner;
-    release.step = plan.step;
-    release.slot = plan.slot;
-    release.delta_step = next.delta_step;
-    release.delta_sampling_rate = next.delta_sampling_rate;
-    release.delta_rho = next.delta_rho;
-    release.delta_sum = next.delta_sum;
-    return release;
-  };
   const WorkPlan first = Plan(f, bundle, 2, 1);
   const int64_t first_offset = *coordinator.Append(EncodeWorkPlan(first));
   ASSERT_EQ(Partials(coordinator, 1).size(), 1u);
@@ -426,11 +429,11 @@ TEST(WorkerTest, AReleaseAppliedAheadIsTheNextPlansModelAndAnotherSumIsReadBack)
                         other = ReleasedSum(layout, 23);
   const WorkPlan second = DeltaPlan(first, first_offset, bundle, one, 0.6);
   // Another plan's release (a step it does not hold) changes nothing.
-  WorkRelease stray = release_of(first, second);
+  WorkRelease stray = ReleaseAhead(first, second);
   stray.step = 5;
   stray.delta_step = 5;
   ASSERT_TRUE(coordinator.Append(EncodeWorkRelease(stray)).ok());
-  const int64_t one_offset = *coordinator.Append(EncodeWorkRelease(release_of(first, second)));
+  const int64_t one_offset = *coordinator.Append(EncodeWorkRelease(ReleaseAhead(first, second)));
   std::this_thread::sleep_for(300ms);
   EXPECT_TRUE(coordinator.Poll(0ms)->empty()) << "summed the finished plan again";
   // The plan names the release instead of carrying its sum.
@@ -450,9 +453,9 @@ TEST(WorkerTest, AReleaseAppliedAheadIsTheNextPlansModelAndAnotherSumIsReadBack)
   // model and forward through the release of `one` and that of `other`,
   // both read at their offsets.
   const WorkPlan third_announced = DeltaPlan(second, second_offset, bundle, two, 0.8);
-  ASSERT_TRUE(coordinator.Append(EncodeWorkRelease(release_of(second, third_announced))).ok());
+  ASSERT_TRUE(coordinator.Append(EncodeWorkRelease(ReleaseAhead(second, third_announced))).ok());
   const WorkPlan third = DeltaPlan(second, second_offset, bundle, other, 0.8);
-  const int64_t other_offset = *coordinator.Append(EncodeWorkRelease(release_of(second, third)));
+  const int64_t other_offset = *coordinator.Append(EncodeWorkRelease(ReleaseAhead(second, third)));
   std::this_thread::sleep_for(300ms);
   WorkPlan third_named = third;
   third_named.delta_sum.clear();
@@ -490,17 +493,7 @@ TEST(WorkerTest, AfterAReleaseAppliedAheadTheTakeoverModelIsStillThePlans) {
   ASSERT_EQ(Partials(coordinator, 1).size(), 1u);
   const Eigen::VectorXd one = ReleasedSum(bundle.model->statistic_layout(), 31);
   const WorkPlan second = DeltaPlan(first, first_offset, bundle, one, 0.6);
-  WorkRelease release;
-  release.job = first.job;
-  release.epoch = first.epoch;
-  release.owner = first.owner;
-  release.step = first.step;
-  release.slot = first.slot;
-  release.delta_step = second.delta_step;
-  release.delta_sampling_rate = second.delta_sampling_rate;
-  release.delta_rho = second.delta_rho;
-  release.delta_sum = second.delta_sum;
-  ASSERT_TRUE(coordinator.Append(EncodeWorkRelease(release)).ok());
+  ASSERT_TRUE(coordinator.Append(EncodeWorkRelease(ReleaseAhead(first, second))).ok());
   std::this_thread::sleep_for(300ms);
   (*worker)->RequestStop();
   run.join();
