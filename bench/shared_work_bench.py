@@ -27,7 +27,7 @@ last; it stops at --steps, then the workers get SIGTERM. Measured:
                  phase_ms= on its step lines: charge, sample, estep, noise,
                  mstep alone; charge, plan, own, wait, merge, noise, mstep
                  shared; commit, the ledger commit, for both) and of the
-                 workers (adopt, sum, append), over the second half; the
+                 workers (ahead, adopt, sum, append), over the second half; the
                  coordinator's serial time is every phase but own and wait
 
 Prints one JSON object per configuration and a summary table. Wrap it in

@@ -4,7 +4,9 @@
 // group when the first plan arrives; every partition resumes at the latest
 // plan's window start), computes the partial sums of the windows it holds
 // and appends them to the work topic. It adopts each plan's model, q and
-// windows. It charges nothing, writes no ledger (it holds the state
+// windows; a step's released sum, which the coordinator appends as soon as
+// it has every partial (WorkRelease), it applies while it waits for the
+// next plan. It charges nothing, writes no ledger (it holds the state
 // directory's lock only, so that no second process uses it) and releases
 // nothing: none of the ledger, checkpoint or release machinery exists here.
 //
@@ -158,11 +160,11 @@ class Worker {
   bool warned_old_plan_ = false;  // a plan of an older vipsd was logged once
   int64_t pending_published_ = 0;  // counted at the next plan (public time)
   // Seconds the last plan took to adopt (decode and restore its model, or
-  // apply its released sum; 0 when the model was held), logged with the
-  // step's partial under
-  // metrics.expose_step_timing.
+  // apply its released sum; 0 when the model was held) and, when its
+  // released sum was applied ahead (WorkRelease), what that took; logged
+  // with the step's partial under metrics.expose_step_timing.
   double adopt_seconds_ = 0;
-  double ahead_seconds_ = 0;  // of the released sum applied ahead of that plan
+  double ahead_seconds_ = 0;
   std::atomic<int64_t> last_plan_seen_ns_{0};
 };
 
