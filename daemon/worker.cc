@@ -192,6 +192,7 @@ Status Worker::AdoptPlan(WorkPlan plan) {
   plan.model.clear();
   plan.delta_sum.clear();
   plan_ = std::move(plan);
+  if (newest_offset_.has_value()) plan_log_offset_ = *newest_offset_;
   return Status::Ok();
 }
 
@@ -333,10 +334,6 @@ void Worker::ApplyReleasesAhead(const std::vector<std::pair<int64_t, std::string
               "); the next plan brings it");
       continue;
     }
-    // The plan's model, for a takeover before the next plan (see
-    // latest_plan_model).
-    std::vector<model::NamedArray> base_arrays = bundle_.model->CheckpointArrays();
-    const int64_t base_model_step = model_header_.step;
     plan_model_of_ = {0, -1};  // changed from here on
     const Status stepped =
         bundle_.model->MStep(*sum, release->delta_sampling_rate, release->delta_rho);
@@ -352,21 +349,28 @@ void Worker::ApplyReleasesAhead(const std::vector<std::pair<int64_t, std::string
     applied_ahead_ = AppliedAhead{
         release->epoch, release->step, release->delta_step, release->delta_sampling_rate,
         release->delta_rho, std::move(release->delta_sum), offset,
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
-        std::move(base_arrays), base_model_step};
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
   }
 }
 
-std::string Worker::latest_plan_model() const {
-  Checkpoint model = model_header_;
+std::string Worker::latest_plan_model() {
   if (applied_ahead_.has_value()) {
-    model.step = applied_ahead_->base_model_step;
-    model.arrays = applied_ahead_->base_arrays;
-  } else if (plan_model_of_.second < 0) {
-    return "";
-  } else {
-    model.arrays = bundle_.model->CheckpointArrays();
+    // The plan in hand's model again, as a process that lacks it would
+    // take it (read back through the plans), not the released step's.
+    applied_ahead_.reset();
+    plan_model_of_ = {0, -1};
+    if (!plan_.has_value() || plan_log_offset_ < 0) return "";
+    auto bytes = work_.exchange().ReadAt(plan_log_offset_);
+    auto plan = bytes.ok() ? DecodeWorkPlan(*bytes) : StatusOr<WorkPlan>(bytes.status());
+    if (!plan.ok() || plan->epoch != plan_->epoch || plan->step != plan_->step ||
+        !TakeModel(*plan).ok()) {
+      return "";
+    }
+    plan_model_of_ = {plan->epoch, plan->step};
   }
+  if (plan_model_of_.second < 0) return "";
+  Checkpoint model = model_header_;
+  model.arrays = bundle_.model->CheckpointArrays();
   auto encoded = CheckpointStore::Encode(model);
   return encoded.ok() ? std::move(*encoded) : std::string();
 }
@@ -477,6 +481,7 @@ std::optional<WorkPlan> Worker::NewestPlan(
   // The newest plan of the highest epoch; a reminder of the plan in hand
   // updates what is still wanted.
   std::optional<WorkPlan> next;
+  int64_t next_offset = -1;
   for (auto& [offset, bytes] : messages) {
     auto kind = WorkMessageKindOf(bytes);
     if (!kind.ok() && kind.status().code() == StatusCode::kFailedPrecondition &&
@@ -504,10 +509,16 @@ std::optional<WorkPlan> Worker::NewestPlan(
       continue;  // older than the plan in hand
     }
     next = std::move(*plan);
+    next_offset = offset;
   }
+  newest_offset_ = next_offset;
   if (!next.has_value() || !next->model.empty() || next->has_delta()) return next;
   // A reminder: the model (or the released sum) is in the step's plan.
-  if (plan_model_of_ == std::make_pair(next->epoch, next->step)) return next;
+  newest_offset_ = next->plan_offset;
+  if (plan_model_of_ == std::make_pair(next->epoch, next->step)) {
+    newest_offset_.reset();
+    return next;
+  }
   auto full = work_.exchange().ReadAt(next->plan_offset);
   auto decoded = full.ok() ? DecodeWorkPlan(*full) : StatusOr<WorkPlan>(full.status());
   if (!decoded.ok() || decoded->epoch != next->epoch || decoded->step != next->step) {

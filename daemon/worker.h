@@ -67,11 +67,12 @@ class Worker {
   int64_t last_plan_seen_ns() const { return last_plan_seen_ns_.load(); }
   // After Run returned: the model of the last plan it followed, as a plan
   // carries it (DaemonOptions::takeover_model); empty if none. After a
-  // release applied ahead (WorkRelease) it is still that plan's model, kept
-  // aside: the release's step may not be in the ledger yet (the
-  // coordinator commits it at the slot's deadline), and a standby continues
-  // only from a model of a step the ledger charges.
-  std::string latest_plan_model() const;
+  // release applied ahead (WorkRelease) it is still that plan's model, read
+  // back from the plan log (empty if that fails): the release's step may
+  // not be in the ledger yet (the coordinator commits it at the slot's
+  // deadline), and a standby continues only from a model of a step the
+  // ledger charges.
+  std::string latest_plan_model();
   // Plans whose model was ready when they came: their released sum had
   // been applied ahead from a WorkRelease (tests; any thread).
   int64_t releases_applied_ahead() const { return releases_applied_ahead_.load(); }
@@ -126,6 +127,12 @@ class Worker {
   // appended for it.
   std::optional<WorkPlan> plan_;
   std::pair<uint64_t, int64_t> plan_model_of_{0, -1};  // (epoch, step) of the model held
+  // Offset in the plan log of the message that carries the plan in hand
+  // (its model or released sum), for latest_plan_model; −1 if unknown.
+  // NewestPlan sets newest_offset_ for the plan it returns (nullopt: a
+  // reminder of the plan in hand, which changes nothing).
+  int64_t plan_log_offset_ = -1;
+  std::optional<int64_t> newest_offset_;
   // A released sum applied ahead (ApplyReleasesAhead): the model held is
   // that of the plan of `base_step` after the M-step of `delta_step` on
   // `sum` with q and ρ — the model of the next plan whose released sum is
@@ -140,9 +147,6 @@ class Worker {
     std::string sum;  // EncodeReleased bytes
     int64_t offset = -1;  // of the WorkRelease in the plan log
     double seconds = 0;
-    // The plan's model before it (latest_plan_model) and its step.
-    std::vector<model::NamedArray> base_arrays;
-    int64_t base_model_step = 0;
   };
   std::optional<AppliedAhead> applied_ahead_;
   std::atomic<int64_t> releases_applied_ahead_{0};

@@ -488,22 +488,36 @@ TEST(WorkerTest, AfterAReleaseAppliedAheadTheTakeoverModelIsStillThePlans) {
   Status result = Status::Ok();
   std::thread run([&] { result = (*worker)->Run(); });
   const ModelBundle bundle = std::move(BuildModel(f.config)).value();
+  const privacy::BlockLayout& layout = bundle.model->statistic_layout();
   const WorkPlan first = Plan(f, bundle, 2, 1);
   const int64_t first_offset = *coordinator.Append(EncodeWorkPlan(first));
   ASSERT_EQ(Partials(coordinator, 1).size(), 1u);
-  const Eigen::VectorXd one = ReleasedSum(bundle.model->statistic_layout(), 31);
+  // Step 1's release, applied ahead; the plan of step 2 names it.
+  const Eigen::VectorXd one = ReleasedSum(layout, 31), two = ReleasedSum(layout, 32);
   const WorkPlan second = DeltaPlan(first, first_offset, bundle, one, 0.6);
-  ASSERT_TRUE(coordinator.Append(EncodeWorkRelease(ReleaseAhead(first, second))).ok());
+  const int64_t one_offset = *coordinator.Append(EncodeWorkRelease(ReleaseAhead(first, second)));
+  std::this_thread::sleep_for(300ms);
+  WorkPlan second_named = second;
+  second_named.delta_sum.clear();
+  second_named.delta_release_offset = one_offset;
+  const int64_t second_offset = *coordinator.Append(EncodeWorkPlan(second_named));
+  ASSERT_EQ(Partials(coordinator, 1).size(), 1u);
+  EXPECT_EQ((*worker)->releases_applied_ahead(), 1);
+  // Step 2's release, applied ahead; then the coordinator is gone.
+  const WorkPlan third = DeltaPlan(second, second_offset, bundle, two, 0.8);
+  ASSERT_TRUE(coordinator.Append(EncodeWorkRelease(ReleaseAhead(second, third))).ok());
   std::this_thread::sleep_for(300ms);
   (*worker)->RequestStop();
   run.join();
   EXPECT_TRUE(result.ok()) << result.ToString();
+  // Step 2's plan's model (after step 1's M-step), read back through the
+  // plan log: not the model after step 2's release.
   auto held = CheckpointStore::Decode((*worker)->latest_plan_model(), "test");
   ASSERT_TRUE(held.ok()) << held.status().ToString();
-  EXPECT_EQ(held->step, 0);  // the first plan's model: the prior, before step 1
-  const auto prior = bundle.model->CheckpointArrays();
-  ASSERT_EQ(held->arrays.size(), prior.size());
-  EXPECT_EQ(held->arrays[0].data, prior[0].data);
+  EXPECT_EQ(held->step, 1);
+  const auto after_one = MSteppedModel(f, first.sampling_rate, {one}, {0.6});
+  ASSERT_EQ(held->arrays.size(), after_one.size());
+  EXPECT_EQ(held->arrays[0].data, after_one[0].data);
 }
 
 // A process that joins after plans with released sums reads back to the
