@@ -11,7 +11,8 @@ namespace {
 constexpr char kPlanMagic[4] = {'V', 'W', 'P', '6'};
 // Plans of earlier vipsd versions (refused by name): VWP1 without the record
 // settings, VWP2 with cuts at the observed log ends (no timestamp cut rule),
-// VWP3 with one partial per partition, VWP4 with the model in every plan.
+// VWP3 with one partial per partition, VWP4 with the model in every plan,
+// VWP5 with the released sum always inside the plan.
 constexpr char kPlanMagicV1[4] = {'V', 'W', 'P', '1'};
 constexpr char kPlanMagicV2[4] = {'V', 'W', 'P', '2'};
 constexpr char kPlanMagicV3[4] = {'V', 'W', 'P', '3'};
