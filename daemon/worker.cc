@@ -192,7 +192,6 @@ Status Worker::AdoptPlan(WorkPlan plan) {
   plan.model.clear();
   plan.delta_sum.clear();
   plan_ = std::move(plan);
-  if (newest_offset_.has_value()) plan_log_offset_ = *newest_offset_;
   return Status::Ok();
 }
 
@@ -254,16 +253,16 @@ Status Worker::TakeModel(const WorkPlan& plan) {
       if (ahead.epoch == plan.epoch && ahead.base_step == plan.delta_base &&
           ahead.delta_step == plan.delta_step &&
           ahead.sampling_rate == plan.delta_sampling_rate && ahead.rho == plan.delta_rho &&
-          (plan.delta_sum.empty() ? ahead.offset == plan.delta_release_offset
-                                  : ahead.sum == plan.delta_sum)) {
+          plan.delta_sum.empty() && ahead.offset == plan.delta_release_offset) {
         ahead_seconds_ = ahead.seconds;
         applied_ahead_.reset();
         plan_model_of_ = {plan.epoch, plan.step};
         releases_applied_ahead_.fetch_add(1);
         return Status::Ok();
       }
-      // Another sum or base (the coordinator changed, a plan was missed):
-      // the model held is no plan's; read back to one with the model.
+      // Another release, base or an inline sum (the coordinator changed, a
+      // plan was missed, the append failed): the model held is no plan's;
+      // read back to one with the model.
     }
     // Back along delta_base_offset to a plan whose model this process holds
     // or one that carries the model (the coordinator sends it at least every
@@ -348,7 +347,7 @@ void Worker::ApplyReleasesAhead(const std::vector<std::pair<int64_t, std::string
     model_header_.step = release->delta_step;
     applied_ahead_ = AppliedAhead{
         release->epoch, release->step, release->delta_step, release->delta_sampling_rate,
-        release->delta_rho, std::move(release->delta_sum), offset,
+        release->delta_rho, offset,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
   }
 }
@@ -359,8 +358,8 @@ std::string Worker::latest_plan_model() {
     // take it (read back through the plans), not the released step's.
     applied_ahead_.reset();
     plan_model_of_ = {0, -1};
-    if (!plan_.has_value() || plan_log_offset_ < 0) return "";
-    auto bytes = work_.exchange().ReadAt(plan_log_offset_);
+    if (!plan_.has_value() || plan_->plan_offset < 0) return "";
+    auto bytes = work_.exchange().ReadAt(plan_->plan_offset);
     auto plan = bytes.ok() ? DecodeWorkPlan(*bytes) : StatusOr<WorkPlan>(bytes.status());
     if (!plan.ok() || plan->epoch != plan_->epoch || plan->step != plan_->step ||
         !TakeModel(*plan).ok()) {
@@ -511,14 +510,13 @@ std::optional<WorkPlan> Worker::NewestPlan(
     next = std::move(*plan);
     next_offset = offset;
   }
-  newest_offset_ = next_offset;
-  if (!next.has_value() || !next->model.empty() || next->has_delta()) return next;
-  // A reminder: the model (or the released sum) is in the step's plan.
-  newest_offset_ = next->plan_offset;
-  if (plan_model_of_ == std::make_pair(next->epoch, next->step)) {
-    newest_offset_.reset();
+  if (!next.has_value()) return next;
+  if (!next->model.empty() || next->has_delta()) {
+    next->plan_offset = next_offset;  // a reminder with the model: itself
     return next;
   }
+  // A reminder: the model (or the released sum) is in the step's plan.
+  if (plan_model_of_ == std::make_pair(next->epoch, next->step)) return next;
   auto full = work_.exchange().ReadAt(next->plan_offset);
   auto decoded = full.ok() ? DecodeWorkPlan(*full) : StatusOr<WorkPlan>(full.status());
   if (!decoded.ok() || decoded->epoch != next->epoch || decoded->step != next->step) {
@@ -530,6 +528,7 @@ std::optional<WorkPlan> Worker::NewestPlan(
     return std::nullopt;
   }
   decoded->wanted = std::move(next->wanted);
+  decoded->plan_offset = next->plan_offset;
   return std::move(*decoded);
 }
 

@@ -89,7 +89,9 @@ class Worker {
   Status AdoptPlan(WorkPlan plan);
   // Appends the partials of the plan's partitions this process holds.
   void WorkOnPlan();
-  // The newest plan of the highest epoch among `messages` (nullopt: none).
+  // The newest plan of the highest epoch among `messages` (nullopt: none),
+  // with plan_offset set to where the message that carries its model or
+  // released sum lies in the plan log (latest_plan_model reads it back).
   std::optional<WorkPlan> NewestPlan(std::vector<std::pair<int64_t, std::string>>& messages);
   // Holds `plan`'s model (plan_model_of_ names it): restores the model it
   // carries, or applies its released sum to the model it follows from,
@@ -127,24 +129,18 @@ class Worker {
   // appended for it.
   std::optional<WorkPlan> plan_;
   std::pair<uint64_t, int64_t> plan_model_of_{0, -1};  // (epoch, step) of the model held
-  // Offset in the plan log of the message that carries the plan in hand
-  // (its model or released sum), for latest_plan_model; −1 if unknown.
-  // NewestPlan sets newest_offset_ for the plan it returns (nullopt: a
-  // reminder of the plan in hand, which changes nothing).
-  int64_t plan_log_offset_ = -1;
-  std::optional<int64_t> newest_offset_;
   // A released sum applied ahead (ApplyReleasesAhead): the model held is
-  // that of the plan of `base_step` after the M-step of `delta_step` on
-  // `sum` with q and ρ — the model of the next plan whose released sum is
-  // exactly this (TakeModel then takes it as is). plan_model_of_ names no
-  // plan meanwhile.
+  // that of the plan of `base_step` after the M-step of `delta_step` on the
+  // sum of the release at `offset` with q and ρ — the model of the next
+  // plan that names that release (TakeModel then takes it as is; a plan
+  // that carries its sum inline was made because no release was appended).
+  // plan_model_of_ names no plan meanwhile.
   struct AppliedAhead {
     uint64_t epoch = 0;
     int64_t base_step = 0;
     int64_t delta_step = 0;
     double sampling_rate = 0;
     double rho = 0;
-    std::string sum;  // EncodeReleased bytes
     int64_t offset = -1;  // of the WorkRelease in the plan log
     double seconds = 0;
   };
