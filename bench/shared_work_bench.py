@@ -44,6 +44,7 @@ coordinator runs C threads, the others THREADS — its noise draw bounds a
 step at Wikipedia scale, bench/README.md).
 """
 import argparse
+import functools
 import json
 import os
 import re
@@ -58,6 +59,58 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
                                 "harness"))
 import harness  # noqa: E402
+
+
+@functools.lru_cache(maxsize=None)
+def known_keys(binary):
+    """The (section, key) pairs of `binary`'s reference configuration, or
+    None when it prints none (then nothing is left out)."""
+    result = subprocess.run([binary, "--print-reference-config"], capture_output=True,
+                            text=True, timeout=60)
+    if result.returncode != 0 or "\nschedule:" not in "\n" + result.stdout:
+        return None
+    reference = result.stdout
+    keys, section = set(), None
+    for line in reference.splitlines():
+        m = re.match(r"([a-z_]+):", line)
+        if m:
+            section = m.group(1)
+            continue
+        m = re.match(r"  ([a-z_]+):", line)
+        if m and section:
+            keys.add((section, m.group(1)))
+    return frozenset(keys)
+
+
+def for_build(binary, text):
+    """`text` without the section keys that `binary` does not know: a build
+    from before them (a before/after comparison, bench/shared_work_compare.py)
+    refuses an unknown key, and runs with what it did before the key
+    existed (here source.timestamps, schedule.start_delay_seconds and
+    state.work_partitions can be missing from an old build)."""
+    known = known_keys(binary)
+    if known is None:
+        return text
+    kept, section = [], None
+    for line in text.splitlines(keepends=True):
+        m = re.match(r"([a-z_]+):", line)
+        if m:
+            section = m.group(1)
+        m = re.match(r"  ([a-z_]+):", line)
+        if m and (section, m.group(1)) not in known:
+            continue
+        kept.append(line)
+    return "".join(kept)
+
+
+@functools.lru_cache(maxsize=None)
+def step_check_flag(binary):
+    """("--no-step-time-check",) where `binary` has the start-up step-time
+    check (every slot here is meant to be late), else () (a build from
+    before that check, for a before/after comparison)."""
+    help_text = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=60)
+    return ("--no-step-time-check",) if "--no-step-time-check" in (
+        help_text.stdout + help_text.stderr) else ()
 
 
 def write_config(directory, bootstrap, group, vocab, args, threads, shared, coordinator,
@@ -77,7 +130,7 @@ def write_config(directory, bootstrap, group, vocab, args, threads, shared, coor
         consumer = '    fetch.wait.max.ms: "%d"\n' % args.fetch_wait_ms
     config = os.path.join(directory, "vipsd.yaml")
     with open(config, "w") as f:
-        f.write("""model:
+        f.write(for_build(args.vipsd, """model:
   type: lda
   lda:
     topics: %d
@@ -120,7 +173,7 @@ kafka:
 log:
   level: info
 """ % (args.topics, vocab, args.q, threads, args.interval_seconds, args.steps,
-           args.docs * 2, group, bootstrap, consumer, state))
+           args.docs * 2, group, bootstrap, consumer, state)))
     return config
 
 
@@ -128,8 +181,8 @@ class Process:
     def __init__(self, binary, config, log_path):
         self.log_path = log_path
         self.log = open(log_path, "ab")
-        self.proc = subprocess.Popen([binary, "--config", config, "--no-step-time-check"], stdout=self.log,
-                                     stderr=self.log)
+        self.proc = subprocess.Popen([binary, "--config", config, *step_check_flag(binary)],
+                                     stdout=self.log, stderr=self.log)
 
     def finish(self, sig=None, timeout=600):
         """Waits for the process (after `sig`); returns (exit status, CPU s)."""
