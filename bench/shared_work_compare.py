@@ -8,10 +8,12 @@ Each round runs every configuration once with each build; odd rounds run
 the "before" build first, even rounds the "after" build first, so a drift
 of the machine's speed during the session falls on both. Every run is its
 own shared_work_bench.py call (a fresh mock cluster). A configuration that
-a build cannot run (it exits with an error) is reported as such, with the
-last line of the error, and the session goes on.
+a build cannot run (it exits with an error; one that makes no step ends
+at the bench's 600 s limit for the coordinator) is reported as such, with
+the last line of the error, and the session goes on.
 
-Prints one JSON line per run (the bench's row, plus "build" and "round"),
+Prints one JSON line per run (the bench's row, plus "build", "round" and
+"configuration"),
 then a Markdown table:
 
   configuration, steps/s of each round (before | after), x solo 1 thread
