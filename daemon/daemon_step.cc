@@ -110,6 +110,7 @@ bool Daemon::RunStep(int64_t slot, SlotOutputs* out) {
 
 void Daemon::RecordStep(const svi::StepResult& result, double window_epsilon, SlotOutputs* out) {
   halted_ = false;
+  out->pool_records = static_cast<int64_t>(pool_.size());
   const Status presence = pool_.CompleteStep();
   if (!presence.ok()) {
     keeper_->Stick(presence);

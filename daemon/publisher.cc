@@ -72,8 +72,9 @@ std::string Publisher::ReportStep(const SlotOutputs& out, const ReportContext& c
   std::string line = "step=" + std::to_string(out.step) + " slot=" + std::to_string(out.slot) +
                      " rho=" + FixedDecimal(out.rho, 4);
   if (!context.epsilon.empty()) line += " epsilon=" + context.epsilon;
-  line += " window=" +
-          std::to_string(out.window_offsets >= 0 ? out.window_offsets : context.pool_size);
+  line += " window=" + std::to_string(out.window_offsets >= 0 ? out.window_offsets
+                                      : out.pool_records >= 0 ? out.pool_records
+                                                              : context.pool_size);
   if (context.coordinator) {
     line += " partials=" + std::to_string(out.partials_local) + "+" +
             std::to_string(out.partials_remote);

@@ -67,6 +67,10 @@ struct SlotOutputs {
   int64_t partials_local = 0;
   int64_t partials_remote = 0;
   int64_t window_offsets = -1;  // -1: solo (the pool's size)
+  // Solo: the pool's size when the step ran (-1: none recorded). A late
+  // slot is reported at a later deadline, when the pool already holds a
+  // later slot's window.
+  int64_t pool_records = -1;
   // Records this slot admitted that were stamped at or before the previous
   // slot's time: readable only after its cut was read (stream timing).
   int64_t records_late = 0;

@@ -170,6 +170,21 @@ TEST(PublisherTest, TheStepLineCarriesPublicValuesOnly) {
   EXPECT_EQ(f.publisher.ReportStep(out, context), "");
 }
 
+// A late slot is reported at a later slot's deadline, when the pool holds
+// that slot's window: its line states the window its own step sampled from.
+TEST(PublisherTest, ALateSlotsLineStatesTheWindowItsStepSampledFrom) {
+  Fixture f;
+  SlotOutputs late;
+  late.stepped = true;
+  late.step = 7;
+  late.slot = 7;
+  late.rho = 0.5;
+  late.pool_records = 1680;
+  Publisher::ReportContext context;
+  context.pool_size = 1920;  // slot 8's window, when slot 7 is reported
+  EXPECT_EQ(f.publisher.ReportStep(late, context), "step=7 slot=7 rho=0.5000 window=1680");
+}
+
 // Per-phase step timing (issue 30): work-dependent, so it is on the step
 // line only where step timing is exposed, never otherwise.
 TEST(PublisherTest, PhaseTimesAreOnTheStepLineOnlyWithExposedStepTiming) {
