@@ -115,12 +115,20 @@ class KafkaInput final : public InputSource {
         seen = count;
       }
     }
+    for (const auto& [topic, count] : stats.lost_by_topic) {
+      int64_t& seen = lost_seen_[topic];
+      if (count > seen) {
+        metrics_->records_lost_total(topic).Increment(static_cast<double>(count - seen));
+        seen = count;
+      }
+    }
   }
 
   std::unique_ptr<connectors::KafkaSource> source_;
   std::unique_ptr<connectors::KafkaLogObserver> observer_;
   Metrics* metrics_;
   std::map<std::string, int64_t> errors_seen_;
+  std::map<std::string, int64_t> lost_seen_;
 };
 
 // state.work_partitions: false. Reads no partition and never joins the

@@ -378,7 +378,10 @@ StatusOr<std::unique_ptr<Metrics>> Metrics::Create(const MetricsOptions& options
     VIPSD_METRICS_TABLE(VIPSD_REGISTER_INFO_, VIPSD_REGISTER_COUNTER_, VIPSD_REGISTER_GAUGE_,
                         VIPSD_REGISTER_HISTOGRAM_, VIPSD_REGISTER_COUNTER_BY_,
                         VIPSD_REGISTER_GAUGE_BY_, VIPSD_REGISTER_COUNTER_PER_)
-    for (const std::string& topic : options.input_topics) m.records_consumed_total(topic);
+    for (const std::string& topic : options.input_topics) {
+      m.records_consumed_total(topic);
+      m.records_lost_total(topic);
+    }
     for (const char* who : {"local", "remote"}) m.work_partials_merged_total(who);
   } catch (const std::exception& e) {
     return InternalError(std::string("metrics: registering the metric table failed: ") +

@@ -232,6 +232,9 @@ inline constexpr std::array<double, 14> kCheckpointWriteDurationBuckets = {
   /* Records: stream volume is public; nothing per batch */                                      \
   COUNTER_PER(records_consumed_total, "records",                                                 \
               "Records read from an input topic, accepted or rejected.", "topic")                \
+  COUNTER_PER(records_lost_total, "records",                                                     \
+              "Offsets of an input topic that left the log (retention or deleted records) "      \
+              "before they were read.", "topic")                                                 \
   COUNTER_BY(records_rejected_total, "records",                                                  \
              "Records rejected before the pool (never pooled), by reason.", "reason",            \
              connectors::RejectReason)                                                           \

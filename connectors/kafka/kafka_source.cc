@@ -492,6 +492,10 @@ StatusOr<std::vector<SourceMessage>> KafkaSource::Poll(size_t max_messages,
       } else {
         ++oversize;
       }
+      if (const auto position = positions_.find({m.topic, m.partition});
+          position != positions_.end() && m.offset > position->second) {
+        NoteGap(position->first, position->second, m.offset);
+      }
       positions_[{m.topic, m.partition}] = m.offset + 1;
       ++by_topic[m.topic];
       out.push_back(std::move(m));
@@ -539,6 +543,32 @@ StatusOr<std::vector<SourceMessage>> KafkaSource::Poll(size_t max_messages,
     return result;
   }
   return out;
+}
+
+void KafkaSource::NoteGap(const TopicPartitionRef& ref, int64_t position, int64_t offset) {
+  // A gap in the offsets returned is normal for transaction markers,
+  // aborted records (read_committed) and compaction; only the part below the
+  // log start left before it was read. The log start is librdkafka's cached
+  // one, updated by the fetch response that brought this message.
+  int64_t low = RdKafka::Topic::OFFSET_INVALID;
+  int64_t high = RdKafka::Topic::OFFSET_INVALID;
+  if (consumer_->get_watermark_offsets(ref.topic, ref.partition, &low, &high) !=
+          RdKafka::ERR_NO_ERROR ||
+      low <= position) {
+    return;
+  }
+  const int64_t lost = std::min(low, offset) - position;
+  {
+    std::lock_guard<std::mutex> lock(stats_mutex_);
+    stats_.lost_by_topic[ref.topic] += lost;
+  }
+  // Offsets and counts are stream volume (public), nothing of a record.
+  Log(LogLevel::kWarning, kComponent,
+      Describe(ref) + ": offsets " + std::to_string(position) + " to " +
+          std::to_string(position + lost - 1) + " (" + std::to_string(lost) +
+          " record(s)) left the log (retention or deleted records) before they were read; "
+          "reading goes on at offset " + std::to_string(offset) +
+          " (vipsd_records_lost_total counts them)");
 }
 
 void KafkaSource::UpdateLag() {

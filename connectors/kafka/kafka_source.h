@@ -174,6 +174,10 @@ struct KafkaSourceStats {
   int64_t assigned_now = 0;          // size of the current assignment
   int64_t resume_offsets_applied = 0;
   int64_t commits = 0;               // successful synchronous commits
+  // Offsets that left the log (retention, or records deleted with the
+  // admin API) before this consumer read them, by topic: the gap between
+  // where it had read to and the log start it then read from.
+  std::map<std::string, int64_t> lost_by_topic;
 };
 
 class KafkaSource {
@@ -253,6 +257,9 @@ class KafkaSource {
   void RecordCommittedOffsets(RdKafka::KafkaConsumer* consumer,
                               const std::vector<TopicPartitionRef>& refs);
   void UpdateLag();
+  // A message at `offset` after the partition's position: counts and logs
+  // the offsets below the log start that were never read.
+  void NoteGap(const TopicPartitionRef& ref, int64_t position, int64_t offset);
   void CountError(const std::string& kind, const std::string& log_text);
   void RecordFatal(const std::string& text);
   Status CommitStored(const char* when);
