@@ -37,6 +37,9 @@ else
     python3-venv python3-pip python3-setuptools python3-confluent-kafka
     # libFuzzer targets (scripts/fuzz.sh): clang with its sanitizer runtimes
     clang libclang-rt-14-dev
+    # the Apache Kafka broker the suite tests against (scripts/kafka_broker.sh:
+    # its jars come from Maven Central, it runs on this JRE)
+    openjdk-17-jre-headless maven
   )
 fi
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The one command that runs the whole vipsd test suite:
-#   installs missing packages, builds, runs every test with ctest, then
+#   installs missing packages, fetches the Apache Kafka broker the Kafka
+#   tests run against (scripts/kafka_broker.sh; ctest starts and stops it
+#   as the fixture real_kafka), builds, runs every test with ctest, then
 #   builds the libFuzzer targets (clang, ASan + UBSan) and runs each for
 #   VIPSD_FUZZ_SECONDS (default 30; 0 skips) on its seed and regression
 #   corpus (scripts/fuzz.sh, fuzz/README.md), then runs the concurrent
@@ -12,6 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+scripts/kafka_broker.sh fetch
 san=${VIPSD_SANITIZE:-}
 dir=build${san:+-$san}
 scripts/build.sh "$dir"
