@@ -345,6 +345,46 @@ std::vector<std::string> KafkaClientWarnings(const config::VipsdConfig& config) 
   return warnings;
 }
 
+namespace {
+
+// Refuses a compacted input topic (a window read again after a restart or a
+// takeover must be the window that was stepped); warns about a topic whose
+// records the timestamp policy would dead-letter.
+Status CheckInputTopicConfigs(connectors::KafkaLogObserver& observer,
+                              const config::VipsdConfig& config) {
+  auto described = observer.TopicConfigs();
+  if (!described.ok()) {
+    // librdkafka's mock cluster has no DescribeConfigs; a broker that
+    // cannot answer now is asked again at the next start.
+    Log(LogLevel::kInfo, "kafka",
+        "the input topics' configuration could not be read, so cleanup.policy and "
+        "message.timestamp.type were not checked: " + described.status().ToString());
+    return Status::Ok();
+  }
+  for (const auto& [topic, configs] : *described) {
+    const auto policy = configs.find("cleanup.policy");
+    if (policy != configs.end() && policy->second.find("compact") != std::string::npos) {
+      return FailedPreconditionError(
+          config.file + ":" + std::to_string(config.line_of("source.topics")) +
+          ": source.topics: topic " + topic + " has cleanup.policy=" + policy->second +
+          ": compaction removes records from a partition's past, so a window read again after "
+          "a restart or a takeover would not be the window that was stepped; input topics "
+          "need cleanup.policy=delete");
+    }
+    const auto type = configs.find("message.timestamp.type");
+    if (config.source_timestamps == "log_append_time" && type != configs.end() &&
+        type->second != "LogAppendTime") {
+      Log(LogLevel::kWarning, "kafka",
+          "topic " + topic + " has message.timestamp.type=" + type->second +
+              ": under source.timestamps: log_append_time its records are dead-lettered as "
+              "untrusted_timestamp; set the topic's message.timestamp.type=LogAppendTime");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<InputSource>> NewKafkaInput(const config::VipsdConfig& config,
                                                      const std::string& bootstrap_servers,
                                                      ResumeOffsetFn resume, Metrics* metrics) {
@@ -355,6 +395,7 @@ StatusOr<std::unique_ptr<InputSource>> NewKafkaInput(const config::VipsdConfig& 
   observer_options.properties = config.kafka.properties;
   VIPSD_ASSIGN_OR_RETURN(auto observer,
                          connectors::KafkaLogObserver::Create(std::move(observer_options)));
+  VIPSD_RETURN_IF_ERROR(CheckInputTopicConfigs(*observer, config));
   if (!config.work_topic.empty() && !config.work_partitions) {
     return std::unique_ptr<InputSource>(new KafkaObserverInput(std::move(observer), metrics));
   }

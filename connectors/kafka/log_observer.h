@@ -63,6 +63,12 @@ class KafkaLogObserver {
   // Every partition of every topic, with its bounds now.
   StatusOr<std::map<TopicPartitionRef, PartitionBounds>> Observe();
 
+  // Each topic's configuration as the brokers state it (DescribeConfigs:
+  // name -> value, e.g. "cleanup.policy" -> "delete"). A topic that does
+  // not exist (yet) is left out. UNAVAILABLE when the brokers cannot answer
+  // or do not support the request (librdkafka's mock cluster).
+  StatusOr<std::map<std::string, std::map<std::string, std::string>>> TopicConfigs();
+
  private:
   class Callbacks;
   explicit KafkaLogObserver(KafkaLogObserverOptions options);

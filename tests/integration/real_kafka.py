@@ -21,23 +21,10 @@ SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__f
 sys.path.insert(0, os.path.join(SOURCE_DIR, "tools"))
 sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "harness"))
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import Consumer, KafkaException, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
-
-_START = time.monotonic()
-
-
-class Failure(AssertionError):
-    pass
-
-
-def check(condition, message):
-    if not condition:
-        raise Failure(message)
-
-
-def log(message):
-    print("[%8.2f] %s" % (time.monotonic() - _START, message), flush=True)
+# The harnesses' failure, check and log (tests/harness/harness.py).
+from harness import HarnessFailure as Failure, check, log  # noqa: E402,F401
 
 
 class Broker:
@@ -64,7 +51,11 @@ class Broker:
         futures = self.admin.create_topics(
             [NewTopic(name, num_partitions=partitions, replication_factor=1,
                       config=dict(config or {}))], operation_timeout=30)
-        futures[name].result(timeout=60)
+        try:
+            futures[name].result(timeout=60)
+        except KafkaException as error:
+            if error.args[0].code() != 36:  # TOPIC_ALREADY_EXISTS: the test's own, reused
+                raise
         # Metadata reaches the broker's own cache a moment after the controller
         # committed the topic: wait until a client sees every partition.
         deadline = time.monotonic() + 30
@@ -144,7 +135,8 @@ class Broker:
 def kcat_lines(bootstrap, topic, fmt):
     """A topic read by kcat (an independent client), one line per record."""
     result = subprocess.run(["kcat", "-C", "-b", bootstrap, "-t", topic, "-o", "beginning",
-                             "-e", "-q", "-f", fmt], capture_output=True, timeout=120)
+                             "-e", "-q", "-X", "fetch.wait.max.ms=10", "-f", fmt],
+                            capture_output=True, timeout=120)
     check(result.returncode == 0, "kcat could not read %s: %s" % (topic, result.stderr[-500:]))
     return result.stdout.decode("utf-8", "replace").splitlines()
 
@@ -152,7 +144,8 @@ def kcat_lines(bootstrap, topic, fmt):
 def kcat_dump(bootstrap, topic):
     """The topic in the reference decoder's kcat format."""
     result = subprocess.run(["kcat", "-C", "-b", bootstrap, "-t", topic, "-o", "beginning",
-                             "-e", "-q", "-f", "vipsd-kcat %p %o %K %S\\n%k\\n%h\\n%s\\n"],
+                             "-e", "-q", "-X", "fetch.wait.max.ms=10",
+                             "-f", "vipsd-kcat %p %o %K %S\\n%k\\n%h\\n%s\\n"],
                             capture_output=True, timeout=120)
     check(result.returncode == 0, "kcat could not read %s: %s" % (topic, result.stderr[-500:]))
     return result.stdout

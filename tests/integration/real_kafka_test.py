@@ -19,11 +19,12 @@ import math
 import os
 import signal
 import sys
-import threading
 import time
 
-from real_kafka import (Producer, Vipsd, check, dead_letters, decoded_releases, log,
-                        run_cases, wait_for)
+from confluent_kafka import Producer
+from real_kafka import (Vipsd, check, dead_letters, decoded_releases, log, run_cases,
+                        wait_for)
+from harness import document  # a small LDA document (tests/harness/harness.py)
 
 SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEMO = os.path.join(SOURCE_DIR, "config", "examples", "demo")
@@ -263,11 +264,6 @@ metrics: {listen: "%(metrics)s"}
     return config, names
 
 
-def document(i):
-    words = ["apple banana apple cherry", "date elder fig fig", "cherry fig apple date"]
-    return '{"id": %d, "text": "%s"}' % (i, words[i % len(words)])
-
-
 def produce(broker, topic, values, partition=0):
     producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5,
                          "message.max.bytes": 2000000})
@@ -422,7 +418,40 @@ def case_transactions(broker, vipsd, work):
         daemon.stop()
 
 
+def case_compacted(broker, vipsd, work):
+    """A compacted input topic is refused at start (a window read again
+    after a restart or a takeover must be the window that was stepped), with
+    a message naming the key, the topic and the policy; a CreateTime topic
+    under log_append_time is warned about."""
+    for policy in ("compact", "compact,delete"):
+        docs = broker.create_topic("docs-%s" % policy.replace(",", "-"), 1,
+                                   {"cleanup.policy": policy})
+        config, _ = small_config(broker, work, docs)
+        daemon = Vipsd(vipsd, config, os.path.join(work, "vipsd-%s.log" % policy))
+        code = daemon.wait(60)
+        daemon.stop()
+        text = daemon.text()
+        check(code not in (None, 0), "a %s input topic was not refused (exit %s):\n%s" %
+              (policy, code, daemon.tail()))
+        expected = "source.topics: topic %s has cleanup.policy=%s" % (docs, policy)
+        check(expected in text, "the refusal does not say %r:\n%s" % (expected, daemon.tail()))
+        check("vipsd.yaml:" in text.split(expected)[0].splitlines()[-1],
+              "the refusal names no file:line:\n" + daemon.tail())
+        log("cleanup.policy=%s refused (exit %d)" % (policy, code))
+    # CreateTime under log_append_time: started, with a warning at start.
+    docs = broker.create_topic("docs-create-time", 1, {"message.timestamp.type": "CreateTime"})
+    config, _ = small_config(broker, work, docs)
+    daemon = Vipsd(vipsd, config, os.path.join(work, "vipsd-create-time.log"))
+    try:
+        check(wait_for(lambda: "message.timestamp.type=CreateTime" in daemon.text() or
+                       not daemon.alive(), 30), "no warning about CreateTime:\n" + daemon.tail())
+        check(daemon.alive(), "vipsd exited:\n" + daemon.tail())
+    finally:
+        daemon.stop()
+
+
 CASES = {
+    "compacted": case_compacted,
     "log_append_time": case_log_append_time,
     "retention": case_retention,
     "transactions": case_transactions,
