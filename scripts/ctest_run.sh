@@ -10,7 +10,9 @@
 # mock keeps a pending JoinGroup response of a member whose connection
 # closed, and asserts when that member joins again). In
 # harness.failover_shared, on 2 cores, it aborted in 2 of 3 local runs on
-# 2026-11-27, after kill as well as pause events. If every failed test
+# 2026-11-27, after kill as well as pause events; the failover harnesses now
+# run on a real Apache Kafka broker, and the tests that still rejoin groups
+# on the mock are in-process (daemon_kafka_test). If every failed test
 # failed with one of these aborts, and no sanitizer or UBSan report is in
 # the output, the failed tests run again, up to five more times, and the
 # last result counts. Anything else fails as it is.

@@ -101,8 +101,11 @@ transaction.state.log.min.isr=1
 transaction.state.log.num.partitions=4
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
-# Tests join groups often: no initial rebalance delay.
+# Tests join groups often: no initial rebalance delay, and session timeouts
+# down to 1 s (the tests' daemons notice a dead member within seconds; the
+# broker's default minimum is 6 s).
 group.initial.rebalance.delay.ms=0
+group.min.session.timeout.ms=1000
 # Retention tests: segments are checked every second and deleted at once.
 log.retention.check.interval.ms=1000
 log.segment.delete.delay.ms=0

@@ -109,14 +109,16 @@ def read_latest_from_kafka(bootstrap_servers, topic, timeout=30.0, config=None):
         if topic not in metadata.topics or metadata.topics[topic].error is not None:
             raise ReleaseError("topic %s not found on %s" % (topic, bootstrap_servers))
         partitions = sorted(metadata.topics[topic].partitions)
-        ends = {}
+        ends, starts = {}, {}
         for p in partitions:
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
             if high > low:
-                ends[p] = high
+                ends[p], starts[p] = high, low
         if not ends:
             return None
-        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+        # From each partition's log start: offset 0 may have left it
+        # (retention), and an out-of-range offset would reset to the end.
+        consumer.assign([TopicPartition(topic, p, starts[p]) for p in ends])
         messages = {p: [] for p in ends}
         deadline = time.monotonic() + timeout
         while any(not messages[p] or messages[p][-1].offset + 1 < ends[p] for p in ends):

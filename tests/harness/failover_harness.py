@@ -29,7 +29,17 @@ partitions move through ordinary rebalances when it dies, restarts or
 joins, and a fourth process joins mid-run (a worker added). Also checked:
 partial sums computed by other processes were merged into steps.
 
-Usage: failover_harness.py --vipsd BIN --mock-kafka BIN [--events N] [--shared]
+With --real-kafka the cluster is a real Apache Kafka broker of the
+harness's own (scripts/kafka_broker.sh; topics stamped LogAppendTime, the
+daemons on the default source.timestamps), instead of vipsd-mock-kafka.
+
+--assignment cooperative-sticky makes the consumer group rebalance
+incrementally (librdkafka's default, range/roundrobin, is eager);
+--broker-restart restarts the real broker once, a third into the events
+(the job must go on by itself once it is back).
+
+Usage: failover_harness.py --vipsd BIN (--mock-kafka BIN | --real-kafka) [--events N] [--shared]
+                           [--assignment STRATEGY] [--broker-restart]
 Environment: VIPSD_HARNESS_SEED fixes the random schedule;
 VIPSD_FAILOVER_EVENTS is the default of --events (8).
 """
@@ -104,20 +114,32 @@ class Member:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--vipsd", required=True)
-    parser.add_argument("--mock-kafka", required=True)
+    cluster = parser.add_mutually_exclusive_group(required=True)
+    cluster.add_argument("--mock-kafka")
+    cluster.add_argument("--real-kafka", action="store_true",
+                         help="a real Apache Kafka broker (scripts/kafka_broker.sh)")
     parser.add_argument("--events", type=int,
                         default=int(os.environ.get("VIPSD_FAILOVER_EVENTS", "8")))
     parser.add_argument("--shared", action="store_true",
                         help="state.work_topic: the standbys work for the owner")
+    parser.add_argument("--assignment", default=None,
+                        help="the consumers' partition.assignment.strategy")
+    parser.add_argument("--broker-restart", action="store_true",
+                        help="restart the real broker once mid-run (needs --real-kafka)")
     args = parser.parse_args()
+    if args.broker_restart and not args.real_kafka:
+        parser.error("--broker-restart needs --real-kafka")
     rng = harness.seeded_random()
     work = os.path.join(os.environ.get("TMPDIR", "/tmp"), "vipsd-failover-%d" % os.getpid())
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    kafka = harness.MockKafka(args.mock_kafka, 1, [("docs", 6 if args.shared else 2),
-                                                   ("releases", 1), ("dead", 1), ("alerts", 1),
-                                                   ("ledger", 1), ("work", 2)],
-                              log_path=os.path.join(work, "mock-kafka.log"))
+    topics = [("docs", 6 if args.shared else 2), ("releases", 1), ("dead", 1), ("alerts", 1),
+              ("ledger", 1), ("work", 2)]
+    if args.real_kafka:
+        kafka = harness.RealKafka(os.path.join(work, "kafka"), topics)
+    else:
+        kafka = harness.MockKafka(args.mock_kafka, 1, topics,
+                                  log_path=os.path.join(work, "mock-kafka.log"))
     members = []
 
     def new_member(i):
@@ -126,7 +148,8 @@ def main():
         # process its own (a standby consumes nothing).
         group = "vipsd-failover-%d" % os.getpid() if args.shared else \
             "vipsd-failover-%d-%d" % (os.getpid(), i)
-        config = harness.write_setup(directory, kafka.bootstrap, group)
+        config = harness.write_setup(directory, kafka.bootstrap, group,
+                                     timestamps=getattr(kafka, "timestamps", "create_time"))
         with open(config) as f:
             text = f.read()
         text = text.replace(
@@ -134,6 +157,10 @@ def main():
             "state:\n  directory: state\n  ledger_topic: ledger\n  ledger_key: job\n"
             "  standby_takeover_seconds: %s\n%s" %
             (TAKEOVER_SECONDS, "  work_topic: work\n" if args.shared else ""))
+        if args.assignment:
+            text = text.replace("  consumer_properties:\n",
+                                "  consumer_properties:\n    partition.assignment.strategy: "
+                                "\"%s\"\n" % args.assignment)
         with open(config, "w") as f:
             f.write(text)
         return Member(i, args.vipsd, config, work)
@@ -149,7 +176,7 @@ def main():
 
         last = {"next_step": 1, "epsilon_spent": 0.0}
         counts = {"kills": 0, "pauses": 0, "standby_kills": 0, "fenced_exits": 0,
-                  "takeovers": 0, "late_releases": 0}
+                  "takeovers": 0, "late_releases": 0, "broker_restarts": 0}
         max_step_seen = 0
 
         def owner_epoch():
@@ -214,6 +241,16 @@ def main():
                 members.append(new_member(PROCESSES))
                 members[-1].start()
                 counts["added"] = 1
+            if args.broker_restart and event == max(1, args.events // 3):
+                # The broker goes away under every process and comes back on
+                # the same ports and data: the job goes on by itself.
+                before = last["next_step"]
+                kafka.restart()
+                counts["broker_restarts"] += 1
+                report = wait_for_progress(before, deadline_seconds=120)
+                report, releases = check_invariants(counts["pauses"] > 0)
+                log("broker restarted: next_step=%d epsilon=%.4f releases=%d" %
+                    (report["next_step"], report["epsilon_spent"], releases))
             if rng.random() < 0.5:
                 batch = harness.record_batch(next_record, rng.randint(5, 20))
                 check(harness.produce(kafka.bootstrap, "docs", batch), "kcat produce")
@@ -306,12 +343,12 @@ def main():
                 "workers; %d starts continued from the last plan's model (%d takeovers); a worker "
                 "added mid-run: %s" % (local, remote, continued, counts["takeovers"],
                                        bool(counts.get("added"))))
-        log("PASS: %d events (%d owner kills, %d pauses with a fenced exit, %d standby kills), "
-            "%d takeovers, record next_step=%d epsilon=%.4f from %d ledger-topic entries, "
-            "%d late release(s) after pauses, one content per release id" %
-            (args.events, counts["kills"], counts["pauses"], counts["standby_kills"],
-             counts["takeovers"], last["next_step"], last["epsilon_spent"], entries,
-             counts["late_releases"]))
+        log("PASS: %d events (%d owner kills, %d pauses with a fenced exit, %d standby kills, "
+            "%d broker restarts), %d takeovers, record next_step=%d epsilon=%.4f from %d "
+            "ledger-topic entries, %d late release(s) after pauses, one content per release id"
+            % (args.events, counts["kills"], counts["pauses"], counts["standby_kills"],
+               counts["broker_restarts"], counts["takeovers"], last["next_step"],
+               last["epsilon_spent"], entries, counts["late_releases"]))
         return 0
     except harness.HarnessFailure as failure:
         log("FAIL: %s" % failure)

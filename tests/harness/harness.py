@@ -123,6 +123,62 @@ class MockKafka:
                 self.proc.wait()
 
 
+class RealKafka:
+    """A real Apache Kafka broker of the harness's own (scripts/kafka_broker.sh
+    start DIRECTORY: KRaft, one node, loopback), with the topics created by
+    the admin API (Debian's python3-confluent-kafka) as production topics
+    are: message.timestamp.type=LogAppendTime, so the daemons run with the
+    default source.timestamps: log_append_time. Same interface as MockKafka
+    where the harnesses use it (bootstrap, describe, close)."""
+
+    timestamps = "log_append_time"
+
+    def __init__(self, directory, topics):
+        script = os.path.join(SOURCE_DIR, "scripts", "kafka_broker.sh")
+        self.script, self.directory = script, directory
+        result = run([script, "start", directory], timeout=300)
+        check(result.returncode == 0, "the Kafka broker did not start: %s" %
+              result.stderr.decode(errors="replace")[-2000:])
+        with open(os.path.join(directory, "bootstrap")) as f:
+            self.bootstrap = f.read().strip()
+        from confluent_kafka.admin import AdminClient, NewTopic
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        futures = admin.create_topics(
+            [NewTopic(name, num_partitions=partitions, replication_factor=1,
+                      config={"message.timestamp.type": "LogAppendTime"})
+             for name, partitions in topics], operation_timeout=30)
+        for name, future in futures.items():
+            future.result(timeout=60)
+        deadline = time.monotonic() + 30
+        wanted = dict(topics)
+        while time.monotonic() < deadline:
+            metadata = admin.list_topics(timeout=10).topics
+            if all(name in metadata and len(metadata[name].partitions) == n
+                   for name, n in wanted.items()):
+                break
+            time.sleep(0.1)
+        log("Apache Kafka at %s (%s)" % (self.bootstrap, directory))
+
+    def describe(self):
+        path = os.path.join(self.directory, "broker.log")
+        tail = ""
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                tail = f.read()[-4000:].decode("utf-8", "replace")
+        return "kafka broker in %s%s" % (self.directory, ("\n" + tail) if tail else "")
+
+    def restart(self):
+        """Stops the broker (SIGTERM, a controlled shutdown) and starts it
+        again on the same ports and data, as an operator's rolling restart
+        of a one-node cluster would."""
+        result = run([self.script, "restart", self.directory], timeout=300)
+        check(result.returncode == 0, "the Kafka broker did not restart: %s" %
+              result.stderr.decode(errors="replace")[-2000:])
+
+    def close(self):
+        run([self.script, "stop", self.directory], timeout=120)
+
+
 class Vipsd:
     """One vipsd process; stderr and stdout appended to `log_path`."""
 
@@ -179,10 +235,17 @@ def produce(bootstrap, topic, records):
 
 
 KCAT_FORMAT = "vipsd-kcat %p %o %K %S\\n%k\\n%h\\n%s\\n"
+# kcat -e stops at a partition's end only when a fetch comes back empty
+# there. A real broker holds a fetch at the end for fetch.wait.max.ms
+# (500 ms by default) and answers as soon as a record arrives, so on a topic
+# written more often than that (a ledger topic, every step) -e never
+# stops; the mock cluster answers at once. Every kcat read here asks for a
+# short wait.
 
 
 def dump_topic(bootstrap, topic):
     result = run(["kcat", "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-q",
+                  "-X", "fetch.wait.max.ms=10",
                   "-f", KCAT_FORMAT], timeout=120)
     check(result.returncode == 0, "kcat could not read %s: %s" % (topic, result.stderr[-500:]))
     return result.stdout
@@ -260,7 +323,10 @@ def free_port():
 
 
 def write_setup(directory, bootstrap, group, metrics_port=None, publish_timeout=10,
-                interval=0.2, extra_kafka="", max_record_bytes=None):
+                interval=0.2, extra_kafka="", max_record_bytes=None, timestamps="create_time"):
+    """A daemon's configuration; timestamps: create_time for the mock
+    cluster (it keeps the producers' stamps), log_append_time for a real
+    broker whose topics stamp on append."""
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, "vocab.txt"), "w") as f:
         f.write("\n".join(VOCABULARY) + "\n")
@@ -292,7 +358,7 @@ source:
   type: kafka
   topics: [docs]
   group_id: %s
-  timestamps: create_time
+  timestamps: %s
 %ssink:
   type: kafka
   topic: releases
@@ -314,7 +380,7 @@ state:
   checkpoint_every: 1
 metrics:
   listen: "%s"
-""" % (interval, group,
+""" % (interval, group, timestamps,
        "  max_record_bytes: %d\n" % max_record_bytes if max_record_bytes else "",
        publish_timeout, bootstrap, extra_kafka,
        "127.0.0.1:%d" % metrics_port if metrics_port else ""))
@@ -340,6 +406,7 @@ def record_batch(start, count, bad_every=7):
 
 def _dump_lines(bootstrap, topic, fmt):
     result = run(["kcat", "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-q",
+                  "-X", "fetch.wait.max.ms=10",
                   "-f", fmt], timeout=120)
     check(result.returncode == 0, "kcat could not read %s: %s" % (topic, result.stderr[-500:]))
     return result.stdout.decode("utf-8", "replace").splitlines()
