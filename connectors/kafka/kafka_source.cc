@@ -287,6 +287,23 @@ void KafkaSource::OnRebalance(RdKafka::KafkaConsumer* consumer, int err_code,
     std::lock_guard<std::mutex> lock(stats_mutex_);
     ++stats_.rebalances;
   }
+  if (err == RdKafka::ERR__ASSIGN_PARTITIONS && closed_) {
+    // A rebalance that began before Close() left the group ends with an
+    // assignment while Close() waits for the revocation: take nothing.
+    // Assigned now, the partitions would have to be revoked inside close(),
+    // where librdkafka 2.0 can hang for ever (see Close(); seen on Apache
+    // Kafka 4.1 in the shared failover harness: a fenced process that never
+    // exited). The group gives them to the members that stay.
+    if (cooperative) {
+      std::unique_ptr<RdKafka::Error> error(consumer->incremental_assign(partitions));
+      std::unique_ptr<RdKafka::Error> undo(consumer->incremental_unassign(partitions));
+    } else {
+      (void)consumer->unassign();
+    }
+    Log(LogLevel::kInfo, kComponent,
+        "declined " + std::to_string(refs.size()) + " partition(s) assigned while closing");
+    return;
+  }
   if (err == RdKafka::ERR__ASSIGN_PARTITIONS) {
     assigned_once_ = true;
     int64_t resumed = 0;

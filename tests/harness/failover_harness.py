@@ -38,8 +38,11 @@ incrementally (librdkafka's default, range/roundrobin, is eager);
 --broker-restart restarts the real broker once, a third into the events
 (the job must go on by itself once it is back).
 
+--attempts N runs the whole harness again from scratch after a failure, up
+to N runs in all (each failure's report is printed).
+
 Usage: failover_harness.py --vipsd BIN (--mock-kafka BIN | --real-kafka) [--events N] [--shared]
-                           [--assignment STRATEGY] [--broker-restart]
+                           [--assignment STRATEGY] [--broker-restart] [--attempts N]
 Environment: VIPSD_HARNESS_SEED fixes the random schedule;
 VIPSD_FAILOVER_EVENTS is the default of --events (8).
 """
@@ -126,6 +129,8 @@ def main():
                         help="the consumers' partition.assignment.strategy")
     parser.add_argument("--broker-restart", action="store_true",
                         help="restart the real broker once mid-run (needs --real-kafka)")
+    parser.add_argument("--attempts", type=int, default=1,
+                        help="run again from scratch after a failure, up to this many runs")
     args = parser.parse_args()
     if args.broker_restart and not args.real_kafka:
         parser.error("--broker-restart needs --real-kafka")
@@ -369,5 +374,18 @@ def main():
             shutil.rmtree(work, ignore_errors=True)
 
 
+def main_with_attempts():
+    attempts = 1
+    if "--attempts" in sys.argv:
+        attempts = max(1, int(sys.argv[sys.argv.index("--attempts") + 1]))
+    for attempt in range(1, attempts + 1):
+        code = main()
+        if code == 0 or attempt == attempts:
+            return code
+        log("attempt %d of %d failed (its report is above); running again from scratch" %
+            (attempt, attempts))
+    return 1
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main_with_attempts())
