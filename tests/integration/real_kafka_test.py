@@ -319,8 +319,12 @@ def case_retention(broker, vipsd, work):
             (caught_up, read, lost))
         check(read + lost == 200 and lost == 50,
               "%s records read and %s lost, expected 150 and 50" % (read, lost))
-        check(caught_up <= 0.5 + 1.0, "reading went on %.2f s after the resume, more than a "
-              "slot (0.5 s) and a second" % caught_up)
+        # Measured 0.55 s (one 0.5 s slot) in a Release build on 2 idle
+        # cores; the bound leaves room for the sanitizer trees and a busy
+        # machine, and still fails a reader that waits for a timeout or a
+        # rebalance (seconds to minutes).
+        check(caught_up <= 2.5, "reading went on %.2f s after the resume, more than five "
+              "slots (0.5 s each)" % caught_up)
         check(" to 149 (%d record(s)) left the log" % lost in daemon.text(),
               "the loss was not logged:\n" + daemon.tail())
         # Nothing stalls: new records, an oversize one among them, are read.
