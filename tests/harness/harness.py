@@ -182,11 +182,11 @@ class RealKafka:
 class Vipsd:
     """One vipsd process; stderr and stdout appended to `log_path`."""
 
-    def __init__(self, binary, config, log_path):
+    def __init__(self, binary, config, log_path, args=()):
         self.log_path = log_path
         self.log_file = open(log_path, "ab")
-        self.proc = subprocess.Popen([binary, "--config", config], stdout=self.log_file,
-                                     stderr=self.log_file)
+        self.proc = subprocess.Popen([binary, "--config", config] + list(args),
+                                     stdout=self.log_file, stderr=self.log_file)
 
     def alive(self):
         return self.proc.poll() is None

@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "harness"))
 from confluent_kafka import Consumer, KafkaException, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 # The harnesses' failure, check and log (tests/harness/harness.py).
+import harness  # noqa: E402
 from harness import HarnessFailure as Failure, check, log  # noqa: E402,F401
 
 
@@ -176,27 +177,8 @@ def dead_letters(bootstrap, topic):
     return out
 
 
-class Vipsd:
-    """One vipsd process; stderr and stdout go to `log_path`."""
-
-    def __init__(self, binary, config, log_path, args=()):
-        self.log_path = log_path
-        self.log_file = open(log_path, "ab")
-        self.proc = subprocess.Popen([binary, "--config", config] + list(args),
-                                     stdout=self.log_file, stderr=self.log_file)
-
-    def alive(self):
-        return self.proc.poll() is None
-
-    def signal(self, sig):
-        if self.alive():
-            self.proc.send_signal(sig)
-
-    def wait(self, timeout):
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None
+class Vipsd(harness.Vipsd):
+    """harness.Vipsd with a clean stop and the log read as text and steps."""
 
     def stop(self):
         if self.alive():
@@ -211,7 +193,7 @@ class Vipsd:
             return f.read().decode("utf-8", "replace")
 
     def tail(self, lines=40):
-        return "\n".join(self.text().splitlines()[-lines:])
+        return self.log_tail(lines)
 
     def steps(self):
         """[(step, slot, window)] of every step line so far."""

@@ -149,7 +149,7 @@ log:
                        or not daemon.alive(), 60),
               "the daemon did not step past slot %d:\n%s" % (last_slot + 3, daemon.tail()))
         check(daemon.alive(), "vipsd exited early:\n" + daemon.tail())
-        daemon.signal(signal.SIGTERM)
+        daemon.kill(signal.SIGTERM)
         code = daemon.wait(60)
         check(code == 0, "vipsd did not stop cleanly on SIGTERM (exit %s):\n%s" %
               (code, daemon.tail()))
@@ -296,7 +296,7 @@ def case_retention(broker, vipsd, work):
               "the daemon did not read the first 100 records:\n" + daemon.tail())
         # Behind: the daemon is stopped while 100 more arrive and the first
         # 50 of them leave the log.
-        daemon.signal(signal.SIGSTOP)
+        daemon.kill(signal.SIGSTOP)
         # A fetch in flight (a long poll of fetch.wait.max.ms, 500 ms) is
         # answered, empty, before the new records arrive.
         time.sleep(1.5)
@@ -304,7 +304,7 @@ def case_retention(broker, vipsd, work):
         broker.delete_records(docs, 0, 150, work)
         low, high = broker.watermarks(docs, 0)
         check((low, high) == (150, 200), "log bounds after DeleteRecords: %s" % ((low, high),))
-        daemon.signal(signal.SIGCONT)
+        daemon.kill(signal.SIGCONT)
         resumed = time.monotonic()
         # Read + lost = 200; exactly the 50 deleted offsets are lost (a
         # fetch answered before the stop could have held some of them: they
