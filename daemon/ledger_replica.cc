@@ -1,5 +1,8 @@
 #include "daemon/ledger_replica.h"
 
+#include <algorithm>
+#include <chrono>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -182,9 +185,12 @@ Status LedgerReplica::AwaitSilence(std::chrono::milliseconds silence,
   if (epoch_ != 0) return FailedPreconditionError("ledger replica: already claimed");
   using Clock = std::chrono::steady_clock;
   Clock::time_point last_seen = Clock::now();  // an entry of the job, or the start
-  Clock::time_point last_read = Clock::now();  // a successful read of the log
   size_t seen = 0;
-  Status last_error = Status::Ok();
+  // While the log cannot be read (a broker restart, a partition without a
+  // leader) nothing is known about the owner: the standby neither takes
+  // over nor gives up; silence counts again from when a read succeeds.
+  std::optional<Clock::time_point> unreadable_since;
+  Clock::time_point warned{};
   for (;;) {
     if (stop()) return CancelledError("stopped while standing by");
     StatusOr<std::pair<int64_t, int64_t>> bounds = log_->Bounds();
@@ -204,9 +210,21 @@ Status LedgerReplica::AwaitSilence(std::chrono::milliseconds silence,
           std::chrono::nanoseconds(activity()))};
       if (other > last_seen) last_seen = other;
     }
+    const Clock::time_point now = Clock::now();
     if (read.ok()) {
-      last_read = Clock::now();
-      if (Clock::now() - last_seen >= silence) {
+      if (unreadable_since.has_value()) {
+        // The owner may have been unable to commit meanwhile too: a whole
+        // silence period from now, not from its last entry.
+        last_seen = std::max(last_seen, now);
+        Log(LogLevel::kInfo, kComponent,
+            "standby: " + log_->Describe() + " readable again after " +
+                std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   now - *unreadable_since)
+                                   .count()) +
+                " ms; silence counts from now");
+        unreadable_since.reset();
+      }
+      if (now - last_seen >= silence) {
         Log(LogLevel::kInfo, kComponent,
             "standby: no entry of job '" + key_ + "' on " + log_->Describe() + " for " +
                 std::to_string(silence.count()) + " ms (" + std::to_string(seen) +
@@ -214,11 +232,17 @@ Status LedgerReplica::AwaitSilence(std::chrono::milliseconds silence,
         return Status::Ok();
       }
     } else {
-      last_error = read;
-      if (Clock::now() - last_read >= silence) {
-        return UnavailableError("standby: " + log_->Describe() + " could not be read for " +
-                                std::to_string(silence.count()) +
-                                " ms; not taking over blindly: " + last_error.ToString());
+      if (!unreadable_since.has_value()) unreadable_since = now;
+      // Said once the outage lasted a silence period, then once a minute:
+      // an operator sees a standby that cannot watch its owner.
+      if (now - *unreadable_since >= silence && now - warned >= std::chrono::minutes(1)) {
+        warned = now;
+        Log(LogLevel::kWarning, kComponent,
+            "standby: " + log_->Describe() + " could not be read for " +
+                std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   now - *unreadable_since)
+                                   .count()) +
+                " ms; not taking over while it cannot see the owner (" + read.ToString() + ")");
       }
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));

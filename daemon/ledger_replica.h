@@ -139,9 +139,11 @@ class LedgerReplica {
   // this call started watching or from the last entry it saw, whichever is
   // later — so that Claim can take over from an owner that stopped
   // committing (dead, paused or partitioned away; a live owner commits every
-  // slot). CANCELLED as soon as `stop()` returns true; UNAVAILABLE if the log
-  // cannot be read for `silence` either (a standby does not take over
-  // blindly). Call before Claim.
+  // slot). CANCELLED as soon as `stop()` returns true. While the log cannot
+  // be read it keeps waiting (a standby does not take over blindly, nor
+  // does it give up: a broker restart is routine), with a warning once the
+  // outage lasted `silence` and once a minute after; silence then counts
+  // from the first successful read. Call before Claim.
   // `activity`, if given, is the steady-clock time (ns since its epoch; 0:
   // none) of the owner's last other sign of life — a working standby's last
   // plan from the coordinator (daemon/work_exchange.h), so that a

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "tests/testing/memory_ledger_log.h"
@@ -178,6 +179,36 @@ TEST(LedgerReplicaTest, AStandbyWaitsForSilenceThenClaims) {
   auto other = Process(log);
   EXPECT_EQ(other->AwaitSilence(std::chrono::seconds(60), [] { return true; }).code(),
             StatusCode::kCancelled);
+}
+
+// A broker restart makes the ledger topic unreadable for a while: the
+// standby neither takes over (it cannot see the owner) nor gives up, and
+// counts a whole silence period again once it can read.
+TEST(LedgerReplicaTest, AStandbyWaitsOutAnUnreadableLogAndCountsSilenceAfterIt) {
+  MemoryLog log;
+  auto owner = Process(log);
+  ASSERT_TRUE(owner->Claim(std::nullopt, "f").ok());
+  ASSERT_TRUE(owner->Commit(Steps(1)).ok());
+  auto standby = Process(log);
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  log.unreadable = true;  // from the start, for 4 silence periods
+  std::optional<Clock::time_point> readable_at;
+  const Status silent = standby->AwaitSilence(std::chrono::milliseconds(300), [&] {
+    if (!readable_at.has_value() && Clock::now() - start >= std::chrono::milliseconds(1200)) {
+      log.unreadable = false;
+      readable_at = Clock::now();
+    }
+    return false;
+  });
+  ASSERT_TRUE(silent.ok()) << silent.ToString();
+  ASSERT_TRUE(readable_at.has_value());
+  // Not during the outage, and a whole silence period after it ended
+  // although the owner's last entry is far older.
+  EXPECT_GE(Clock::now() - *readable_at, std::chrono::milliseconds(300));
+  auto got = standby->Claim(std::nullopt, "g");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ((*got)->next_step, 2);
 }
 
 TEST(LedgerReplicaTest, ANewOwnerFencesTheOldOneWhichThenCommitsNothing) {

@@ -12,10 +12,12 @@ namespace vipsd::daemon {
 
 // An in-memory ordered log shared by several replicas (the processes).
 // `before_append` runs once before the next append: it interleaves another
-// process's actions at the worst moment.
+// process's actions at the worst moment. While `unreadable`, reads fail
+// UNAVAILABLE (a broker down).
 struct MemoryLog {
   std::vector<LedgerLogEntry> entries;
   int64_t first = 0;
+  bool unreadable = false;
   std::function<void()> before_append;
 };
 
@@ -24,6 +26,7 @@ class MemoryLedgerLog final : public LedgerLog {
   explicit MemoryLedgerLog(MemoryLog* log) : log_(log) {}
   std::string Describe() const override { return "memory log"; }
   StatusOr<std::pair<int64_t, int64_t>> Bounds() override {
+    if (log_->unreadable) return UnavailableError("memory log: unreadable");
     return std::make_pair(log_->first, static_cast<int64_t>(log_->entries.size()));
   }
   StatusOr<std::vector<LedgerLogEntry>> Read(int64_t from, int64_t to) override {
