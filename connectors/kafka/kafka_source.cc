@@ -4,6 +4,7 @@
 #include <librdkafka/rdkafkacpp.h>
 
 #include <algorithm>
+#include <set>
 #include <string_view>
 #include <thread>
 
@@ -381,7 +382,30 @@ void KafkaSource::OnRebalance(RdKafka::KafkaConsumer* consumer, int err_code,
     if (options_.on_revoked && !refs.empty()) options_.on_revoked(refs);
     RdKafka::ErrorCode unassign_err = RdKafka::ERR_NO_ERROR;
     if (cooperative) {
-      std::unique_ptr<RdKafka::Error> error(consumer->incremental_unassign(partitions));
+      // Only what the consumer holds: partitions declined while closing
+      // (above) are still in the group's assignment, which a leave revokes
+      // whole, but no longer in the consumer's; unassigning one of them
+      // fails (_INVALID_ARG) and librdkafka 2.0 then never finishes the
+      // rebalance, so close() waits for ever (seen on Apache Kafka 4.1 with
+      // cooperative-sticky: a member that never exited after SIGTERM).
+      std::vector<RdKafka::TopicPartition*> held;
+      PartitionList current;
+      if (consumer->assignment(current.items) == RdKafka::ERR_NO_ERROR) {
+        const std::vector<TopicPartitionRef> now = Refs(current.items);
+        const std::set<TopicPartitionRef> holding(now.begin(), now.end());
+        for (RdKafka::TopicPartition* tp : partitions) {
+          if (holding.count({tp->topic(), tp->partition()}) > 0) held.push_back(tp);
+        }
+      } else {
+        held = partitions;
+      }
+      if (held.size() != partitions.size()) {
+        Log(LogLevel::kInfo, kComponent,
+            std::to_string(partitions.size() - held.size()) +
+                " revoked partition(s) were no longer held by this consumer (declined while "
+                "closing); unassigning the " + std::to_string(held.size()) + " it holds");
+      }
+      std::unique_ptr<RdKafka::Error> error(consumer->incremental_unassign(held));
       if (error != nullptr) unassign_err = error->code();
     } else {
       unassign_err = consumer->unassign();
