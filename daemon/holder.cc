@@ -377,9 +377,16 @@ Status Holder::Run() {
                 plan.status().ToString() + "; ignored");
         continue;
       }
-      if (plan->job != config_.ledger_key || plan->epoch < highest_epoch_) continue;
-      highest_epoch_ = plan->epoch;
-      if (newest.has_value() && newest->epoch == plan->epoch && plan->step < newest->step) continue;
+      // Aggregators are ordered as the ledger orders owners: epoch, then
+      // owner id (a claim race leaves two under one counter; the lower one
+      // is fenced, and its rounds must not hide the winner's).
+      const std::pair<uint64_t, std::string> aggregator{plan->epoch, plan->owner};
+      if (plan->job != config_.ledger_key || aggregator < highest_aggregator_) continue;
+      highest_aggregator_ = aggregator;
+      if (newest.has_value() && newest->epoch == plan->epoch && newest->owner == plan->owner &&
+          plan->step < newest->step) {
+        continue;
+      }
       newest = std::move(*plan);
     }
     if (newest.has_value()) result = OnPlan(*newest);

@@ -43,6 +43,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "config/config.h"
 #include "core/base/status.h"
@@ -111,7 +112,7 @@ class Holder {
   WorkIo work_;
   Ingest ingest_;
   std::unique_ptr<privacy::GaussianSumMechanism> sum_;  // PRIVATE, Reset every round
-  uint64_t highest_epoch_ = 0;
+  std::pair<uint64_t, std::string> highest_aggregator_{0, ""};  // (epoch, owner) seen
   int64_t joined_for_step_ = -1;  // the last plan step a join was sent for
   // Steady time of the last join sent or plan that named this holder: a
   // holder that hears nothing for kJoinInterval asks again (an aggregator

@@ -127,6 +127,7 @@ uint32_t Ingest::StreamIdLocked(const std::string& stream) {
     stream_names_.push_back(stream);
     staging_.emplace_back();
     next_unread_.push_back(0);
+    kept_from_.push_back(-1);
     target_.push_back(kNoTarget);
     floor_.push_back(0);
   }
@@ -314,8 +315,33 @@ svi::StreamCandidates Ingest::Candidates(const std::string& stream, int64_t low,
 
 void Ingest::DropBelow(const std::string& stream, int64_t low) {
   MutexLock lock(&mutex_);
-  std::deque<Staged>& staged = staging_[StreamIdLocked(stream)];
+  const uint32_t id = StreamIdLocked(stream);
+  std::deque<Staged>& staged = staging_[id];
+  if (kept_from_[id] >= 0 && low < kept_from_[id] && next_unread_[id] > low) {
+    // Records in [low, kept_from_) were read and dropped: read them again.
+    for (const Staged& record : staged) {
+      if (record.offset < target_[id]) --staged_in_window_;
+    }
+    staged_in_window_ = std::max<int64_t>(staged_in_window_, 0);
+    staged.clear();
+    Log(LogLevel::kWarning, kComponent,
+        stream + ": the window now starts at offset " + std::to_string(low) + ", below " +
+            std::to_string(kept_from_[id]) + " where an earlier plan started it (that "
+            "coordinator was replaced); reading the stream again from " + std::to_string(low));
+    next_unread_[id] = low;
+    kept_from_[id] = low;
+    rewinds_[id] = low;
+    rewinding_.insert(id);
+    ++rewind_count_;
+    return;
+  }
   while (!staged.empty() && staged.front().offset < low) staged.pop_front();
+  kept_from_[id] = std::max(kept_from_[id], low);
+}
+
+int64_t Ingest::rewinds() const {
+  MutexLock lock(&mutex_);
+  return rewind_count_;
 }
 
 int64_t Ingest::records_pooled() const {
@@ -342,9 +368,12 @@ void Ingest::Loop() {
   std::set<std::string> paused;
   for (;;) {
     std::set<std::string> pause, resume;
+    std::map<std::string, int64_t> rewind;
     {
       MutexLock lock(&mutex_);
       if (stop_) return;
+      for (const auto& [id, offset] : rewinds_) rewind[stream_names_[id]] = offset;
+      rewinds_.clear();
       // A stream read up to the cut the step thread gathers for is paused,
       // so that records of later slots do not crowd the window's.
       for (uint32_t id = 0; id < stream_names_.size(); ++id) {
@@ -363,6 +392,20 @@ void Ingest::Loop() {
         WaitLocked(lock, std::chrono::milliseconds(100));
         continue;
       }
+    }
+    if (!rewind.empty()) {
+      // Before the next poll: what that returns comes from the new position.
+      for (const auto& [stream, offset] : rewind) {
+        const Status rewound = source_->Rewind(stream, offset);
+        if (!rewound.ok()) {
+          // The window could not be read whole: stop rather than sum it
+          // with records missing (a restart reads from the window starts).
+          Fail(rewound);
+          return;
+        }
+      }
+      MutexLock lock(&mutex_);
+      for (const auto& [stream, offset] : rewind) rewinding_.erase(StreamIdLocked(stream));
     }
     if (!pause.empty()) {
       const Status paused_ok = source_->Pause(pause);
@@ -527,6 +570,7 @@ Status Ingest::IngestBatch(PollBatch& batch) {
     MutexLock lock(&mutex_);
     for (size_t i = 0; i < records.size(); ++i) {
       const uint32_t id = stream_ids_.at(StreamName(records[i].topic, records[i].partition));
+      if (rewinding_.count(id) > 0) continue;  // fetched before the stream's seek
       if (records[i].offset < next_unread_[id]) continue;  // duplicate
       next_unread_[id] = records[i].offset + 1;
       if (decoded[i].has_value()) {
@@ -541,6 +585,7 @@ Status Ingest::IngestBatch(PollBatch& batch) {
     }
     for (const auto& [stream, end] : batch.reached_end) {
       const uint32_t id = StreamIdLocked(stream);
+      if (rewinding_.count(id) > 0) continue;
       next_unread_[id] = std::max(next_unread_[id], end);
     }
     if (!uncovered.empty()) cover_requested_ = true;

@@ -189,8 +189,16 @@ class Ingest {
   svi::StreamCandidates Candidates(const std::string& stream, int64_t low, int64_t high)
       EXCLUDES(mutex_);
   // Worker: drops staged records of `stream` below `low` (never a candidate
-  // again).
+  // again). A `low` below an earlier one whose records were read and dropped
+  // (the window start went back: the plans of a coordinator that was then
+  // fenced ran ahead of the record, and the owner of record plans from
+  // there) reads the stream again from `low`: its staged records are
+  // dropped, and the ingest thread seeks the source there (records fetched
+  // before the seek are discarded), so that a window is never summed with
+  // records missing.
   void DropBelow(const std::string& stream, int64_t low) EXCLUDES(mutex_);
+  // How many times a stream was read again that way (tests).
+  int64_t rewinds() const EXCLUDES(mutex_);
 
   int64_t records_pooled() const EXCLUDES(mutex_);
   int64_t records_rejected() const EXCLUDES(mutex_);
@@ -228,6 +236,14 @@ class Ingest {
   std::vector<std::deque<Staged>> staging_ GUARDED_BY(mutex_);  // by id, by offset
   // Per stream id: every offset below has been read (returned or passed).
   std::vector<int64_t> next_unread_ GUARDED_BY(mutex_);
+  // Per stream id: the highest `low` of DropBelow (−1: none); staged records
+  // cover [kept_from_, next_unread_).
+  std::vector<int64_t> kept_from_ GUARDED_BY(mutex_);
+  // Streams to read again (DropBelow) and where from, until the ingest
+  // thread has sought the source: their records polled before are dropped.
+  std::map<uint32_t, int64_t> rewinds_ GUARDED_BY(mutex_);
+  std::set<uint32_t> rewinding_ GUARDED_BY(mutex_);
+  int64_t rewind_count_ GUARDED_BY(mutex_) = 0;
   // Per stream id: the cut the step thread gathers for (kNoTarget until the
   // slot's cut is known). Staged records below it are window records.
   std::vector<int64_t> target_ GUARDED_BY(mutex_);

@@ -85,6 +85,13 @@ class InputSource {
   // Streams not assigned to this reader are ignored.
   virtual Status Pause(const std::set<std::string>& streams) = 0;
   virtual Status Resume(const std::set<std::string>& streams) = 0;
+  // Reads `stream` again from `offset` (a shared-work process whose window
+  // start went back: daemon/ingest.h DropBelow); a stream not assigned to
+  // this reader resumes there when it is assigned.
+  virtual Status Rewind(const std::string& stream, int64_t offset) {
+    (void)offset;
+    return FailedPreconditionError("this input cannot read " + stream + " again");
+  }
   // The bounds of every stream of the input, read now. `as_of` is the
   // public time the caller observes for (unix seconds): a real log ignores it
   // (the call is made at that time); a test log answers as of that time.

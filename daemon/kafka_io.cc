@@ -90,6 +90,11 @@ class KafkaInput final : public InputSource {
   Status Resume(const std::set<std::string>& streams) override {
     return source_->Resume(Refs(streams));
   }
+  Status Rewind(const std::string& stream, int64_t offset) override {
+    const auto ref = ParseStream(stream);
+    if (!ref.has_value()) return InvalidArgumentError("not a Kafka stream name: " + stream);
+    return source_->Rewind(*ref, offset);
+  }
   StatusOr<std::map<std::string, StreamBounds>> ObserveBounds(double) override {
     return ObserveLogBounds(*observer_, metrics_);
   }

@@ -118,7 +118,7 @@ Status Worker::AdoptPlan(WorkPlan plan) {
       metrics_->work_partials_published_total().Increment(static_cast<double>(published));
     }
   }
-  const std::pair<uint64_t, int64_t> plan_id{plan.epoch, plan.step};
+  const PlanKey plan_id = KeyOf(plan);
   const auto adopt_start = std::chrono::steady_clock::now();
   if (plan_model_of_ != plan_id) {
     // A model first: one of another type or configuration is named as such
@@ -151,7 +151,7 @@ Status Worker::AdoptPlan(WorkPlan plan) {
       if (driver.ok()) driver_ = std::move(*driver);
     }
     if (!restored.ok()) {
-      plan_model_of_ = {0, -1};
+      plan_model_of_ = PlanKey{};
       plan_.reset();
       if (restored.code() == StatusCode::kInvalidArgument) {
         // This process's configuration is not the job's: it must not hold
@@ -178,7 +178,7 @@ Status Worker::AdoptPlan(WorkPlan plan) {
     targets.streams[stream.name] = {stream.high, stream.floor};
   }
   ingest_.SetTargets(targets);
-  const bool same_step = plan_.has_value() && plan_->epoch == plan.epoch && plan_->step == plan.step;
+  const bool same_step = plan_.has_value() && KeyOf(*plan_) == KeyOf(plan);
   if (!same_step) {
     plan_sent_.clear();
   } else {
@@ -202,7 +202,7 @@ Status Worker::RestorePlanModel(const WorkPlan& plan) {
   VIPSD_RETURN_IF_ERROR(bundle_.model->RestoreCheckpoint(model.arrays));
   model.arrays.clear();
   model_header_ = std::move(model);
-  plan_model_of_ = {plan.epoch, plan.step};
+  plan_model_of_ = KeyOf(plan);
   return Status::Ok();
 }
 
@@ -231,11 +231,11 @@ Status Worker::ApplyDelta(const WorkPlan& plan) {
       const Eigen::VectorXd sum,
       privacy::GaussianSumMechanism::DecodeReleased(bundle_.model->statistic_layout(),
                                                     released));
-  plan_model_of_ = {0, -1};  // changed from here on, until it is the plan's
+  plan_model_of_ = PlanKey{};  // changed from here on, until it is the plan's
   applied_ahead_.reset();
   VIPSD_RETURN_IF_ERROR(bundle_.model->MStep(sum, plan.delta_sampling_rate, plan.delta_rho));
   model_header_.step = plan.delta_step;
-  plan_model_of_ = {plan.epoch, plan.step};
+  plan_model_of_ = KeyOf(plan);
   return Status::Ok();
 }
 
@@ -250,13 +250,14 @@ Status Worker::TakeModel(const WorkPlan& plan) {
       // Applied ahead: the same sum, q and ρ on the same base model is the
       // same M-step, so the model held is this plan's bit for bit.
       const AppliedAhead& ahead = *applied_ahead_;
-      if (ahead.epoch == plan.epoch && ahead.base_step == plan.delta_base &&
+      if (ahead.epoch == plan.epoch && ahead.owner == plan.owner &&
+          ahead.base_step == plan.delta_base &&
           ahead.delta_step == plan.delta_step &&
           ahead.sampling_rate == plan.delta_sampling_rate && ahead.rho == plan.delta_rho &&
           plan.delta_sum.empty() && ahead.offset == plan.delta_release_offset) {
         ahead_seconds_ = ahead.seconds;
         applied_ahead_.reset();
-        plan_model_of_ = {plan.epoch, plan.step};
+        plan_model_of_ = KeyOf(plan);
         releases_applied_ahead_.fetch_add(1);
         return Status::Ok();
       }
@@ -271,7 +272,7 @@ Status Worker::TakeModel(const WorkPlan& plan) {
     back.reserve(kPlanModelEvery);  // `at` points into it: never reallocated
     std::optional<WorkPlan> root;
     for (const WorkPlan* at = &plan;
-         plan_model_of_ != std::make_pair(at->epoch, at->delta_base);) {
+         plan_model_of_ != PlanKey{at->epoch, at->owner, at->delta_base};) {
       if (back.size() >= static_cast<size_t>(kPlanModelEvery)) {
         return DataLossError("no plan with the model within " +
                              std::to_string(kPlanModelEvery) + " plans before step " +
@@ -280,7 +281,8 @@ Status Worker::TakeModel(const WorkPlan& plan) {
       VIPSD_ASSIGN_OR_RETURN(const std::string bytes,
                              work_.exchange().ReadAt(at->delta_base_offset));
       VIPSD_ASSIGN_OR_RETURN(WorkPlan earlier, DecodeWorkPlan(bytes));
-      if (earlier.epoch != at->epoch || earlier.step != at->delta_base) {
+      if (earlier.epoch != at->epoch || earlier.owner != at->owner ||
+          earlier.step != at->delta_base) {
         return DataLossError(work_.Describe() + " offset " +
                              std::to_string(at->delta_base_offset) + " is not the plan of step " +
                              std::to_string(at->delta_base));
@@ -301,7 +303,7 @@ Status Worker::TakeModel(const WorkPlan& plan) {
     for (auto it = back.rbegin(); it != back.rend(); ++it) VIPSD_RETURN_IF_ERROR(ApplyDelta(*it));
     return ApplyDelta(plan);
   }();
-  if (!taken.ok()) plan_model_of_ = {0, -1};
+  if (!taken.ok()) plan_model_of_ = PlanKey{};
   return taken;
 }
 
@@ -320,7 +322,7 @@ void Worker::ApplyReleasesAhead(const std::vector<std::pair<int64_t, std::string
     // else (an older plan's, another coordinator's) is left to the plans.
     if (!plan_.has_value() || release->job != plan_->job || release->epoch != plan_->epoch ||
         release->owner != plan_->owner || release->step != plan_->step ||
-        plan_model_of_ != std::make_pair(plan_->epoch, plan_->step)) {
+        plan_model_of_ != KeyOf(*plan_)) {
       continue;
     }
     const auto start = std::chrono::steady_clock::now();
@@ -333,7 +335,7 @@ void Worker::ApplyReleasesAhead(const std::vector<std::pair<int64_t, std::string
               "); the next plan brings it");
       continue;
     }
-    plan_model_of_ = {0, -1};  // changed from here on
+    plan_model_of_ = PlanKey{};  // changed from here on
     const Status stepped =
         bundle_.model->MStep(*sum, release->delta_sampling_rate, release->delta_rho);
     if (!stepped.ok()) {
@@ -346,7 +348,8 @@ void Worker::ApplyReleasesAhead(const std::vector<std::pair<int64_t, std::string
     }
     model_header_.step = release->delta_step;
     applied_ahead_ = AppliedAhead{
-        release->epoch, release->step, release->delta_step, release->delta_sampling_rate,
+        release->epoch, release->owner, release->step, release->delta_step,
+        release->delta_sampling_rate,
         release->delta_rho, offset,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
   }
@@ -357,17 +360,17 @@ std::string Worker::latest_plan_model() {
     // The plan in hand's model again, as a process that lacks it would
     // take it (read back through the plans), not the released step's.
     applied_ahead_.reset();
-    plan_model_of_ = {0, -1};
+    plan_model_of_ = PlanKey{};
     if (!plan_.has_value() || plan_->plan_offset < 0) return "";
     auto bytes = work_.exchange().ReadAt(plan_->plan_offset);
     auto plan = bytes.ok() ? DecodeWorkPlan(*bytes) : StatusOr<WorkPlan>(bytes.status());
-    if (!plan.ok() || plan->epoch != plan_->epoch || plan->step != plan_->step ||
+    if (!plan.ok() || KeyOf(*plan) != KeyOf(*plan_) ||
         !TakeModel(*plan).ok()) {
       return "";
     }
-    plan_model_of_ = {plan->epoch, plan->step};
+    plan_model_of_ = KeyOf(*plan);
   }
-  if (plan_model_of_.second < 0) return "";
+  if (plan_model_of_.step < 0) return "";
   Checkpoint model = model_header_;
   model.arrays = bundle_.model->CheckpointArrays();
   auto encoded = CheckpointStore::Encode(model);
@@ -498,11 +501,16 @@ std::optional<WorkPlan> Worker::NewestPlan(
               plan.status().ToString() + "; ignored");
       continue;
     }
-    if (plan->epoch < highest_epoch_) continue;  // a replaced coordinator's
-    highest_epoch_ = plan->epoch;
+    // Coordinators are ordered as the ledger orders owners: by epoch, then
+    // owner id (two processes that claimed at once share a counter, and the
+    // lower one is fenced at its first commit — after it may have planned
+    // steps this one must not follow, or it would never answer the winner).
+    const std::pair<uint64_t, std::string> coordinator{plan->epoch, plan->owner};
+    if (coordinator < highest_coordinator_) continue;  // a replaced coordinator's
+    highest_coordinator_ = coordinator;
     last_plan_seen_ns_.store(SteadyNowNs());
     const WorkPlan* current = next.has_value() ? &*next : (plan_.has_value() ? &*plan_ : nullptr);
-    if (current != nullptr && current->epoch == plan->epoch &&
+    if (current != nullptr && current->epoch == plan->epoch && current->owner == plan->owner &&
         (plan->step < current->step ||
          (plan->step == current->step && plan->slot < current->slot))) {
       continue;  // older than the plan in hand
@@ -516,10 +524,10 @@ std::optional<WorkPlan> Worker::NewestPlan(
     return next;
   }
   // A reminder: the model (or the released sum) is in the step's plan.
-  if (plan_model_of_ == std::make_pair(next->epoch, next->step)) return next;
+  if (plan_model_of_ == KeyOf(*next)) return next;
   auto full = work_.exchange().ReadAt(next->plan_offset);
   auto decoded = full.ok() ? DecodeWorkPlan(*full) : StatusOr<WorkPlan>(full.status());
-  if (!decoded.ok() || decoded->epoch != next->epoch || decoded->step != next->step) {
+  if (!decoded.ok() || KeyOf(*decoded) != KeyOf(*next)) {
     Log(LogLevel::kWarning, kComponent,
         "the plan of step " + std::to_string(next->step) + " at " + work_.Describe() +
             " offset " + std::to_string(next->plan_offset) + " cannot be read (" +
@@ -546,7 +554,7 @@ Status Worker::Run() {
   while (!control_.stopping()) {
     // Only with the plan's model: after a release applied ahead, the plan's
     // work is over (the coordinator had every partial when it sent it).
-    if (plan_.has_value() && plan_model_of_ == std::make_pair(plan_->epoch, plan_->step)) {
+    if (plan_.has_value() && plan_model_of_ == KeyOf(*plan_)) {
       WorkOnPlan();
     }
     auto messages = work_.Poll(std::chrono::milliseconds(100));

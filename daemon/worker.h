@@ -128,7 +128,16 @@ class Worker {
   // The plan followed, where its model came from, and the partials already
   // appended for it.
   std::optional<WorkPlan> plan_;
-  std::pair<uint64_t, int64_t> plan_model_of_{0, -1};  // (epoch, step) of the model held
+  // A plan as the ledger orders coordinators (epoch, then owner id: a claim
+  // race leaves two owners under one epoch counter) and its step.
+  struct PlanKey {
+    uint64_t epoch = 0;
+    std::string owner;
+    int64_t step = -1;
+    bool operator==(const PlanKey&) const = default;
+  };
+  static PlanKey KeyOf(const WorkPlan& plan) { return {plan.epoch, plan.owner, plan.step}; }
+  PlanKey plan_model_of_;  // the plan whose model is held (step −1: none)
   // A released sum applied ahead (ApplyReleasesAhead): the model held is
   // that of the plan of `base_step` after the M-step of `delta_step` on the
   // sum of the release at `offset` with q and ρ — the model of the next
@@ -137,6 +146,7 @@ class Worker {
   // plan_model_of_ names no plan meanwhile.
   struct AppliedAhead {
     uint64_t epoch = 0;
+    std::string owner;
     int64_t base_step = 0;
     int64_t delta_step = 0;
     double sampling_rate = 0;
@@ -156,7 +166,8 @@ class Worker {
   // The checkpoint header (run id, model type and fingerprint, model step)
   // of the model held, for latest_plan_model; its arrays stay empty.
   Checkpoint model_header_;
-  uint64_t highest_epoch_ = 0;
+  // The highest coordinator (epoch, owner) whose plan was seen.
+  std::pair<uint64_t, std::string> highest_coordinator_{0, ""};
   bool warned_old_plan_ = false;  // a plan of an older vipsd was logged once
   int64_t pending_published_ = 0;  // counted at the next plan (public time)
   // Seconds the last plan took to adopt (decode and restore its model, or

@@ -681,6 +681,20 @@ Status KafkaSource::SetPaused(const std::vector<TopicPartitionRef>& partitions, 
   return Status::Ok();
 }
 
+Status KafkaSource::Rewind(const TopicPartitionRef& partition, int64_t offset) {
+  if (closed_) return FailedPreconditionError("kafka source: rewind after Close");
+  if (assignment_.count(partition) == 0) return Status::Ok();
+  std::unique_ptr<RdKafka::TopicPartition> tp(
+      RdKafka::TopicPartition::create(partition.topic, partition.partition, offset));
+  const RdKafka::ErrorCode err = consumer_->seek(*tp, 5000);
+  if (err != RdKafka::ERR_NO_ERROR) {
+    return UnavailableError("kafka source: seek of " + Describe(partition) + " to offset " +
+                            std::to_string(offset) + " failed: " + ErrorDescription(err));
+  }
+  positions_.erase(partition);
+  return Status::Ok();
+}
+
 Status KafkaSource::CommitStored(const char* when) {
   const RdKafka::ErrorCode err = consumer_->commitSync();
   if (err == RdKafka::ERR_NO_ERROR || err == RdKafka::ERR__NO_OFFSET) {

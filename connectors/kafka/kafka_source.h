@@ -227,6 +227,11 @@ class KafkaSource {
   Status Resume(const std::vector<TopicPartitionRef>& partitions) {
     return SetPaused(partitions, false);
   }
+  // Reads `partition` again from `offset`: a seek if it is assigned now
+  // (messages fetched from the old position are not returned after it);
+  // nothing otherwise (an assignment resumes where the resume_offset
+  // callback says). Ingest thread.
+  Status Rewind(const TopicPartitionRef& partition, int64_t offset);
 
   // Commits the stored offsets of the current assignment synchronously.
   // Nothing stored since the last commit is OK. UNAVAILABLE with the

@@ -242,6 +242,44 @@ TEST(WorkerTest, APlanOfAReplacedCoordinatorIsIgnored) {
   EXPECT_TRUE(result.ok()) << result.ToString();
 }
 
+// Two processes that claimed the job at once share an epoch counter; the
+// ledger orders them by owner id and fences the lower one at its first
+// commit — after it may have planned steps ahead of the record (here step 3,
+// with its windows starting later). The worker follows the winner's plan
+// of an earlier step, reads the windows that now start lower again, and
+// sends bit for bit what one process computes; the loser's plans are
+// ignored from then on. (Seen on Apache Kafka: the worker kept the loser's
+// higher step and the owner waited for ever.)
+TEST(WorkerTest, TheWinnerOfAClaimRaceIsFollowedAndItsLowerWindowStartsReadAgain) {
+  WorkFixture f("worker_claim_race");
+  auto worker = NewWorker(f, f.Partitions({0, 1}), f.options);
+  ASSERT_TRUE(worker.ok());
+  MemoryWorkExchange coordinator(f.work, WorkRole::kCoordinator);
+  Status result = Status::Ok();
+  std::thread run([&] { result = (*worker)->Run(); });
+  const ModelBundle bundle = std::move(BuildModel(f.config)).value();
+  WorkPlan loser = Plan(f, bundle, 4, 3);
+  loser.owner = std::string(32, '1');
+  loser.streams = {{"docs:0", 2, 5, 5}, {"docs:1", 3, 4, 4}};
+  ASSERT_TRUE(coordinator.Append(EncodeWorkPlan(loser)).ok());
+  ASSERT_EQ(Partials(coordinator, 1).size(), 1u);
+  WorkPlan winner = Plan(f, bundle, 4, 2);  // {docs:0 from 0, docs:1 from 1}
+  winner.owner = std::string(32, 'f');
+  ASSERT_TRUE(coordinator.Append(EncodeWorkPlan(winner)).ok());
+  const std::vector<WorkPartial> partials = Partials(coordinator, 1);
+  ASSERT_EQ(partials.size(), 1u) << "no partial for the winner's plan of a lower step";
+  EXPECT_EQ(partials[0].owner, winner.owner);
+  EXPECT_EQ(partials[0].step, 2);
+  EXPECT_EQ(partials[0].sum, Reference(f, winner).at("both"));
+  // The loser reminds: ignored.
+  ASSERT_TRUE(coordinator.Append(EncodeWorkPlan(loser)).ok());
+  std::this_thread::sleep_for(400ms);
+  EXPECT_TRUE(coordinator.Poll(0ms)->empty());
+  (*worker)->RequestStop();
+  run.join();
+  EXPECT_TRUE(result.ok()) << result.ToString();
+}
+
 // Issue 30: a pre-summed partial that overlapped one merged first is
 // refused whole; the coordinator's reminder says how far it has read the
 // partial log, and a worker sums a still-wanted partition again only when

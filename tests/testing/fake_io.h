@@ -138,6 +138,20 @@ class FakeSource : public InputSource {
     for (const auto& stream : streams) paused_.erase(stream);
     return Status::Ok();
   }
+  // As KafkaSource: a seek of an assigned partition; one not assigned yet
+  // starts where the resume callback says.
+  Status Rewind(const std::string& stream, int64_t offset) override {
+    std::lock_guard<std::mutex> lock(topic_->mutex);
+    ++rewinds_;
+    for (auto& [partition, at] : position_) {
+      if (StreamName("docs", partition) == stream) at = offset;
+    }
+    return Status::Ok();
+  }
+  int rewinds() const {
+    std::lock_guard<std::mutex> lock(topic_->mutex);
+    return rewinds_;
+  }
   // Answer ObserveBounds with the log as it is at the call (a real broker),
   // not as of the public time asked for.
   void AnswerAtCallTime() { at_call_time_ = true; }
@@ -167,6 +181,7 @@ class FakeSource : public InputSource {
   std::map<int32_t, int64_t> committed_at_start_;
   std::optional<std::set<int32_t>> assigned_;
   bool at_call_time_ = false;
+  int rewinds_ = 0;
 };
 
 struct Published {
