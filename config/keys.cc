@@ -220,7 +220,9 @@ void AddPrivacy(std::vector<Key>& keys) {
                      .Required()
                      .Live());
   keys.push_back(
-      Number("privacy.delta", VIPSD_MEMBER(driver.delta), OpenFraction, "a number in (0, 1)")
+      Number("privacy.delta", VIPSD_MEMBER(driver.delta), OpenFraction,
+             "a number in (0, 1), at most the delta the state directory is held to (it can "
+             "only go down)")
           .RequiredWhenPrivate());
   keys.push_back(Number("privacy.epsilon_ceiling", VIPSD_MEMBER(driver.epsilon_ceiling), Positive,
                         "a number > 0, at most the ceiling the state directory is held to "

@@ -240,8 +240,12 @@ class Daemon {
   StatusOr<release::Release> BuildRelease(double publish_time) const;
   void Reload();
   // The new configuration applied (true), nothing to change (false), or why
-  // it is refused (nothing changed then).
-  StatusOr<bool> ApplyReload(config::VipsdConfig next, std::vector<std::string>* described);
+  // it is refused (nothing changed then). A lowered ceiling is committed
+  // before the reload counts as applied; `durable` is that commit's failure
+  // (the lower ceiling holds in this process and is committed with the next
+  // step: a tightening is never undone).
+  StatusOr<bool> ApplyReload(config::VipsdConfig next, std::vector<std::string>* described,
+                             Status* durable);
   void UpdateBudgetMetrics() EXCLUDES(status_mutex_);
   std::string AlertJson(const std::string& event, double spent) const;
   svi::DriverConfig DriverConfigFor(const config::VipsdConfig& config) const;

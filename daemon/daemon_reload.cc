@@ -24,8 +24,9 @@ void Daemon::Reload() {
   const double now = WallNow();
   auto next = config::LoadConfigFile(config_.file);
   std::vector<std::string> described;
-  const StatusOr<bool> applied =
-      next.ok() ? ApplyReload(std::move(*next), &described) : StatusOr<bool>(next.status());
+  Status durable = Status::Ok();
+  const StatusOr<bool> applied = next.ok() ? ApplyReload(std::move(*next), &described, &durable)
+                                           : StatusOr<bool>(next.status());
   if (!applied.ok()) {
     Log(LogLevel::kError, kComponent,
         "reload refused, the running configuration stays: " +
@@ -45,11 +46,21 @@ void Daemon::Reload() {
   // The gauges of the new configuration first: whoever sees the success
   // counter move (a scrape, a test) sees them too.
   UpdateBudgetMetrics();
+  if (!durable.ok()) {
+    // Applied (only tighter), but not yet on record: not acknowledged.
+    metrics_->RecordReload(ReloadResult::kFailure, now);
+    Log(LogLevel::kError, kComponent,
+        "reload applied in this process but the lowered epsilon ceiling could not be "
+        "committed (" + durable.ToString() + "); it is committed with the next step, and a "
+        "restart before then is held to the old ceiling: " + changes);
+    return;
+  }
   metrics_->RecordReload(ReloadResult::kSuccess, now);
   Log(LogLevel::kInfo, kComponent, "reload applied: " + changes);
 }
 
-StatusOr<bool> Daemon::ApplyReload(config::VipsdConfig next, std::vector<std::string>* described) {
+StatusOr<bool> Daemon::ApplyReload(config::VipsdConfig next, std::vector<std::string>* described,
+                                   Status* durable) {
   VIPSD_ASSIGN_OR_RETURN(auto changed, config::ChangedReloadableKeys(config_, next, described));
   // The vocabulary file itself must not change either.
   if (bundle_.vocabulary != nullptr) {
@@ -97,9 +108,12 @@ StatusOr<bool> Daemon::ApplyReload(config::VipsdConfig next, std::vector<std::st
                          std::to_string(overflow_capacity_) + " after a window overflow)");
     overflow_ = false;
   }
-  // Only ever lower (CheckReload refused a raise); committed with the next step.
+  // Only ever lower (CheckReload refused a raise), and on record before the
+  // reload is acknowledged: a crash right after it must not lose it.
+  const bool lowered = next.is_private() && next.driver.epsilon_ceiling < state.epsilon_ceiling;
   if (next.is_private()) state.epsilon_ceiling = next.driver.epsilon_ceiling;
   config_ = std::move(next);
+  if (lowered) *durable = keeper_->Commit(driver_->next_step());
   return true;
 }
 

@@ -31,6 +31,7 @@ constexpr std::string_view kHeaderV3 = "vipsd-ledger 3\n";
 constexpr std::string_view kHeaderV4 = "vipsd-ledger 4\n";
 constexpr std::string_view kHeaderV5 = "vipsd-ledger 5\n";
 constexpr std::string_view kHeaderV6 = "vipsd-ledger 6\n";
+constexpr std::string_view kHeaderV7 = "vipsd-ledger 7\n";
 constexpr std::string_view kChecksumPrefix = "blake2b ";
 constexpr std::string_view kRefuse = "; refusing to start from zero";
 
@@ -178,10 +179,12 @@ StatusOr<Ledger> Ledger::Open(const std::string& directory) {
 }
 
 std::string Ledger::Encode(const LedgerState& state) {
-  // Version 6 adds the unit line; a record-level directory stays version 5,
-  // byte for byte what earlier releases wrote.
+  // Version 7 adds the δ line and always has the unit line; version 6 adds
+  // the unit line. A directory that records no δ (never private) is written
+  // as before: version 6 for a unit, else version 5.
   const bool per_unit = state.unit != "record";
-  std::string out(per_unit ? kHeaderV6 : kHeaderV5);
+  const bool with_delta = state.delta > 0;
+  std::string out(with_delta ? kHeaderV7 : per_unit ? kHeaderV6 : kHeaderV5);
   out += "run " + state.run_id + "\n";
   out += "model " + state.model_type + " " + state.model_fingerprint + "\n";
   out += "source " + std::string(SourceKindName(state.source)) + "\n";
@@ -201,7 +204,10 @@ std::string Ledger::Encode(const LedgerState& state) {
          std::to_string(n.fixed_seed_steps) + " " + std::to_string(n.first_fixed_seed_step) + "\n";
   out += "warning_level " + HexDouble(state.warning_level) + "\n";
   out += "ceiling " + HexDouble(state.epsilon_ceiling) + "\n";
-  if (per_unit) {
+  if (with_delta) out += "delta " + HexDouble(state.delta) + "\n";
+  if (with_delta && !per_unit) {
+    out += "unit record\n";
+  } else if (per_unit) {
     out += "unit " + state.unit + (state.unit == "field" ? " " + state.unit_field : "") + " " +
            std::to_string(state.max_records_per_unit) + "\n";
   }
@@ -222,11 +228,12 @@ std::string Ledger::Encode(const LedgerState& state) {
 namespace {
 
 // Version 6's unit line: "unit key CAP" or "unit field NAME CAP".
-Status DecodeUnitLine(Reader& reader, LedgerState& state) {
+Status DecodeUnitLine(Reader& reader, int version, LedgerState& state) {
   std::string line, word;
   VIPSD_RETURN_IF_ERROR(reader.Line(&line));
   std::istringstream words(line);
   std::string kind, field, cap, extra;
+  if (version >= 7 && line == "unit record") return Status::Ok();  // the default
   if (!(words >> word >> kind) || word != "unit" || (kind != "key" && kind != "field")) {
     return reader.Bad("bad unit line (unit key CAP | unit field NAME CAP)");
   }
@@ -247,7 +254,8 @@ Status DecodeUnitLine(Reader& reader, LedgerState& state) {
 }
 
 // The lines before the sections (run, model, source, next_step, mode,
-// schedule (from v4), noise, warning_level, ceiling (from v5), unit (from v6)); `weighted`:
+// schedule (from v4), noise, warning_level, ceiling (from v5), delta (from v7), unit (from
+// v6; always from v7)); `weighted`:
 // a filter-weights section follows ("schedule adaptive weighted").
 Status DecodeLines(Reader& reader, int version, LedgerState& state, bool* weighted) {
   std::string line, word, value;
@@ -354,7 +362,18 @@ Status DecodeLines(Reader& reader, int version, LedgerState& state, bool* weight
       return reader.Bad("bad ceiling value (must be a finite number >= 0)");
     }
   }
-  if (version >= 6) VIPSD_RETURN_IF_ERROR(DecodeUnitLine(reader, state));
+  if (version >= 7) {
+    VIPSD_RETURN_IF_ERROR(reader.Line(&line));
+    std::istringstream words(line);
+    std::string extra;
+    if (!(words >> word >> value) || word != "delta" || (words >> extra)) {
+      return reader.Bad("bad delta line");
+    }
+    if (!ParseHexDouble(value, &state.delta) || !(state.delta > 0 && state.delta < 1)) {
+      return reader.Bad("bad delta value (must be a number in (0, 1))");
+    }
+  }
+  if (version >= 6) VIPSD_RETURN_IF_ERROR(DecodeUnitLine(reader, version, state));
   return Status::Ok();
 }
 
@@ -419,6 +438,7 @@ StatusOr<LedgerState> Ledger::Decode(const std::string& bytes, const std::string
   if (bytes.compare(0, kHeaderV4.size(), kHeaderV4) == 0) version = 4;
   if (bytes.compare(0, kHeaderV5.size(), kHeaderV5) == 0) version = 5;
   if (bytes.compare(0, kHeaderV6.size(), kHeaderV6) == 0) version = 6;
+  if (bytes.compare(0, kHeaderV7.size(), kHeaderV7) == 0) version = 7;
   if (version == 0) return whole.Bad("not a vipsd ledger (bad header)");
   // The checksum line is the last line and covers every byte before it.
   const size_t checksum_at = bytes.rfind(std::string("\n") + std::string(kChecksumPrefix));

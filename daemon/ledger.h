@@ -6,6 +6,8 @@
 //     model type and fingerprint (type, dimensions, vocabulary), the source
 //     kind (kafka | file);
 //   * t, the next step number, and the accounting mode;
+//   * every parameter the charged ε depends on besides the charges: the
+//     ceiling, δ, the privacy unit and its cap, the schedule;
 //   * the noise history: how many steps ran private (σ > 0, secure noise),
 //     non-private (σ = 0) or with fixed-seed noise (NOT private), and the
 //     first step of each kind that is not private — a private run refuses a
@@ -26,7 +28,7 @@
 // crash at any point can lose a release but never undercount ε.
 //
 // Failure: Decode() refuses, with DATA_LOSS naming the file, anything that is
-// not exactly a version-6, 5 or 4 ledger (or a version-3 one, read as
+// not exactly a version-7, 6, 5 or 4 ledger (or a version-3 one, read as
 // schedule adaptive): a corrupt, truncated or checksum-mismatching
 // file, counters beyond 2^53 (far from int64 overflow in any later sum), and
 // the older versions 1 (no checksum) and 2 (no run id or noise history) —
@@ -95,6 +97,14 @@ struct LedgerState {
   // one, or a ledger written before version 5; the next private start
   // records its configured ceiling).
   double epsilon_ceiling = 0;
+  // The δ every ε of this directory is stated at (privacy.delta): recorded
+  // at the first private start and only ever lowered (a start with a larger
+  // δ is refused: it would make every past charge smaller; a smaller one is
+  // recorded before the first step under it). Every ε the daemon, `vipsd
+  // status` and the adaptive filter compute for the directory uses it. 0:
+  // not recorded (a new or never-private directory, or a ledger before
+  // version 7; the next private start records its configured δ, loudly).
+  double delta = 0;
   // The privacy unit this directory's budget protects (privacy.unit;
   // docs/privacy_accounting.md "The privacy unit"): "record", "key" or
   // "field" (then unit_field names the JSON key), and the per-step cap of

@@ -324,10 +324,45 @@ Status CheckCeilingNotRaised(const config::VipsdConfig& config, double held_to) 
       "record of what was spent)");
 }
 
+// δ likewise: every ε of the directory is stated at the δ it records. A
+// larger δ would make every past charge smaller (and the adaptive filter's
+// budgets larger after releases were seen); a smaller one only tightens.
+Status CheckDeltaNotRaised(const config::VipsdConfig& config, double held_to) {
+  if (!config.is_private() || held_to <= 0 || config.driver.delta <= held_to) {
+    return Status::Ok();
+  }
+  return InvalidArgumentError(
+      KeyWhere(config, "privacy.delta") + ShortestNumber(config.driver.delta) +
+      " is above the delta this state directory is held to (" + ShortestNumber(held_to) +
+      "): delta can only be lowered, because every epsilon spent so far is stated at it and a "
+      "larger delta would make past charges smaller; keep privacy.delta: " +
+      ShortestNumber(held_to) + " (or lower), or start a new state directory");
+}
+
 Status AdjustToConfiguration(const config::VipsdConfig& config, SourceKind source_kind,
                              AccountingMode mode, LedgerState& state) {
   VIPSD_RETURN_IF_ERROR(CheckCeilingNotRaised(config, state.epsilon_ceiling));
-  if (config.is_private()) state.epsilon_ceiling = config.driver.epsilon_ceiling;
+  VIPSD_RETURN_IF_ERROR(CheckDeltaNotRaised(config, state.delta));
+  if (config.is_private()) {
+    state.epsilon_ceiling = config.driver.epsilon_ceiling;
+    if (state.delta <= 0 && state.next_step > 1) {
+      // A ledger written before δ was recorded (version 6 and older): the
+      // configured δ is taken as the directory's from now on.
+      Log(LogLevel::kWarning, kComponent,
+          KeyWhere(config, "privacy.delta") + "the ledger does not record a delta (written "
+          "by an earlier vipsd); recording " + ShortestNumber(config.driver.delta) +
+          " for this state directory: every epsilon of it is stated at this delta from now "
+          "on and it can only be lowered. If earlier runs used a smaller delta, stop now and "
+          "configure that one");
+    } else if (state.delta > 0 && config.driver.delta < state.delta) {
+      Log(LogLevel::kInfo, kComponent,
+          KeyWhere(config, "privacy.delta") + "lowering the delta this state directory is "
+          "held to from " + ShortestNumber(state.delta) + " to " +
+          ShortestNumber(config.driver.delta) + " (every epsilon, past ones included, is "
+          "stated at the new delta)");
+    }
+    state.delta = config.driver.delta;
+  }
   if (source_kind == SourceKind::kKafka) {
     // The window may be shortened, never lengthened, on a state directory;
     // the interval may change (slot times already passed keep theirs).

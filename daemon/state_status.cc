@@ -80,8 +80,9 @@ namespace {
 
 using StatusNumber = std::function<std::optional<double>(const char* key)>;
 
-// The ledger: its run, model, mode, noise history and ε (at --delta, or the
-// δ the daemon last wrote to status.json).
+// The ledger: its run, model, mode, noise history and ε (at the δ the ledger
+// records; for an older ledger at --delta, or the δ the daemon last wrote to
+// status.json).
 void ReportLedger(const LedgerState& state, std::optional<double> delta,
                   const StatusNumber& number_in_status, Report& report) {
   report.String("run_id", state.run_id);
@@ -120,8 +121,19 @@ void ReportLedger(const LedgerState& state, std::optional<double> delta,
   // Every step so far ran with secure noise (a fresh directory counts).
   report.Bool("private", !contaminated);
 
+  // The δ the ledger records is the directory's; --delta (or status.json's
+  // δ) only for a ledger that records none (written before version 7).
+  if (state.delta > 0) {
+    if (delta.has_value() && *delta != state.delta) {
+      report.String("delta_option", "ignored: the ledger records delta " +
+                                        ShortestNumber(state.delta) +
+                                        ", at which every epsilon of this directory is stated");
+    }
+    delta = state.delta;
+  }
   if (!delta.has_value()) delta = number_in_status("delta");
-  const std::optional<double> ceiling = number_in_status("epsilon_ceiling");
+  std::optional<double> ceiling = number_in_status("epsilon_ceiling");
+  if (state.epsilon_ceiling > 0) ceiling = state.epsilon_ceiling;
   if (state.mode == AccountingMode::kResidency || (delta.has_value() && *delta > 0 && *delta < 1)) {
     auto spent = LedgerSpent(state, delta.value_or(0.5));
     if (spent.ok()) {

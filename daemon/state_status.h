@@ -7,8 +7,10 @@
 // if present (verified; its step and whether it belongs to the ledger's
 // run), and `DIR/status.json` (written by the running daemon at each slot:
 // δ, ceiling, the last release, the daemon's pid). ε is computed from the
-// ledger by daemon/budget.h — the daemon's own function — at the δ of
-// `--delta`, else the δ in status.json.
+// ledger by daemon/budget.h — the daemon's own function — at the δ the
+// ledger records (the state directory's, privacy.delta); `--delta`, else the
+// δ in status.json, only for a ledger written before δ was recorded (a
+// --delta that differs from the recorded one is reported as ignored).
 //
 // `daemon_running` means a process with status.json's pid exists (a reused
 // pid can mislead; the lock on DIR/lock is the authority, and status does
@@ -33,7 +35,7 @@ namespace vipsd::daemon {
 
 struct StateStatusOptions {
   std::string directory;
-  std::optional<double> delta;  // overrides status.json's
+  std::optional<double> delta;  // for a ledger that records none; overrides status.json's
   bool json = false;
 };
 

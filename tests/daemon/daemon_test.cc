@@ -1267,6 +1267,62 @@ TEST(DaemonTest, ReloadAppliesLiveChangesAndABadReloadKeepsTheOldConfig) {
   EXPECT_NE(manifest.bytes.find("\"sampling_rate\": 0.25"), std::string::npos) << manifest.bytes;
 }
 
+// Issue 49: a lowered ceiling is on record before its reload is
+// acknowledged; a reload whose commit fails is not acknowledged (the lower
+// ceiling holds in the process and is committed with the next step).
+TEST(DaemonTest, ALoweredCeilingIsCommittedBeforeItsReloadIsAcknowledged) {
+  Harness h("reload_ceiling");
+  for (int i = 0; i < 20; ++i) h.topic->Append(0, Document(i));
+  std::atomic<bool> disk_full{false};
+  DaemonHooks hooks;
+  hooks.ledger_fault = [&]() -> Status {
+    if (!disk_full) return Status::Ok();
+    return UnavailableError("write state/ledger.tmp: No space left on device (injected)");
+  };
+  Options options;
+  options.schedule = "adaptive";
+  const std::string path = WriteConfig(h.dir, options);
+  auto daemon = h.Make(path, hooks);
+  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+  Status result = Status::Ok();
+  std::thread runner([&] { result = (*daemon)->Run(); });
+  auto wait = [&](const std::function<bool()>& done) {
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (!done() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(2ms);
+    return done();
+  };
+  ASSERT_TRUE(wait([&] { return (*daemon)->status().steps_run >= 2; }));
+  const std::string text = *connectors::ReadWholeFile(path);
+  auto reload_with_ceiling = [&](const std::string& ceiling) {
+    std::ofstream(path, std::ios::trunc)
+        << std::string(text).replace(text.find("epsilon_ceiling: 1000"), 21,
+                                     "epsilon_ceiling: " + ceiling);
+    (*daemon)->RequestReload();
+  };
+  auto ledger_ceiling = [&]() {
+    auto state = Ledger::Decode(*connectors::ReadWholeFile(h.dir + "/state/ledger"), "ledger");
+    return state.ok() ? state->epsilon_ceiling : -1.0;
+  };
+  // The commit fails: applied in the process, not acknowledged.
+  disk_full = true;
+  reload_with_ceiling("900");
+  ASSERT_TRUE(wait([&] { return h.metrics->config_reloads_total(ReloadResult::kFailure).Value() >= 1; }));
+  EXPECT_EQ(h.metrics->config_reloads_total(ReloadResult::kSuccess).Value(), 0);
+  EXPECT_EQ(h.metrics->privacy_epsilon_ceiling().Value(), 900);  // it holds meanwhile
+  EXPECT_EQ(ledger_ceiling(), 1000);
+  disk_full = false;
+  // Acknowledged only once on record: the file already says so when the
+  // success counter moves.
+  reload_with_ceiling("800");
+  ASSERT_TRUE(wait([&] {
+    return h.metrics->config_reloads_total(ReloadResult::kSuccess).Value() >= 1 &&
+           ledger_ceiling() == 800;
+  }));
+  (*daemon)->RequestStop();
+  runner.join();
+  EXPECT_TRUE(result.ok()) << result.ToString();
+}
+
 TEST(DaemonTest, LogisticRegressionRunsThroughTheSameDaemon) {
   Harness h("blr");
   for (int i = 0; i < 200; ++i) {

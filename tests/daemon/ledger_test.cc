@@ -6,6 +6,7 @@
 #include <fstream>
 #include <functional>
 
+#include "core/base/format.h"
 #include "core/privacy/filter_weights.h"
 #include "core/release/release.h"
 #include "tests/testing/ledger_text.h"
@@ -163,6 +164,56 @@ TEST(LedgerTest, AUnitIsRecordedInVersion6AndAVersion5LedgerIsRecordLevel) {
     body.replace(line, body.find('\n', line) + 1 - line, bad);
     EXPECT_FALSE(Ledger::Decode(Resign(body), "ledger").ok()) << bad;
   }
+}
+
+// Issue 49: δ is part of the record (version 7, with the unit line always
+// present); a version-6 or 5 ledger reads with none recorded.
+TEST(LedgerTest, DeltaIsRecordedInVersion7AndOlderLedgersHaveNone) {
+  LedgerState state = Global(4);
+  state.epsilon_ceiling = 2;
+  state.delta = 1e-6;
+  const std::string bytes = Ledger::Encode(state);
+  EXPECT_EQ(bytes.rfind("vipsd-ledger 7\n", 0), 0u);
+  EXPECT_NE(bytes.find("\nceiling 0x1p+1\ndelta " + HexDouble(1e-6) + "\nunit record\n"),
+            std::string::npos);
+  auto decoded = Ledger::Decode(bytes, "ledger");
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->delta, 1e-6);
+  EXPECT_EQ(decoded->unit, "record");
+  EXPECT_EQ(Ledger::Encode(*decoded), bytes);
+  // With a unit.
+  state.unit = "key";
+  state.max_records_per_unit = 5;
+  const std::string per_unit = Ledger::Encode(state);
+  EXPECT_NE(per_unit.find("\ndelta " + HexDouble(1e-6) + "\nunit key 5\n"), std::string::npos);
+  decoded = Ledger::Decode(per_unit, "ledger");
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->delta, 1e-6);
+  EXPECT_EQ(decoded->unit, "key");
+  EXPECT_EQ(decoded->max_records_per_unit, 5);
+  // No δ recorded: written as before (version 5 here), read as none.
+  state.unit = "record";
+  state.max_records_per_unit = 0;
+  state.delta = 0;
+  const std::string v5 = Ledger::Encode(state);
+  EXPECT_EQ(v5.rfind("vipsd-ledger 5\n", 0), 0u);
+  EXPECT_EQ(v5.find("\ndelta "), std::string::npos);
+  decoded = Ledger::Decode(v5, "ledger");
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->delta, 0);
+  // Bad δ lines, and a version-7 ledger without its δ or unit line.
+  for (const std::string& bad :
+       {std::string("delta 0x0p+0\n"), std::string("delta 0x1p+0\n"), std::string("delta -0x1p-20\n"),
+        std::string("delta nan\n"), std::string("delta\n"), std::string("delta 0x1p-20 1\n"),
+        std::string("")}) {
+    std::string body = Body(bytes);
+    const size_t line = body.find("delta ");
+    body.replace(line, body.find('\n', line) + 1 - line, bad);
+    EXPECT_FALSE(Ledger::Decode(Resign(body), "ledger").ok()) << bad;
+  }
+  std::string no_unit = Body(bytes);
+  no_unit.erase(no_unit.find("unit record\n"), 12);
+  EXPECT_FALSE(Ledger::Decode(Resign(no_unit), "ledger").ok());
 }
 
 TEST(LedgerTest, AFixedScheduleIsPinnedAndAVersion3LedgerReadsAsAdaptive) {

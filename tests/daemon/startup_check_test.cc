@@ -131,6 +131,53 @@ TEST(StartupCheckTest, AStartRecordsTheCeilingAndRefusesToRaiseIt) {
   EXPECT_EQ(lowered->state.epsilon_ceiling, 9);
 }
 
+// Issue 49: the δ a state directory is held to is recorded at its first
+// private start and can only go down; an older ledger takes the configured
+// one (loudly).
+TEST(StartupCheckTest, AStartRecordsDeltaAndRefusesToRaiseIt) {
+  config::VipsdConfig config = Config();
+  config.model_type = "blr";
+  config.blr.dim = 2;
+  config.source_type = config::SourceType::kKafka;
+  config.state_directory = ::testing::TempDir() + "startup_delta";
+  config.driver.delta = 1e-6;
+  auto bundle = BuildModel(config);
+  ASSERT_TRUE(bundle.ok()) << bundle.status().ToString();
+  auto fresh = PrepareState(config, *bundle, std::nullopt, "/s/ledger", true, /*dry_run=*/true);
+  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+  EXPECT_EQ(fresh->state.delta, 1e-6);
+  // A larger δ would make every past charge smaller: refused, naming the
+  // key, the line and both values.
+  config.file = "c.yaml";
+  config.driver.delta = 1e-2;
+  auto raised = PrepareState(config, *bundle, fresh->state, "/s/ledger", true, true);
+  EXPECT_EQ(raised.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(raised.status().message(), HasSubstr("privacy.delta"));
+  EXPECT_THAT(raised.status().message(),
+              HasSubstr("0.01 is above the delta this state directory is held to (1e-06)"));
+  // A smaller one is recorded.
+  config.driver.delta = 1e-7;
+  auto lowered = PrepareState(config, *bundle, fresh->state, "/s/ledger", true, true);
+  ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+  EXPECT_EQ(lowered->state.delta, 1e-7);
+  // A ledger from before the record (0) takes the configured one.
+  LedgerState old = fresh->state;
+  old.delta = 0;
+  old.next_step = 5;
+  config.driver.delta = 1e-3;
+  auto adopted = PrepareState(config, *bundle, old, "/s/ledger", true, true);
+  ASSERT_TRUE(adopted.ok()) << adopted.status().ToString();
+  EXPECT_EQ(adopted->state.delta, 1e-3);
+  // A non-private run neither checks nor records it.
+  config.driver.noise_multiplier = 0;
+  config.driver.delta = 0.5;
+  LedgerState never_private = fresh->state;
+  never_private.delta = 0;
+  auto plain = PrepareState(config, *bundle, never_private, "/s/ledger", true, true);
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ(plain->state.delta, 0);
+}
+
 // The privacy unit is recorded by a new directory and cannot change for it:
 // not the unit, not its field, not the cap; a record-level ledger refuses a
 // unit and the other way round.

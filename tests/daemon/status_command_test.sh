@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `vipsd status` against a state directory the daemon wrote (the LDA offline
 # example, 3 steps): it verifies, and its epsilon is the release manifest's
-# and the planner's (one number everywhere), with delta from status.json or
-# --delta; a contaminated directory names its first non-private and
+# and the planner's (one number everywhere), at the delta the ledger
+# records (--delta cannot change it); a larger delta on restart is refused
+# and a smaller one recorded; a contaminated directory names its first non-private and
 # fixed-seed steps; damaged ledgers and checkpoints exit 1 naming the
 # problem; no ledger or a bad --delta exit 2. Usage: status_command_test.sh
 # VIPSD VIPSD_PRIVACY SOURCE_DIR.
@@ -43,16 +44,48 @@ manifest_eps=$(field "$work/releases/step-3/manifest.json" epsilon_spent)
   >"$work/plan.json"
 [[ "$status_eps" == "$(field "$work/plan.json" epsilon)" ]] ||
   fail "status says epsilon $status_eps, the planner $(field "$work/plan.json" epsilon)"
-# --delta overrides status.json's; without either, epsilon is unknown.
+# The ledger records delta: --delta cannot lower epsilon (it is reported as
+# ignored), and without status.json epsilon is still known.
 "$vipsd" status --state "$work/state" --delta 1e-3 --json >"$work/s2.json"
-python3 -c "import json,sys; a=json.load(open(sys.argv[1])); assert a['epsilon_spent'] < $status_eps and a['delta'] == 1e-3, a" \
-  "$work/s2.json" || fail "--delta 1e-3 did not lower epsilon"
+python3 -c "import json,sys; a=json.load(open(sys.argv[1])); assert repr(a['epsilon_spent']) == '$status_eps' and a['delta'] == 1e-5 and a['delta_option'].startswith('ignored'), a" \
+  "$work/s2.json" || fail "--delta 1e-3 changed epsilon of a directory that records delta 1e-5"
 cp -r "$work/state" "$work/nostatus" && rm "$work/nostatus/status.json"
 "$vipsd" status --state "$work/nostatus" >"$work/s3.txt"
-grep -q "epsilon_spent: *unknown (no delta" "$work/s3.txt" || { cat "$work/s3.txt"; fail "no delta"; }
+grep -q "^epsilon_spent: *$status_eps" "$work/s3.txt" || { cat "$work/s3.txt"; fail "no status.json: epsilon not at the recorded delta"; }
 grep -q "^mode: *global" "$work/s3.txt" || { cat "$work/s3.txt"; fail "text form"; }
 grep -q "^unit: *record$" "$work/s3.txt" || { cat "$work/s3.txt"; fail "text: unit record"; }
 grep -q "^protects: *one record$" "$work/s3.txt" || { cat "$work/s3.txt"; fail "text: protects"; }
+
+# Issue 49: delta is pinned by the ledger. A restart with a larger delta
+# exits 2 naming privacy.delta (and spends nothing); a smaller one is
+# accepted and recorded, and status states every epsilon at it.
+cp -r "$work/state" "$work/pinned"
+sed -e "s|^  directory: state|  directory: pinned|" -e "s|^  directory: releases|  directory: pinned_releases|" \
+  -e "s|^  max_steps: [0-9]*|  max_steps: 1|" -e "s|^  delta: .*|  delta: 1.0e-2|" \
+  "$work/lda_offline.yaml" >"$work/larger_delta.yaml"
+grep -q "^  delta: 1.0e-2" "$work/larger_delta.yaml" || fail "larger_delta.yaml: no delta line"
+set +e
+(cd "$work" && "$vipsd" --config larger_delta.yaml >"$work/larger.out" 2>&1)
+code=$?
+set -e
+[[ $code == 2 ]] || { cat "$work/larger.out"; fail "a larger delta exited $code, not 2"; }
+grep -q "larger_delta.yaml:[0-9]*: privacy.delta: 0.01 is above the delta this state directory is held to (1e-05)" \
+  "$work/larger.out" || { cat "$work/larger.out"; fail "the refusal does not name the key, line and both values"; }
+(cd "$work" && "$vipsd" --config larger_delta.yaml --check-config) >"$work/larger_check.out" 2>&1 && fail "--check-config accepts the larger delta"
+grep -q "privacy.delta" "$work/larger_check.out" || { cat "$work/larger_check.out"; fail "--check-config: no privacy.delta"; }
+"$vipsd" status --state "$work/pinned" --json >"$work/p1.json"
+[[ $(field "$work/p1.json" next_step) == 4 ]] || fail "the refused start spent a step"
+sed -e "s|^  delta: 1.0e-2|  delta: 1.0e-6|" "$work/larger_delta.yaml" >"$work/smaller_delta.yaml"
+(cd "$work" && "$vipsd" --config smaller_delta.yaml >"$work/smaller.out" 2>&1) ||
+  { cat "$work/smaller.out"; fail "a smaller delta is refused"; }
+grep -q "^delta " "$work/pinned/ledger" || fail "the ledger records no delta"
+"$vipsd" status --state "$work/pinned" --delta 1e-5 --json >"$work/p2.json"
+python3 -c "import json,sys; a=json.load(open(sys.argv[1])); assert a['delta'] == 1e-6 and a['next_step'] == 5 and a['epsilon_spent'] > $status_eps, a" \
+  "$work/p2.json" || fail "status does not state epsilon at the recorded, lowered delta"
+"$planner" epsilon --sampling-rate 0.01 --noise-multiplier 1.0 --steps 4 --delta 1e-6 --json \
+  >"$work/plan4.json"
+[[ "$(field "$work/p2.json" epsilon_spent)" == "$(field "$work/plan4.json" epsilon)" ]] ||
+  fail "status says $(field "$work/p2.json" epsilon_spent) at delta 1e-6, the planner $(field "$work/plan4.json" epsilon)"
 
 # A directory whose steps all ran private names no first non-private step.
 python3 -c "import json,sys; a=json.load(open(sys.argv[1])); assert a['private'] is True and a['first_non_private_step'] is None and a['first_fixed_seed_step'] is None, a" \
