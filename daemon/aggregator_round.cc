@@ -107,12 +107,22 @@ void Coordinator::TakeShare(const Context& context, const FederatedPlan& plan, i
     return;
   }
   if (share->kind == ShareKind::kJoin) {
+    // The incarnation it joins with (its state directory's run id) names
+    // it in the next plans: a holder that restarted with a new state
+    // directory joins again and is planned with its new one.
+    incarnations_[share->holder] = share->incarnation;
     if (participants_.count(share->holder) == 0) joining_.insert(share->holder);
     return;
   }
-  if (plan.step == 0 || share->epoch != plan.epoch || share->step != plan.step ||
-      !std::binary_search(plan.participants.begin(), plan.participants.end(), share->holder)) {
+  if (plan.step == 0 || share->epoch != plan.epoch || share->step != plan.step) {
     return;  // another round's
+  }
+  const auto named = std::lower_bound(plan.participants.begin(), plan.participants.end(),
+                                      share->holder);
+  if (named == plan.participants.end() || *named != share->holder ||
+      plan.incarnations[static_cast<size_t>(named - plan.participants.begin())] !=
+          share->incarnation) {
+    return;  // not a participant, or another incarnation of one
   }
   if (shares->count(share->holder) > 0 || declined->count(share->holder) > 0) return;  // first wins
   if (share->kind == ShareKind::kDecline) {
@@ -149,8 +159,10 @@ StatusOr<svi::StepResult> Coordinator::FederatedRound(const Context& context,
   plan.noise_multiplier = ticket.result.noise_multiplier;
   plan.cut_time_ms = context.targets->cut_time_ms;
   plan.participants.assign(participants_.begin(), participants_.end());
+  for (const std::string& id : plan.participants) plan.incarnations.push_back(incarnations_[id]);
   plan.tolerated = tolerated_;
   plan.roster = roster_fingerprint_;
+  plan.run = keeper.state().run_id;  // the holders' pads are bound to it
   plan.record_settings = context.bundle->record_settings;
   VIPSD_ASSIGN_OR_RETURN(plan.model, PlanModel(context));
   VIPSD_RETURN_IF_ERROR(work_.Append(EncodeFederatedPlan(plan)).status());

@@ -9,6 +9,7 @@
 
 #include "connectors/file/file_util.h"
 #include "core/release/release.h"
+#include "daemon/ledger.h"
 
 namespace vipsd::daemon {
 namespace {
@@ -20,12 +21,6 @@ constexpr int64_t kMaxStep = int64_t{1} << 53;
 constexpr std::string_view kChecksumPrefix = "blake2b ";
 constexpr size_t kMaxArrays = 64;
 constexpr int kMaxRank = 8;
-
-bool IsRunId(const std::string& id) {
-  return id.size() == 32 && std::all_of(id.begin(), id.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
-}
 
 bool IsName(const std::string& name) {
   if (name.empty() || name.size() > 64) return false;

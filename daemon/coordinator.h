@@ -189,6 +189,8 @@ class Coordinator {
   std::chrono::milliseconds round_timeout_{30000};
   std::set<std::string> participants_;
   std::set<std::string> joining_;
+  // Each holder's incarnation from its last join (FederatedPlan::incarnations).
+  std::map<std::string, std::string> incarnations_;
   bool round_unplanned_ = false;
 };
 

@@ -20,10 +20,6 @@ constexpr std::string_view kComponent = "holder";
 // A holder that no plan has named for this long asks to join again.
 constexpr auto kJoinInterval = std::chrono::seconds(3);
 
-bool Names(const std::vector<std::string>& sorted, const std::string& id) {
-  return std::binary_search(sorted.begin(), sorted.end(), id);
-}
-
 }  // namespace
 
 StatusOr<std::unique_ptr<Holder>> Holder::Create(const config::VipsdConfig& config,
@@ -101,6 +97,7 @@ Status Holder::Send(const FederatedPlan& plan, ShareKind kind, const std::string
   share.epoch = plan.epoch;
   share.step = std::max<int64_t>(plan.step, 1);
   share.holder = config_.federation.holder_id;
+  share.incarnation = keeper_->state().run_id;
   share.kind = kind;
   share.reason = reason;
   share.noise_private = noise_->is_private();
@@ -208,9 +205,31 @@ bool Holder::CutWindows(const FederatedPlan& plan, WorkPlan* local,
 
 Status Holder::OnPlan(const FederatedPlan& plan) {
   const std::string& id = config_.federation.holder_id;
+  // The pads are bound to the aggregator's run and the roster
+  // (core/privacy/secure_aggregation.h), and this state directory serves one
+  // run: its rounds, counted from 1 by that run's ledger, are the only
+  // ones its last masked round refers to. Another run (another job with the
+  // same key files, or an aggregator whose state was reset) is refused.
+  if (!keeper_->state().federation_run.empty() && keeper_->state().federation_run != plan.run) {
+    const std::string why =
+        "this holder's state directory " + config_.state_directory +
+        " serves the aggregator run " + keeper_->state().federation_run + " and the plan is of run " +
+        plan.run + " (another job, or an aggregator whose state directory was reset): a holder's "
+        "state directory serves one aggregator run, so that no pad is used twice; give this "
+        "job a new state directory";
+    (void)Send(plan, ShareKind::kDecline, "another aggregator run than this holder's");
+    return InvalidArgumentError("cannot follow the aggregator's plans: " + why);
+  }
   if (plan.step <= static_cast<int64_t>(masker_.last_round())) return Status::Ok();
-  if (Names(plan.participants, id)) last_contact_ = std::chrono::steady_clock::now();
-  if (!Names(plan.participants, id)) {
+  // Named as this incarnation (this state directory's run id): a plan that
+  // names an earlier one — made before this directory was reset — is not
+  // this holder's to answer; it asks to join as it is now.
+  const auto at = std::lower_bound(plan.participants.begin(), plan.participants.end(), id);
+  const bool named = at != plan.participants.end() && *at == id &&
+                     plan.incarnations[static_cast<size_t>(at - plan.participants.begin())] ==
+                         keeper_->state().run_id;
+  if (named) last_contact_ = std::chrono::steady_clock::now();
+  if (!named) {
     if (!halted_ && joined_for_step_ != plan.step) {
       joined_for_step_ = plan.step;
       last_contact_ = std::chrono::steady_clock::now();
@@ -225,6 +244,9 @@ Status Holder::OnPlan(const FederatedPlan& plan) {
     (void)Send(plan, ShareKind::kDecline, "configuration differs: " + mismatch);
     return InvalidArgumentError("cannot follow the aggregator's plans: " + mismatch);
   }
+  VIPSD_RETURN_IF_ERROR(masker_.Bind(plan.run + ":" + plan.roster));
+  // Recorded with this round's commit, before its share leaves.
+  keeper_->state().federation_run = plan.run;
   // The model the round starts from (public: post-processing of releases).
   auto model =
       DecodePlanModel(plan.model, work_.Describe() + " plan", bundle_, "the aggregator's");
@@ -299,7 +321,8 @@ Status Holder::OnPlan(const FederatedPlan& plan) {
   Status result = values.status();
   if (result.ok()) {
     masked.resize(values->size());
-    result = masker_.Mask(static_cast<uint64_t>(plan.step), plan.participants, *values, masked);
+    result = masker_.Mask(static_cast<uint64_t>(plan.step), plan.participants, *values, masked,
+                          plan.incarnations);
   }
   driver->Abandon(ticket);  // the aggregator runs the step to its end
   // The charge, the cuts and the round are durable BEFORE the share leaves

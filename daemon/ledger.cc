@@ -42,7 +42,6 @@ bool IsHex(const std::string& text, size_t length) {
          });
 }
 
-bool IsRunId(const std::string& id) { return IsHex(id, 32); }
 
 void AppendSection(std::string& out, std::string_view name, const std::string& body) {
   out += "section ";
@@ -105,6 +104,8 @@ std::string_view ScheduleKindName(ScheduleKind kind) {
 std::string_view SourceKindName(SourceKind kind) {
   return kind == SourceKind::kKafka ? "kafka" : "file";
 }
+
+bool IsRunId(const std::string& id) { return IsHex(id, 32); }
 
 StatusOr<std::string> NewRunId() {
   unsigned char bytes[16];
@@ -210,6 +211,9 @@ std::string Ledger::Encode(const LedgerState& state) {
   } else if (per_unit) {
     out += "unit " + state.unit + (state.unit == "field" ? " " + state.unit_field : "") + " " +
            std::to_string(state.max_records_per_unit) + "\n";
+  }
+  if (with_delta && !state.federation_run.empty()) {
+    out += "federation " + state.federation_run + "\n";
   }
   AppendSection(out, "slot-windows", state.windows.Serialize());
   AppendSection(out, "rdp-accountant", state.accountant.Serialize());
@@ -374,6 +378,15 @@ Status DecodeLines(Reader& reader, int version, LedgerState& state, bool* weight
     }
   }
   if (version >= 6) VIPSD_RETURN_IF_ERROR(DecodeUnitLine(reader, version, state));
+  if (version >= 7 && reader.Peek().substr(0, 11) == "federation ") {
+    VIPSD_RETURN_IF_ERROR(reader.Line(&line));
+    std::istringstream words(line);
+    std::string extra;
+    if (!(words >> word >> state.federation_run) || !IsRunId(state.federation_run) ||
+        (words >> extra)) {
+      return reader.Bad("bad federation line (federation <32 lowercase hex>)");
+    }
+  }
   return Status::Ok();
 }
 

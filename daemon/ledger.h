@@ -113,6 +113,11 @@ struct LedgerState {
   std::string unit = "record";
   std::string unit_field;
   int64_t max_records_per_unit = 0;
+  // A federated holder's directory: the aggregator run (32 lowercase hex:
+  // the aggregator's run id) whose rounds it masks — its pads are bound to
+  // it (core/privacy/secure_aggregation.h) and the directory serves no
+  // other; recorded with its first round. Empty otherwise. Version 7 only.
+  std::string federation_run;
   // The slot clock and the cuts of every input stream.
   svi::SlotWindows windows;
   // Every private step ever run. In global mode this is the budget of record;
@@ -124,6 +129,8 @@ struct LedgerState {
 
 // A fresh random run id (32 lowercase hex from the operating system's CSPRNG).
 StatusOr<std::string> NewRunId();
+// Whether `id` has that form.
+bool IsRunId(const std::string& id);
 
 class Ledger {
  public:

@@ -2,8 +2,11 @@
 
 #include <sodium.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+
+#include "daemon/ledger.h"
 
 namespace vipsd::daemon {
 namespace {
@@ -21,8 +24,10 @@ constexpr char kPlanMagicV5[4] = {'V', 'W', 'P', '5'};
 constexpr char kPartialMagic[4] = {'V', 'W', 'R', '3'};
 constexpr char kPartialMagicV1[4] = {'V', 'W', 'R', '1'};
 constexpr char kPartialMagicV2[4] = {'V', 'W', 'R', '2'};
-constexpr char kFederatedPlanMagic[4] = {'V', 'F', 'P', '1'};
-constexpr char kFederatedShareMagic[4] = {'V', 'F', 'S', '1'};
+constexpr char kFederatedPlanMagicV1[4] = {'V', 'F', 'P', '1'};
+constexpr char kFederatedPlanMagic[4] = {'V', 'F', 'P', '2'};
+constexpr char kFederatedShareMagicV1[4] = {'V', 'F', 'S', '1'};
+constexpr char kFederatedShareMagic[4] = {'V', 'F', 'S', '2'};
 constexpr char kReleaseMagic[4] = {'V', 'W', 'L', '1'};
 constexpr size_t kDigestBytes = 32;
 // At most this many coordinates in a share (2^31 words: 16 GiB).
@@ -211,6 +216,13 @@ StatusOr<WorkMessageKind> WorkMessageKindOf(std::string_view bytes) {
   if (bytes.size() >= 4 && std::memcmp(bytes.data(), kReleaseMagic, 4) == 0) {
     return WorkMessageKind::kRelease;
   }
+  if (bytes.size() >= 4 && (std::memcmp(bytes.data(), kFederatedPlanMagicV1, 4) == 0 ||
+                            std::memcmp(bytes.data(), kFederatedShareMagicV1, 4) == 0)) {
+    return FailedPreconditionError(
+        "work topic: a federated message of an older vipsd (VFP1/VFS1, pads not bound to the "
+        "aggregator's run and the holders' state directories): every process of a federation "
+        "must run one vipsd version");
+  }
   if (bytes.size() >= 4 && std::memcmp(bytes.data(), kPlanMagicV1, 4) == 0) {
     return FailedPreconditionError(
         "work topic: a plan of an older vipsd (VWP1, without the record settings): every "
@@ -370,8 +382,10 @@ std::string EncodeFederatedPlan(const FederatedPlan& plan) {
   w.I64(plan.cut_time_ms);
   w.U64(plan.participants.size());
   for (const std::string& id : plan.participants) w.Str(id);
+  for (const std::string& run : plan.incarnations) w.Str(run);
   w.U64(plan.tolerated);
   w.Str(plan.roster);
+  w.Str(plan.run);
   w.Str(plan.model);
   w.Str(plan.record_settings);
   return w.Finish();
@@ -388,19 +402,25 @@ StatusOr<FederatedPlan> DecodeFederatedPlan(std::string_view bytes) {
       return DataLossError("work topic: a federated plan with too many participants");
     }
     plan.participants.resize(count);
+    plan.incarnations.resize(count);
     bool read = true;
     for (std::string& id : plan.participants) {
       if (!(read = r.Str(&id))) break;
     }
-    (void)(read && r.U64(&tolerated) && r.Str(&plan.roster) && r.Str(&plan.model) &&
-           r.Str(&plan.record_settings));
+    for (std::string& run : plan.incarnations) {
+      if (!read || !(read = r.Str(&run))) break;
+    }
+    (void)(read && r.U64(&tolerated) && r.Str(&plan.roster) && r.Str(&plan.run) &&
+           r.Str(&plan.model) && r.Str(&plan.record_settings));
   }
   VIPSD_RETURN_IF_ERROR(r.Done());
   const bool valid = plan.step >= 1 && plan.slot >= 0 && std::isfinite(plan.sampling_rate) &&
                      plan.sampling_rate > 0 && plan.sampling_rate <= 1 &&
                      std::isfinite(plan.noise_multiplier) && plan.noise_multiplier > 0 &&
                      !plan.participants.empty() && IsSortedUnique(plan.participants) &&
-                     tolerated < plan.participants.size();
+                     tolerated < plan.participants.size() && IsRunId(plan.run) &&
+                     std::all_of(plan.incarnations.begin(), plan.incarnations.end(),
+                                 [](const std::string& run) { return IsRunId(run); });
   if (!valid) return DataLossError("work topic: a federated plan with out-of-range fields");
   plan.tolerated = static_cast<uint32_t>(tolerated);
   return plan;
@@ -412,6 +432,7 @@ std::string EncodeFederatedShare(const FederatedShare& share) {
   w.U64(share.epoch);
   w.I64(share.step);
   w.Str(share.holder);
+  w.Str(share.incarnation);
   w.U64(static_cast<uint64_t>(share.kind));
   w.Str(share.reason);
   w.U64(share.noise_private ? 1 : 0);
@@ -425,7 +446,7 @@ StatusOr<FederatedShare> DecodeFederatedShare(std::string_view bytes) {
   FederatedShare share;
   uint64_t kind = 0, noise_private = 0, count = 0;
   if (r.Str(&share.job) && r.U64(&share.epoch) && r.I64(&share.step) && r.Str(&share.holder) &&
-      r.U64(&kind) && r.Str(&share.reason) && r.U64(&noise_private) && r.U64(&count)) {
+      r.Str(&share.incarnation) && r.U64(&kind) && r.Str(&share.reason) && r.U64(&noise_private) && r.U64(&count)) {
     if (count > kMaxShareWords || count > r.remaining() / 8) {
       return DataLossError("work topic: a federated share with too many coordinates");
     }
@@ -435,7 +456,8 @@ StatusOr<FederatedShare> DecodeFederatedShare(std::string_view bytes) {
     }
   }
   VIPSD_RETURN_IF_ERROR(r.Done());
-  const bool valid = share.step >= 1 && !share.holder.empty() && kind <= 2 &&
+  const bool valid = share.step >= 1 && !share.holder.empty() && IsRunId(share.incarnation) &&
+                     kind <= 2 &&
                      noise_private <= 1 && (kind == 0 || share.masked.empty());
   if (!valid) return DataLossError("work topic: a federated share with out-of-range fields");
   share.kind = static_cast<ShareKind>(kind);

@@ -210,8 +210,19 @@ struct FederatedPlan {
   int64_t cut_time_ms = 0;      // records stamped at or before it are the slot's
   // Holder ids, sorted, each once: exactly these shares are summed.
   std::vector<std::string> participants;
+  // Each participant's incarnation (the run id of its state directory, from
+  // its join), in the same order: the pads of a pair are bound to both
+  // (secure_aggregation.h), so a holder whose state directory was reset
+  // never masks with a pad it used before; a holder answers only a plan
+  // that names its own.
+  std::vector<std::string> incarnations;
   uint32_t tolerated = 0;  // t: shares are s² = ⌈σ_g²/(n − t)⌉ with n = |participants|
   std::string roster;      // RosterFingerprint of the configured holders
+  // The aggregator's run id (its ledger's; 32 lowercase hex): the job the
+  // holders' pads are bound to, with the roster (secure_aggregation.h). A
+  // new aggregator state directory draws a new one, so rounds that start at
+  // 1 again never reuse a pad.
+  std::string run;
   std::string model;       // CheckpointStore::Encode bytes of the model the round starts from
   std::string record_settings;
 };
@@ -226,6 +237,7 @@ struct FederatedShare {
   uint64_t epoch = 0;
   int64_t step = 0;
   std::string holder;
+  std::string incarnation;     // the run id of the holder's state directory
   ShareKind kind = ShareKind::kShare;
   std::string reason;          // kDecline: public text
   bool noise_private = true;   // the share was drawn from a private source

@@ -11,6 +11,15 @@ namespace vipsd::privacy {
 namespace {
 
 constexpr std::string_view kPairKeyLabel = "vipsd federated pair key v1";
+constexpr std::string_view kJobKeyLabel = "vipsd federated job pad key v1";
+constexpr std::string_view kIncarnationKeyLabel = "vipsd federated incarnation pad key v1";
+
+void HashWithLength(crypto_generichash_state* state, std::string_view text) {
+  uint8_t length[8];
+  for (size_t b = 0; b < 8; ++b) length[b] = static_cast<uint8_t>(text.size() >> (8 * b));
+  crypto_generichash_update(state, length, sizeof length);
+  crypto_generichash_update(state, reinterpret_cast<const uint8_t*>(text.data()), text.size());
+}
 // Keystream words generated per ChaCha20 call (a multiple of the 8 words of
 // one 64-byte block).
 constexpr size_t kChunkWords = 4096;
@@ -189,37 +198,79 @@ StatusOr<Masker> Masker::Create(const HolderSecretKey& secret, const std::string
 }
 
 Masker::~Masker() {
-  for (Pair& pair : pairs_) sodium_memzero(pair.key.data(), pair.key.size());
+  for (Pair& pair : pairs_) {
+    sodium_memzero(pair.key.data(), pair.key.size());
+    sodium_memzero(pair.bound.data(), pair.bound.size());
+  }
+}
+
+Status Masker::Bind(std::string_view binding) {
+  if (binding.empty()) return InvalidArgumentError("mask: an empty job binding");
+  if (binding_.has_value()) {
+    if (*binding_ == binding) return Status::Ok();
+    return FailedPreconditionError(
+        "mask: this holder's pads are bound to another job; a masker serves one job");
+  }
+  for (Pair& pair : pairs_) {
+    crypto_generichash_state state;
+    crypto_generichash_init(&state, nullptr, 0, pair.bound.size());
+    crypto_generichash_update(&state, reinterpret_cast<const uint8_t*>(kJobKeyLabel.data()),
+                              kJobKeyLabel.size());
+    crypto_generichash_update(&state, pair.key.data(), pair.key.size());
+    HashWithLength(&state, binding);
+    crypto_generichash_final(&state, pair.bound.data(), pair.bound.size());
+    sodium_memzero(&state, sizeof state);
+  }
+  binding_ = std::string(binding);
+  return Status::Ok();
 }
 
 Status Masker::Mask(uint64_t round, std::span<const std::string> participants,
-                    std::span<const int64_t> values, std::span<uint64_t> out) {
+                    std::span<const int64_t> values, std::span<uint64_t> out,
+                    std::span<const std::string> incarnations) {
   std::fill(out.begin(), out.end(), 0);
   if (values.size() != out.size()) {
     return InvalidArgumentError("mask: " + std::to_string(values.size()) + " values but room for " +
                                 std::to_string(out.size()));
   }
+  if (!incarnations.empty() && incarnations.size() != participants.size()) {
+    return InvalidArgumentError("mask: " + std::to_string(incarnations.size()) +
+                                " incarnations for " + std::to_string(participants.size()) +
+                                " participants");
+  }
   std::set<std::string> named;
   std::vector<const Pair*> peers;
+  std::vector<std::string_view> peer_incarnations;
+  std::string_view own_incarnation;
   bool own_present = false;
-  for (const std::string& id : participants) {
+  for (size_t p = 0; p < participants.size(); ++p) {
+    const std::string& id = participants[p];
+    if (!incarnations.empty() && incarnations[p].empty()) {
+      return InvalidArgumentError("mask: participant '" + id + "' has an empty incarnation");
+    }
     if (!named.insert(id).second) {
       return InvalidArgumentError("mask: participant '" + id + "' is named twice");
     }
     if (id == own_id_) {
       own_present = true;
+      if (!incarnations.empty()) own_incarnation = incarnations[p];
       continue;
     }
     const auto it = std::find_if(pairs_.begin(), pairs_.end(),
-                                 [&](const Pair& p) { return p.peer_id == id; });
+                                 [&](const Pair& pair) { return pair.peer_id == id; });
     if (it == pairs_.end()) {
       return InvalidArgumentError("mask: participant '" + id + "' is not in the roster");
     }
     peers.push_back(&*it);
+    peer_incarnations.push_back(incarnations.empty() ? std::string_view() : incarnations[p]);
   }
   if (!own_present) {
     return InvalidArgumentError("mask: the participants do not include this holder ('" +
                                 own_id_ + "')");
+  }
+  if (!binding_.has_value()) {
+    return FailedPreconditionError("mask: not bound to a job (Bind): pads of unbound pair keys "
+                                   "would repeat across jobs");
   }
   if (round <= last_round_) {
     return FailedPreconditionError("mask: round " + std::to_string(round) +
@@ -238,12 +289,28 @@ Status Masker::Mask(uint64_t round, std::span<const std::string> participants,
       std::min(kChunkWords, (out.size() + kWordsPerBlock - 1) / kWordsPerBlock * kWordsPerBlock);
   std::vector<uint8_t> zeros(chunk_words * 8, 0);
   std::vector<uint8_t> stream(chunk_words * 8);
-  for (const Pair* pair : peers) {
+  std::array<uint8_t, 32> key{};
+  for (size_t p = 0; p < peers.size(); ++p) {
+    const Pair* pair = peers[p];
+    key = pair->bound;
+    if (!incarnations.empty()) {
+      // Bound to both holders' incarnations, lower id first (k_ij = k_ji).
+      crypto_generichash_state state;
+      crypto_generichash_init(&state, nullptr, 0, key.size());
+      crypto_generichash_update(&state,
+                                reinterpret_cast<const uint8_t*>(kIncarnationKeyLabel.data()),
+                                kIncarnationKeyLabel.size());
+      crypto_generichash_update(&state, pair->bound.data(), pair->bound.size());
+      HashWithLength(&state, pair->add ? own_incarnation : peer_incarnations[p]);
+      HashWithLength(&state, pair->add ? peer_incarnations[p] : own_incarnation);
+      crypto_generichash_final(&state, key.data(), key.size());
+      sodium_memzero(&state, sizeof state);
+    }
     for (size_t start = 0; start < out.size(); start += kChunkWords) {
       const size_t words = std::min(kChunkWords, out.size() - start);
       const size_t bytes = ((words + kWordsPerBlock - 1) / kWordsPerBlock) * kWordsPerBlock * 8;
       crypto_stream_chacha20_xor_ic(stream.data(), zeros.data(), bytes, nonce.data(),
-                                    start / kWordsPerBlock, pair->key.data());
+                                    start / kWordsPerBlock, key.data());
       for (size_t w = 0; w < words; ++w) {
         const uint64_t mask = LoadLittleEndian(stream.data() + 8 * w);
         out[start + w] = pair->add ? out[start + w] + mask : out[start + w] - mask;
@@ -251,6 +318,7 @@ Status Masker::Mask(uint64_t round, std::span<const std::string> participants,
     }
   }
   sodium_memzero(stream.data(), stream.size());
+  sodium_memzero(key.data(), key.size());
   return Status::Ok();
 }
 

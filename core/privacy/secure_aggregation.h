@@ -8,9 +8,13 @@
 // and j agree on a pair key
 //     k_ij = BLAKE2b-256("vipsd federated pair key v1" ‖ X25519(sk_i, pk_j)
 //                        ‖ id_lo ‖ pk_lo ‖ id_hi ‖ pk_hi)
-// (lo/hi: the two holders ordered by id, so k_ij = k_ji), and for round r
-// expand it with ChaCha20 (key k_ij, 64-bit nonce r, libsodium's
-// crypto_stream_chacha20) into one 64-bit word m_ij[c] per coordinate c. The
+// (lo/hi: the two holders ordered by id, so k_ij = k_ji), bind it to the job
+//     k_ij^J = BLAKE2b-256("vipsd federated job pad key v1" ‖ k_ij ‖ len(J) ‖ J)
+// (J: the job binding, Bind — the daemon uses the aggregator's run id, drawn
+// at random when its state directory was created, and the roster's
+// fingerprint), and for round r expand k_ij^J with ChaCha20 (64-bit nonce r,
+// libsodium's crypto_stream_chacha20) into one 64-bit word m_ij[c] per
+// coordinate c. The
 // holder's message for round r is
 //     y_i[c] = x_i[c] + Σ_{j > i} m_ij[c] − Σ_{j < i} m_ij[c]   (mod 2^64)
 // over the round's participants j, x_i its integer vector (noised partial
@@ -24,10 +28,14 @@
 // all participants' messages is meaningful.
 //
 // One-time pads. A pair key with the same round must never mask two
-// different vectors (their difference would leave the masks). Masker refuses
-// a round that is not above every round it masked before; a holder that
-// restarts must persist its last round (its ledger) and restore it with
-// set_last_round before masking again.
+// different vectors (their difference would leave the masks). The job
+// binding makes the pads of two jobs (or of an aggregator whose state was
+// reset, whose rounds start at 1 again) different even when holders reuse
+// their key files; within a job, Masker refuses a round that is not above
+// every round it masked before, and a holder that restarts must persist its
+// last round and its job (its ledger) and restore them (set_last_round,
+// Bind) before masking again. A Masker is bound once: another binding is
+// refused, and Mask refuses until it is bound.
 //
 // Dropouts. If a participant's message never arrives, the masks shared with
 // it do not cancel and the sum is uniformly random: the aggregator learns
@@ -50,8 +58,10 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/base/status.h"
@@ -112,14 +122,28 @@ class Masker {
   Masker& operator=(const Masker&) = delete;
   ~Masker();
 
+  // Binds the pads to a job (see above); FailedPrecondition for another
+  // binding than the one it has, InvalidArgument for an empty one.
+  Status Bind(std::string_view binding);
+  bool bound() const { return binding_.has_value(); }
+
   // Masks `values` for `round` among `participants` (ids of the roster, own
   // id included, no duplicates) into `out` (same length). Errors (nothing
   // written but zeros):
   //   InvalidArgument     length mismatch, an unknown or repeated
   //                       participant, own id missing
-  //   FailedPrecondition  round ≤ the last round masked (one-time pads)
+  //   FailedPrecondition  not bound to a job, or round ≤ the last round
+  //                       masked (one-time pads)
+  // `incarnations`, if given (the daemon always gives them), names each
+  // participant's incarnation in the same order — the run id of its state
+  // directory — and the pair's pad is bound to both:
+  //     k_ij^{J,a,b} = BLAKE2b-256("vipsd federated incarnation pad key v1"
+  //                    ‖ k_ij^J ‖ len(a) ‖ a ‖ len(b) ‖ b)   (a: the lower id's)
+  // so that a holder whose state (and last masked round) was lost masks
+  // with pads it never used.
   Status Mask(uint64_t round, std::span<const std::string> participants,
-              std::span<const int64_t> values, std::span<uint64_t> out);
+              std::span<const int64_t> values, std::span<uint64_t> out,
+              std::span<const std::string> incarnations = {});
 
   // The highest round masked so far (0: none); restore it after a restart.
   uint64_t last_round() const { return last_round_; }
@@ -130,10 +154,12 @@ class Masker {
   struct Pair {
     std::string peer_id;
     bool add = false;  // own id < peer id: this holder adds the pair's mask
-    std::array<uint8_t, 32> key{};
+    std::array<uint8_t, 32> key{};    // k_ij
+    std::array<uint8_t, 32> bound{};  // k_ij^J once bound
   };
   Masker() = default;
   std::string own_id_;
+  std::optional<std::string> binding_;
   std::vector<Pair> pairs_;
   uint64_t last_round_ = 0;
 };

@@ -99,8 +99,10 @@ TEST(FederationTest, PlansAndSharesRoundTripAndAnythingElseIsRefused) {
   plan.noise_multiplier = 1.5;
   plan.cut_time_ms = 1767225600000;
   plan.participants = {"h1", "h2", "h3"};
+  plan.incarnations = {std::string(32, '1'), std::string(32, '2'), std::string(32, '3')};
   plan.tolerated = 1;
   plan.roster = std::string(64, 'a');
+  plan.run = std::string(32, 'c');
   plan.model = "model bytes";
   plan.record_settings = "settings";
   const std::string bytes = EncodeFederatedPlan(plan);
@@ -112,11 +114,29 @@ TEST(FederationTest, PlansAndSharesRoundTripAndAnythingElseIsRefused) {
   EXPECT_EQ(decoded->cut_time_ms, plan.cut_time_ms);
   EXPECT_EQ(decoded->model, plan.model);
   EXPECT_EQ(decoded->noise_multiplier, 1.5);
+  EXPECT_EQ(decoded->run, plan.run);
+  EXPECT_EQ(decoded->incarnations, plan.incarnations);
+  FederatedPlan bad_incarnation = plan;
+  bad_incarnation.incarnations[1] = "h2";
+  EXPECT_FALSE(DecodeFederatedPlan(EncodeFederatedPlan(bad_incarnation)).ok());
+  // The aggregator's run is what the pads are bound to: a plan without a
+  // well-formed one is refused, and one of an earlier vipsd (VFP1, pads
+  // bound to nothing) is named as such.
+  FederatedPlan unbound = plan;
+  unbound.run = "";
+  EXPECT_FALSE(DecodeFederatedPlan(EncodeFederatedPlan(unbound)).ok());
+  unbound.run = std::string(32, 'C');
+  EXPECT_FALSE(DecodeFederatedPlan(EncodeFederatedPlan(unbound)).ok());
+  std::string v1 = bytes;
+  v1[3] = '1';
+  EXPECT_EQ(WorkMessageKindOf(v1).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(WorkMessageKindOf(v1).status().message().find("VFP1"), std::string::npos);
   std::string flipped = bytes;
   flipped[10] ^= 1;
   EXPECT_EQ(DecodeFederatedPlan(flipped).status().code(), StatusCode::kDataLoss);
   FederatedPlan unsorted = plan;
   unsorted.participants = {"h2", "h1"};
+  unsorted.incarnations = {std::string(32, '2'), std::string(32, '1')};
   EXPECT_FALSE(DecodeFederatedPlan(EncodeFederatedPlan(unsorted)).ok());
   FederatedPlan no_honest = plan;
   no_honest.tolerated = 3;
@@ -127,6 +147,7 @@ TEST(FederationTest, PlansAndSharesRoundTripAndAnythingElseIsRefused) {
   share.epoch = 3;
   share.step = 7;
   share.holder = "h2";
+  share.incarnation = std::string(32, '2');
   share.masked = {1, 0xffffffffffffffffull, 42};
   const std::string share_bytes = EncodeFederatedShare(share);
   ASSERT_EQ(*WorkMessageKindOf(share_bytes), WorkMessageKind::kFederatedShare);
@@ -135,6 +156,10 @@ TEST(FederationTest, PlansAndSharesRoundTripAndAnythingElseIsRefused) {
   EXPECT_EQ(share_decoded->masked, share.masked);
   EXPECT_EQ(share_decoded->kind, ShareKind::kShare);
   EXPECT_TRUE(share_decoded->noise_private);
+  EXPECT_EQ(share_decoded->incarnation, share.incarnation);
+  FederatedShare anonymous = share;
+  anonymous.incarnation.clear();  // every message names its holder's incarnation
+  EXPECT_FALSE(DecodeFederatedShare(EncodeFederatedShare(anonymous)).ok());
   FederatedShare join = share;
   join.kind = ShareKind::kJoin;  // a join carries no words
   EXPECT_FALSE(DecodeFederatedShare(EncodeFederatedShare(join)).ok());

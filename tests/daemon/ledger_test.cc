@@ -214,6 +214,23 @@ TEST(LedgerTest, DeltaIsRecordedInVersion7AndOlderLedgersHaveNone) {
   std::string no_unit = Body(bytes);
   no_unit.erase(no_unit.find("unit record\n"), 12);
   EXPECT_FALSE(Ledger::Decode(Resign(no_unit), "ledger").ok());
+  // A federated holder's directory records the aggregator run it serves.
+  state.delta = 1e-6;
+  state.federation_run = std::string(32, 'e');
+  const std::string holder = Ledger::Encode(state);
+  EXPECT_NE(holder.find("\nunit record\nfederation " + std::string(32, 'e') + "\nsection "),
+            std::string::npos);
+  decoded = Ledger::Decode(holder, "ledger");
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->federation_run, std::string(32, 'e'));
+  EXPECT_EQ(Ledger::Encode(*decoded), holder);
+  for (const std::string& bad : {std::string("federation \n"), std::string("federation EEEE\n"),
+                                 "federation " + std::string(32, 'e') + " x\n"}) {
+    std::string body = Body(holder);
+    const size_t line = body.find("federation ");
+    body.replace(line, body.find('\n', line) + 1 - line, bad);
+    EXPECT_FALSE(Ledger::Decode(Resign(body), "ledger").ok()) << bad;
+  }
 }
 
 TEST(LedgerTest, AFixedScheduleIsPinnedAndAVersion3LedgerReadsAsAdaptive) {

@@ -1201,6 +1201,117 @@ TEST_F(DaemonKafkaTest, ThreeHoldersAndAnAggregatorAsSeparateProcesses) {
   EXPECT_LT(chi2, 45) << words << " words";  // 15 df: p < 1e-4
 }
 
+TEST_F(DaemonKafkaTest, TwoFederatedJobsWithTheSameKeyFilesNeverShareAPad) {
+  // Issue 49: two jobs with the same holders' key files and roster (new
+  // topics, a new ledger_key, fresh state directories) both mask their
+  // round 1. With pads bound only to the pair keys and the round, h1's two
+  // masked messages would subtract to the difference of its two noised sums
+  // (about 1e6 here); bound to the aggregator's run (and the holders'
+  // incarnations), the difference is uniform on 2^64. A holder directory
+  // of job A refuses job B's plans (exit 2).
+  WriteVocabulary(6);
+  const std::vector<std::string> ids = {"h1", "h2"};
+  std::map<std::string, std::string> public_keys;
+  for (const std::string& id : ids) {
+    int code = 0;
+    const std::string out = Shell(std::string(VIPSD_BINARY) + " federation-keygen --out " + dir_ +
+                                      "/" + id + ".key 2>&1",
+                                  &code);
+    ASSERT_EQ(code, 0) << out;
+    public_keys[id] = out.substr(0, 64);
+    ASSERT_TRUE(cluster_->CreateTopic(id + "docs", 1).ok());
+    input_topic_ = id + "docs";
+    std::vector<std::string> lines;
+    for (int i = id == "h1" ? 0 : 1; i < 120; i += 2) lines.push_back(Document(i));
+    ProduceWithKcat(lines);
+    if (HasFatalFailure()) return;
+  }
+  std::string roster = "  holders:\n";
+  for (const auto& [id, key] : public_keys) roster += "    " + id + ": " + key + "\n";
+  const std::string privacy = std::string(kPrivate);
+  const std::string schedule = "  window_steps: 1000000000\n";
+  interval_seconds_ = "1.0";
+  const std::string base_group = group_;
+  auto holder_config = [&](const std::string& job, const std::string& id,
+                           const std::string& state) {
+    input_topic_ = id + "docs";
+    group_ = base_group + "-" + job + "-" + id;
+    state_directory_ = state;
+    config_name_ = "vipsd-" + job + "-" + id + ".yaml";
+    state_extra_ = "  ledger_key: " + job + "\n  work_topic: work-" + job + "\n";
+    federation_ = "federation:\n  role: holder\n  holder_id: " + id + "\n  secret_key: {file: " +
+                  id + ".key}\n  tolerated_holders: 1\n  round_timeout_seconds: 5\n" + roster;
+    return WriteConfig(privacy, schedule);
+  };
+  // One job to its 2nd round: h1's masked words of round 1.
+  auto run_job = [&](const std::string& job) -> std::vector<uint64_t> {
+    EXPECT_TRUE(cluster_->CreateTopic("work-" + job, 2).ok());
+    EXPECT_TRUE(cluster_->CreateTopic("ledger-" + job, 1).ok());
+    EXPECT_TRUE(cluster_->CreateTopic("releases-" + job, 1).ok());
+    input_topic_ = "";
+    group_ = base_group + "-" + job + "-aggregator";
+    state_directory_ = "state-" + job + "-aggregator";
+    config_name_ = "vipsd-" + job + "-aggregator.yaml";
+    release_topic_ = "releases-" + job;
+    state_extra_ = "  ledger_topic: ledger-" + job + "\n  ledger_key: " + job +
+                   "\n  work_topic: work-" + job + "\n";
+    federation_ = "federation:\n  role: aggregator\n  tolerated_holders: 1\n"
+                  "  round_timeout_seconds: 5\n" + roster;
+    VipsdProcess aggregator(
+        WriteConfig(privacy, schedule + "  release_delay_seconds: 0.5\n  max_steps: 2\n"),
+        dir_ + "/vipsd-" + job + "-aggregator.log");
+    std::vector<std::unique_ptr<VipsdProcess>> holders;
+    for (const std::string& id : ids) {
+      holders.push_back(std::make_unique<VipsdProcess>(
+          holder_config(job, id, "state-" + job + "-" + id),
+          dir_ + "/vipsd-" + job + "-" + id + ".log"));
+    }
+    EXPECT_EQ(aggregator.Wait(180s), 0) << aggregator.Log();
+    for (auto& holder : holders) {
+      holder->Kill(SIGTERM);
+      EXPECT_EQ(holder->Wait(60s), 0) << holder->Log();
+    }
+    for (const std::string& bytes : ReadPartition(bootstrap_, "work-" + job, 1)) {
+      auto kind = daemon::WorkMessageKindOf(bytes);
+      if (!kind.ok() || *kind != daemon::WorkMessageKind::kFederatedShare) continue;
+      auto share = daemon::DecodeFederatedShare(bytes);
+      if (share.ok() && share->holder == "h1" && share->step == 1 &&
+          share->kind == daemon::ShareKind::kShare) {
+        return share->masked;
+      }
+    }
+    return {};
+  };
+  const std::vector<uint64_t> a = run_job("joba");
+  const std::vector<uint64_t> b = run_job("jobb");
+  ASSERT_FALSE(a.empty());
+  ASSERT_EQ(a.size(), b.size());
+  size_t small = 0;
+  for (size_t c = 0; c < a.size(); ++c) {
+    const int64_t difference = static_cast<int64_t>(a[c] - b[c]);
+    small += difference > -(int64_t{1} << 40) && difference < (int64_t{1} << 40);
+  }
+  // Uniform: each word below 2^40 in size with probability 2^-23.
+  EXPECT_EQ(small, 0u) << "of " << a.size() << " words: the two jobs' pads coincide";
+  // Job A's holder directory does not serve job B.
+  VipsdProcess stray(holder_config("jobb", "h1", "state-joba-h1"), dir_ + "/vipsd-stray.log");
+  input_topic_ = "";
+  group_ = base_group + "-jobb-aggregator-again";
+  state_directory_ = "state-jobb-aggregator";
+  config_name_ = "vipsd-jobb-aggregator.yaml";
+  release_topic_ = "releases-jobb";
+  state_extra_ = "  ledger_topic: ledger-jobb\n  ledger_key: jobb\n  work_topic: work-jobb\n";
+  federation_ = "federation:\n  role: aggregator\n  tolerated_holders: 0\n"
+                "  round_timeout_seconds: 5\n" + roster;
+  VipsdProcess aggregator(
+      WriteConfig(privacy, schedule + "  release_delay_seconds: 0.5\n  max_steps: 1\n"),
+      dir_ + "/vipsd-jobb-aggregator-again.log");
+  EXPECT_EQ(stray.Wait(120s), 2) << stray.Log();
+  EXPECT_NE(stray.Log().find("serves the aggregator run"), std::string::npos) << stray.Log();
+  aggregator.Kill(SIGTERM);
+  aggregator.Wait(60s);
+}
+
 // The doubles of a little-endian float64 .npy file (version 1 or 2 header).
 std::vector<double> NpyDoubles(const std::string& path) {
   const std::string bytes = Slurp(path);

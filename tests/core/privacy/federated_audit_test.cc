@@ -79,6 +79,7 @@ class FederatedAudit {
     for (uint32_t i = 0; i < kHolders; ++i) {
       auto masker = Masker::Create(keys[i], ids_[i], roster);
       EXPECT_TRUE(masker.ok());
+      EXPECT_TRUE(masker->Bind("audit").ok());
       maskers_.push_back(std::move(*masker));
     }
   }

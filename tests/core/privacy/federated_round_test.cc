@@ -64,6 +64,7 @@ Holders MakeHolders(size_t n) {
   for (size_t i = 0; i < n; ++i) {
     auto masker = Masker::Create(keys[i], h.ids[i], roster);
     EXPECT_TRUE(masker.ok());
+    EXPECT_TRUE(masker->Bind("round").ok());
     h.maskers.push_back(std::move(*masker));
   }
   return h;

@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,7 @@ struct Federation {
   std::vector<Masker> maskers;
 };
 
-Federation MakeFederation(size_t n) {
+Federation MakeFederation(size_t n, const std::string& job = "job-1") {
   Federation f;
   std::vector<HolderSecretKey> keys;
   for (size_t i = 0; i < n; ++i) {
@@ -36,6 +37,7 @@ Federation MakeFederation(size_t n) {
   for (size_t i = 0; i < n; ++i) {
     auto masker = Masker::Create(keys[i], f.ids[i], f.roster);
     EXPECT_TRUE(masker.ok()) << masker.status().message();
+    EXPECT_TRUE(masker->Bind(job).ok());
     f.maskers.push_back(std::move(*masker));
   }
   return f;
@@ -158,6 +160,103 @@ TEST(SecureAggregationTest, ARoundIsMaskedOnceAndARestoredLastRoundIsHonoured) {
   ASSERT_TRUE(f.maskers[0].Mask(11, f.ids, values, a).ok());
   ASSERT_TRUE(f.maskers[0].Mask(12, f.ids, values, b).ok());
   for (size_t c = 0; c < 4; ++c) EXPECT_NE(a[c], b[c]);
+}
+
+// Issue 49: the same key files in two jobs (or an aggregator reset, whose
+// rounds start at 1 again) must not mask one round with the same pad: the
+// difference of two such messages would be the difference of the values.
+// With the job binding it is a difference of independent keystreams:
+// uniform, whatever the values.
+TEST(SecureAggregationTest, TwoJobsWithTheSameKeysMaskTheSameRoundWithIndependentPads) {
+  Federation one = MakeFederation(3, "job-one");
+  Federation two = MakeFederation(3, "job-two");  // the same keys and roster
+  const size_t length = 32;
+  std::vector<int64_t> x1(length), x2(length);
+  for (size_t c = 0; c < length; ++c) {
+    x1[c] = 1000 + static_cast<int64_t>(c);
+    x2[c] = -7 * static_cast<int64_t>(c);
+  }
+  std::vector<uint64_t> words;
+  std::vector<uint64_t> a(length), b(length);
+  size_t equal_to_values = 0;
+  for (uint64_t round = 1; round <= 1500; ++round) {
+    ASSERT_TRUE(one.maskers[1].Mask(round, one.ids, x1, a).ok());
+    ASSERT_TRUE(two.maskers[1].Mask(round, two.ids, x2, b).ok());
+    for (size_t c = 0; c < length; ++c) {
+      const uint64_t difference = a[c] - b[c];
+      equal_to_values += difference == static_cast<uint64_t>(x1[c] - x2[c]);
+      words.push_back(difference);
+    }
+  }
+  EXPECT_EQ(equal_to_values, 0u);
+  for (int shift : {0, 4, 28, 32, 60}) {
+    EXPECT_LT(ChiSquare16(words, shift), 45.0) << "bits " << shift << ".." << shift + 3;
+  }
+  // Within one job the masks still cancel.
+  std::vector<std::vector<uint64_t>> messages(3, std::vector<uint64_t>(length));
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_TRUE(two.maskers[i].Mask(2000, two.ids, x2, messages[i]).ok());
+  }
+  std::vector<std::span<const uint64_t>> spans(messages.begin(), messages.end());
+  auto total = SumMasked(spans);
+  ASSERT_TRUE(total.ok());
+  for (size_t c = 0; c < length; ++c) EXPECT_EQ((*total)[c], 3 * x2[c]);
+}
+
+// A holder whose state directory was reset (its last masked round lost)
+// joins with a new incarnation: its pads with every peer change, while the
+// masks of one round still cancel when every participant names the same
+// incarnations.
+TEST(SecureAggregationTest, PadsAreBoundToEveryParticipantsIncarnation) {
+  Federation f = MakeFederation(3);
+  const size_t length = 64;
+  const std::vector<int64_t> values(length, 5);
+  const std::vector<std::string> before = {std::string(32, 'a'), std::string(32, 'b'),
+                                           std::string(32, 'c')};
+  std::vector<std::string> after = before;
+  after[0] = std::string(32, 'd');  // hospital-a was reset
+  std::vector<uint64_t> old_message(length), new_message(length);
+  ASSERT_TRUE(f.maskers[1].Mask(7, f.ids, values, old_message, before).ok());
+  f.maskers[1].set_last_round(6);  // as a reset holder would, had it lost its round
+  ASSERT_TRUE(f.maskers[1].Mask(7, f.ids, values, new_message, after).ok());
+  size_t same = 0;
+  for (size_t c = 0; c < length; ++c) same += old_message[c] == new_message[c];
+  EXPECT_EQ(same, 0u) << "hospital-b reused a pad with hospital-c or with a's new incarnation";
+  std::vector<std::vector<uint64_t>> messages(3, std::vector<uint64_t>(length));
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_TRUE(f.maskers[i].Mask(8, f.ids, values, messages[i], after).ok());
+  }
+  std::vector<std::span<const uint64_t>> spans(messages.begin(), messages.end());
+  auto total = SumMasked(spans);
+  ASSERT_TRUE(total.ok());
+  for (size_t c = 0; c < length; ++c) EXPECT_EQ((*total)[c], 15);
+  // Malformed incarnation lists are refused.
+  std::vector<uint64_t> out(length);
+  EXPECT_EQ(f.maskers[0].Mask(9, f.ids, values, out, std::vector<std::string>{"x"}).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(f.maskers[0].Mask(9, f.ids, values, out, std::vector<std::string>{"a", "", "c"}).code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(SecureAggregationTest, AMaskerMasksNothingUnboundAndServesOneJob) {
+  std::vector<HolderSecretKey> keys;
+  keys.push_back(KeyFromSeed(1));
+  keys.push_back(KeyFromSeed(2));
+  const std::vector<RosterEntry> roster = {{"a", keys[0].PublicKey()}, {"b", keys[1].PublicKey()}};
+  auto masker = Masker::Create(keys[0], "a", roster);
+  ASSERT_TRUE(masker.ok());
+  const std::vector<std::string> ids = {"a", "b"};
+  const std::vector<int64_t> values = {1, 2};
+  std::vector<uint64_t> out(2);
+  const Status unbound = masker->Mask(1, ids, values, out);
+  EXPECT_EQ(unbound.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(unbound.message().find("not bound to a job"), std::string::npos);
+  EXPECT_EQ(masker->last_round(), 0u);  // the refusal used no round
+  EXPECT_EQ(masker->Bind("").code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(masker->Bind("job-a").ok());
+  EXPECT_TRUE(masker->Bind("job-a").ok());  // the same job again
+  EXPECT_EQ(masker->Bind("job-b").code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(masker->Mask(1, ids, values, out).ok());
 }
 
 TEST(SecureAggregationTest, MaskRefusesBadParticipantsAndLengthsNamingTheProblem) {
