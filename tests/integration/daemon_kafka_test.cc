@@ -149,6 +149,21 @@ class DaemonKafkaTest : public ::testing::Test {
     }
   }
 
+  // Federated holders' key files DIR/ID.key (vipsd federation-keygen) and
+  // their public keys (hex) by id.
+  std::map<std::string, std::string> MakeHolderKeys(const std::vector<std::string>& ids) {
+    std::map<std::string, std::string> public_keys;
+    for (const std::string& id : ids) {
+      int code = 0;
+      const std::string out = Shell(std::string(VIPSD_BINARY) + " federation-keygen --out " +
+                                        dir_ + "/" + id + ".key 2>&1",
+                                    &code);
+      EXPECT_EQ(code, 0) << out;
+      public_keys[id] = out.substr(0, 64);
+    }
+    return public_keys;
+  }
+
   std::string WriteConfig(const std::string& privacy, const std::string& extra_schedule = "",
                           int topics = 2, const std::string& extra_sink = "") {
     std::ofstream yaml(dir_ + "/" + config_name_);
@@ -1039,14 +1054,9 @@ TEST_F(DaemonKafkaTest, ThreeHoldersAndAnAggregatorAsSeparateProcesses) {
   ASSERT_TRUE(cluster_->CreateTopic("fedledger", 1).ok());
   ASSERT_TRUE(cluster_->CreateTopic("releases-fed", 1).ok());
   const std::vector<std::string> ids = {"h1", "h2", "h3"};
-  std::map<std::string, std::string> public_keys;
+  const std::map<std::string, std::string> public_keys = MakeHolderKeys(ids);
+  if (HasFailure()) return;
   for (const std::string& id : ids) {
-    int code = 0;
-    const std::string out = Shell(std::string(VIPSD_BINARY) + " federation-keygen --out " + dir_ +
-                                      "/" + id + ".key 2>&1",
-                                  &code);
-    ASSERT_EQ(code, 0) << out;
-    public_keys[id] = out.substr(0, 64);
     EXPECT_EQ(std::filesystem::status(dir_ + "/" + id + ".key").permissions() &
                   std::filesystem::perms::all,
               std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
@@ -1211,14 +1221,9 @@ TEST_F(DaemonKafkaTest, TwoFederatedJobsWithTheSameKeyFilesNeverShareAPad) {
   // of job A refuses job B's plans (exit 2).
   WriteVocabulary(6);
   const std::vector<std::string> ids = {"h1", "h2"};
-  std::map<std::string, std::string> public_keys;
+  const std::map<std::string, std::string> public_keys = MakeHolderKeys(ids);
+  if (HasFailure()) return;
   for (const std::string& id : ids) {
-    int code = 0;
-    const std::string out = Shell(std::string(VIPSD_BINARY) + " federation-keygen --out " + dir_ +
-                                      "/" + id + ".key 2>&1",
-                                  &code);
-    ASSERT_EQ(code, 0) << out;
-    public_keys[id] = out.substr(0, 64);
     ASSERT_TRUE(cluster_->CreateTopic(id + "docs", 1).ok());
     input_topic_ = id + "docs";
     std::vector<std::string> lines;
