@@ -318,7 +318,7 @@ bool Daemon::WaitForCuts(int64_t slot, std::map<std::string, StreamBounds>* boun
     const uint64_t seen = control_.Generation();
     if (control_.stopping()) return false;
     ServiceRequests();
-    if (auto taken = clock_->Take(slot)) {
+    if (auto taken = clock_->Take(slot, &cuts_read_at_)) {
       *bounds = std::move(*taken);
       return true;
     }
@@ -456,7 +456,27 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
     return;  // stopping
   }
   if (paced_) {
-    for (const auto& [stream, b] : bounds) previous_ends_[stream] = b.end;
+    // E(k) bounds slot k + 1's cuts from below only if every record below
+    // it was appended at or before t_{k+1}: its read must have completed by
+    // then, less the grace (the clock skew the cut rule allows). A late read
+    // (a slow broker, a starved clock thread) would force records stamped
+    // after t_{k+1} into slot k + 1; its ends are not used, and slot k + 1
+    // is cut by timestamps from its previous cut alone.
+    const double latest = state.windows.SlotTime(slot + 1) - config_.cut_grace_seconds;
+    if (cuts_read_at_ <= latest) {
+      for (const auto& [stream, b] : bounds) previous_ends_[stream] = b.end;
+    } else {
+      previous_ends_.clear();
+      metrics_->slot_ends_read_late_total().Increment();
+      if (late_end_reads_++ % 100 == 0) {
+        Log(LogLevel::kWarning, kComponent,
+            "slot " + std::to_string(slot) + ": the log ends were read " +
+                FixedDecimal(cuts_read_at_ - (latest + config_.cut_grace_seconds), 3) +
+                " s after the next slot's time; they do not bound the next slot's cuts "
+                "(vipsd_slot_ends_read_late_total counts such slots; this line repeats every "
+                "100)");
+      }
+    }
   }
   if (paced_ && coordinator_ == nullptr) {
     const Status recorded = state.windows.RecordCuts(slot, cuts);

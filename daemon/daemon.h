@@ -307,6 +307,10 @@ class Daemon {
   // The log ends observed for the last slot processed (the floor of the next
   // slot's cuts, TargetsFor); empty after a start.
   std::map<std::string, int64_t> previous_ends_;
+  // When the read of the slot being processed completed (SlotClock::Take),
+  // and how many slots' ends were read too late to be a floor.
+  double cuts_read_at_ = 0;
+  int64_t late_end_reads_ = 0;
   // T of the last slot whose window was admitted here (none after a start:
   // a restart's first window legitimately holds older records).
   int64_t previous_cut_time_ms_ = std::numeric_limits<int64_t>::min();

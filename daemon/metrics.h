@@ -222,6 +222,9 @@ inline constexpr std::array<double, 14> kCheckpointWriteDurationBuckets = {
           "Slots whose step finished after the public release deadline (slot time + "           \
           "release_delay_seconds); their outputs left at a later slot's deadline; each one "    \
           "reveals that its step ran past its deadline.")                                       \
+  COUNTER(slot_ends_read_late_total, "slots",                                                    \
+          "Slots whose log ends were read after the next slot's time less the grace, so that "  \
+          "they did not bound the next slot's cuts from below (a slow broker or clock thread).") \
   HISTOGRAM(step_duration_seconds, "seconds",                                                    \
             "Wall-clock duration of one step, sampling to M-step. Exported only with "           \
             "metrics.expose_step_timing: it reveals how long each step took.",                   \

@@ -73,12 +73,15 @@ void SlotClock::Join() {
   if (thread_.joinable()) thread_.join();
 }
 
-std::optional<SlotBounds> SlotClock::Take(int64_t slot) {
+std::optional<SlotBounds> SlotClock::Take(int64_t slot, double* read_done) {
   MutexLock lock(&mutex_);
   auto it = observed_.find(slot);
   if (it == observed_.end()) return std::nullopt;
   SlotBounds bounds = std::move(it->second);
   observed_.erase(observed_.begin(), std::next(it));
+  const auto done = read_done_.find(slot);
+  if (read_done != nullptr) *read_done = done != read_done_.end() ? done->second : 0;
+  read_done_.erase(read_done_.begin(), read_done_.upper_bound(slot));
   return bounds;
 }
 
@@ -103,12 +106,14 @@ void SlotClock::Loop() {
     }
     auto bounds = ObserveWithRetry(*source_, due);
     if (!bounds.ok()) return;  // stopping
+    const double read_done = WallNow();
     {
       MutexLock lock(&mutex_);
       if (next_slot_ != slot || DueLocked(slot) + grace_ != due) {
         continue;  // a reload moved this slot's time meanwhile: observe it at its new time
       }
       observed_[slot] = std::move(*bounds);
+      read_done_[slot] = read_done;
       ++next_slot_;
     }
     control_->Ring();

@@ -72,8 +72,11 @@ class SlotClock {
   void Join();
 
   // Slot `slot`'s cuts once observed (and forgets every slot up to it);
-  // nullopt if not yet.
-  std::optional<SlotBounds> Take(int64_t slot) EXCLUDES(mutex_);
+  // nullopt if not yet. `read_done`, if given, is the wall time (unix
+  // seconds) at which that observation's read completed: its ends bound the
+  // next slot's cuts from below only if every record below them was
+  // appended before the next slot's time (Daemon; core/svi/slot_windows.h).
+  std::optional<SlotBounds> Take(int64_t slot, double* read_done = nullptr) EXCLUDES(mutex_);
 
   // The bounds of every stream of `source`, read now for public time
   // `as_of`; CANCELLED when the run stops first.
@@ -92,6 +95,7 @@ class SlotClock {
   bool stop_ GUARDED_BY(mutex_) = false;
   // Slot cuts observed, not yet taken by the step thread.
   std::map<int64_t, SlotBounds> observed_ GUARDED_BY(mutex_);
+  std::map<int64_t, double> read_done_ GUARDED_BY(mutex_);  // by slot, as observed_
   int64_t next_slot_ GUARDED_BY(mutex_) = 0;
   double anchor_time_ GUARDED_BY(mutex_) = 0;
   int64_t anchor_slot_ GUARDED_BY(mutex_) = 0;

@@ -18,7 +18,10 @@
 // stream's log, reads the records below it, and sets
 //   cut(s, k) = the offset of the first record at or above
 //               F = max(cut(s, k − 1), E(s, k − 1)) whose time is > T_k,
-//               or E(s, k) when no record in [F, E(s, k)) has one.
+//               or E(s, k) when no record in [F, E(s, k)) has one,
+// where E(s, k − 1) counts only if its read completed by time(k) − grace
+// (F = cut(s, k − 1) otherwise: a late read may include records appended
+// after time(k); vipsd_slot_ends_read_late_total counts such slots).
 //
 // Why this is a function of the log. Append times are monotone in offset
 // within a partition (one broker clock appends them in order). A record
@@ -26,8 +29,8 @@
 // T_k, and is readable by time(k) + grace when grace covers the time a
 // record takes to become readable (replication) plus the clock skew between
 // broker and daemon; so every record with time ≤ T_k lies below E(s, k),
-// and every record below E(s, k − 1) has time ≤ time(k − 1) + grace < T_k
-// (grace < interval). Then cut(s, k) is "one past the last record with
+// and every record below an E(s, k − 1) whose read completed by
+// time(k) − grace has time ≤ T_k. Then cut(s, k) is "one past the last record with
 // time ≤ T_k": whatever E(s, k) the read returned, however late the thread
 // that made it ran. So r is a candidate in slot k iff its time lies in
 // (T_{k−M}, T_k] — a function of r's own time and public times. Adding or

@@ -125,6 +125,8 @@ struct Harness {
   // The source answers ObserveBounds with the log as it is at the call, as
   // a real broker does (FakeSource::AnswerAtCallTime).
   bool answer_at_call_time = false;
+  // FakeSource::BeforeObserve.
+  std::function<void(double)> before_observe;
 
   explicit Harness(const std::string& name, bool expose_step_timing = false)
       : dir(FreshDir(name)) {
@@ -145,12 +147,14 @@ struct Harness {
     if (!config.ok()) return config.status();
     auto topic_copy = topic;
     const bool at_call_time = answer_at_call_time;
+    auto hook = before_observe;
     return Daemon::Create(
         *config,
-        [topic_copy, at_call_time](ResumeOffsetFn resume)
+        [topic_copy, at_call_time, hook](ResumeOffsetFn resume)
             -> StatusOr<std::unique_ptr<InputSource>> {
           auto source = std::make_unique<FakeSource>(topic_copy, std::move(resume));
           if (at_call_time) source->AnswerAtCallTime();
+          if (hook) source->BeforeObserve(hook);
           return std::unique_ptr<InputSource>(std::move(source));
         },
         std::make_unique<FakeSink>(sink), metrics.get(), std::move(hooks), options);
@@ -522,6 +526,71 @@ TEST(DaemonTest, ARecordReadableOnlyAfterItsSlotsCutJoinsTheNextSlotAloneAndIsCo
   EXPECT_EQ(pools[5], (std::set<std::string>{"late", "b"}));
   EXPECT_TRUE(pools[6].empty());
   EXPECT_EQ(h.metrics->records_read_late_total().Value(), 1);
+}
+
+// Issue 49: slot k + 1's cuts are bounded from below by slot k's log ends
+// only if their read completed by t_{k+1} − grace. Here slot 4's read is
+// slow: it completes after t_5, and "b", appended (and stamped) after t_5
+// meanwhile, is below the ends it returns. Used as slot 5's floor, those
+// ends would force "b" into slot 5; they are not used, and "b" joins slot 6
+// by its timestamp.
+TEST(DaemonTest, LogEndsReadAfterTheNextSlotsTimeDoNotBoundItsCuts) {
+  constexpr double kInterval = 0.2;
+  constexpr double kGrace = 0.02;
+  Harness h("ends_read_late");
+  h.answer_at_call_time = true;
+  Options options;
+  options.interval = kInterval;
+  options.window = "1";
+  options.cut_grace = kGrace;
+  options.start_time = std::floor(WallNow()) + 2;
+  const double start = options.start_time;
+  auto document = [](const std::string& id) {
+    return "{\"id\": \"" + id + "\", \"text\": \"apple banana\"}";
+  };
+  std::map<std::pair<int32_t, int64_t>, std::string> ids;
+  std::mutex ids_mutex;
+  auto append = [&](double stamp, const std::string& id) {
+    const int64_t offset = h.topic->Append(0, document(id), stamp);
+    std::lock_guard<std::mutex> lock(ids_mutex);
+    ids[{0, offset}] = id;
+  };
+  std::atomic<bool> stop{false};
+  std::thread producer([&] {  // "a" in slot 4, appended when stamped
+    while (WallNow() < start + 3.5 * kInterval && !stop) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    append(start + 3.5 * kInterval, "a");
+  });
+  std::atomic<bool> delayed{false};
+  h.before_observe = [&](double as_of) {
+    // Slot 4's observation (at t_4 + grace): slow until t_5 + 0.3 interval,
+    // while "b" is appended, stamped 0.2 interval after t_5.
+    if (std::abs(as_of - (start + 4 * kInterval + kGrace)) > 1e-6 || delayed.exchange(true)) {
+      return;
+    }
+    while (WallNow() < start + 5.3 * kInterval) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    append(start + 5.2 * kInterval, "b");
+  };
+  std::map<int64_t, std::set<std::string>> pools;
+  DaemonHooks hooks;
+  hooks.before_step = [&](int64_t, int64_t slot, const svi::RecordPool& pool,
+                          const std::vector<std::string>& streams) {
+    std::lock_guard<std::mutex> lock(ids_mutex);
+    pools[slot] = PoolIds(pool, streams, ids);
+  };
+  auto daemon = h.Make(WriteConfig(h.dir, options), hooks);
+  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+  EXPECT_TRUE(RunUntil(**daemon, [&](const DaemonStatus& s) { return s.last_slot >= 7; }).ok());
+  stop = true;
+  producer.join();
+  ASSERT_TRUE(delayed.load());
+  EXPECT_EQ(pools[4], (std::set<std::string>{"a"}));
+  EXPECT_TRUE(pools[5].empty()) << "slot 5 holds a record stamped after t_5";
+  EXPECT_EQ(pools[6], (std::set<std::string>{"b"}));
+  EXPECT_GE(h.metrics->slot_ends_read_late_total().Value(), 1);
 }
 
 // The unit-level neighbour structure (issue 28): the daemon on D, on D

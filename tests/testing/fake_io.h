@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -155,8 +156,12 @@ class FakeSource : public InputSource {
   // Answer ObserveBounds with the log as it is at the call (a real broker),
   // not as of the public time asked for.
   void AnswerAtCallTime() { at_call_time_ = true; }
+  // Called at the start of every ObserveBounds with its `as_of` (a test
+  // makes a read slow, and appends meanwhile).
+  void BeforeObserve(std::function<void(double)> hook) { before_observe_ = std::move(hook); }
 
   StatusOr<std::map<std::string, StreamBounds>> ObserveBounds(double as_of) override {
+    if (before_observe_) before_observe_(as_of);
     if (at_call_time_) as_of = std::numeric_limits<double>::infinity();
     std::lock_guard<std::mutex> lock(topic_->mutex);
     std::map<std::string, StreamBounds> bounds;
@@ -181,6 +186,7 @@ class FakeSource : public InputSource {
   std::map<int32_t, int64_t> committed_at_start_;
   std::optional<std::set<int32_t>> assigned_;
   bool at_call_time_ = false;
+  std::function<void(double)> before_observe_;
   int rewinds_ = 0;
 };
 
