@@ -268,6 +268,31 @@ std::set<std::string> PoolIds(const svi::RecordPool& pool, const std::vector<std
   return members;
 }
 
+// The records of tests that place them by time: Append stamps a record of
+// partition 0 with an id; the hooks record, per slot, the ids its step
+// pooled (read once the daemon has stopped).
+struct SlotPools {
+  std::map<std::pair<int32_t, int64_t>, std::string> ids;
+  std::mutex mutex;
+  std::map<int64_t, std::set<std::string>> pools;
+
+  void Append(FakeTopic& topic, double stamp, const std::string& id) {
+    const int64_t offset =
+        topic.Append(0, "{\"id\": \"" + id + "\", \"text\": \"apple banana\"}", stamp);
+    std::lock_guard<std::mutex> lock(mutex);
+    ids[{0, offset}] = id;
+  }
+  DaemonHooks Hooks() {
+    DaemonHooks hooks;
+    hooks.before_step = [this](int64_t, int64_t slot, const svi::RecordPool& pool,
+                               const std::vector<std::string>& streams) {
+      std::lock_guard<std::mutex> lock(mutex);
+      pools[slot] = PoolIds(pool, streams, ids);
+    };
+    return hooks;
+  }
+};
+
 // The pools of D + r are D's plus r in exactly the slots
 // [r_slot, r_slot + window) and equal in every other slot 1..slots.
 void ExpectPoolsDifferOnlyByR(const std::map<int64_t, std::set<std::string>>& without,
@@ -490,18 +515,12 @@ TEST(DaemonTest, ARecordReadableOnlyAfterItsSlotsCutJoinsTheNextSlotAloneAndIsCo
   options.cut_grace = 0.02;
   options.start_time = std::floor(WallNow()) + 2;
   const double start = options.start_time;
-  auto document = [](const std::string& id) {
-    return "{\"id\": \"" + id + "\", \"text\": \"apple banana\"}";
-  };
-  std::map<std::pair<int32_t, int64_t>, std::string> ids;
-  std::mutex ids_mutex;
+  SlotPools records;
   std::atomic<bool> stop{false};
   std::thread producer([&] {
     auto append_at = [&](double when, double stamp, const std::string& id) {
       while (WallNow() < when && !stop) std::this_thread::sleep_for(std::chrono::microseconds(200));
-      const int64_t offset = h.topic->Append(0, document(id), stamp);
-      std::lock_guard<std::mutex> lock(ids_mutex);
-      ids[{0, offset}] = id;
+      records.Append(*h.topic, stamp, id);
     };
     // Slot 4: "a" stamped and readable at once. "late" is stamped 10 ms
     // before t_4 but readable only 50 ms after it (after slot 4's read at
@@ -510,21 +529,14 @@ TEST(DaemonTest, ARecordReadableOnlyAfterItsSlotsCutJoinsTheNextSlotAloneAndIsCo
     append_at(start + 4.5 * kInterval, start + 3.9 * kInterval, "late");
     append_at(start + 4.6 * kInterval, start + 4.6 * kInterval, "b");
   });
-  std::map<int64_t, std::set<std::string>> pools;
-  DaemonHooks hooks;
-  hooks.before_step = [&](int64_t, int64_t slot, const svi::RecordPool& pool,
-                          const std::vector<std::string>& streams) {
-    std::lock_guard<std::mutex> lock(ids_mutex);
-    pools[slot] = PoolIds(pool, streams, ids);
-  };
-  auto daemon = h.Make(WriteConfig(h.dir, options), hooks);
+  auto daemon = h.Make(WriteConfig(h.dir, options), records.Hooks());
   ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
   EXPECT_TRUE(RunUntil(**daemon, [&](const DaemonStatus& s) { return s.last_slot >= 7; }).ok());
   stop = true;
   producer.join();
-  EXPECT_EQ(pools[4], (std::set<std::string>{"a"}));
-  EXPECT_EQ(pools[5], (std::set<std::string>{"late", "b"}));
-  EXPECT_TRUE(pools[6].empty());
+  EXPECT_EQ(records.pools[4], (std::set<std::string>{"a"}));
+  EXPECT_EQ(records.pools[5], (std::set<std::string>{"late", "b"}));
+  EXPECT_TRUE(records.pools[6].empty());
   EXPECT_EQ(h.metrics->records_read_late_total().Value(), 1);
 }
 
@@ -545,22 +557,13 @@ TEST(DaemonTest, LogEndsReadAfterTheNextSlotsTimeDoNotBoundItsCuts) {
   options.cut_grace = kGrace;
   options.start_time = std::floor(WallNow()) + 2;
   const double start = options.start_time;
-  auto document = [](const std::string& id) {
-    return "{\"id\": \"" + id + "\", \"text\": \"apple banana\"}";
-  };
-  std::map<std::pair<int32_t, int64_t>, std::string> ids;
-  std::mutex ids_mutex;
-  auto append = [&](double stamp, const std::string& id) {
-    const int64_t offset = h.topic->Append(0, document(id), stamp);
-    std::lock_guard<std::mutex> lock(ids_mutex);
-    ids[{0, offset}] = id;
-  };
+  SlotPools records;
   std::atomic<bool> stop{false};
   std::thread producer([&] {  // "a" in slot 4, appended when stamped
     while (WallNow() < start + 3.5 * kInterval && !stop) {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
-    append(start + 3.5 * kInterval, "a");
+    records.Append(*h.topic, start + 3.5 * kInterval, "a");
   });
   std::atomic<bool> delayed{false};
   h.before_observe = [&](double as_of) {
@@ -572,24 +575,17 @@ TEST(DaemonTest, LogEndsReadAfterTheNextSlotsTimeDoNotBoundItsCuts) {
     while (WallNow() < start + 5.3 * kInterval) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    append(start + 5.2 * kInterval, "b");
+    records.Append(*h.topic, start + 5.2 * kInterval, "b");
   };
-  std::map<int64_t, std::set<std::string>> pools;
-  DaemonHooks hooks;
-  hooks.before_step = [&](int64_t, int64_t slot, const svi::RecordPool& pool,
-                          const std::vector<std::string>& streams) {
-    std::lock_guard<std::mutex> lock(ids_mutex);
-    pools[slot] = PoolIds(pool, streams, ids);
-  };
-  auto daemon = h.Make(WriteConfig(h.dir, options), hooks);
+  auto daemon = h.Make(WriteConfig(h.dir, options), records.Hooks());
   ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
   EXPECT_TRUE(RunUntil(**daemon, [&](const DaemonStatus& s) { return s.last_slot >= 7; }).ok());
   stop = true;
   producer.join();
   ASSERT_TRUE(delayed.load());
-  EXPECT_EQ(pools[4], (std::set<std::string>{"a"}));
-  EXPECT_TRUE(pools[5].empty()) << "slot 5 holds a record stamped after t_5";
-  EXPECT_EQ(pools[6], (std::set<std::string>{"b"}));
+  EXPECT_EQ(records.pools[4], (std::set<std::string>{"a"}));
+  EXPECT_TRUE(records.pools[5].empty()) << "slot 5 holds a record stamped after t_5";
+  EXPECT_EQ(records.pools[6], (std::set<std::string>{"b"}));
   EXPECT_GE(h.metrics->slot_ends_read_late_total().Value(), 1);
 }
 
