@@ -332,16 +332,10 @@ void Ingest::DropBelow(const std::string& stream, int64_t low) {
     kept_from_[id] = low;
     rewinds_[id] = low;
     rewinding_.insert(id);
-    ++rewind_count_;
     return;
   }
   while (!staged.empty() && staged.front().offset < low) staged.pop_front();
   kept_from_[id] = std::max(kept_from_[id], low);
-}
-
-int64_t Ingest::rewinds() const {
-  MutexLock lock(&mutex_);
-  return rewind_count_;
 }
 
 int64_t Ingest::records_pooled() const {

@@ -197,8 +197,6 @@ class Ingest {
   // before the seek are discarded), so that a window is never summed with
   // records missing.
   void DropBelow(const std::string& stream, int64_t low) EXCLUDES(mutex_);
-  // How many times a stream was read again that way (tests).
-  int64_t rewinds() const EXCLUDES(mutex_);
 
   int64_t records_pooled() const EXCLUDES(mutex_);
   int64_t records_rejected() const EXCLUDES(mutex_);
@@ -243,7 +241,6 @@ class Ingest {
   // thread has sought the source: their records polled before are dropped.
   std::map<uint32_t, int64_t> rewinds_ GUARDED_BY(mutex_);
   std::set<uint32_t> rewinding_ GUARDED_BY(mutex_);
-  int64_t rewind_count_ GUARDED_BY(mutex_) = 0;
   // Per stream id: the cut the step thread gathers for (kNoTarget until the
   // slot's cut is known). Staged records below it are window records.
   std::vector<int64_t> target_ GUARDED_BY(mutex_);

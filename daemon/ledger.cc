@@ -257,6 +257,20 @@ Status DecodeUnitLine(Reader& reader, int version, LedgerState& state) {
   return Status::Ok();
 }
 
+// A "key <hex float>" line: exactly that key and one finite value.
+Status HexLine(Reader& reader, std::string_view key, double* value) {
+  std::string line, word, text, extra;
+  VIPSD_RETURN_IF_ERROR(reader.Line(&line));
+  std::istringstream words(line);
+  if (!(words >> word >> text) || word != key || (words >> extra)) {
+    return reader.Bad("bad " + std::string(key) + " line");
+  }
+  if (!ParseHexDouble(text, value)) {
+    return reader.Bad("bad " + std::string(key) + " value (not a finite hex float)");
+  }
+  return Status::Ok();
+}
+
 // The lines before the sections (run, model, source, next_step, mode,
 // schedule (from v4), noise, warning_level, ceiling (from v5), delta (from v7), unit (from
 // v6; always from v7)); `weighted`:
@@ -356,24 +370,14 @@ Status DecodeLines(Reader& reader, int version, LedgerState& state, bool* weight
     }
   }
   if (version >= 5) {
-    VIPSD_RETURN_IF_ERROR(reader.Line(&line));
-    std::istringstream words(line);
-    std::string extra;
-    if (!(words >> word >> value) || word != "ceiling" || (words >> extra)) {
-      return reader.Bad("bad ceiling line");
-    }
-    if (!ParseHexDouble(value, &state.epsilon_ceiling) || state.epsilon_ceiling < 0) {
+    VIPSD_RETURN_IF_ERROR(HexLine(reader, "ceiling", &state.epsilon_ceiling));
+    if (state.epsilon_ceiling < 0) {
       return reader.Bad("bad ceiling value (must be a finite number >= 0)");
     }
   }
   if (version >= 7) {
-    VIPSD_RETURN_IF_ERROR(reader.Line(&line));
-    std::istringstream words(line);
-    std::string extra;
-    if (!(words >> word >> value) || word != "delta" || (words >> extra)) {
-      return reader.Bad("bad delta line");
-    }
-    if (!ParseHexDouble(value, &state.delta) || !(state.delta > 0 && state.delta < 1)) {
+    VIPSD_RETURN_IF_ERROR(HexLine(reader, "delta", &state.delta));
+    if (!(state.delta > 0 && state.delta < 1)) {
       return reader.Bad("bad delta value (must be a number in (0, 1))");
     }
   }

@@ -143,15 +143,10 @@ class FakeSource : public InputSource {
   // starts where the resume callback says.
   Status Rewind(const std::string& stream, int64_t offset) override {
     std::lock_guard<std::mutex> lock(topic_->mutex);
-    ++rewinds_;
     for (auto& [partition, at] : position_) {
       if (StreamName("docs", partition) == stream) at = offset;
     }
     return Status::Ok();
-  }
-  int rewinds() const {
-    std::lock_guard<std::mutex> lock(topic_->mutex);
-    return rewinds_;
   }
   // Answer ObserveBounds with the log as it is at the call (a real broker),
   // not as of the public time asked for.
@@ -187,7 +182,6 @@ class FakeSource : public InputSource {
   std::optional<std::set<int32_t>> assigned_;
   bool at_call_time_ = false;
   std::function<void(double)> before_observe_;
-  int rewinds_ = 0;
 };
 
 struct Published {
