@@ -164,7 +164,9 @@ def run(args, name, tolerated, split_paths, all_path, vocab, test_path, work):
                 text = config_text(args, vocab, kafka.bootstrap, group + "-" + h,
                                    ["%sdocs" % h], "  ledger_key: job\n  work_topic: work\n",
                                    "federation:\n  role: holder\n  holder_id: %s\n"
-                                   "  secret_key: {file: holder.key}\n%s" % (h, common), None)
+                                   "  secret_key: {file: holder.key}\n"
+                                   "  share_delay_seconds: %g\n%s" % (h, args.share_delay, common),
+                                   None)
                 members.append(Process(args.vipsd, write(os.path.join(work, h), text),
                                        os.path.join(work, h + ".log")))
             text = config_text(args, vocab, kafka.bootstrap, group, [],
@@ -239,6 +241,9 @@ def main():
     parser.add_argument("--q", type=float, default=0.1)
     parser.add_argument("--sigma", type=float, default=1.0)
     parser.add_argument("--holders", type=int, default=3)
+    parser.add_argument("--share-delay", type=float, default=5.0,
+                        help="federation.share_delay_seconds of every holder: its shares "
+                             "leave this long after each plan (a round takes at least this)")
     parser.add_argument("--configs", default="shared,federated:1,federated:0")
     args = parser.parse_args()
     for attr in ("vipsd", "mock_kafka", "eval"):

@@ -225,7 +225,7 @@ void CheckFederation(const VipsdConfig& config, Diagnostics* diag) {
   if (f.role == FederationRole::kNone) {
     for (const char* key : {"federation.holder_id", "federation.secret_key",
                             "federation.tolerated_holders", "federation.round_timeout_seconds",
-                            "federation.holders"}) {
+                            "federation.share_delay_seconds", "federation.holders"}) {
       if (config.line_of(key) > 0) error(key, "only allowed with federation.role: holder | aggregator");
     }
     return;
@@ -268,10 +268,18 @@ void CheckFederation(const VipsdConfig& config, Diagnostics* diag) {
       error("source.topics",
             "an aggregator reads no input: leave source.topics out (each holder names its own)");
     }
-    for (const char* key : {"federation.holder_id", "federation.secret_key"}) {
+    for (const char* key :
+         {"federation.holder_id", "federation.secret_key", "federation.share_delay_seconds"}) {
       if (config.line_of(key) > 0) error(key, "only allowed with federation.role: holder");
     }
     return;
+  }
+  if (f.share_delay_seconds > f.round_timeout_seconds - 1) {
+    error("federation.share_delay_seconds",
+          ShortestNumber(f.share_delay_seconds) + " leaves less than 1 s before "
+          "federation.round_timeout_seconds = " + ShortestNumber(f.round_timeout_seconds) +
+          " (the aggregator's, which every holder must configure alike): shares would arrive "
+          "after the aggregator gave up");
   }
   if (f.holder_id.empty()) {
     error("federation.holder_id", "required with federation.role: holder (its id in federation.holders)");

@@ -95,6 +95,11 @@ struct FederationSettings {
   // How long the aggregator waits for a round's shares before it abandons
   // the round (charged, never released).
   double round_timeout_seconds = 30;
+  // Holder: its share (or its decline) leaves at the plan's public time plus
+  // this delay, whatever its data; a share not ready then is never sent and
+  // the holder stops for the run (docs/federation.md "Timing"). Sized by its
+  // worst-case step calibration; below round_timeout_seconds − 1.
+  double share_delay_seconds = 5;
   // Every holder: id -> X25519 public key (64 lowercase hex).
   std::map<std::string, std::string> holders;
 };

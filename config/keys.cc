@@ -73,6 +73,7 @@ bool UnixTime(double x) { return x >= 1e9 && x <= 1e11; }
 bool PublishTimeout(double x) { return x >= 1 && x <= 3600; }
 bool UpToADay(double x) { return x >= 0 && x <= 86400; }
 bool RoundTimeout(double x) { return x >= 1 && x <= 3600; }
+bool ShareDelay(double x) { return x >= 0.05 && x <= 3600; }
 
 Key Row(std::string path, std::shared_ptr<const Field> field) {
   Key key;
@@ -509,6 +510,9 @@ void AddFederation(std::vector<Key>& keys) {
   keys.push_back(Number("federation.round_timeout_seconds",
                         VIPSD_MEMBER(federation.round_timeout_seconds), RoundTimeout,
                         "a number of seconds in [1, 3600]"));
+  keys.push_back(Number("federation.share_delay_seconds",
+                        VIPSD_MEMBER(federation.share_delay_seconds), ShareDelay,
+                        "a number of seconds in [0.05, 3600]"));
   keys.push_back(HolderKeys("federation.holders", VIPSD_MEMBER(federation.holders)));
 }
 

@@ -17,7 +17,15 @@
 // that a participant declines, is ABANDONED: nothing is released (the sum
 // of an incomplete set of shares is a pad), the step stays charged on this
 // ledger and on every holder's that sent its share, and the holders that
-// did not send leave the participants until they ask to join again.
+// declined (or, at the timeout, did not send) leave the participants until
+// they ask to join again.
+//
+// Joins (TakeShare): a holder's join carries its FederationTerms; one whose
+// terms are not this process's is refused (FederatedRefusal, naming the
+// keys) and never planned, so a mismatch is never charged. A holder that
+// stops sends a leave. Plans state when they were issued and when the
+// shares are due: every holder's share leaves at issued + its
+// share_delay_seconds (daemon/holder.h).
 //
 // Privacy: the aggregator sees only masked shares (uniform words) and their
 // sum, which carries at least the configured σ whenever at most t holders
@@ -69,15 +77,14 @@ Status Coordinator::EnableFederation(const config::FederationSettings& settings)
   return Status::Ok();
 }
 
-void Coordinator::DrainJoins(const Context& context) {
+void Coordinator::DrainJoins(const Context& context, SlotOutputs* out) {
   auto messages = work_.Poll(std::chrono::milliseconds(0));
   if (!messages.has_value()) return;
-  FederatedPlan none;  // no round: only joins are kept
+  FederatedPlan none;  // no round: only joins and leaves count
   std::map<std::string, FederatedShare> shares;
   std::map<std::string, std::string> declined;
-  SlotOutputs ignored;
   for (auto& [offset, bytes] : *messages) {
-    TakeShare(context, none, offset, bytes, &shares, &declined, &ignored);
+    TakeShare(context, none, offset, bytes, &shares, &declined, out);
   }
   for (const std::string& id : joining_) participants_.insert(id);
   joining_.clear();
@@ -107,11 +114,48 @@ void Coordinator::TakeShare(const Context& context, const FederatedPlan& plan, i
     return;
   }
   if (share->kind == ShareKind::kJoin) {
+    // Its terms first: a holder that would decode, clip, sample or noise
+    // otherwise is never planned, so no round is charged for it.
+    const std::string terms = FederationTerms(*context.config, context.bundle->record_settings);
+    if (share->terms != terms) {
+      const std::string why = SettingsDifference(terms, share->terms, "aggregator", "holder");
+      if (refused_[share->holder] != share->incarnation + why) {
+        refused_[share->holder] = share->incarnation + why;  // said once per incarnation
+        out->log_lines.emplace_back(LogLevel::kWarning,
+                                    "holder '" + share->holder +
+                                        "' asked to join with other settings (" + why +
+                                        "): refused, never planned");
+        FederatedRefusal refusal{context.config->ledger_key, context.keeper->replica()->epoch(),
+                                 context.keeper->replica()->owner(), share->holder,
+                                 share->incarnation, why};
+        const auto appended = work_.Append(EncodeFederatedRefusal(refusal));
+        if (!appended.ok()) {
+          out->log_lines.emplace_back(LogLevel::kWarning, "refusing holder '" + share->holder +
+                                                              "': " +
+                                                              appended.status().ToString());
+        }
+      }
+      return;
+    }
     // The incarnation it joins with (its state directory's run id) names
     // it in the next plans: a holder that restarted with a new state
     // directory joins again and is planned with its new one.
     incarnations_[share->holder] = share->incarnation;
     if (participants_.count(share->holder) == 0) joining_.insert(share->holder);
+    return;
+  }
+  if (share->kind == ShareKind::kLeave) {
+    // It stops: no later plan names it, and a round that names it now is
+    // abandoned at once (as for a decline).
+    if (incarnations_[share->holder] == share->incarnation) {
+      participants_.erase(share->holder);
+      joining_.erase(share->holder);
+    }
+    if (plan.step != 0 && std::binary_search(plan.participants.begin(),
+                                             plan.participants.end(), share->holder) &&
+        shares->count(share->holder) == 0) {
+      (*declined)[share->holder] = "it stopped";
+    }
     return;
   }
   if (plan.step == 0 || share->epoch != plan.epoch || share->step != plan.step) {
@@ -163,8 +207,12 @@ StatusOr<svi::StepResult> Coordinator::FederatedRound(const Context& context,
   plan.tolerated = tolerated_;
   plan.roster = roster_fingerprint_;
   plan.run = keeper.state().run_id;  // the holders' pads are bound to it
-  plan.record_settings = context.bundle->record_settings;
+  plan.terms = FederationTerms(config, context.bundle->record_settings);
   VIPSD_ASSIGN_OR_RETURN(plan.model, PlanModel(context));
+  // Public times: the holders' shares leave at issued_ms + their
+  // federation.share_delay_seconds, and this process waits until due_ms.
+  plan.issued_ms = static_cast<int64_t>(std::floor(WallNow() * 1000));
+  plan.due_ms = plan.issued_ms + round_timeout_.count();
   VIPSD_RETURN_IF_ERROR(work_.Append(EncodeFederatedPlan(plan)).status());
   plan.model.clear();
 
@@ -173,6 +221,8 @@ StatusOr<svi::StepResult> Coordinator::FederatedRound(const Context& context,
   const auto start = std::chrono::steady_clock::now();
   auto last_owner_check = start;
   bool timed_out = false;
+  // Between the plan's append and start above lies only the append itself;
+  // the wait ends at start + round_timeout, no earlier than due_ms.
   while (shares.size() + declined.size() < plan.participants.size() && declined.empty()) {
     if (control_->stopping()) return CancelledError("stopping");
     const auto now = std::chrono::steady_clock::now();
@@ -194,10 +244,18 @@ StatusOr<svi::StepResult> Coordinator::FederatedRound(const Context& context,
       TakeShare(context, plan, offset, bytes, &shares, &declined, out);
     }
   }
-  // Who answers next time: this round's participants that sent a share,
-  // and every holder that asked to join meanwhile.
+  // Who answers next time: this round's participants that sent a share —
+  // and, when a decline ended the round early, those that had not answered
+  // yet (still at work: their share for this round is ignored) — and every
+  // holder that asked to join meanwhile. A holder that declined or was
+  // silent until the timeout leaves until it asks to join again.
   std::set<std::string> next;
   for (const auto& [id, share] : shares) next.insert(id);
+  if (!timed_out) {
+    for (const std::string& id : plan.participants) {
+      if (declined.count(id) == 0) next.insert(id);
+    }
+  }
   for (const std::string& id : joining_) next.insert(id);
   joining_.clear();
   if (shares.size() < plan.participants.size()) {
@@ -220,8 +278,8 @@ StatusOr<svi::StepResult> Coordinator::FederatedRound(const Context& context,
     }
     return UnavailableError("round " + std::to_string(plan.step) + " abandoned (" + why +
                             "): nothing released; the step stays charged here and on every "
-                            "holder that sent its share; the holders concerned leave the "
-                            "participants until they ask to join");
+                            "holder that sent its share; the holders that declined or did not "
+                            "answer in time leave the participants until they ask to join");
   }
   participants_ = std::move(next);
   // Every participant's share is in: the masks cancel in the sum.

@@ -32,7 +32,7 @@ StatusOr<svi::StepResult> Coordinator::Step(const Context& context, int64_t slot
   if (federated()) {
     // A round needs more participants than tolerated_holders (the noise
     // shares are planned for n - t honest ones); checked before the charge.
-    DrainJoins(context);
+    DrainJoins(context, out);
     if (participants_.size() <= tolerated_) {
       round_unplanned_ = true;
       return FailedPreconditionError(

@@ -96,7 +96,7 @@ class Coordinator {
                                            int64_t slot, SlotOutputs* out);
   // Reads the share log for joins (a holder not among the participants that
   // is ready again) without waiting.
-  void DrainJoins(const Context& context);
+  void DrainJoins(const Context& context, SlotOutputs* out);
   // One share-log message: a join is noted; a share or decline of `plan`'s
   // round from a participant is kept in `shares` / `declined`.
   void TakeShare(const Context& context, const FederatedPlan& plan, int64_t offset,
@@ -187,6 +187,9 @@ class Coordinator {
   std::string roster_fingerprint_;
   uint32_t tolerated_ = 0;
   std::chrono::milliseconds round_timeout_{30000};
+  // The last refusal said to each holder (its incarnation and why), so that
+  // a holder that keeps asking is refused once, not at every join.
+  std::map<std::string, std::string> refused_;
   std::set<std::string> participants_;
   std::set<std::string> joining_;
   // Each holder's incarnation from its last join (FederatedPlan::incarnations).

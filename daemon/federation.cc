@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/base/format.h"
 #include "core/release/release.h"
 
 namespace vipsd::daemon {
@@ -34,6 +35,18 @@ std::string RosterFingerprint(const std::vector<privacy::RosterEntry>& roster) {
     text += entry.id + ":" + privacy::PublicKeyHex(entry.public_key) + "\n";
   }
   return release::Blake2bHex(text);
+}
+
+std::string FederationTerms(const config::VipsdConfig& config, const std::string& record_settings) {
+  std::string terms = record_settings;
+  terms += "privacy.sampling_rate: " + ShortestNumber(config.driver.sampling_rate) + "\n";
+  terms += "privacy.noise_multiplier: " + ShortestNumber(config.driver.noise_multiplier) + "\n";
+  terms += std::string("privacy.noise: ") +
+           (config.noise_mode == config::NoiseMode::kSecure ? "secure" : "fixed_seed") + "\n";
+  auto roster = RosterOf(config.federation);
+  terms += "federation.holders (BLAKE2b-256 of ids and keys): " +
+           (roster.ok() ? RosterFingerprint(*roster) : std::string("invalid")) + "\n";
+  return terms;
 }
 
 StatusOr<privacy::Masker> HolderMaskerOf(const config::FederationSettings& settings) {

@@ -28,6 +28,16 @@ StatusOr<std::vector<privacy::RosterEntry>> RosterOf(const config::FederationSet
 // BLAKE2b-256 (hex) of "id:public key\n" for every holder in id order.
 std::string RosterFingerprint(const std::vector<privacy::RosterEntry>& roster);
 
+// What every process of a federation must share, as "key: value" lines
+// (compared key by key with SettingsDifference, model_setup.h): the record
+// settings (model.*, the vocabulary's fingerprint, source.max_record_bytes,
+// source.timestamps, the privacy unit and its cap), privacy.sampling_rate,
+// privacy.noise_multiplier, privacy.noise and the roster's fingerprint. A
+// holder's join carries its terms and a plan the aggregator's: a join whose
+// terms differ is refused before any round names it (nothing is charged).
+// Public values only.
+std::string FederationTerms(const config::VipsdConfig& config, const std::string& record_settings);
+
 // The holder's masker: its secret key (64 hex digits, the file's content)
 // checked against the roster's entry for federation.holder_id. A key whose
 // public key is not that entry is refused ("unknown key").

@@ -17,8 +17,13 @@ namespace vipsd::daemon {
 namespace {
 
 constexpr std::string_view kComponent = "holder";
-// A holder that no plan has named for this long asks to join again.
+// A holder that no plan names asks to join every kJoinInterval; after
+// kSilence without any plan (the aggregator restarted, halted or is not up
+// yet) every kSilence. A holder that plans keep naming does not ask.
 constexpr auto kJoinInterval = std::chrono::seconds(3);
+constexpr auto kSilence = std::chrono::seconds(30);
+
+int64_t WallNowMs() { return static_cast<int64_t>(std::floor(WallNow() * 1000)); }
 
 }  // namespace
 
@@ -76,8 +81,8 @@ Holder::Holder(const config::VipsdConfig& config, DaemonOptions options, ModelBu
       work_(std::move(exchange), &control_),
       ingest_(bundle_.decoder.get(), sink_.get(), metrics, &control_,
               /*cover_every_stream=*/true) {
-  auto roster = RosterOf(config_.federation);
-  if (roster.ok()) roster_fingerprint_ = RosterFingerprint(*roster);
+  terms_ = FederationTerms(config_, bundle_.record_settings);
+  last_plan_ = std::chrono::steady_clock::now();  // the silence counts from the start
 }
 
 Holder::~Holder() {
@@ -100,6 +105,7 @@ Status Holder::Send(const FederatedPlan& plan, ShareKind kind, const std::string
   share.incarnation = keeper_->state().run_id;
   share.kind = kind;
   share.reason = reason;
+  if (kind == ShareKind::kJoin) share.terms = terms_;
   share.noise_private = noise_->is_private();
   share.masked = std::move(masked);
   return work_.Append(EncodeFederatedShare(share)).status();
@@ -108,37 +114,61 @@ Status Holder::Send(const FederatedPlan& plan, ShareKind kind, const std::string
 std::string Holder::Mismatch(const FederatedPlan& plan) const {
   std::string out;
   auto add = [&out](const std::string& text) { out += (out.empty() ? "" : "; ") + text; };
-  if (plan.roster != roster_fingerprint_) {
-    add("the aggregator's roster (fingerprint " + plan.roster.substr(0, 12) +
-        "…) is not this holder's federation.holders (" + roster_fingerprint_.substr(0, 12) + "…)");
-  }
-  if (plan.record_settings != bundle_.record_settings) {
-    add("the aggregator decodes and sums records with other settings (model, vocabulary, "
-        "clipping)");
-  }
-  if (plan.sampling_rate != config_.driver.sampling_rate) {
-    add("privacy.sampling_rate: aggregator " + ShortestNumber(plan.sampling_rate) +
-        ", this holder " + ShortestNumber(config_.driver.sampling_rate));
-  }
-  if (plan.noise_multiplier != config_.driver.noise_multiplier) {
-    add("privacy.noise_multiplier: aggregator " + ShortestNumber(plan.noise_multiplier) +
-        ", this holder " + ShortestNumber(config_.driver.noise_multiplier));
+  if (plan.terms != terms_) {
+    add(SettingsDifference(plan.terms, terms_, "aggregator", "this holder"));
   }
   if (static_cast<int64_t>(plan.tolerated) < config_.federation.tolerated_holders) {
     add("federation.tolerated_holders: aggregator " + std::to_string(plan.tolerated) +
         ", this holder requires at least " +
         std::to_string(config_.federation.tolerated_holders));
   }
+  const double timeout = static_cast<double>(plan.due_ms - plan.issued_ms) / 1000;
+  if (config_.federation.share_delay_seconds > timeout - 1) {
+    add("federation.share_delay_seconds: this holder " +
+        ShortestNumber(config_.federation.share_delay_seconds) +
+        ", which leaves less than 1 s before the aggregator's federation.round_timeout_seconds " +
+        ShortestNumber(timeout));
+  }
   return out;
 }
 
-bool Holder::CutWindows(const FederatedPlan& plan, WorkPlan* local,
+bool Holder::WaitUntil(int64_t at_ms) {
+  for (;;) {
+    if (control_.stopping()) return false;
+    const int64_t left = at_ms - WallNowMs();
+    if (left <= 0) return true;
+    (void)control_.PauseFor(std::chrono::milliseconds(std::min<int64_t>(left, 100)));
+  }
+}
+
+bool Holder::InputReady() {
+  if (!ingest_.AssignmentReported()) return false;
+  auto bounds = ingest_.source()->ObserveBounds(WallNow());
+  if (!bounds.ok() || bounds->empty()) return false;
+  for (const auto& [stream, b] : *bounds) {
+    if (!ingest_.Assigned(stream)) return false;
+  }
+  return true;
+}
+
+Status Holder::StopForRun(const FederatedPlan& plan, int64_t share_at_ms, const std::string& why,
+                          bool silent) {
+  stopped_ = why;
+  named_ = false;
+  Log(LogLevel::kError, kComponent,
+      "round " + std::to_string(plan.step) + ": " + why +
+          "; this holder takes part in no further round of this run (what a data-dependent "
+          "failure tells the aggregator is bounded to one per run: docs/federation.md); restart "
+          "it once the cause is fixed");
+  WriteStatusFile({&config_, halted_, false, keeper_->state().windows.last_slot()}, 0, 0);
+  if (silent || !WaitUntil(share_at_ms)) return Status::Ok();
+  // A fixed public reason: which failure it was stays in this log.
+  return Send(plan, ShareKind::kDecline, "this holder stopped for this run");
+}
+
+bool Holder::CutWindows(const FederatedPlan& plan, int64_t deadline_ms, WorkPlan* local,
                         std::vector<LocalStream>* ready, std::map<std::string, int64_t>* cuts,
                         std::string* why) {
-  const auto deadline =
-      std::chrono::steady_clock::now() +
-      std::chrono::milliseconds(
-          static_cast<int64_t>(std::ceil(config_.federation.round_timeout_seconds * 1000)));
   auto bounds = ingest_.source()->ObserveBounds(WallNow());
   if (!bounds.ok()) {
     *why = "its input's log bounds could not be read";
@@ -186,9 +216,18 @@ bool Holder::CutWindows(const FederatedPlan& plan, WorkPlan* local,
       }
       complete = complete && ingest_.Assigned(stream.name) && ingest_.Complete(stream.name);
     }
-    if (complete) break;
-    if (std::chrono::steady_clock::now() >= deadline) {
-      *why = "its input was not read to the slot's cut within federation.round_timeout_seconds";
+    if (complete) {
+      // As one vipsd: the window's records held, over every stream.
+      const int64_t held = ingest_.Progress({}, [](const std::string&) { return int64_t{0}; }).held;
+      if (config_.pool_capacity > 0 && held > config_.pool_capacity) {
+        *why = "its window holds more than pool.capacity = " +
+               std::to_string(config_.pool_capacity) + " records";
+        return false;
+      }
+      break;
+    }
+    if (WallNowMs() >= deadline_ms) {
+      *why = "its input was not read to the slot's cut by its share time";
       return false;
     }
     (void)control_.PauseFor(std::chrono::milliseconds(20));
@@ -201,6 +240,11 @@ bool Holder::CutWindows(const FederatedPlan& plan, WorkPlan* local,
     if (cut > stream.low) ready->push_back({&stream, cut});
   }
   return true;
+}
+
+Status Holder::Decline(const FederatedPlan& plan, const std::string& reason) {
+  named_ = false;  // the aggregator drops it from the participants: it asks again
+  return Send(plan, ShareKind::kDecline, reason);
 }
 
 Status Holder::OnPlan(const FederatedPlan& plan) {
@@ -220,7 +264,11 @@ Status Holder::OnPlan(const FederatedPlan& plan) {
     (void)Send(plan, ShareKind::kDecline, "another aggregator run than this holder's");
     return InvalidArgumentError("cannot follow the aggregator's plans: " + why);
   }
+  last_plan_ = std::chrono::steady_clock::now();
   if (plan.step <= static_cast<int64_t>(masker_.last_round())) return Status::Ok();
+  // Any plan of the job, naming this holder or not: one it could not follow
+  // stops it before anything is charged.
+  const std::string mismatch = Mismatch(plan);
   // Named as this incarnation (this state directory's run id): a plan that
   // names an earlier one — made before this directory was reset — is not
   // this holder's to answer; it asks to join as it is now.
@@ -228,21 +276,34 @@ Status Holder::OnPlan(const FederatedPlan& plan) {
   const bool named = at != plan.participants.end() && *at == id &&
                      plan.incarnations[static_cast<size_t>(at - plan.participants.begin())] ==
                          keeper_->state().run_id;
-  if (named) last_contact_ = std::chrono::steady_clock::now();
+  if (!mismatch.empty()) {
+    if (named) (void)Send(plan, ShareKind::kDecline, "configuration differs: " + mismatch);
+    return InvalidArgumentError("cannot follow the aggregator's plans: " + mismatch);
+  }
+  named_ = named && stopped_.empty();
   if (!named) {
-    if (!halted_ && joined_for_step_ != plan.step) {
+    if (!halted_ && stopped_.empty() && joined_for_step_ != plan.step && InputReady()) {
       joined_for_step_ = plan.step;
-      last_contact_ = std::chrono::steady_clock::now();
+      last_join_ = std::chrono::steady_clock::now();
+      join_sent_ = true;
       VIPSD_RETURN_IF_ERROR(Send(plan, ShareKind::kJoin, ""));
       Log(LogLevel::kInfo, kComponent,
           "round " + std::to_string(plan.step) + " does not name this holder: asked to join");
     }
     return Status::Ok();
   }
-  const std::string mismatch = Mismatch(plan);
-  if (!mismatch.empty()) {
-    (void)Send(plan, ShareKind::kDecline, "configuration differs: " + mismatch);
-    return InvalidArgumentError("cannot follow the aggregator's plans: " + mismatch);
+  if (!stopped_.empty()) return Decline(plan, "this holder stopped for this run");
+  if (!join_sent_) {
+    // Named as it was before this process started (the same state
+    // directory): it has not joined since, and its input may not be
+    // assigned yet. Declined at once (a public reason: joins are public),
+    // so that a restart costs at most this one round; it joins when its
+    // input is assigned.
+    Log(LogLevel::kInfo, kComponent,
+        "round " + std::to_string(plan.step) +
+            " names this holder as it was before it started: declined (nothing charged); it "
+            "asks to join once its input is assigned");
+    return Decline(plan, "restarted; it joins when its input is assigned");
   }
   VIPSD_RETURN_IF_ERROR(masker_.Bind(plan.run + ":" + plan.roster));
   // Recorded with this round's commit, before its share leaves.
@@ -279,24 +340,40 @@ Status Holder::OnPlan(const FederatedPlan& plan) {
               " for this holder's records; it declines every further round");
     }
     halted_ = true;
-    return Send(plan, ShareKind::kDecline, "this holder's epsilon ceiling is reached");
+    return Decline(plan, "this holder's epsilon ceiling is reached");
+  }
+  // The share's public time: the plan's, plus this holder's configured
+  // delay. Nothing it sends for this round leaves before it, and the share
+  // leaves exactly then or never: its timing says nothing of its data.
+  const int64_t share_at =
+      plan.issued_ms +
+      static_cast<int64_t>(std::llround(config_.federation.share_delay_seconds * 1000));
+  if (const int64_t late_ms = WallNowMs() - share_at; late_ms >= 0) {
+    // When the plan arrived is not the data's doing (the previous round's
+    // share left at its own public time): declined at once, not stopped.
+    Log(LogLevel::kWarning, kComponent,
+        "round " + std::to_string(plan.step) + ": the plan arrived " + std::to_string(late_ms) +
+            " ms after this holder's share time (federation.share_delay_seconds after the plan "
+            "was issued; check the clocks and the work topic's latency); declined, nothing "
+            "charged");
+    return Decline(plan, "the plan arrived after its share time");
   }
   WorkPlan local;
   std::vector<LocalStream> ready;
   std::map<std::string, int64_t> cuts;
   std::string why;
-  if (!CutWindows(plan, &local, &ready, &cuts, &why)) {
+  if (!CutWindows(plan, share_at, &local, &ready, &cuts, &why)) {
     if (control_.stopping()) return Status::Ok();
-    Log(LogLevel::kWarning, kComponent,
-        "round " + std::to_string(plan.step) + " declined: " + why + " (nothing charged)");
-    return Send(plan, ShareKind::kDecline, why);
+    // How many records there are, and how fast they were read, is the
+    // data's: nothing charged, and one bit per run.
+    return StopForRun(plan, share_at, why + " (nothing charged)", /*silent=*/false);
   }
   // Charged here, before any record is touched, with this holder's own
   // step key (the aggregator never sees it).
   VIPSD_ASSIGN_OR_RETURN(svi::StepTicket ticket, driver->Begin());
   if (ticket.result.outcome == svi::StepResult::Outcome::kRefusedCeiling) {
     halted_ = true;
-    return Send(plan, ShareKind::kDecline, "this holder's epsilon ceiling is reached");
+    return Decline(plan, "this holder's epsilon ceiling is reached");
   }
   local.key = ticket.key;
   const privacy::BlockLayout& layout = bundle_.model->statistic_layout();
@@ -324,6 +401,9 @@ Status Holder::OnPlan(const FederatedPlan& plan) {
     result = masker_.Mask(static_cast<uint64_t>(plan.step), plan.participants, *values, masked,
                           plan.incarnations);
   }
+  if (options_.test_holder_round_delay.count() > 0) {
+    (void)control_.PauseFor(options_.test_holder_round_delay);
+  }
   driver->Abandon(ticket);  // the aggregator runs the step to its end
   // The charge, the cuts and the round are durable BEFORE the share leaves
   // (a failed round is charged too: the step key was drawn and records
@@ -342,11 +422,19 @@ Status Holder::OnPlan(const FederatedPlan& plan) {
   metrics_->SetPrivacyBudget(spent, driver_config.epsilon_ceiling, driver_config.delta);
   WriteStatusFile({&config_, halted_, false, state.windows.last_slot()}, 0, 0);
   if (!result.ok()) {
-    Log(LogLevel::kError, kComponent,
-        "round " + std::to_string(plan.step) + ": " + result.ToString() +
-            " (charged, nothing sent); declining it");
-    return Send(plan, ShareKind::kDecline, "this holder's share failed");
+    return StopForRun(plan, share_at, "its share failed: " + result.ToString() + " (charged)",
+                      /*silent=*/false);
   }
+  if (WallNowMs() > share_at) {
+    // Late: sent now, its time would tell how long the round took. Never
+    // sent: the aggregator abandons the round at its timeout.
+    return StopForRun(plan, share_at,
+                      "its share was not ready at its share time (federation.share_delay_seconds "
+                      "= " + ShortestNumber(config_.federation.share_delay_seconds) +
+                          " after the plan; charged, never sent)",
+                      /*silent=*/true);
+  }
+  if (!WaitUntil(share_at)) return Status::Ok();  // stopping: nothing sent
   VIPSD_RETURN_IF_ERROR(Send(plan, ShareKind::kShare, "", std::move(masked)));
   Log(LogLevel::kInfo, kComponent,
       "round " + std::to_string(plan.step) + ": share sent (" +
@@ -375,23 +463,39 @@ Status Holder::Run() {
   Log(LogLevel::kInfo, kComponent,
       "holder '" + config_.federation.holder_id + "' of job '" + config_.ledger_key + "' on " +
           work_.Describe() + ": last round answered " + std::to_string(masker_.last_round()) +
-          "; asking to join the next round (every " + std::to_string(kJoinInterval.count()) +
-          " s until a plan names it)");
+          "; it asks to join once its input partitions are assigned to it");
   FederatedPlan none;
   Status result = Status::Ok();
   while (result.ok() && !control_.stopping()) {
     if (ingest_.error().has_value()) break;
-    if (!halted_ && std::chrono::steady_clock::now() - last_contact_ >= kJoinInterval) {
-      // Not named by a plan lately (just started, or left a round): ask.
-      last_contact_ = std::chrono::steady_clock::now();
-      result = Send(none, ShareKind::kJoin, "");
-      if (!result.ok()) break;
+    const auto now = std::chrono::steady_clock::now();
+    const bool silence = now - last_plan_ >= kSilence;
+    if (named_ && silence) named_ = false;  // the aggregator may have forgotten it
+    if (!halted_ && stopped_.empty() && !named_ &&
+        now - last_join_ >= (silence ? kSilence : kJoinInterval)) {
+      last_join_ = now;  // also when not ready: ObserveBounds is not asked every poll
+      if (InputReady()) {
+        join_sent_ = true;
+        result = Send(none, ShareKind::kJoin, "");
+        if (!result.ok()) break;
+      }
     }
     auto messages = work_.Poll(std::chrono::milliseconds(100));
     if (!messages.has_value()) continue;
     std::optional<FederatedPlan> newest;
     for (auto& [offset, bytes] : *messages) {
       auto kind = WorkMessageKindOf(bytes);
+      if (kind.ok() && *kind == WorkMessageKind::kFederatedRefusal) {
+        auto refusal = DecodeFederatedRefusal(bytes);
+        if (refusal.ok() && refusal->job == config_.ledger_key &&
+            refusal->holder == config_.federation.holder_id &&
+            refusal->incarnation == keeper_->state().run_id) {
+          result = InvalidArgumentError("the aggregator refused this holder's join: " +
+                                        refusal->reason);
+          break;
+        }
+        continue;
+      }
       if (!kind.ok() || *kind != WorkMessageKind::kFederatedPlan) continue;
       auto plan = DecodeFederatedPlan(bytes);
       if (!plan.ok()) {
@@ -412,7 +516,13 @@ Status Holder::Run() {
       }
       newest = std::move(*plan);
     }
-    if (newest.has_value()) result = OnPlan(*newest);
+    if (result.ok() && newest.has_value()) result = OnPlan(*newest);
+  }
+  if (join_sent_ && result.code() != StatusCode::kInvalidArgument) {
+    // No later round names it (a round that names it now is abandoned
+    // without waiting for its timeout).
+    const Status left = Send(none, ShareKind::kLeave, "stopping");
+    if (!left.ok()) Log(LogLevel::kWarning, kComponent, "leaving: " + left.ToString());
   }
   RequestStop();
   ingest_.Join();

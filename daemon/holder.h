@@ -16,13 +16,30 @@
 //   the charge, the cuts and the round, which is its last masked round —
 //   and only then appends the masked share.
 //
-// A round it cannot take part in is declined with a public reason (its
-// ceiling; input not read to the cut in time; a window over pool.capacity);
-// a plan of another configuration is declined and stops the holder with
-// INVALID_ARGUMENT (exit 2). A round at or below its last masked round is
-// never answered (a pad is used once), so after a restart it waits for the
-// next round. It asks to JOIN when it starts, every 3 s until a plan names
-// it, and at a plan that does not name it.
+// When it speaks (docs/federation.md "What the aggregator learns"):
+//   * JOIN, with its FederationTerms, once its input partitions are all
+//     assigned to it: every 3 s until a plan names it, then not while plans
+//     keep naming it; again at a plan that does not name it, and every 30 s
+//     when no plan at all arrives for 30 s (the aggregator restarted or
+//     halted). The aggregator refuses a join whose terms differ
+//     (FederatedRefusal: the holder stops, exit 2, with the keys named), so a
+//     mismatch is never charged.
+//   * its SHARE, at the plan's public time issued_ms +
+//     federation.share_delay_seconds, never earlier, whatever its data. A
+//     share not ready by then is never sent.
+//   * a DECLINE with a public reason at once (its ceiling; a plan received
+//     after its share time; named before it joined since its start).
+//   * data-dependent failures — its window over pool.capacity, its input not
+//     read to the cut by the share time, its share not ready by then — STOP
+//     its participation for the run, as one vipsd's overflow stops its
+//     steps: a decline at the share time (or, for a share not ready,
+//     silence), then no join and no share until the process restarts. The
+//     aggregator learns one bit per run (and the round it happened in).
+//   * LEAVE when it stops, so that no later round names it.
+// A plan of another configuration than its own (terms, tolerated_holders,
+// share delay against the aggregator's timeout) stops the holder with
+// INVALID_ARGUMENT (exit 2) before it is charged. A round at or below its
+// last masked round is never answered (a pad is used once).
 //
 // What it writes: its ledger only (state.directory): one entry per round it
 // was charged for, so that a holder can show what its data were charged
@@ -86,14 +103,25 @@ class Holder {
   Status OnPlan(const FederatedPlan& plan);
   // Why this holder cannot follow `plan` ("" if it can).
   std::string Mismatch(const FederatedPlan& plan) const;
-  // Cuts the holder's partitions for `plan` and waits (until the round's
-  // timeout) for them to be read: `local` gets every partition's window,
+  // Cuts the holder's partitions for `plan` and waits (until the wall time
+  // `deadline_ms`, its share time) for them to be read: `local` gets every partition's window,
   // `ready` the non-empty ones with their cuts, `cuts` every cut. False with
   // `why` (public text) when they were not read in time or overflow.
-  bool CutWindows(const FederatedPlan& plan, WorkPlan* local, std::vector<LocalStream>* ready,
+  bool CutWindows(const FederatedPlan& plan, int64_t deadline_ms, WorkPlan* local, std::vector<LocalStream>* ready,
                   std::map<std::string, int64_t>* cuts, std::string* why);
   Status Send(const FederatedPlan& plan, ShareKind kind, const std::string& reason,
               std::vector<uint64_t> masked = {});
+  // Declines `plan` at once with a public reason; it will ask to join again.
+  Status Decline(const FederatedPlan& plan, const std::string& reason);
+  // Waits until the wall time `at_ms` (false: stopping).
+  bool WaitUntil(int64_t at_ms);
+  // Its input partitions are known and all assigned to it (it may join).
+  bool InputReady();
+  // A data-dependent failure at `plan`: declines at the share time (or
+  // stays silent when `silent`), then no join or share for the rest of the
+  // run.
+  Status StopForRun(const FederatedPlan& plan, int64_t share_at_ms, const std::string& why,
+                    bool silent);
 
   const config::VipsdConfig config_;
   const DaemonOptions options_;
@@ -106,19 +134,20 @@ class Holder {
   std::unique_ptr<LedgerKeeper> keeper_;
   std::unique_ptr<privacy::NoiseSource> noise_;  // its step keys and noise shares (PRIVATE)
   privacy::Masker masker_;
-  std::string roster_fingerprint_;
   SourceFactory make_source_;
   RunControl control_;
   WorkIo work_;
   Ingest ingest_;
   std::unique_ptr<privacy::GaussianSumMechanism> sum_;  // PRIVATE, Reset every round
   std::pair<uint64_t, std::string> highest_aggregator_{0, ""};  // (epoch, owner) seen
+  std::string terms_;             // FederationTerms: what its joins carry
   int64_t joined_for_step_ = -1;  // the last plan step a join was sent for
-  // Steady time of the last join sent or plan that named this holder: a
-  // holder that hears nothing for kJoinInterval asks again (an aggregator
-  // that started after it never read its first join).
-  std::chrono::steady_clock::time_point last_contact_{};
+  bool join_sent_ = false;        // a join left since this process started
+  bool named_ = false;            // the latest plan named this holder
+  std::chrono::steady_clock::time_point last_join_{};  // when the last join left
+  std::chrono::steady_clock::time_point last_plan_{};  // when the last plan arrived
   bool halted_ = false;           // its ceiling was reached: it no longer joins
+  std::string stopped_;           // why it stopped for the run ("" while it takes part)
 };
 
 }  // namespace vipsd::daemon

@@ -289,6 +289,11 @@ bool Ingest::AssignedLocked(const std::string& stream) const {
   return !assigned_.has_value() || assigned_->count(stream) > 0;
 }
 
+bool Ingest::AssignmentReported() const {
+  MutexLock lock(&mutex_);
+  return assigned_.has_value();
+}
+
 bool Ingest::Assigned(const std::string& stream) const {
   MutexLock lock(&mutex_);
   return AssignedLocked(stream);

@@ -185,6 +185,10 @@ class Ingest {
   // The stream's target (its cut once Complete).
   int64_t Target(const std::string& stream) EXCLUDES(mutex_);
   bool Assigned(const std::string& stream) const EXCLUDES(mutex_);
+  // The source reported which partitions it holds (a Kafka consumer, once
+  // the group assigned it some); until then Assigned says true of every
+  // stream, as for a file.
+  bool AssignmentReported() const EXCLUDES(mutex_);
   bool Overflowing(const std::string& stream) EXCLUDES(mutex_);
   svi::StreamCandidates Candidates(const std::string& stream, int64_t low, int64_t high)
       EXCLUDES(mutex_);

@@ -732,6 +732,10 @@ StatusOr<std::unique_ptr<WorkExchange>> NewKafkaWorkExchange(
                                    "1: partial sums)");
   }
   VIPSD_ASSIGN_OR_RETURN(const auto bounds, reader->Bounds());
+  // The producer learns the topic's leaders now, not at its first append: a
+  // federated plan states when it was issued, and its holders' shares leave
+  // at that time plus their delay (daemon/holder.h).
+  VIPSD_RETURN_IF_ERROR(producer->WarmTopic(config.work_topic, timeout));
   return std::unique_ptr<WorkExchange>(new KafkaWorkExchange(
       config.work_topic, config.ledger_key, std::move(producer), std::move(reader), timeout,
       bounds.second));

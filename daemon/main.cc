@@ -267,8 +267,8 @@ int main(int argc, char** argv) {
       return false;
     }
     const std::string where = config->file + ":" +
-                              std::to_string(config->line_of("schedule.interval_seconds")) +
-                              ": schedule.interval_seconds: ";
+                              std::to_string(config->line_of(timing->budget_key)) + ": " +
+                              timing->budget_key + ": ";
     if (timing->refused) {
       say(LogLevel::kError, where + timing->text);
       return false;

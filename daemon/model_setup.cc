@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include <ctime>
+#include <map>
 #include <sstream>
 
 #include "connectors/file/file_util.h"
@@ -102,6 +103,40 @@ std::string RecordSettings(const config::VipsdConfig& config,
     }
   }
   return out;
+}
+
+namespace {
+
+std::map<std::string, std::string> SettingsByKey(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t colon = line.find(": ");
+    out[line.substr(0, colon)] = colon == std::string::npos ? "" : line.substr(colon + 2);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string SettingsDifference(const std::string& theirs, const std::string& ours,
+                               const std::string& their_name, const std::string& our_name) {
+  const auto a = SettingsByKey(theirs);
+  const auto b = SettingsByKey(ours);
+  std::string out;
+  auto add = [&out](const std::string& text) { out += (out.empty() ? "" : "; ") + text; };
+  for (const auto& [key, value] : a) {
+    const auto it = b.find(key);
+    if (it == b.end()) {
+      add(key + ": " + their_name + " " + value + ", not set by " + our_name);
+    } else if (it->second != value) {
+      add(key + ": " + their_name + " " + value + ", " + our_name + " " + it->second);
+    }
+  }
+  for (const auto& [key, value] : b) {
+    if (a.count(key) == 0) add(key + ": not set by " + their_name + ", " + our_name + " " + value);
+  }
+  return out.empty() ? "in their order" : out;
 }
 
 std::string ConfigFingerprint(const config::VipsdConfig& c) {

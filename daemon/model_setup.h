@@ -54,6 +54,12 @@ struct ModelBundle {
 std::string RecordSettings(const config::VipsdConfig& config,
                            const std::string& vocabulary_fingerprint);
 
+// "key: THEIR_NAME X, OUR_NAME Y" for every key whose value differs between
+// two such texts (or that one of them lacks), "; "-separated, in key order;
+// "in their order" when only the order of the lines differs.
+std::string SettingsDifference(const std::string& theirs, const std::string& ours,
+                               const std::string& their_name, const std::string& our_name);
+
 StatusOr<ModelBundle> BuildModel(const config::VipsdConfig& config);
 
 // BLAKE2b-256 of the public configuration values that shape a release.

@@ -24,6 +24,7 @@
 // Thread-safety: pure functions of their arguments and the file system.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -55,6 +56,10 @@ struct DaemonOptions {
   // lineage and it belongs to the ledger of record (run id, model, a step
   // the record charges).
   std::string takeover_model;
+  // TESTS ONLY (no flag or key sets it): a pause added to every federated
+  // holder round after its share is computed, as a slow E-step would take
+  // (the share-timing tests; daemon/holder.h).
+  std::chrono::milliseconds test_holder_round_delay{0};
 };
 
 // "file:line: key: " for messages about `key`.

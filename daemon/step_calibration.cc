@@ -176,8 +176,14 @@ StatusOr<StepCalibration> CalibrateWorstCaseStep(const config::VipsdConfig& conf
   out.usable_threads =
       std::max(1, std::min(config.driver.threads + (noise_thread ? 1 : 0), UsableCpus()));
   out.floor_seconds = out.cpu_seconds / out.usable_threads;
-  out.budget_seconds = std::min(config.release_delay_seconds - config.cut_grace_seconds,
-                                config.step_interval_seconds);
+  const bool holder = config.federation.role == config::FederationRole::kHolder;
+  // A federated holder's round runs from the plan to its share time (its
+  // reading of the window included); one vipsd's step from its cut's read
+  // to its release deadline, one slot after another.
+  out.budget_seconds = holder ? config.federation.share_delay_seconds
+                              : std::min(config.release_delay_seconds - config.cut_grace_seconds,
+                                         config.step_interval_seconds);
+  out.budget_key = holder ? "federation.share_delay_seconds" : "schedule.interval_seconds";
   out.fits = kCalibrationSafety * out.step_seconds <= out.budget_seconds;
   out.refused = out.floor_seconds > out.budget_seconds;
   out.text = "a step on " + std::to_string(out.batch_bound) +
@@ -191,12 +197,17 @@ StatusOr<StepCalibration> CalibrateWorstCaseStep(const config::VipsdConfig& conf
              Seconds(out.cpu_seconds) + " of CPU time on " +
              std::to_string(out.usable_threads) + " thread" +
              (out.usable_threads == 1 ? "" : "s") + ": at least " + Seconds(out.floor_seconds) +
-             " even when idle); a slot gives a step " + Seconds(out.budget_seconds) +
-             " (min of schedule.release_delay_seconds - cut_grace_seconds and "
-             "schedule.interval_seconds)";
+             " even when idle); " +
+             (holder ? "a round gives its share " + Seconds(out.budget_seconds) +
+                           " (federation.share_delay_seconds)"
+                     : "a slot gives a step " + Seconds(out.budget_seconds) +
+                           " (min of schedule.release_delay_seconds - cut_grace_seconds and "
+                           "schedule.interval_seconds)");
   const std::string remedy =
-      "; raise schedule.interval_seconds (and release_delay_seconds), or lower "
-      "schedule.cut_grace_seconds or pool.capacity";
+      holder ? "; raise federation.share_delay_seconds (below the aggregator's "
+               "round_timeout_seconds), or lower pool.capacity"
+             : "; raise schedule.interval_seconds (and release_delay_seconds), or lower "
+               "schedule.cut_grace_seconds or pool.capacity";
   if (out.refused) {
     out.text += ", less than the step needs even on an idle machine: every step near this "
                 "batch would overrun its deadline" + remedy;

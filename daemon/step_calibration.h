@@ -40,7 +40,10 @@
 // The budget: a step may run from its cut's read (slot time +
 // cut_grace_seconds) to its release deadline (slot time +
 // release_delay_seconds), and steps run one after another, so it gets
-// min(release_delay_seconds − cut_grace_seconds, interval_seconds).
+// min(release_delay_seconds − cut_grace_seconds, interval_seconds). A
+// federated holder's round (reading its window, its E-step, its share) gets
+// federation.share_delay_seconds: its share leaves then or never
+// (daemon/holder.h).
 #pragma once
 
 #include <cstdint>
@@ -58,7 +61,10 @@ struct StepCalibration {
   int64_t batch_bound = 0;     // B
   int64_t timed_records = 0;   // min(B, kCalibrationRecords)
   double step_seconds = 0;     // the worst-case step, scaled to B
-  double budget_seconds = 0;   // min(release_delay − cut_grace, interval) seconds
+  // min(release_delay − cut_grace, interval) seconds; a federated holder's:
+  // federation.share_delay_seconds (from the plan to its share time).
+  double budget_seconds = 0;
+  std::string budget_key;      // the key that sets it (messages name it)
   double cpu_seconds = 0;      // its CPU time over all threads, scaled to B
   // min(threads a step runs at once, CPUs this process may use): the step's
   // threads, plus the one that draws the noise ahead in a private run with

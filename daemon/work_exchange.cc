@@ -25,9 +25,12 @@ constexpr char kPartialMagic[4] = {'V', 'W', 'R', '3'};
 constexpr char kPartialMagicV1[4] = {'V', 'W', 'R', '1'};
 constexpr char kPartialMagicV2[4] = {'V', 'W', 'R', '2'};
 constexpr char kFederatedPlanMagicV1[4] = {'V', 'F', 'P', '1'};
-constexpr char kFederatedPlanMagic[4] = {'V', 'F', 'P', '2'};
+constexpr char kFederatedPlanMagicV2[4] = {'V', 'F', 'P', '2'};
+constexpr char kFederatedPlanMagic[4] = {'V', 'F', 'P', '3'};
 constexpr char kFederatedShareMagicV1[4] = {'V', 'F', 'S', '1'};
-constexpr char kFederatedShareMagic[4] = {'V', 'F', 'S', '2'};
+constexpr char kFederatedShareMagicV2[4] = {'V', 'F', 'S', '2'};
+constexpr char kFederatedShareMagic[4] = {'V', 'F', 'S', '3'};
+constexpr char kFederatedRefusalMagic[4] = {'V', 'F', 'R', '1'};
 constexpr char kReleaseMagic[4] = {'V', 'W', 'L', '1'};
 constexpr size_t kDigestBytes = 32;
 // At most this many coordinates in a share (2^31 words: 16 GiB).
@@ -216,6 +219,16 @@ StatusOr<WorkMessageKind> WorkMessageKindOf(std::string_view bytes) {
   if (bytes.size() >= 4 && std::memcmp(bytes.data(), kReleaseMagic, 4) == 0) {
     return WorkMessageKind::kRelease;
   }
+  if (bytes.size() >= 4 && std::memcmp(bytes.data(), kFederatedRefusalMagic, 4) == 0) {
+    return WorkMessageKind::kFederatedRefusal;
+  }
+  if (bytes.size() >= 4 && (std::memcmp(bytes.data(), kFederatedPlanMagicV2, 4) == 0 ||
+                            std::memcmp(bytes.data(), kFederatedShareMagicV2, 4) == 0)) {
+    return FailedPreconditionError(
+        "work topic: a federated message of an older vipsd (VFP2/VFS2, shares sent when ready "
+        "and joins without their terms): every process of a federation must run one vipsd "
+        "version");
+  }
   if (bytes.size() >= 4 && (std::memcmp(bytes.data(), kFederatedPlanMagicV1, 4) == 0 ||
                             std::memcmp(bytes.data(), kFederatedShareMagicV1, 4) == 0)) {
     return FailedPreconditionError(
@@ -387,7 +400,9 @@ std::string EncodeFederatedPlan(const FederatedPlan& plan) {
   w.Str(plan.roster);
   w.Str(plan.run);
   w.Str(plan.model);
-  w.Str(plan.record_settings);
+  w.Str(plan.terms);
+  w.I64(plan.issued_ms);
+  w.I64(plan.due_ms);
   return w.Finish();
 }
 
@@ -411,7 +426,8 @@ StatusOr<FederatedPlan> DecodeFederatedPlan(std::string_view bytes) {
       if (!read || !(read = r.Str(&run))) break;
     }
     (void)(read && r.U64(&tolerated) && r.Str(&plan.roster) && r.Str(&plan.run) &&
-           r.Str(&plan.model) && r.Str(&plan.record_settings));
+           r.Str(&plan.model) && r.Str(&plan.terms) && r.I64(&plan.issued_ms) &&
+           r.I64(&plan.due_ms));
   }
   VIPSD_RETURN_IF_ERROR(r.Done());
   const bool valid = plan.step >= 1 && plan.slot >= 0 && std::isfinite(plan.sampling_rate) &&
@@ -419,6 +435,7 @@ StatusOr<FederatedPlan> DecodeFederatedPlan(std::string_view bytes) {
                      std::isfinite(plan.noise_multiplier) && plan.noise_multiplier > 0 &&
                      !plan.participants.empty() && IsSortedUnique(plan.participants) &&
                      tolerated < plan.participants.size() && IsRunId(plan.run) &&
+                     plan.issued_ms > 0 && plan.due_ms > plan.issued_ms &&
                      std::all_of(plan.incarnations.begin(), plan.incarnations.end(),
                                  [](const std::string& run) { return IsRunId(run); });
   if (!valid) return DataLossError("work topic: a federated plan with out-of-range fields");
@@ -435,6 +452,7 @@ std::string EncodeFederatedShare(const FederatedShare& share) {
   w.Str(share.incarnation);
   w.U64(static_cast<uint64_t>(share.kind));
   w.Str(share.reason);
+  w.Str(share.terms);
   w.U64(share.noise_private ? 1 : 0);
   w.U64(share.masked.size());
   for (uint64_t word : share.masked) w.U64(word);
@@ -446,7 +464,8 @@ StatusOr<FederatedShare> DecodeFederatedShare(std::string_view bytes) {
   FederatedShare share;
   uint64_t kind = 0, noise_private = 0, count = 0;
   if (r.Str(&share.job) && r.U64(&share.epoch) && r.I64(&share.step) && r.Str(&share.holder) &&
-      r.Str(&share.incarnation) && r.U64(&kind) && r.Str(&share.reason) && r.U64(&noise_private) && r.U64(&count)) {
+      r.Str(&share.incarnation) && r.U64(&kind) && r.Str(&share.reason) && r.Str(&share.terms) &&
+      r.U64(&noise_private) && r.U64(&count)) {
     if (count > kMaxShareWords || count > r.remaining() / 8) {
       return DataLossError("work topic: a federated share with too many coordinates");
     }
@@ -457,12 +476,35 @@ StatusOr<FederatedShare> DecodeFederatedShare(std::string_view bytes) {
   }
   VIPSD_RETURN_IF_ERROR(r.Done());
   const bool valid = share.step >= 1 && !share.holder.empty() && IsRunId(share.incarnation) &&
-                     kind <= 2 &&
+                     kind <= 3 &&
                      noise_private <= 1 && (kind == 0 || share.masked.empty());
   if (!valid) return DataLossError("work topic: a federated share with out-of-range fields");
   share.kind = static_cast<ShareKind>(kind);
   share.noise_private = noise_private == 1;
   return share;
+}
+
+std::string EncodeFederatedRefusal(const FederatedRefusal& refusal) {
+  Writer w(kFederatedRefusalMagic);
+  w.Str(refusal.job);
+  w.U64(refusal.epoch);
+  w.Str(refusal.owner);
+  w.Str(refusal.holder);
+  w.Str(refusal.incarnation);
+  w.Str(refusal.reason);
+  return w.Finish();
+}
+
+StatusOr<FederatedRefusal> DecodeFederatedRefusal(std::string_view bytes) {
+  Reader r(bytes, kFederatedRefusalMagic, "federated refusal");
+  FederatedRefusal refusal;
+  (void)(r.Str(&refusal.job) && r.U64(&refusal.epoch) && r.Str(&refusal.owner) &&
+         r.Str(&refusal.holder) && r.Str(&refusal.incarnation) && r.Str(&refusal.reason));
+  VIPSD_RETURN_IF_ERROR(r.Done());
+  if (refusal.holder.empty() || !IsRunId(refusal.incarnation)) {
+    return DataLossError("work topic: a federated refusal with out-of-range fields");
+  }
+  return refusal;
 }
 
 }  // namespace vipsd::daemon

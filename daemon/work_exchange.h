@@ -224,14 +224,25 @@ struct FederatedPlan {
   // 1 again never reuse a pad.
   std::string run;
   std::string model;       // CheckpointStore::Encode bytes of the model the round starts from
-  std::string record_settings;
+  // What every process of the federation must share (FederationTerms,
+  // daemon/federation.h): "key: value" lines — the record settings (model,
+  // vocabulary, clipping, timestamps, privacy unit), q, σ, the noise source
+  // and the roster. A holder whose own differ names the keys and stops.
+  std::string terms;
+  // Public times (ms since the epoch, the aggregator's clock): when the plan
+  // was appended, and when the aggregator stops waiting for its shares
+  // (issued + federation.round_timeout_seconds). A holder's share leaves at
+  // issued + its federation.share_delay_seconds, whatever its data.
+  int64_t issued_ms = 0;
+  int64_t due_ms = 0;
 };
 
 // What a holder appends for a round. kShare: its masked, noised sum;
 // kDecline: it will not contribute to this round (a public reason: its own
-// ceiling, a plan it cannot follow, a window over pool.capacity); kJoin: it
-// is ready and asks to be a participant of the next plan.
-enum class ShareKind : uint8_t { kShare = 0, kDecline = 1, kJoin = 2 };
+// ceiling, a plan it cannot follow, it has stopped for this run); kJoin: its
+// input is assigned and read, and it asks to be a participant of the next
+// plan (with its terms); kLeave: it stops, and asks not to be planned.
+enum class ShareKind : uint8_t { kShare = 0, kDecline = 1, kJoin = 2, kLeave = 3 };
 struct FederatedShare {
   std::string job;
   uint64_t epoch = 0;
@@ -240,24 +251,46 @@ struct FederatedShare {
   std::string incarnation;     // the run id of the holder's state directory
   ShareKind kind = ShareKind::kShare;
   std::string reason;          // kDecline: public text
+  std::string terms;           // kJoin: the holder's FederationTerms
   bool noise_private = true;   // the share was drawn from a private source
   std::vector<uint64_t> masked;  // kShare: one word per coordinate (mod 2^64)
 };
 
+// The aggregator's answer to a join whose terms are not its own (on the plan
+// log): the holder named is never planned; it stops with `reason` (which
+// names every differing key, public configuration only) and exit 2.
+struct FederatedRefusal {
+  std::string job;
+  uint64_t epoch = 0;
+  std::string owner;
+  std::string holder;
+  std::string incarnation;
+  std::string reason;
+};
+
 std::string EncodeFederatedPlan(const FederatedPlan& plan);
 std::string EncodeFederatedShare(const FederatedShare& share);
+std::string EncodeFederatedRefusal(const FederatedRefusal& refusal);
 StatusOr<FederatedPlan> DecodeFederatedPlan(std::string_view bytes);
 StatusOr<FederatedShare> DecodeFederatedShare(std::string_view bytes);
+StatusOr<FederatedRefusal> DecodeFederatedRefusal(std::string_view bytes);
 
 std::string EncodeWorkPlan(const WorkPlan& plan);
 std::string EncodeWorkPartial(const WorkPartial& partial);
 std::string EncodeWorkRelease(const WorkRelease& release);
 // What one work-topic message holds. Plans, releases and federated plans go
 // to the plan log, partials and shares to the partial log.
-enum class WorkMessageKind { kPlan, kPartial, kFederatedPlan, kFederatedShare, kRelease };
+enum class WorkMessageKind {
+  kPlan,
+  kPartial,
+  kFederatedPlan,
+  kFederatedShare,
+  kRelease,
+  kFederatedRefusal
+};
 inline bool OnPlanLog(WorkMessageKind kind) {
   return kind == WorkMessageKind::kPlan || kind == WorkMessageKind::kFederatedPlan ||
-         kind == WorkMessageKind::kRelease;
+         kind == WorkMessageKind::kRelease || kind == WorkMessageKind::kFederatedRefusal;
 }
 StatusOr<WorkMessageKind> WorkMessageKindOf(std::string_view bytes);
 StatusOr<WorkPlan> DecodeWorkPlan(std::string_view bytes);

@@ -15,38 +15,6 @@ namespace vipsd::daemon {
 
 namespace {
 
-// The "key: value" lines of a record-settings text (model_setup.h), by key.
-std::map<std::string, std::string> SettingsByKey(const std::string& text) {
-  std::map<std::string, std::string> out;
-  std::istringstream lines(text);
-  for (std::string line; std::getline(lines, line);) {
-    const size_t colon = line.find(": ");
-    out[line.substr(0, colon)] = colon == std::string::npos ? "" : line.substr(colon + 2);
-  }
-  return out;
-}
-
-// "key: coordinator X, this process Y" for each record setting that differs.
-std::string DifferingSettings(const std::string& theirs, const std::string& ours) {
-  const auto a = SettingsByKey(theirs);
-  const auto b = SettingsByKey(ours);
-  std::string out;
-  auto add = [&out](const std::string& text) { out += (out.empty() ? "" : "; ") + text; };
-  for (const auto& [key, value] : a) {
-    const auto it = b.find(key);
-    if (it == b.end()) {
-      add(key + ": coordinator " + value + ", not set here");
-    } else if (it->second != value) {
-      add(key + ": coordinator " + value + ", this process " + it->second);
-    }
-  }
-  for (const auto& [key, value] : b) {
-    if (a.count(key) == 0) add(key + ": not set by the coordinator, this process " + value);
-  }
-  return out.empty() ? "in their order" : out;
-}
-
-
 constexpr std::string_view kComponent = "daemon";
 
 int64_t SteadyNowNs() {
@@ -134,7 +102,7 @@ Status Worker::AdoptPlan(WorkPlan plan) {
     if (restored.ok() && plan.record_settings != bundle_.record_settings) {
       restored = InvalidArgumentError(
           "the coordinator decodes and sums records with other settings than this process (" +
-          DifferingSettings(plan.record_settings, bundle_.record_settings) +
+          SettingsDifference(plan.record_settings, bundle_.record_settings, "coordinator", "this process") +
           "): its partial sums would differ, and it would dead-letter other records");
     }
     if (restored.ok() && plan.model.empty()) restored = TakeModel(plan);

@@ -350,6 +350,26 @@ TEST(ConfigTest, FederationKeysAndWhereASecretKeyMayComeFrom) {
   ASSERT_FALSE(bad_key.ok());
   EXPECT_THAT(bad_key.status().message(),
               HasSubstr("federation.holders.h2: must be the holder's X25519 public key"));
+  // The share delay: a holder's, below the round timeout less 1 s.
+  auto delayed = ParseConfig(holder_with("  secret_key: {file: h1.key}\n",
+                                         "  round_timeout_seconds: 10\n  share_delay_seconds: 9.5\n"),
+                             dir + "/v.yaml");
+  ASSERT_FALSE(delayed.ok());
+  EXPECT_THAT(delayed.status().message(),
+              HasSubstr("federation.share_delay_seconds: 9.5 leaves less than 1 s before "
+                        "federation.round_timeout_seconds = 10"));
+  auto in_time = ParseConfig(holder_with("  secret_key: {file: h1.key}\n",
+                                         "  round_timeout_seconds: 10\n  share_delay_seconds: 4\n"),
+                             dir + "/v.yaml");
+  ASSERT_TRUE(in_time.ok()) << in_time.status().message();
+  EXPECT_EQ(in_time->federation.share_delay_seconds, 4);
+  auto instant = ParseConfig(holder_with("  secret_key: {file: h1.key}\n",
+                                         "  share_delay_seconds: 0\n"),
+                             dir + "/v.yaml");
+  ASSERT_FALSE(instant.ok());
+  EXPECT_THAT(instant.status().message(),
+              HasSubstr("federation.share_delay_seconds: must be a number of seconds in "
+                        "[0.05, 3600]"));
   // An aggregator reads no input and holds no key.
   std::string aggregator = KafkaWith("  # ledger_topic: vipsd-ledger\n",
                                      "  ledger_topic: l\n  work_topic: vipsd-work\n");
@@ -365,6 +385,15 @@ TEST(ConfigTest, FederationKeysAndWhereASecretKeyMayComeFrom) {
   auto no_input = ParseConfig(aggregator, dir + "/v.yaml");
   ASSERT_TRUE(no_input.ok()) << no_input.status().message();
   EXPECT_EQ(no_input->federation.role, FederationRole::kAggregator);
+  std::string aggregator_delay = aggregator;
+  aggregator_delay.replace(aggregator_delay.find("log:"), 4, "log:");
+  aggregator_delay.replace(aggregator_delay.find("  role: aggregator\n"), 19,
+                           "  role: aggregator\n  share_delay_seconds: 2\n");
+  auto delay_on_aggregator = ParseConfig(aggregator_delay, dir + "/v.yaml");
+  ASSERT_FALSE(delay_on_aggregator.ok());
+  EXPECT_THAT(delay_on_aggregator.status().message(),
+              HasSubstr("federation.share_delay_seconds: only allowed with federation.role: "
+                        "holder"));
   // Without federation.role, source.topics is required and the section's
   // other keys are refused.
   std::string plain = KafkaExample();

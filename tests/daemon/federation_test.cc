@@ -104,7 +104,9 @@ TEST(FederationTest, PlansAndSharesRoundTripAndAnythingElseIsRefused) {
   plan.roster = std::string(64, 'a');
   plan.run = std::string(32, 'c');
   plan.model = "model bytes";
-  plan.record_settings = "settings";
+  plan.terms = "model.type: lda\nsource.timestamps: log_append_time\n";
+  plan.issued_ms = 1767225601000;
+  plan.due_ms = 1767225631000;
   const std::string bytes = EncodeFederatedPlan(plan);
   ASSERT_EQ(*WorkMessageKindOf(bytes), WorkMessageKind::kFederatedPlan);
   auto decoded = DecodeFederatedPlan(bytes);
@@ -116,6 +118,15 @@ TEST(FederationTest, PlansAndSharesRoundTripAndAnythingElseIsRefused) {
   EXPECT_EQ(decoded->noise_multiplier, 1.5);
   EXPECT_EQ(decoded->run, plan.run);
   EXPECT_EQ(decoded->incarnations, plan.incarnations);
+  EXPECT_EQ(decoded->terms, plan.terms);
+  EXPECT_EQ(decoded->issued_ms, plan.issued_ms);
+  EXPECT_EQ(decoded->due_ms, plan.due_ms);
+  // Its public times: issued, then due after it.
+  FederatedPlan untimed = plan;
+  untimed.due_ms = plan.issued_ms;
+  EXPECT_FALSE(DecodeFederatedPlan(EncodeFederatedPlan(untimed)).ok());
+  untimed.issued_ms = 0;
+  EXPECT_FALSE(DecodeFederatedPlan(EncodeFederatedPlan(untimed)).ok());
   FederatedPlan bad_incarnation = plan;
   bad_incarnation.incarnations[1] = "h2";
   EXPECT_FALSE(DecodeFederatedPlan(EncodeFederatedPlan(bad_incarnation)).ok());
@@ -131,6 +142,10 @@ TEST(FederationTest, PlansAndSharesRoundTripAndAnythingElseIsRefused) {
   v1[3] = '1';
   EXPECT_EQ(WorkMessageKindOf(v1).status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(WorkMessageKindOf(v1).status().message().find("VFP1"), std::string::npos);
+  std::string v2 = bytes;
+  v2[3] = '2';  // shares sent when ready, joins without terms
+  EXPECT_EQ(WorkMessageKindOf(v2).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(WorkMessageKindOf(v2).status().message().find("VFP2"), std::string::npos);
   std::string flipped = bytes;
   flipped[10] ^= 1;
   EXPECT_EQ(DecodeFederatedPlan(flipped).status().code(), StatusCode::kDataLoss);
@@ -164,7 +179,25 @@ TEST(FederationTest, PlansAndSharesRoundTripAndAnythingElseIsRefused) {
   join.kind = ShareKind::kJoin;  // a join carries no words
   EXPECT_FALSE(DecodeFederatedShare(EncodeFederatedShare(join)).ok());
   join.masked.clear();
-  EXPECT_TRUE(DecodeFederatedShare(EncodeFederatedShare(join)).ok());
+  join.terms = "privacy.sampling_rate: 0.5\n";
+  auto join_decoded = DecodeFederatedShare(EncodeFederatedShare(join));
+  ASSERT_TRUE(join_decoded.ok());
+  EXPECT_EQ(join_decoded->terms, join.terms);  // what the aggregator checks before planning it
+  FederatedShare leave = join;
+  leave.kind = ShareKind::kLeave;
+  EXPECT_EQ(DecodeFederatedShare(EncodeFederatedShare(leave))->kind, ShareKind::kLeave);
+  // The aggregator's refusal of a join, on the plan log.
+  FederatedRefusal refusal{"fedjob", 3, std::string(32, 'f'), "h2", std::string(32, '2'),
+                           "source.timestamps: aggregator log_append_time, holder create_time"};
+  const std::string refusal_bytes = EncodeFederatedRefusal(refusal);
+  ASSERT_EQ(*WorkMessageKindOf(refusal_bytes), WorkMessageKind::kFederatedRefusal);
+  EXPECT_TRUE(OnPlanLog(WorkMessageKind::kFederatedRefusal));
+  auto refusal_decoded = DecodeFederatedRefusal(refusal_bytes);
+  ASSERT_TRUE(refusal_decoded.ok());
+  EXPECT_EQ(refusal_decoded->reason, refusal.reason);
+  EXPECT_EQ(refusal_decoded->incarnation, refusal.incarnation);
+  refusal.incarnation = "h2";
+  EXPECT_FALSE(DecodeFederatedRefusal(EncodeFederatedRefusal(refusal)).ok());
   // A shared-work plan is neither.
   WorkPlan work;
   work.step = 1;

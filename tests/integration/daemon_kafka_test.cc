@@ -1078,7 +1078,7 @@ TEST_F(DaemonKafkaTest, ThreeHoldersAndAnAggregatorAsSeparateProcesses) {
   for (const auto& [id, key] : public_keys) roster += "    " + id + ": " + key + "\n";
   const std::string privacy = std::string(kPrivate);
   const std::string schedule = "  window_steps: 1000000000\n";
-  interval_seconds_ = "1.0";
+  interval_seconds_ = "2.0";
   release_topic_ = "releases-fed";
   const std::string base_group = group_;
   std::map<std::string, std::unique_ptr<VipsdProcess>> holders;
@@ -1091,7 +1091,8 @@ TEST_F(DaemonKafkaTest, ThreeHoldersAndAnAggregatorAsSeparateProcesses) {
     state_extra_ = "  ledger_key: fedjob\n  work_topic: fedwork\n";
     federation_ = "federation:\n  role: holder\n  holder_id: " + id +
                   "\n  secret_key: {file: " + key_file +
-                  "}\n  tolerated_holders: 1\n  round_timeout_seconds: 5\n" + roster;
+                  "}\n  tolerated_holders: 1\n  round_timeout_seconds: 5\n"
+                  "  share_delay_seconds: 1.0\n" + roster;
     return WriteConfig(privacy, schedule);
   };
   // The aggregator first (no input, the job's ledger, the releases): it
@@ -1104,7 +1105,7 @@ TEST_F(DaemonKafkaTest, ThreeHoldersAndAnAggregatorAsSeparateProcesses) {
   federation_ = "federation:\n  role: aggregator\n  tolerated_holders: 1\n"
                 "  round_timeout_seconds: 5\n" + roster;
   const std::string config =
-      WriteConfig(privacy, schedule + "  release_delay_seconds: 0.5\n  max_steps: " +
+      WriteConfig(privacy, schedule + "  release_delay_seconds: 1.8\n  max_steps: " +
                                std::to_string(kSteps) + "\n",
                   2, "  mirror_directory: mirror-fed\n");
   VipsdProcess aggregator(config, dir_ + "/vipsd-aggregator.log");
@@ -1235,7 +1236,7 @@ TEST_F(DaemonKafkaTest, TwoFederatedJobsWithTheSameKeyFilesNeverShareAPad) {
   for (const auto& [id, key] : public_keys) roster += "    " + id + ": " + key + "\n";
   const std::string privacy = std::string(kPrivate);
   const std::string schedule = "  window_steps: 1000000000\n";
-  interval_seconds_ = "1.0";
+  interval_seconds_ = "2.0";
   const std::string base_group = group_;
   auto holder_config = [&](const std::string& job, const std::string& id,
                            const std::string& state) {
@@ -1245,7 +1246,8 @@ TEST_F(DaemonKafkaTest, TwoFederatedJobsWithTheSameKeyFilesNeverShareAPad) {
     config_name_ = "vipsd-" + job + "-" + id + ".yaml";
     state_extra_ = "  ledger_key: " + job + "\n  work_topic: work-" + job + "\n";
     federation_ = "federation:\n  role: holder\n  holder_id: " + id + "\n  secret_key: {file: " +
-                  id + ".key}\n  tolerated_holders: 1\n  round_timeout_seconds: 5\n" + roster;
+                  id + ".key}\n  tolerated_holders: 1\n  round_timeout_seconds: 5\n"
+                  "  share_delay_seconds: 1.0\n" + roster;
     return WriteConfig(privacy, schedule);
   };
   // One job to its 2nd round: h1's masked words of round 1.
@@ -1263,7 +1265,7 @@ TEST_F(DaemonKafkaTest, TwoFederatedJobsWithTheSameKeyFilesNeverShareAPad) {
     federation_ = "federation:\n  role: aggregator\n  tolerated_holders: 1\n"
                   "  round_timeout_seconds: 5\n" + roster;
     VipsdProcess aggregator(
-        WriteConfig(privacy, schedule + "  release_delay_seconds: 0.5\n  max_steps: 2\n"),
+        WriteConfig(privacy, schedule + "  release_delay_seconds: 1.8\n  max_steps: 2\n"),
         dir_ + "/vipsd-" + job + "-aggregator.log");
     std::vector<std::unique_ptr<VipsdProcess>> holders;
     for (const std::string& id : ids) {
@@ -1309,7 +1311,7 @@ TEST_F(DaemonKafkaTest, TwoFederatedJobsWithTheSameKeyFilesNeverShareAPad) {
   federation_ = "federation:\n  role: aggregator\n  tolerated_holders: 0\n"
                 "  round_timeout_seconds: 5\n" + roster;
   VipsdProcess aggregator(
-      WriteConfig(privacy, schedule + "  release_delay_seconds: 0.5\n  max_steps: 1\n"),
+      WriteConfig(privacy, schedule + "  release_delay_seconds: 1.8\n  max_steps: 1\n"),
       dir_ + "/vipsd-jobb-aggregator-again.log");
   EXPECT_EQ(stray.Wait(120s), 2) << stray.Log();
   EXPECT_NE(stray.Log().find("serves the aggregator run"), std::string::npos) << stray.Log();
@@ -1336,6 +1338,105 @@ std::vector<double> NpyDoubles(const std::string& path) {
   out.resize((bytes.size() - start) / 8);
   std::memcpy(out.data(), bytes.data() + start, out.size() * 8);
   return out;
+}
+
+TEST_F(DaemonKafkaTest, JoinsAreCheckedBeforeAnyChargeAndARestartedHolderCostsAtMostOneRound) {
+  // Issue 49: a holder of other settings used to be named, decline round 1
+  // and exit after the aggregator had charged it; a restarted holder was
+  // named before its input was assigned and cost several charged rounds.
+  // Now a join carries the holder's terms (refused with the key named,
+  // nothing charged) and leaves only once its partitions are assigned.
+  constexpr int kSteps = 8;
+  WriteVocabulary(6);
+  const std::vector<std::string> ids = {"h1", "h2", "h3"};
+  for (const std::string& id : ids) ASSERT_TRUE(cluster_->CreateTopic(id + "docs", 1).ok());
+  ASSERT_TRUE(cluster_->CreateTopic("joinwork", 2).ok());
+  ASSERT_TRUE(cluster_->CreateTopic("joinledger", 1).ok());
+  ASSERT_TRUE(cluster_->CreateTopic("releases-join", 1).ok());
+  const std::map<std::string, std::string> public_keys = MakeHolderKeys(ids);
+  if (HasFailure()) return;
+  for (const std::string& id : ids) {
+    input_topic_ = id + "docs";
+    std::vector<std::string> lines;
+    for (int i = 0; i < 60; ++i) lines.push_back(Document(i));
+    ProduceWithKcat(lines);
+    if (HasFatalFailure()) return;
+  }
+  std::string roster = "  holders:\n";
+  for (const auto& [id, key] : public_keys) roster += "    " + id + ": " + key + "\n";
+  const std::string privacy = std::string(kPrivate);
+  const std::string schedule = "  window_steps: 1000000000\n";
+  interval_seconds_ = "2.0";
+  release_topic_ = "releases-join";
+  const std::string base_group = group_;
+  auto holder_config = [&](const std::string& id) {
+    input_topic_ = id + "docs";
+    group_ = base_group + "-" + id;
+    state_directory_ = "state-" + id;
+    config_name_ = "vipsd-" + id + ".yaml";
+    state_extra_ = "  ledger_key: joinjob\n  work_topic: joinwork\n";
+    // h3 reads its records' timestamps otherwise than the job.
+    source_extra_ = id == "h3" ? "  timestamps: log_append_time\n" : "";
+    federation_ = "federation:\n  role: holder\n  holder_id: " + id +
+                  "\n  secret_key: {file: " + id +
+                  ".key}\n  tolerated_holders: 1\n  round_timeout_seconds: 5\n"
+                  "  share_delay_seconds: 1.0\n" + roster;
+    const std::string path = WriteConfig(privacy, schedule);
+    source_extra_ = "";
+    return path;
+  };
+  input_topic_ = "";
+  group_ = base_group + "-aggregator";
+  state_directory_ = "state-aggregator";
+  config_name_ = "vipsd-aggregator.yaml";
+  state_extra_ = "  ledger_topic: joinledger\n  ledger_key: joinjob\n  work_topic: joinwork\n";
+  federation_ = "federation:\n  role: aggregator\n  tolerated_holders: 1\n"
+                "  round_timeout_seconds: 5\n" + roster;
+  VipsdProcess aggregator(
+      WriteConfig(privacy, schedule + "  release_delay_seconds: 1.8\n  max_steps: " +
+                               std::to_string(kSteps) + "\n"),
+      dir_ + "/vipsd-aggregator.log");
+  std::map<std::string, std::unique_ptr<VipsdProcess>> holders;
+  for (const std::string& id : ids) {
+    holders[id] = std::make_unique<VipsdProcess>(holder_config(id), dir_ + "/vipsd-" + id + ".log");
+  }
+  // h3: refused at its join, never planned; it names the key and exits 2.
+  EXPECT_EQ(holders["h3"]->Wait(90s), 2) << holders["h3"]->Log();
+  EXPECT_NE(holders["h3"]->Log().find("source.timestamps: aggregator create_time, holder "
+                                      "log_append_time"),
+            std::string::npos)
+      << holders["h3"]->Log();
+  // h1 is killed once two rounds ran, and restarted on the same state
+  // directory (its partition stays with the dead member until the session
+  // times out).
+  ASSERT_TRUE(WaitFor([&] { return aggregator.Log().find("step=2 slot=") != std::string::npos; },
+                      120s))
+      << aggregator.Log();
+  holders["h1"]->Kill(SIGKILL);
+  EXPECT_EQ(holders["h1"]->Wait(10s), -1);
+  holders["h1"] = std::make_unique<VipsdProcess>(holder_config("h1"), dir_ + "/vipsd-h1b.log");
+  ASSERT_EQ(aggregator.Wait(240s), 0) << aggregator.Log();
+  for (const char* id : {"h1", "h2"}) {
+    holders[id]->Kill(SIGTERM);
+    EXPECT_EQ(holders[id]->Wait(60s), 0) << holders[id]->Log();
+  }
+  const std::string log = aggregator.Log();
+  EXPECT_NE(log.find("holder 'h3' asked to join with other settings"), std::string::npos) << log;
+  EXPECT_EQ(log.find("h3 declined"), std::string::npos) << log;
+  // The kill and the restart together cost at most one abandoned round.
+  size_t abandoned = 0;
+  for (size_t at = log.find("abandoned ("); at != std::string::npos;
+       at = log.find("abandoned (", at + 1)) {
+    ++abandoned;
+  }
+  EXPECT_LE(abandoned, 1u) << log;
+  const daemon::LedgerState record = LedgerIn("state-aggregator");
+  EXPECT_EQ(record.accountant.steps(), kSteps + static_cast<int64_t>(abandoned)) << log;
+  // h3's data were never charged; h1's ledger (one directory over both of
+  // its processes) holds every round it answered.
+  EXPECT_EQ(LedgerIn("state-h3").accountant.steps(), 0);
+  EXPECT_GE(LedgerIn("state-h1").accountant.steps(), kSteps - 3);
+  EXPECT_NE(holders["h1"]->Log().find("share sent"), std::string::npos) << holders["h1"]->Log();
 }
 
 TEST_F(DaemonKafkaTest, FederatedReleasesMatchOneProcessOnTheUnionUpToTheNoise) {
@@ -1388,7 +1489,7 @@ TEST_F(DaemonKafkaTest, FederatedReleasesMatchOneProcessOnTheUnionUpToTheNoise) 
     yaml << "model:\n  type: blr\n  blr:\n    dimension: 3\n"
          << "privacy:\n  noise_multiplier: 0.05\n  sampling_rate: 1.0\n  delta: 1.0e-5\n"
          << "  epsilon_ceiling: 1000000\n"
-         << "schedule:\n  interval_seconds: 1.0\n  release_delay_seconds: 0.8\n"
+         << "schedule:\n  interval_seconds: 2.0\n  release_delay_seconds: 1.8\n"
          << "  start_delay_seconds: 0\n  window_steps: 1000000000\n"
          << (federation.find("aggregator") != std::string::npos || federation.empty()
                  ? "  max_steps: " + std::to_string(kSteps) + "\n"
@@ -1416,7 +1517,7 @@ TEST_F(DaemonKafkaTest, FederatedReleasesMatchOneProcessOnTheUnionUpToTheNoise) 
         config(name + ".yaml", "  topics: [" + name + "blr]\n", group_ + "-" + name,
                "state-" + name, "  ledger_key: fedjob\n  work_topic: fedwork\n", "",
                "federation:\n  role: holder\n  holder_id: " + name + "\n  secret_key: {file: " +
-                   name + ".key}\n" + roster),
+                   name + ".key}\n  share_delay_seconds: 1.0\n" + roster),
         dir_ + "/vipsd-" + name + ".log"));
   }
   VipsdProcess aggregator(

@@ -42,7 +42,7 @@ class MemoryWorkExchange final : public WorkExchange {
   StatusOr<int64_t> Append(const std::string& bytes) override {
     VIPSD_ASSIGN_OR_RETURN(const WorkMessageKind kind, WorkMessageKindOf(bytes));
     std::lock_guard<std::mutex> lock(topic_->mutex);
-    const bool plan = kind == WorkMessageKind::kPlan || kind == WorkMessageKind::kRelease;
+    const bool plan = OnPlanLog(kind);
     auto& log = plan ? topic_->plans : topic_->partials;
     log.push_back(bytes);
     int& lost = plan ? topic_->plans_lost_on_append : topic_->partials_lost_on_append;
