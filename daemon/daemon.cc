@@ -737,6 +737,9 @@ void Daemon::Emit(SlotOutputs& out) {
     }
   }
   if (out.late) publisher_->CountOverrun(out.slot, out.slot);
+  if (out.charged_unfinished && config_.federation.role == config::FederationRole::kAggregator) {
+    metrics_->federation_rounds_total(RoundOutcome::kAbandoned).Increment();
+  }
   if (out.ledger_committed) {
     metrics_->ledger_commits_total().Increment();
     metrics_->ledger_commit_duration_seconds().Observe(out.ledger_commit_seconds);

@@ -38,6 +38,7 @@ bool Daemon::RunStep(int64_t slot, SlotOutputs* out) {
   }
   if (hooks_.before_step) hooks_.before_step(driver_->next_step(), slot, pool_, ingest_->StreamNames());
   StatusOr<svi::StepResult> result = UnavailableError("no step");
+  const int64_t charged_before = keeper_->state().accountant.steps();
   if (coordinator_ != nullptr) {
     Coordinator::Context context;
     context.config = &config_;
@@ -88,7 +89,14 @@ bool Daemon::RunStep(int64_t slot, SlotOutputs* out) {
   if (!result.ok()) {
     // Nothing about this step leaves the process; a charge already made is
     // in memory and goes to the ledger with the next commit, with the step's
-    // number consumed (svi::StepDriver::Abandon): an overcount only.
+    // number consumed (svi::StepDriver::Abandon): an overcount only. It is a
+    // step of the directory's noise history like any charged one, so that
+    // private_steps counts charged steps on every role.
+    if (keeper_->state().accountant.steps() > charged_before) {
+      keeper_->RecordCharged(config_.is_private(), noise_->is_private(),
+                             driver_->next_step() - 1);
+      out->charged_unfinished = true;
+    }
     out->log_lines.emplace_back(LogLevel::kError, "step failed: " + result.status().ToString());
     return false;
   }

@@ -155,14 +155,19 @@ Status Holder::StopForRun(const FederatedPlan& plan, int64_t share_at_ms, const 
                           bool silent) {
   stopped_ = why;
   named_ = false;
+  if (silent) {
+    ++withheld_;
+    metrics_->federation_rounds_total(RoundOutcome::kWithheld).Increment();
+  }
   Log(LogLevel::kError, kComponent,
       "round " + std::to_string(plan.step) + ": " + why +
           "; this holder takes part in no further round of this run (what a data-dependent "
           "failure tells the aggregator is bounded to one per run: docs/federation.md); restart "
           "it once the cause is fixed");
-  WriteStatusFile({&config_, halted_, false, keeper_->state().windows.last_slot()}, 0, 0);
   if (silent || !WaitUntil(share_at_ms)) return Status::Ok();
   // A fixed public reason: which failure it was stays in this log.
+  ++declined_;
+  metrics_->federation_rounds_total(RoundOutcome::kDeclined).Increment();
   return Send(plan, ShareKind::kDecline, "this holder stopped for this run");
 }
 
@@ -244,7 +249,53 @@ bool Holder::CutWindows(const FederatedPlan& plan, int64_t deadline_ms, WorkPlan
 
 Status Holder::Decline(const FederatedPlan& plan, const std::string& reason) {
   named_ = false;  // the aggregator drops it from the participants: it asks again
+  ++declined_;
+  metrics_->federation_rounds_total(RoundOutcome::kDeclined).Increment();
   return Send(plan, ShareKind::kDecline, reason);
+}
+
+void Holder::PrepareBudgetCheck() {
+  // The next round's budget check (and, in the background, the one after):
+  // a PLD composition that can take seconds at a new step count, computed
+  // while no plan waits, so that a round's share time is not spent on it.
+  // Public: a function of (q, σ, δ) and the number of rounds charged.
+  if (halted_) return;
+  double epsilon_after = 0, window_epsilon = 0;
+  (void)keeper_->AdmitsStep(config_.driver.sampling_rate, config_.driver.noise_multiplier,
+                            config_.driver.delta, config_.driver.epsilon_ceiling, &epsilon_after,
+                            &window_epsilon);
+}
+
+void Holder::Observe() {
+  // After the round's outcome left (its share time, or later): nothing here
+  // tells when the round's work ended.
+  const LedgerState& state = keeper_->state();
+  const double delta = config_.driver.delta;
+  metrics_->SetPrivacyBudget(keeper_->EpsilonOf(state, delta, true),
+                             config_.driver.epsilon_ceiling, delta);
+  metrics_->privacy_budget_warning_level().Set(state.warning_level);
+  metrics_->privacy_halted().Set(halted_ ? 1 : 0);
+  metrics_->federation_holder_stopped().Set(stopped_.empty() ? 0 : 1);
+  metrics_->federation_last_round().Set(static_cast<double>(masker_.last_round()));
+  metrics_->step().Set(static_cast<double>(state.next_step - 1));
+  if (rounds_charged_unobserved_ > 0) {
+    metrics_->steps_total().Increment(static_cast<double>(rounds_charged_unobserved_));
+  }
+  if (commits_unobserved_ > 0) {
+    metrics_->ledger_commits_total().Increment(static_cast<double>(commits_unobserved_));
+  }
+  rounds_charged_unobserved_ = 0;
+  commits_unobserved_ = 0;
+  if (!pending_warning_.empty()) {
+    Log(LogLevel::kWarning, kComponent, pending_warning_);
+    pending_warning_.clear();
+  }
+  StatusFacts facts(&config_, halted_, false, state.windows.last_slot());
+  facts.holder_stopped = stopped_;
+  facts.holder_shares = shares_;
+  facts.holder_declined = declined_;
+  facts.holder_withheld = withheld_;
+  WriteStatusFile(facts, 0, 0);
 }
 
 Status Holder::OnPlan(const FederatedPlan& plan) {
@@ -414,13 +465,25 @@ Status Holder::OnPlan(const FederatedPlan& plan) {
     const Status recorded = state.windows.RecordCuts(plan.slot, cuts);
     if (!recorded.ok() && result.ok()) result = recorded;
   }
+  // The budget warning this round crosses, recorded with its commit (as one
+  // vipsd records it with its slot's), said when the round's outcome is.
+  const double spent = keeper_->EpsilonOf(state, driver_config.delta, true);
+  double level = 0;
+  for (double fraction : config_.warn_at) {
+    if (spent >= fraction * driver_config.epsilon_ceiling) level = fraction;
+  }
+  if (level > state.warning_level) {
+    state.warning_level = level;
+    pending_warning_ = "privacy budget warning: epsilon_spent=" + FixedDecimal(spent, 4) +
+                       " of ceiling=" + ShortestNumber(driver_config.epsilon_ceiling) +
+                       " crossed warn_at=" + ShortestNumber(level) + " for this holder's records";
+  }
   VIPSD_RETURN_IF_ERROR(keeper_->Commit(plan.step + 1));
+  ++commits_unobserved_;
+  ++rounds_charged_unobserved_;
   for (const WorkStream& stream : local.streams) {
     ingest_.DropBelow(stream.name, state.windows.ResumeOffset(stream.name));
   }
-  const double spent = keeper_->EpsilonOf(state, driver_config.delta, true);
-  metrics_->SetPrivacyBudget(spent, driver_config.epsilon_ceiling, driver_config.delta);
-  WriteStatusFile({&config_, halted_, false, state.windows.last_slot()}, 0, 0);
   if (!result.ok()) {
     return StopForRun(plan, share_at, "its share failed: " + result.ToString() + " (charged)",
                       /*silent=*/false);
@@ -436,6 +499,8 @@ Status Holder::OnPlan(const FederatedPlan& plan) {
   }
   if (!WaitUntil(share_at)) return Status::Ok();  // stopping: nothing sent
   VIPSD_RETURN_IF_ERROR(Send(plan, ShareKind::kShare, "", std::move(masked)));
+  ++shares_;
+  metrics_->federation_rounds_total(RoundOutcome::kShare).Increment();
   Log(LogLevel::kInfo, kComponent,
       "round " + std::to_string(plan.step) + ": share sent (" +
           std::to_string(plan.participants.size()) + " participants, tolerated " +
@@ -460,6 +525,14 @@ Status Holder::Run() {
       });
   if (!source.ok()) return source.status();
   ingest_.Start(std::move(*source));
+  // As one vipsd: what it is configured to charge, and its record so far.
+  metrics_->noise_multiplier().Set(config_.driver.noise_multiplier);
+  metrics_->sampling_rate().Set(config_.driver.sampling_rate);
+  metrics_->SetAccountingMode(keeper_->state().mode);
+  metrics_->SetPrivacyUnit(config_.privacy_unit, config_.driver.max_records_per_unit);
+  ++commits_unobserved_;  // the one Create made
+  Observe();
+  PrepareBudgetCheck();  // before its first join
   Log(LogLevel::kInfo, kComponent,
       "holder '" + config_.federation.holder_id + "' of job '" + config_.ledger_key + "' on " +
           work_.Describe() + ": last round answered " + std::to_string(masker_.last_round()) +
@@ -516,7 +589,12 @@ Status Holder::Run() {
       }
       newest = std::move(*plan);
     }
-    if (result.ok() && newest.has_value()) result = OnPlan(*newest);
+    if (result.ok() && newest.has_value()) {
+      const int64_t charged = keeper_->state().accountant.steps();
+      result = OnPlan(*newest);
+      Observe();
+      if (keeper_->state().accountant.steps() != charged) PrepareBudgetCheck();
+    }
   }
   if (join_sent_ && result.code() != StatusCode::kInvalidArgument) {
     // No later round names it (a round that names it now is abandoned

@@ -113,6 +113,12 @@ class Holder {
               std::vector<uint64_t> masked = {});
   // Declines `plan` at once with a public reason; it will ask to join again.
   Status Decline(const FederatedPlan& plan, const std::string& reason);
+  // Computes the next round's budget check ahead (daemon/ledger_keeper.h
+  // AdmitsStep; public), so that a plan's share time is not spent on it.
+  void PrepareBudgetCheck();
+  // Metrics and status.json after a round's outcome left (never when its
+  // work ended).
+  void Observe();
   // Waits until the wall time `at_ms` (false: stopping).
   bool WaitUntil(int64_t at_ms);
   // Its input partitions are known and all assigned to it (it may join).
@@ -148,6 +154,11 @@ class Holder {
   std::chrono::steady_clock::time_point last_plan_{};  // when the last plan arrived
   bool halted_ = false;           // its ceiling was reached: it no longer joins
   std::string stopped_;           // why it stopped for the run ("" while it takes part)
+  // This process's rounds by outcome (status.json; the metrics count them
+  // too), and what Observe has yet to count.
+  int64_t shares_ = 0, declined_ = 0, withheld_ = 0;
+  int64_t rounds_charged_unobserved_ = 0, commits_unobserved_ = 0;
+  std::string pending_warning_;  // a budget warning crossed, said by Observe
 };
 
 }  // namespace vipsd::daemon

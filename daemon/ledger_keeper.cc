@@ -93,16 +93,20 @@ bool LedgerKeeper::AdmitsStep(double sampling_rate, double noise_multiplier, dou
   return !check->would_exceed;
 }
 
-Status LedgerKeeper::RecordStep(const svi::StepResult& result, bool is_private, bool secure_noise,
-                                double window_epsilon) {
+void LedgerKeeper::RecordCharged(bool is_private, bool secure_noise, int64_t step) {
   NoiseHistory& noise = state_.noise;
   if (!is_private) {
-    if (noise.non_private_steps++ == 0) noise.first_non_private_step = result.step;
+    if (noise.non_private_steps++ == 0) noise.first_non_private_step = step;
   } else if (!secure_noise) {
-    if (noise.fixed_seed_steps++ == 0) noise.first_fixed_seed_step = result.step;
+    if (noise.fixed_seed_steps++ == 0) noise.first_fixed_seed_step = step;
   } else {
     ++noise.private_steps;
   }
+}
+
+Status LedgerKeeper::RecordStep(const svi::StepResult& result, bool is_private, bool secure_noise,
+                                double window_epsilon) {
+  RecordCharged(is_private, secure_noise, result.step);
   if (!is_private || state_.mode != AccountingMode::kResidency) return Status::Ok();
   return state_.residency->RecordStep(result.sampling_rate, result.noise_multiplier,
                                       window_epsilon);

@@ -79,6 +79,10 @@ class LedgerKeeper {
                   double* epsilon_after, double* window_epsilon);
   // After a step ran: the residency window's record of it and the state
   // directory's noise history (private, non-private or fixed-seed steps).
+  // A step charged that did not finish (abandoned): its noise kind in the
+  // directory's history (private_steps counts every charged step), nothing
+  // else.
+  void RecordCharged(bool is_private, bool secure_noise, int64_t step);
   Status RecordStep(const svi::StepResult& result, bool is_private, bool secure_noise,
                     double window_epsilon);
 

@@ -234,6 +234,16 @@ std::string_view SkipReasonName(SkipReason reason) {
   return "unknown";
 }
 
+std::string_view RoundOutcomeName(RoundOutcome outcome) {
+  switch (outcome) {
+    case RoundOutcome::kShare: return "share";
+    case RoundOutcome::kDeclined: return "declined";
+    case RoundOutcome::kWithheld: return "withheld";
+    case RoundOutcome::kAbandoned: return "abandoned";
+  }
+  return "unknown";
+}
+
 std::string_view ReloadResultName(ReloadResult result) {
   switch (result) {
     case ReloadResult::kSuccess: return "success";

@@ -83,6 +83,14 @@ enum class SkipReason {
   kMissed,          // the slot's time passed while vipsd was not running
 };
 enum class ReloadResult { kSuccess, kFailure };
+// What became of a federated round, as one process saw it (daemon/holder.h,
+// daemon/aggregator_round.cc).
+enum class RoundOutcome {
+  kShare,      // holder: its share left at its share time
+  kDeclined,   // holder: it declined (a public reason, or its stop for the run)
+  kWithheld,   // holder: charged, its share not ready at its share time, never sent
+  kAbandoned,  // aggregator: the round released nothing (a share missing or declined)
+};
 // Why a rejected record was not (again) published to the dead-letter topic.
 enum class DeadLetterSkip {
   kDeliveredBefore,  // re-read below the group's committed offset: dead-lettered already
@@ -102,6 +110,7 @@ std::string_view SkipReasonName(SkipReason reason);             // "window_overf
 std::string_view ReloadResultName(ReloadResult result);        // "success", "failure"
 std::string_view DeadLetterSkipName(DeadLetterSkip skip);      // "delivered_before", ...
 std::string_view KafkaErrorKindName(KafkaErrorKind kind);      // "transport", ...
+std::string_view RoundOutcomeName(RoundOutcome outcome);        // "share", ...
 
 // Number of values and label text of each enum used as a label.
 template <typename Enum>
@@ -120,6 +129,11 @@ template <>
 struct MetricLabelValues<SkipReason> {
   static constexpr size_t kCount = 4;
   static std::string_view Name(SkipReason v) { return SkipReasonName(v); }
+};
+template <>
+struct MetricLabelValues<RoundOutcome> {
+  static constexpr size_t kCount = 4;
+  static std::string_view Name(RoundOutcome v) { return RoundOutcomeName(v); }
 };
 template <>
 struct MetricLabelValues<ReloadResult> {
@@ -225,6 +239,19 @@ inline constexpr std::array<double, 14> kCheckpointWriteDurationBuckets = {
   COUNTER(slot_ends_read_late_total, "slots",                                                    \
           "Slots whose log ends were read after the next slot's time less the grace, so that "  \
           "they did not bound the next slot's cuts from below (a slow broker or clock thread).") \
+  /* Federated mode */                                                                           \
+  COUNTER_BY(federation_rounds_total, "rounds",                                                  \
+             "Federated rounds by outcome: a holder's shares sent, declines, and rounds charged " \
+             "whose share was not ready at its share time (withheld); the aggregator's abandoned " \
+             "rounds.",                                                                           \
+             "result", RoundOutcome)                                                            \
+  GAUGE(federation_holder_stopped, "",                                                           \
+        "1 when this federated holder stopped taking part for the rest of the run after a "     \
+        "data-dependent failure (a window over pool.capacity, input not read in time, a share "  \
+        "not ready in time), else 0.")                                                           \
+  GAUGE(federation_last_round, "",                                                               \
+        "A federated holder's last round masked (no round at or below it is answered again); "   \
+        "persists across restarts.")                                                             \
   HISTOGRAM(step_duration_seconds, "seconds",                                                    \
             "Wall-clock duration of one step, sampling to M-step. Exported only with "           \
             "metrics.expose_step_timing: it reveals how long each step took.",                   \

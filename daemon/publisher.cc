@@ -183,7 +183,19 @@ void WriteStatusFile(const StatusFacts& facts, int64_t published_step, double pu
                      ", \"last_slot\": " + std::to_string(facts.last_slot) +
                      ", \"last_release_step\": " +
                      std::to_string(std::max<int64_t>(published_step, 0)) +
-                     ", \"last_release_time\": " + ShortestNumber(published_time) + "}\n";
+                     ", \"last_release_time\": " + ShortestNumber(published_time);
+  switch (config.federation.role) {
+    case config::FederationRole::kNone: json += ", \"role\": \"single\""; break;
+    case config::FederationRole::kAggregator: json += ", \"role\": \"aggregator\""; break;
+    case config::FederationRole::kHolder:
+      json += ", \"role\": \"holder\", \"holder_id\": " + JsonString(config.federation.holder_id) +
+              ", \"holder_stopped\": " + JsonString(facts.holder_stopped) +
+              ", \"rounds_shared\": " + std::to_string(facts.holder_shares) +
+              ", \"rounds_declined\": " + std::to_string(facts.holder_declined) +
+              ", \"rounds_withheld\": " + std::to_string(facts.holder_withheld);
+      break;
+  }
+  json += "}\n";
   // Informational (the ledger is the record): renamed into place, not
   // fsync'd, so that the slot path pays no extra disk flush.
   const std::string path = config.state_directory + "/status.json";

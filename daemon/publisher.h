@@ -60,6 +60,10 @@ struct SlotOutputs {
   double rho = 0;
   bool publish = false;
   bool ledger_committed = false;
+  // A step charged that did not finish (a federated round abandoned, a
+  // shared step whose partials never came): counted in private_steps like
+  // any charged step; a federated one in vipsd_federation_rounds_total.
+  bool charged_unfinished = false;
   double ledger_commit_seconds = 0;
   double step_seconds = 0;
   // Shared work: partial sums merged, by who computed them; the window's
@@ -86,10 +90,23 @@ struct SlotOutputs {
 
 // The public facts status.json states.
 struct StatusFacts {
+  StatusFacts(const config::VipsdConfig* config_in, bool halted_in, bool ledger_failing_in,
+              int64_t last_slot_in)
+      : config(config_in),
+        halted(halted_in),
+        ledger_failing(ledger_failing_in),
+        last_slot(last_slot_in) {}
   const config::VipsdConfig* config = nullptr;
   bool halted = false;
   bool ledger_failing = false;
   int64_t last_slot = 0;
+  // A federated holder (its role and id come from the configuration): why it
+  // stopped taking part for the run ("" while it takes part), and its rounds
+  // by outcome in this process's lifetime (the ledger holds those charged).
+  std::string holder_stopped;
+  int64_t holder_shares = 0;
+  int64_t holder_declined = 0;
+  int64_t holder_withheld = 0;
 };
 
 // Writes DIR/status.json (`vipsd status` reads δ and the daemon's state

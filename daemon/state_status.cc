@@ -206,6 +206,37 @@ bool ReportCheckpoint(const std::string& checkpoint_path, const LedgerState& sta
   return verified;
 }
 
+// What the directory serves: one vipsd (or a job's coordinator), a
+// federated aggregator or a holder — from status.json, else from the ledger
+// (a holder's records its aggregator run). A holder's rounds: the last one
+// it masked and those charged (the ledger), and this process's by outcome
+// (status.json).
+void ReportRole(const LedgerState& state, const std::optional<nlohmann::json>& daemon_status,
+                const StatusNumber& number_in_status, Report& report) {
+  auto text_in_status = [&](const char* key) -> std::optional<std::string> {
+    if (!daemon_status.has_value()) return std::nullopt;
+    auto it = daemon_status->find(key);
+    if (it == daemon_status->end() || !it->is_string()) return std::nullopt;
+    return it->get<std::string>();
+  };
+  std::string role = text_in_status("role").value_or(
+      state.federation_run.empty() ? "unknown (no status.json)" : "holder");
+  report.String("role", role);
+  if (role != "holder") return;
+  if (auto id = text_in_status("holder_id")) report.String("holder_id", *id);
+  if (!state.federation_run.empty()) report.String("aggregator_run", state.federation_run);
+  report.Integer("last_round_masked", state.next_step - 1);
+  report.Integer("rounds_charged", state.accountant.steps());
+  if (auto stopped = text_in_status("holder_stopped"); stopped.has_value() && !stopped->empty()) {
+    report.String("stopped_for_run", *stopped);
+  }
+  for (const char* key : {"rounds_shared", "rounds_declined", "rounds_withheld"}) {
+    if (auto n = number_in_status(key)) {
+      report.Integer(std::string(key) + "_this_run", static_cast<int64_t>(*n));
+    }
+  }
+}
+
 // The running daemon's public view (status.json).
 void ReportDaemon(const nlohmann::json& daemon_status, const StatusNumber& number_in_status,
                   Report& report) {
@@ -273,6 +304,7 @@ StatusOr<StateStatusOutput> StateStatus(const StateStatusOptions& options) {
   }
   const LedgerState& state = *decoded;
   bool verified = true;
+  ReportRole(state, daemon_status, number_in_status, report);
   ReportLedger(state, options.delta, number_in_status, report);
   ReportStreams(state, report);
   if (!ReportCheckpoint(dir + "/checkpoint", state, report)) verified = false;

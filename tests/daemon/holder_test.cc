@@ -24,6 +24,7 @@
 #include "daemon/ledger.h"
 #include "daemon/model_setup.h"
 #include "daemon/run_control.h"
+#include "daemon/state_status.h"
 #include "tests/testing/fake_io.h"
 #include "tests/testing/memory_work_exchange.h"
 #include "tests/testing/test_metrics.h"
@@ -245,6 +246,39 @@ TEST(HolderTest, ItsShareLeavesAtThePlansTimePlusItsDelayHoweverLongTheRoundTook
     ASSERT_EQ(answered.back().share.kind, ShareKind::kShare);
     after_issue[slow] = answered.back().at_ms - plan.issued_ms;
     EXPECT_EQ(f.StepsCharged(), 1);
+    if (slow == 0) {
+      // As observable as one vipsd: the step and commit counters, σ, the
+      // round's outcome, its last round; `vipsd status` names its role.
+      for (int i = 0; i < 100 && f.metrics->steps_total().Value() < 1; ++i) {
+        std::this_thread::sleep_for(10ms);
+      }
+      EXPECT_EQ(f.metrics->steps_total().Value(), 1);
+      EXPECT_GE(f.metrics->ledger_commits_total().Value(), 2);  // start-up, round 1
+      EXPECT_EQ(f.metrics->noise_multiplier().Value(), 1.0);
+      EXPECT_EQ(f.metrics->sampling_rate().Value(), 0.5);
+      EXPECT_EQ(f.metrics->federation_rounds_total(RoundOutcome::kShare).Value(), 1);
+      EXPECT_EQ(f.metrics->federation_last_round().Value(), 1);
+      EXPECT_EQ(f.metrics->federation_holder_stopped().Value(), 0);
+      EXPECT_GT(f.metrics->privacy_epsilon_spent().Value(), 0);
+      StateStatusOptions options;
+      options.directory = f.config.state_directory;
+      auto status = StateStatus(options);
+      ASSERT_TRUE(status.ok()) << status.status().ToString();
+      EXPECT_NE(status->text.find("role:"), std::string::npos) << status->text;
+      EXPECT_NE(status->text.find("holder\n"), std::string::npos) << status->text;
+      EXPECT_NE(status->text.find("holder_id:"), std::string::npos) << status->text;
+      EXPECT_NE(status->text.find("last_round_masked:"), std::string::npos) << status->text;
+      EXPECT_NE(status->text.find("rounds_shared_this_run:"), std::string::npos) << status->text;
+      // private_steps counts charged steps, as on every role.
+      options.json = true;
+      auto json = StateStatus(options);
+      ASSERT_TRUE(json.ok());
+      EXPECT_NE(json->text.find("\"private_steps\": 0"), std::string::npos)
+          << "fixed-seed noise: " << json->text;
+      EXPECT_NE(json->text.find("\"fixed_seed_steps\": 1"), std::string::npos) << json->text;
+      EXPECT_NE(json->text.find("\"rounds_charged\": 1"), std::string::npos) << json->text;
+      EXPECT_NE(json->text.find("\"last_round_masked\": 1"), std::string::npos) << json->text;
+    }
   }
   // Never before its time, and not much after (the poll and the scheduler).
   for (int64_t t : after_issue) {
@@ -266,6 +300,9 @@ TEST(HolderTest, AShareNotReadyAtItsTimeIsNeverSentAndTheHolderStopsForTheRun) {
                   << message.at_ms;
   }
   EXPECT_EQ(f.StepsCharged(), 1);  // charged all the same: it read and noised
+  EXPECT_EQ(f.metrics->federation_rounds_total(RoundOutcome::kWithheld).Value(), 1);
+  EXPECT_EQ(f.metrics->federation_holder_stopped().Value(), 1);
+  EXPECT_EQ(f.metrics->steps_total().Value(), 1);
   // Stopped for the run: a plan that does not name it brings no join.
   f.Append(f.Plan(2, join.incarnation, /*named=*/false));
   for (const auto& message : f.Receive(4s)) {

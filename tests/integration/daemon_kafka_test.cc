@@ -1092,7 +1092,7 @@ TEST_F(DaemonKafkaTest, ThreeHoldersAndAnAggregatorAsSeparateProcesses) {
     federation_ = "federation:\n  role: holder\n  holder_id: " + id +
                   "\n  secret_key: {file: " + key_file +
                   "}\n  tolerated_holders: 1\n  round_timeout_seconds: 5\n"
-                  "  share_delay_seconds: 1.0\n" + roster;
+                  "  share_delay_seconds: 1.5\n" + roster;
     return WriteConfig(privacy, schedule);
   };
   // The aggregator first (no input, the job's ledger, the releases): it
@@ -1247,7 +1247,7 @@ TEST_F(DaemonKafkaTest, TwoFederatedJobsWithTheSameKeyFilesNeverShareAPad) {
     state_extra_ = "  ledger_key: " + job + "\n  work_topic: work-" + job + "\n";
     federation_ = "federation:\n  role: holder\n  holder_id: " + id + "\n  secret_key: {file: " +
                   id + ".key}\n  tolerated_holders: 1\n  round_timeout_seconds: 5\n"
-                  "  share_delay_seconds: 1.0\n" + roster;
+                  "  share_delay_seconds: 1.5\n" + roster;
     return WriteConfig(privacy, schedule);
   };
   // One job to its 2nd round: h1's masked words of round 1.
@@ -1380,7 +1380,7 @@ TEST_F(DaemonKafkaTest, JoinsAreCheckedBeforeAnyChargeAndARestartedHolderCostsAt
     federation_ = "federation:\n  role: holder\n  holder_id: " + id +
                   "\n  secret_key: {file: " + id +
                   ".key}\n  tolerated_holders: 1\n  round_timeout_seconds: 5\n"
-                  "  share_delay_seconds: 1.0\n" + roster;
+                  "  share_delay_seconds: 1.5\n" + roster;
     const std::string path = WriteConfig(privacy, schedule);
     source_extra_ = "";
     return path;
@@ -1517,7 +1517,7 @@ TEST_F(DaemonKafkaTest, FederatedReleasesMatchOneProcessOnTheUnionUpToTheNoise) 
         config(name + ".yaml", "  topics: [" + name + "blr]\n", group_ + "-" + name,
                "state-" + name, "  ledger_key: fedjob\n  work_topic: fedwork\n", "",
                "federation:\n  role: holder\n  holder_id: " + name + "\n  secret_key: {file: " +
-                   name + ".key}\n  share_delay_seconds: 1.0\n" + roster),
+                   name + ".key}\n  share_delay_seconds: 1.5\n" + roster),
         dir_ + "/vipsd-" + name + ".log"));
   }
   VipsdProcess aggregator(
