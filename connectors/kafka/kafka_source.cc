@@ -152,6 +152,13 @@ StatusOr<std::unique_ptr<RdKafka::Conf>> BuildSourceConf(const KafkaSourceOption
       {"auto.offset.reset", o.start_position},
       {"enable.auto.offset.store", "false"},
       {"enable.partition.eof", "true"},
+      // Every record in offset order as it is appended, committed or not:
+      // under read_committed, a record appended after a transaction that
+      // stays open would be readable only when it ends, so one record (the
+      // open transaction's) would move others into a later slot. Records of
+      // aborted transactions are input like any other (docs/privacy_accounting.md
+      // §6a); the cut bound is the high watermark (KafkaLogObserver).
+      {"isolation.level", "read_uncommitted"},
   };
   VIPSD_RETURN_IF_ERROR(kafka_internal::ApplyProperties(*conf, kWhat, managed, o.properties));
   return conf;

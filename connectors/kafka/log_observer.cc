@@ -43,6 +43,10 @@ StatusOr<std::unique_ptr<KafkaLogObserver>> KafkaLogObserver::Create(
   const kafka_internal::ManagedProperty managed[] = {
       {"bootstrap.servers", o.bootstrap_servers},
       {"client.id", o.client_id + "-observer"},
+      // Its high offset is the high watermark, as the source reads
+      // (read_uncommitted, kafka_source.cc): under read_committed it would be
+      // the last stable offset, held back by a transaction left open.
+      {"isolation.level", "read_uncommitted"},
   };
   VIPSD_RETURN_IF_ERROR(kafka_internal::ApplyProperties(*conf, kWhat, managed, o.properties));
   std::string errstr;

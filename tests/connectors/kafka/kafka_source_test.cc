@@ -485,6 +485,74 @@ TEST(KafkaSourceTest, ACooperativeMemberClosedBeforeItsFirstAssignmentDoesNotAbo
 // moved partition exactly after the first member's committed offset: every
 // record once, none lost. (The first commits before the second joins: the
 // 2.0.2 mock refuses a commit that arrives during the rebalance.)
+// Issue 49 item 8: a transaction held open on an input topic. Read
+// committed, the records appended after it would become readable only when
+// it ends (one record moving others into a later slot, and a stall while
+// it is open). The source reads uncommitted: every record as it is
+// appended, in offset order, the open transaction's and an aborted one's
+// included. The operator cannot change that (isolation.level is managed).
+TEST(KafkaSourceTest, AnOpenTransactionHoldsBackNoRecordAndItsOwnAreRead) {
+  auto cluster = NewCluster();
+  ASSERT_NE(cluster, nullptr);
+  ASSERT_TRUE(cluster->CreateTopic("txdocs", 1).ok());
+  const std::string b = cluster->bootstrap_servers();
+  char errstr[512];
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  ASSERT_EQ(rd_kafka_conf_set(conf, "bootstrap.servers", b.c_str(), errstr, sizeof errstr),
+            RD_KAFKA_CONF_OK);
+  ASSERT_EQ(rd_kafka_conf_set(conf, "transactional.id", UniqueName("txn").c_str(), errstr,
+                              sizeof errstr),
+            RD_KAFKA_CONF_OK);
+  ASSERT_EQ(rd_kafka_conf_set(conf, "linger.ms", "0", errstr, sizeof errstr), RD_KAFKA_CONF_OK);
+  rd_kafka_t* producer = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
+  ASSERT_NE(producer, nullptr) << errstr;
+  auto ok = [](rd_kafka_error_t* error) {
+    const bool fine = error == nullptr;
+    if (!fine) {
+      ADD_FAILURE() << rd_kafka_error_string(error);
+      rd_kafka_error_destroy(error);
+    }
+    return fine;
+  };
+  auto produce = [&](const std::string& value) {
+    return rd_kafka_producev(producer, RD_KAFKA_V_TOPIC("txdocs"), RD_KAFKA_V_PARTITION(0),
+                             RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()),
+                             RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+  };
+  ASSERT_TRUE(ok(rd_kafka_init_transactions(producer, 30000)));
+  ASSERT_TRUE(ok(rd_kafka_begin_transaction(producer)));
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(produce("open-" + std::to_string(i)), RD_KAFKA_RESP_ERR_NO_ERROR);
+  ASSERT_EQ(rd_kafka_flush(producer, 10000), RD_KAFKA_RESP_ERR_NO_ERROR);
+  // After the open transaction, from another (plain) producer.
+  KcatProduce(b, "txdocs", Records("after", 5));
+
+  KafkaSourceOptions options = BaseOptions(*cluster, {"txdocs"}, UniqueName("g"));
+  auto created = KafkaSource::Create(options);
+  ASSERT_TRUE(created.ok()) << created.status().message();
+  // All ten while the transaction is still open: nothing waits for it.
+  std::vector<SourceMessage> got = PollAndStore(**created, 10, std::chrono::seconds(20));
+  ASSERT_EQ(got.size(), 10u);
+  for (size_t i = 1; i < got.size(); ++i) EXPECT_LT(got[i - 1].offset, got[i].offset);
+  EXPECT_EQ(got.front().payload, "open-0");
+  EXPECT_NE(got.back().payload.find(" after #4 "), std::string::npos);
+  // An aborted transaction's records are read too (input like any other).
+  ASSERT_TRUE(ok(rd_kafka_abort_transaction(producer, 30000)));
+  ASSERT_TRUE(ok(rd_kafka_begin_transaction(producer)));
+  ASSERT_EQ(produce("aborted"), RD_KAFKA_RESP_ERR_NO_ERROR);
+  ASSERT_EQ(rd_kafka_flush(producer, 10000), RD_KAFKA_RESP_ERR_NO_ERROR);
+  ASSERT_TRUE(ok(rd_kafka_abort_transaction(producer, 30000)));
+  std::vector<SourceMessage> more = PollAndStore(**created, 1, std::chrono::seconds(20));
+  ASSERT_EQ(more.size(), 1u);
+  EXPECT_EQ(more.front().payload, "aborted");
+  EXPECT_TRUE((*created)->Close().ok());
+  rd_kafka_destroy(producer);
+  // The isolation level is the source's.
+  options.properties["isolation.level"] = "read_committed";
+  auto refused = KafkaSource::CheckOptions(options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.message(), HasSubstr("isolation.level"));
+}
+
 class KafkaSourceGroupTest : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(KafkaSourceGroupTest, TwoMembersShareTheTopicWithoutLossOrDuplicates) {
