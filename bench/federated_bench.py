@@ -69,6 +69,7 @@ schedule:
   threads: 1
   interval_seconds: 0.05
   start_delay_seconds: 0
+  on_overrun: catch_up
   release_delay_seconds: 0
   window_steps: 1000000000
   max_steps: %d

@@ -146,6 +146,7 @@ schedule:
   threads: %d
   interval_seconds: %s
   start_delay_seconds: 0
+  on_overrun: catch_up
   release_delay_seconds: 0
   window_steps: 1000000000
   max_steps: %d

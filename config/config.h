@@ -51,6 +51,12 @@ enum class Accounting { kGlobal, kResidency };
 // privacy filter.
 enum class Schedule { kFixed, kAdaptive };
 enum class CeilingAction { kHalt, kExit };
+// schedule.on_overrun (daemon/daemon.h): what a step that ran past the next
+// slot's deadline, or one overrun more than schedule.max_overruns, does.
+// kStop: stepping stops for the run (the release topic shows one event);
+// kCatchUp: its outputs leave at the next public boundary and the next
+// slots catch up (the release times show ⌈overrun / interval⌉).
+enum class OverrunAction { kStop, kCatchUp };
 // privacy.unit (docs/privacy_accounting.md "The privacy unit"): what one
 // guarantee protects. kRecord: one record. kKey: every record with one Kafka
 // message key. kField: every record with one value of the JSON field
@@ -150,6 +156,11 @@ struct VipsdConfig {
   // (core/svi/slot_windows.h). Default min(1, interval/4, release_delay/4).
   double cut_grace_seconds = 1;
   int64_t max_steps = 0;                  // 0 = no limit
+  // Overruns a run tolerates (each skips the next slot's step so that its
+  // outputs leave at that slot's deadline); one more, or one that runs past
+  // the next slot's deadline, stops stepping for the run (daemon.h).
+  int64_t max_overruns = 3;
+  OverrunAction on_overrun = OverrunAction::kStop;
   double max_epochs = 0;                  // file source; 0 = no limit; one epoch = 1/q steps
 
   // pool (kafka source): the most window records held in memory; a window

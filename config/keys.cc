@@ -25,6 +25,8 @@ constexpr Named<privacy::UnitPartitioner> kUnitPartitioners[] = {
     {"murmur2", privacy::UnitPartitioner::kMurmur2}, {"crc32", privacy::UnitPartitioner::kCrc32}};
 constexpr Named<CeilingAction> kCeilingActions[] = {{"halt", CeilingAction::kHalt},
                                                     {"exit", CeilingAction::kExit}};
+constexpr Named<OverrunAction> kOverrunActions[] = {{"stop", OverrunAction::kStop},
+                                                    {"catch_up", OverrunAction::kCatchUp}};
 constexpr Named<SourceType> kSourceTypes[] = {{"file", SourceType::kFile},
                                               {"kafka", SourceType::kKafka}};
 constexpr Named<SinkType> kSinkTypes[] = {{"file", SinkType::kFile}, {"kafka", SinkType::kKafka}};
@@ -351,6 +353,10 @@ void AddSchedule(std::vector<Key>& keys) {
           .Live());
   keys.push_back(Integer("schedule.threads", VIPSD_MEMBER(driver.threads), 1, 256).Live());
   keys.push_back(Integer("schedule.max_steps", VIPSD_MEMBER(max_steps), 0, kCountMax).Live());
+  keys.push_back(Integer("schedule.max_overruns", VIPSD_MEMBER(max_overruns), 0, 1000)
+                     .Only(Dimension::kSourceType, "kafka"));
+  keys.push_back(Choice("schedule.on_overrun", VIPSD_MEMBER(on_overrun), kOverrunActions)
+                     .Only(Dimension::kSourceType, "kafka"));
   // Count-based triggers made one record's presence move every later step
   // (add/remove adjacency became substitution); steps now run on a public
   // clock only, in every mode.

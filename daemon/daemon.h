@@ -296,6 +296,12 @@ class Daemon {
   std::vector<SlotOutputs> late_;
   bool halted_ = false;
   bool overflow_ = false;            // stepping stopped by a window over capacity
+  // Overruns (ProcessSlot): the slot whose step is skipped after a short
+  // one (its deadline carries the late outputs), how many this run saw, and
+  // why stepping stopped at one ("" while it goes on).
+  int64_t overrun_skip_slot_ = -1;
+  int64_t overruns_ = 0;
+  std::string overrun_stopped_;
   int64_t overflow_capacity_ = 0;    // the pool.capacity it overflowed
   double run_started_at_ = 0;        // whole seconds: an unpaced run's release time
   double sticky_logged_at_ = 0;      // when the last "not stepping" line was said

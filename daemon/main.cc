@@ -29,6 +29,8 @@
 #include <vector>
 
 #include "config/config.h"
+#include "core/base/format.h"
+#include "core/privacy/planner.h"
 #include "connectors/file/file_util.h"
 #include "core/base/log.h"
 #include "daemon/daemon.h"
@@ -273,10 +275,19 @@ int main(int argc, char** argv) {
       say(LogLevel::kError, where + timing->text);
       return false;
     }
+    // What a step's timing adds to δ (core/privacy/planner.h OverrunBeta):
+    // bounded only when the worst-case step fits its slot with margin.
+    const std::string beta =
+        timing->fits
+            ? "; overruns: beta = " + ShortestNumber(privacy::kBatchTailProbability) +
+                  " per step (a batch above the one timed), so the claim is (epsilon, delta + "
+                  "beta x steps); `vipsd-privacy plan` prints it for this file"
+            : "; overruns: beta is NOT bounded on this machine (the worst-case step does not "
+              "fit with margin): the claim holds only for runs without an overrun";
     if (!timing->fits) {
-      say(LogLevel::kWarning, where + "warning: " + timing->text);
+      say(LogLevel::kWarning, where + "warning: " + timing->text + beta);
     } else {
-      *fits_line = timing->text;
+      *fits_line = timing->text + beta;
     }
     return true;
   };

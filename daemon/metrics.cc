@@ -230,6 +230,7 @@ std::string_view SkipReasonName(SkipReason reason) {
     case SkipReason::kCeiling: return "ceiling";
     case SkipReason::kError: return "error";
     case SkipReason::kMissed: return "missed";
+    case SkipReason::kOverrun: return "overrun";
   }
   return "unknown";
 }

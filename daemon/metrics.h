@@ -81,6 +81,7 @@ enum class SkipReason {
   kCeiling,         // the step would have crossed the epsilon ceiling
   kError,           // an earlier failure (ledger commit, window invariant) stopped stepping
   kMissed,          // the slot's time passed while vipsd was not running
+  kOverrun,         // the slot after an overrun, or stepping stopped by one (daemon.h)
 };
 enum class ReloadResult { kSuccess, kFailure };
 // What became of a federated round, as one process saw it (daemon/holder.h,
@@ -127,7 +128,7 @@ struct MetricLabelValues<config::PrivacyUnit> {
 };
 template <>
 struct MetricLabelValues<SkipReason> {
-  static constexpr size_t kCount = 4;
+  static constexpr size_t kCount = 5;
   static std::string_view Name(SkipReason v) { return SkipReasonName(v); }
 };
 template <>

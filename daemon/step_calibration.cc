@@ -1,5 +1,7 @@
 #include "daemon/step_calibration.h"
 
+#include "core/privacy/planner.h"
+
 #include <sched.h>
 #include <time.h>
 
@@ -23,7 +25,7 @@
 namespace vipsd::daemon {
 namespace {
 
-constexpr double kTailProbability = 1e-9;
+constexpr double kTailProbability = privacy::kBatchTailProbability;
 
 // N·KL(b/N ‖ q) for b/N > q (the Chernoff exponent of the upper tail).
 double UpperTailExponent(int64_t n, int64_t b, double q) {

@@ -62,7 +62,7 @@ model:
   lda: {topics: 50, vocabulary: $vocab, alpha: 0.02, eta: 0.02, resample_length: 500, clip_fraction: 0.1}
 privacy: {noise_multiplier: $sigma, sampling_rate: $q, delta: 1.0e-5, epsilon_ceiling: 10,
           on_ceiling: halt, accounting: global, schedule: fixed}
-schedule: {tau0: 64, kappa: 0.7, threads: $threads, interval_seconds: $interval, start_delay_seconds: 0, window_steps: 1000000000}
+schedule: {tau0: 64, kappa: 0.7, threads: $threads, interval_seconds: $interval, start_delay_seconds: 0, on_overrun: catch_up, window_steps: 1000000000}
 pool: {capacity: $((records + 10000))}
 source: {type: kafka, topics: [docs], group_id: bench, timestamps: create_time}
 sink: {type: kafka, topic: releases, publish_every: 5}

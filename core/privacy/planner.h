@@ -74,6 +74,19 @@ StatusOr<double> NoiseMultiplierForEpsilon(AccountantKind kind, double target_ep
                                            double sampling_rate, int64_t steps,
                                            double delta);
 
+// What a step's timing adds to δ (SECURITY.md "Overruns"). The worst-case
+// step is timed at the batch B that Poisson sampling exceeds with
+// probability below kBatchTailProbability per step, whatever the data
+// (daemon/step_calibration.h). When that step fits its slot with margin on
+// the calibrated machine, an overrun needs a batch above B: over T steps
+// with probability at most β = T · kBatchTailProbability (a union bound), and
+// the run is (ε, δ + β)-DP with the overrun's event counted as a failure.
+inline constexpr double kBatchTailProbability = 1e-9;
+inline double OverrunBeta(int64_t steps) {
+  const double beta = static_cast<double>(steps) * kBatchTailProbability;
+  return beta < 1 ? beta : 1;
+}
+
 // Largest T with ε(T) ≤ target_epsilon (0 if not even one step fits).
 // OutOfRange if more than kMaxPlannedSteps would fit.
 StatusOr<int64_t> MaxStepsForEpsilon(AccountantKind kind, double target_epsilon,

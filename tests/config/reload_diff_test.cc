@@ -37,6 +37,7 @@ privacy:
 schedule:
   interval_seconds: 1
   window_steps: 10
+  on_overrun: stop
 source:
   type: kafka
   topics: [t]
@@ -72,6 +73,7 @@ std::string With(std::string text,
 // The same job as an offline file run.
 std::string FileRun() {
   return With(kKafkaRun, {{"schedule:\n  interval_seconds: 1\n  window_steps: 10\n"
+                           "  on_overrun: stop\n"
                            "source:\n  type: kafka\n  topics: [t]\n  start_position: earliest\n"
                            "sink:\n  type: kafka\n  topic: r\ndead_letter:\n  topic: d\n"
                            "kafka:\n  embedded: false\n  bootstrap_servers: b:9092\n",
@@ -126,6 +128,8 @@ std::vector<EnumReload> Cases() {
        "crc32"},
       {"privacy.on_ceiling", kafka, With(kafka, {{"on_ceiling: halt", "on_ceiling: exit"}}), "halt",
        "exit", /*live=*/true},
+      {"schedule.on_overrun", kafka, With(kafka, {{"on_overrun: stop", "on_overrun: catch_up"}}),
+       "stop", "catch_up"},
       {"source.type", kafka, FileRun(), "kafka", "file"},
       {"source.start_position", kafka,
        With(kafka, {{"start_position: earliest", "start_position: latest"}}), "earliest", "latest"},

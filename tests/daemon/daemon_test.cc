@@ -70,6 +70,9 @@ struct Options {
   std::string model = "lda";
   std::string schedule;  // privacy.schedule; empty: not written (fixed for a new directory)
   int64_t unit_cap = 0;  // > 0: privacy.unit: key with this max_records_per_unit
+  // The tests' slots are 20 ms: a busy machine overruns some, which stop
+  // stepping under the default (stop); the overrun tests choose it.
+  std::string on_overrun = "catch_up";
 };
 
 std::string WriteConfig(const std::string& dir, const Options& o) {
@@ -91,7 +94,8 @@ std::string WriteConfig(const std::string& dir, const Options& o) {
     if (o.unit_cap > 0) yaml << "  unit: key\n  max_records_per_unit: " << o.unit_cap << "\n";
   }
   yaml << "schedule:\n  tau0: 1\n  kappa: 0.7\n  threads: 2\n  start_delay_seconds: 0\n  interval_seconds: " << o.interval
-       << "\n  window_steps: " << o.window << "\n  max_steps: " << o.max_steps << "\n";
+       << "\n  window_steps: " << o.window << "\n  max_steps: " << o.max_steps
+       << "\n  on_overrun: " << o.on_overrun << "\n";
   if (o.release_delay >= 0) yaml << "  release_delay_seconds: " << o.release_delay << "\n";
   if (o.cut_grace >= 0) yaml << "  cut_grace_seconds: " << o.cut_grace << "\n";
   if (o.start_time > 0) yaml << "  start_time: " << o.start_time << "\n";
@@ -760,18 +764,19 @@ TEST(DaemonTest, ALateSlotWaitsForTheNextPublicBoundaryCommitIncluded) {
   Harness h("late_slot");
   for (int i = 0; i < 20; ++i) h.topic->Append(0, Document(i));
   Options options;
+  options.on_overrun = "stop";
   options.interval = 0.5;
   options.release_delay = 0.4;
   // Two seconds for the start: a slot 1 that is late itself (a start under
-  // the suite's parallel load) would take step 2's lateness into a run of
-  // two late slots, whose second is released as itself.
+  // the suite's parallel load) would be an overrun of its own.
   options.start_time = std::floor(WallNow()) + 2;
   std::mutex mutex;
   std::vector<double> commit_times;
   DaemonHooks hooks;
   hooks.before_step = [&](int64_t step, int64_t, const svi::RecordPool&,
                           const std::vector<std::string>&) {
-    if (step == 2) std::this_thread::sleep_for(850ms);
+    // Past its deadline (slot time + 0.4 s), within the next slot's (+ 0.9 s).
+    if (step == 2) std::this_thread::sleep_for(450ms);
   };
   hooks.ledger_fault = [&]() {
     std::lock_guard<std::mutex> lock(mutex);
@@ -802,15 +807,91 @@ TEST(DaemonTest, ALateSlotWaitsForTheNextPublicBoundaryCommitIncluded) {
     if (t >= stop_requested) continue;
     EXPECT_LT(t - boundary(t), 0.3) << "a commit between boundaries, at t0 + " << t - options.start_time;
   }
-  ASSERT_GE(h.sink->releases.size(), 2u);
+  ASSERT_GE(h.sink->releases.size(), 4u);
+  std::map<std::string, double> published_at;
   for (const Published& published : h.sink->releases) {
     const std::string& id = published.release.release_id;
-    EXPECT_NE(id, "step-2");  // its outputs left with the next slot's, as its model
+    published_at[id] = published.publish_time;
     EXPECT_NEAR(published.publish_time, boundary(published.publish_time + 1e-9), 1e-6) << id;
     EXPECT_GE(published.wall_time, published.publish_time) << id;
     EXPECT_LT(published.wall_time - published.publish_time, 0.3) << id << " left between boundaries";
   }
-  EXPECT_GE(h.metrics->release_deadline_overruns_total().Value(), 1);
+  // Step 2 overran: it left at the next slot's deadline, whose slot ran no
+  // step; step 3 ran at the slot after. One interval skipped, no more.
+  ASSERT_TRUE(published_at.count("step-1") && published_at.count("step-2") &&
+              published_at.count("step-3"));
+  EXPECT_NEAR(published_at["step-2"] - published_at["step-1"], 2 * options.interval, 1e-6);
+  EXPECT_NEAR(published_at["step-3"] - published_at["step-2"], options.interval, 1e-6);
+  EXPECT_EQ(h.metrics->release_deadline_overruns_total().Value(), 1);
+  EXPECT_EQ(h.metrics->slots_skipped_total(SkipReason::kOverrun).Value(), 1);
+}
+
+// Issue 49 item 5, the reviewer's trace (interval = release delay = 1 s,
+// grace 0.25 s): a step of 1.6 s used to give no release at d_k, step k's
+// model at d_{k+1}; one of 2.6 s gave nothing at d_k and d_{k+1}, step k+1's
+// model at d_{k+2} and step k+3's at d_{k+3} — the release gaps encoded
+// ⌈overrun / interval⌉. Now an overrun done by the next deadline always
+// shows the same pattern (step k at d_{k+1}, no step at slot k+1), and a
+// longer one stops stepping for the run with its release withheld: the
+// release topic tells one of two events, never a duration.
+TEST(DaemonTest, AnOverrunShowsOnlyWhetherItEndedByTheNextDeadline) {
+  struct Run {
+    std::vector<std::pair<std::string, double>> releases;  // id, publish time
+    double overruns = 0, skipped = 0;
+    int64_t steps_run = 0;
+  };
+  auto run = [](const std::string& name, std::chrono::milliseconds slow) {
+    Harness h(name);
+    for (int i = 0; i < 20; ++i) h.topic->Append(0, Document(i));
+    Options options;
+    options.on_overrun = "stop";
+    options.interval = 1;
+    options.release_delay = 1;
+    options.start_time = std::floor(WallNow()) + 2;
+    DaemonHooks hooks;
+    hooks.before_step = [slow](int64_t step, int64_t, const svi::RecordPool&,
+                               const std::vector<std::string>&) {
+      if (step == 2) std::this_thread::sleep_for(slow);
+    };
+    Run out;
+    auto daemon = h.Make(WriteConfig(h.dir, options), hooks);
+    EXPECT_TRUE(daemon.ok()) << daemon.status().ToString();
+    if (!daemon.ok()) return out;
+    const double until = options.start_time + 7.2;  // slots 0..7's deadlines
+    EXPECT_TRUE(RunUntil(**daemon, [&](const DaemonStatus&) { return WallNow() > until; }, 20s)
+                    .ok());
+    std::lock_guard<std::mutex> lock(h.sink->mutex);
+    for (const Published& p : h.sink->releases) {
+      if (p.publish_time <= until) {
+        out.releases.emplace_back(p.release.release_id, p.publish_time - options.start_time);
+      }
+    }
+    out.overruns = h.metrics->release_deadline_overruns_total().Value();
+    out.skipped = h.metrics->slots_skipped_total(SkipReason::kOverrun).Value();
+    out.steps_run = (*daemon)->status().steps_run;
+    return out;
+  };
+  const Run fast = run("overrun_short", 1600ms - 250ms - 300ms);  // ends by the next deadline
+  const Run slow = run("overrun_long", 2600ms);                   // ends after it
+  auto text = [](const Run& r) {
+    std::string out;
+    for (const auto& [id, t] : r.releases) out += id + "@" + std::to_string(t) + " ";
+    return out;
+  };
+  // Short: step 2 at the deadline of slot 3 (slot 2 + 1 s), slot 3 without a
+  // step, and steps on after it, one per slot.
+  ASSERT_GE(fast.releases.size(), 4u) << text(fast);
+  EXPECT_EQ(fast.overruns, 1) << text(fast);
+  EXPECT_EQ(fast.skipped, 1) << text(fast);
+  for (size_t i = 1; i < fast.releases.size(); ++i) {
+    const double gap = fast.releases[i].second - fast.releases[i - 1].second;
+    EXPECT_NEAR(gap, fast.releases[i - 1].first == "step-1" ? 2.0 : 1.0, 1e-6) << text(fast);
+  }
+  // Long: step 2 never released, and no release after step 1's.
+  ASSERT_FALSE(slow.releases.empty());
+  EXPECT_EQ(slow.releases.back().first, "step-1") << text(slow);
+  EXPECT_EQ(slow.steps_run, 2) << text(slow);
+  EXPECT_GE(slow.skipped, 3) << text(slow);
 }
 
 // Issue 26: the final release of a run that ends by itself (max_steps,

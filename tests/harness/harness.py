@@ -350,6 +350,7 @@ schedule:
   kappa: 0.7
   threads: 1
   start_delay_seconds: 0
+  on_overrun: catch_up
   window_steps: 1000000000
   interval_seconds: %s
 pool:

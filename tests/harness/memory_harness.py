@@ -73,7 +73,7 @@ def config_for(work, bootstrap, group, port, topics, vocabulary, capacity, queue
   type: lda
   lda: {topics: %d, vocabulary: vocab.txt, alpha: 0.1, eta: 0.01, resample_length: %d}
 privacy: {noise_multiplier: 1.0, sampling_rate: 0.01, delta: 1.0e-5, epsilon_ceiling: 100000}
-schedule: {tau0: 64, kappa: 0.7, threads: 2, start_delay_seconds: 0, interval_seconds: %s, max_steps: %d,
+schedule: {tau0: 64, kappa: 0.7, threads: 2, start_delay_seconds: 0, on_overrun: catch_up, interval_seconds: %s, max_steps: %d,
            window_steps: %s}
 pool: {capacity: %d}
 source: {type: kafka, topics: [%s], group_id: %s, timestamps: create_time}

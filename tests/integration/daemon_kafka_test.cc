@@ -172,7 +172,7 @@ class DaemonKafkaTest : public ::testing::Test {
          << "privacy:\n" << privacy
          << "schedule:\n  tau0: 1\n  kappa: 0.7\n  threads: 2\n  interval_seconds: "
          << interval_seconds_ << "\n"
-         << "  start_delay_seconds: 0\n"
+         << "  start_delay_seconds: 0\n  on_overrun: catch_up\n"
          << (extra_schedule.find("window_steps") == std::string::npos
                  ? "  window_steps: 1000000000\n"
                  : "")

@@ -251,7 +251,7 @@ void RunPair(const PairSetup& setup, const std::string& tag, PairResult* result)
             "    alpha: 0.5\n    eta: 0.1\n    resample_length: 4\n"
             "privacy:\n  noise_multiplier: 1.0\n  sampling_rate: 0.5\n  delta: 1.0e-5\n"
             "  epsilon_ceiling: 1000\n  noise: fixed_seed\n  noise_seed: 7\n"
-            "schedule:\n  tau0: 1\n  kappa: 0.7\n  threads: 1\n  start_delay_seconds: 0\n  interval_seconds: "
+            "schedule:\n  tau0: 1\n  kappa: 0.7\n  threads: 1\n  start_delay_seconds: 0\n  on_overrun: catch_up\n  interval_seconds: "
          << setup.interval << "\n  window_steps: " << setup.window << "\n  start_time: " << start << "\n"
          << (setup.cut_grace >= 0 ? "  cut_grace_seconds: " + std::to_string(setup.cut_grace) + "\n"
                                   : std::string())

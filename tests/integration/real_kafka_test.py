@@ -74,6 +74,7 @@ schedule:
   cut_grace_seconds: %(grace)s
   start_time: %(start).3f
   start_delay_seconds: 0
+  on_overrun: catch_up
   window_steps: %(window)d
 pool:
   capacity: 20000
@@ -243,6 +244,7 @@ schedule:
   kappa: 0.7
   threads: 1
   start_delay_seconds: 0
+  on_overrun: catch_up
   window_steps: 1000000000
   interval_seconds: %(interval)s
 pool: {capacity: 10000}

@@ -447,6 +447,15 @@ int RunPlan(const Parsed& p, bool json_output, std::ostream& out, std::ostream& 
         json.Add("capacity_records_per_second", margin.records_per_second);
       }
     }
+    if (paced) {
+      // (ε, δ + β): the steps whose timing a record's claim covers.
+      json.Add("overrun_beta", privacy::OverrunBeta(residency ? config->window_steps : *steps));
+      json.Add("delta_plus_beta",
+               delta + privacy::OverrunBeta(residency ? config->window_steps : *steps));
+      json.AddString("on_overrun", config->on_overrun == config::OverrunAction::kStop
+                                       ? "stop"
+                                       : "catch_up");
+    }
     json.AddBool("starts", starts);
     out << json.ToString() << "\n";
     return starts ? kExitOk : kExitNoAnswer;
@@ -481,6 +490,22 @@ int RunPlan(const Parsed& p, bool json_output, std::ostream& out, std::ostream& 
   }
   const config::CapacityMargin margin = config::CapacityMarginOf(*config);
   if (margin.applies) out << "  capacity: " << margin.text << "\n";
+  if (paced) {
+    const int64_t timed_steps = residency ? config->window_steps : *steps;
+    const double beta = privacy::OverrunBeta(timed_steps);
+    out << "  overruns: the claim is (epsilon, delta + beta) = ("
+        << Human(residency ? *window_epsilon : epsilon) << ", "
+        << Human(delta + beta) << ") with beta = " << timed_steps << " x "
+        << Human(privacy::kBatchTailProbability) << " = " << Human(beta)
+        << ", the chance that a step's batch exceeds the one its worst-case time was "
+           "measured at; it holds when `vipsd --check-config` on this machine finds that step "
+           "fits its slot"
+        << (config->on_overrun == config::OverrunAction::kStop
+                ? " (schedule.on_overrun: stop: an overrun shows as one event per run)"
+                : "; schedule.on_overrun: catch_up lets the release times show each overrun's "
+                  "length")
+        << "\n";
+  }
   if (federated.has_value()) {
     const auto& f = *federated;
     out << "  federated: " << f.noise.holders << " holders, tolerated_holders " << f.noise.tolerated
