@@ -1447,6 +1447,9 @@ TEST_F(DaemonKafkaTest, FederatedReleasesMatchOneProcessOnTheUnionUpToTheNoise) 
   // times the central one) and by what that noise does to later steps. At a
   // small sigma the releases agree to a fraction of a percent, while a
   // holder's records missing or counted twice would move them by a third.
+  // The slots are 4 s: at this sigma (a huge epsilon per step) each new step
+  // count's PLD composition takes seconds in every process, inside the
+  // holders' share delay (3 s).
   constexpr int kSteps = 6;
   for (const char* topic : {"h1blr", "h2blr", "h3blr", "allblr"}) {
     ASSERT_TRUE(cluster_->CreateTopic(topic, 2).ok());
@@ -1489,8 +1492,8 @@ TEST_F(DaemonKafkaTest, FederatedReleasesMatchOneProcessOnTheUnionUpToTheNoise) 
     yaml << "model:\n  type: blr\n  blr:\n    dimension: 3\n"
          << "privacy:\n  noise_multiplier: 0.05\n  sampling_rate: 1.0\n  delta: 1.0e-5\n"
          << "  epsilon_ceiling: 1000000\n"
-         << "schedule:\n  interval_seconds: 2.0\n  release_delay_seconds: 1.8\n"
-         << "  start_delay_seconds: 0\n  window_steps: 1000000000\n"
+         << "schedule:\n  interval_seconds: 4.0\n  release_delay_seconds: 3.8\n"
+         << "  start_delay_seconds: 0\n  window_steps: 1000000000\n  on_overrun: catch_up\n"
          << (federation.find("aggregator") != std::string::npos || federation.empty()
                  ? "  max_steps: " + std::to_string(kSteps) + "\n"
                  : "")
@@ -1517,7 +1520,7 @@ TEST_F(DaemonKafkaTest, FederatedReleasesMatchOneProcessOnTheUnionUpToTheNoise) 
         config(name + ".yaml", "  topics: [" + name + "blr]\n", group_ + "-" + name,
                "state-" + name, "  ledger_key: fedjob\n  work_topic: fedwork\n", "",
                "federation:\n  role: holder\n  holder_id: " + name + "\n  secret_key: {file: " +
-                   name + ".key}\n  share_delay_seconds: 1.5\n" + roster),
+                   name + ".key}\n  share_delay_seconds: 3.0\n" + roster),
         dir_ + "/vipsd-" + name + ".log"));
   }
   VipsdProcess aggregator(
