@@ -74,7 +74,8 @@ constexpr const char* kUsage =
     "  vipsd --config FILE --no-step-time-check\n"
     "                                 start without timing the worst-case step (for\n"
     "                                 throughput benchmarks whose slots are meant to\n"
-    "                                 overrun; each overrun is a bit outside epsilon);\n"
+    "                                 overrun: beta is then not bounded, SECURITY.md\n"
+    "                                 \"Overruns\");\n"
     "                                 with --check-config, check FILE as such a start\n"
     "                                 would: everything but that timing\n"
     "  vipsd status --state DIR [--delta D] [--json]\n"
@@ -255,8 +256,9 @@ int main(int argc, char** argv) {
   for (const std::string& warning : config->warnings) say(LogLevel::kWarning, warning);
   // Said by a start, and by --check-config, under --no-step-time-check.
   const std::string untimed =
-      "--no-step-time-check: the worst-case step was not timed against the slot; every step "
-      "that overruns its deadline is one bit outside epsilon (SECURITY.md)";
+      "--no-step-time-check: the worst-case step was not timed against the slot, so the chance "
+      "of an overrun (beta in (epsilon, delta + beta)) is not bounded; each overrun shows on the "
+      "release topic (SECURITY.md \"Overruns\")";
   // The worst-case step on public synthetic records (step_calibration.h):
   // false when the slot is too short for it even on an idle machine (said
   // as an error naming the key and line); a warning when it is too short on
