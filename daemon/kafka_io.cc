@@ -735,7 +735,12 @@ StatusOr<std::unique_ptr<WorkExchange>> NewKafkaWorkExchange(
   // The producer learns the topic's leaders now, not at its first append: a
   // federated plan states when it was issued, and its holders' shares leave
   // at that time plus their delay (daemon/holder.h).
-  VIPSD_RETURN_IF_ERROR(producer->WarmTopic(config.work_topic, timeout));
+  // Not fatal: without it the first append pays the lookup.
+  if (const Status warmed = producer->WarmTopic(config.work_topic, timeout); !warmed.ok()) {
+    Log(LogLevel::kWarning, "kafka", "work topic " + config.work_topic +
+                                         ": its leaders could not be looked up ahead: " +
+                                         warmed.ToString());
+  }
   return std::unique_ptr<WorkExchange>(new KafkaWorkExchange(
       config.work_topic, config.ledger_key, std::move(producer), std::move(reader), timeout,
       bounds.second));
