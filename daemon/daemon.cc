@@ -541,12 +541,11 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
   } else if (!overrun_stopped_.empty() || slot == overrun_skip_slot_ ||
              (paced_ && coordinator_ == nullptr && out.deadline > 0 && WallNow() > out.deadline &&
               config_.on_overrun == config::OverrunAction::kStop)) {
-    // (Or its window was read only after its deadline: a step begun now
-    // would overrun, and be charged for a release that could not leave on
-    // time; it waits for the next slot, whose window still holds these
-    // records when schedule.window_steps is above 1.)
-    // The slot after a short overrun (its deadline carries the late
-    // outputs, whatever the overrun's length), or stepping stopped by one.
+    // Stepping stopped by an overrun; the slot after a short one (its
+    // deadline carries the late outputs, whatever the overrun's length); or
+    // a slot whose window was read only after its deadline (a step begun now
+    // would overrun: the next slot's window still holds these records when
+    // schedule.window_steps is above 1).
     ++slots_skipped_;
     metrics_->slots_skipped_total(SkipReason::kOverrun).Increment();
   } else {
@@ -570,20 +569,15 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
       (void)state.windows.SkipTo(slot);
     }
   }
-  if (out.deadline > 0 && WallNow() > out.deadline && !control_.stopping() &&
-      !overrun_stopped_.empty()) {
-    // Stepping stopped at an overrun (below): the slots the long step held
-    // up are caught up, without a step, each at its next boundary.
-    out.late = true;
-    out.deadline = NextBoundary(out.deadline, WallNow());
-  } else if (out.deadline > 0 && WallNow() > out.deadline && !control_.stopping() &&
-             coordinator_ == nullptr && (out.stepped || slot == overrun_skip_slot_) &&
-             config_.on_overrun == config::OverrunAction::kStop) {
+  const bool overran = out.deadline > 0 && WallNow() > out.deadline && !control_.stopping();
+  if (overran && overrun_stopped_.empty() && coordinator_ == nullptr &&
+      (out.stepped || slot == overrun_skip_slot_) &&
+      config_.on_overrun == config::OverrunAction::kStop) {
     // A step of this process ran past its deadline (its duration is the
-    // data's: batch size, E-step iterations).
-    // Nothing about this slot leaves now, not even the ledger commit, or
-    // its time would tell how long the step took. What the release topic
-    // shows of an overrun is bounded per run (SECURITY.md "Overruns"):
+    // data's: batch size, E-step iterations). Nothing about this slot
+    // leaves now, not even the ledger commit, or its time would tell how
+    // long the step took. What the release topic shows of an overrun is
+    // bounded per run (SECURITY.md "Overruns"):
     //  * short (the slot was done by the NEXT slot's deadline d_{k+1}): its
     //    outputs leave at d_{k+1}, under one commit with the next slot's, and
     //    the next slot runs no step — so that slot is on time whatever the
@@ -591,9 +585,8 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
     //    overran";
     //  * long (done after d_{k+1}, or the slot after an overrun late itself),
     //    or more than schedule.max_overruns in this run: stepping stops for
-    //    the run, as at an overflow; the late slot's release is withheld
-    //    (charged, never published) and its commit waits for the next
-    //    public boundary.
+    //    the run, as at an overflow; the late slots' releases are withheld
+    //    (charged, never published) and they are caught up below.
     const double interval = keeper_->state().windows.interval_seconds();
     ++overruns_;
     const bool long_overrun = !late_.empty() || WallNow() > out.deadline + interval;
@@ -616,18 +609,18 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
             "; its release is withheld (charged, not published) so that the release times say "
             "nothing of how long it took. Restart vipsd once the machine keeps up "
             "(docs/operations.md \"Overruns\"; each restart may show one more overrun)");
-    for (SlotOutputs& late : late_) late.publish = false;
+    for (SlotOutputs& held : late_) held.publish = false;
     out.publish = false;
-    out.late = true;
-    out.deadline = NextBoundary(out.deadline, WallNow());
-  } else if (out.deadline > 0 && WallNow() > out.deadline && !control_.stopping()) {
-    // Late otherwise: a coordinator's step (it waits for other processes'
+  }
+  if (overran) {
+    // Late otherwise — a coordinator's step (it waits for other processes'
     // partial sums or shares), a slot whose window was read after its
-    // deadline (no step ran), or schedule.on_overrun: catch_up. Its outputs wait for the next slot's deadline
+    // deadline (no step ran), schedule.on_overrun: catch_up — or caught up
+    // after stepping stopped. Its outputs wait for the next slot's deadline
     // and leave with that slot's, under one commit; a second late slot in a
     // row waits for the next boundary itself (so that outputs never wait
-    // for ever when steps keep overrunning). How late it was then shows in
-    // the release times (SECURITY.md "Overruns").
+    // for ever when steps keep overrunning). Under catch_up, how late it was
+    // then shows in the release times (SECURITY.md "Overruns").
     if (late_.empty()) {
       out.late = true;
       late_.push_back(std::move(out));

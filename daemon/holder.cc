@@ -544,9 +544,12 @@ Status Holder::Run() {
     const auto now = std::chrono::steady_clock::now();
     const bool silence = now - last_plan_ >= kSilence;
     if (named_ && silence) named_ = false;  // the aggregator may have forgotten it
-    if (!halted_ && stopped_.empty() && !named_ &&
+    // Asked at the cadence, from the first poll at which the group assigned
+    // its partitions (AssignmentReported is a cheap check; InputReady asks
+    // the brokers, so it runs at most once per cadence).
+    if (!halted_ && stopped_.empty() && !named_ && ingest_.AssignmentReported() &&
         now - last_join_ >= (silence ? kSilence : kJoinInterval)) {
-      last_join_ = now;  // also when not ready: ObserveBounds is not asked every poll
+      last_join_ = now;
       if (InputReady()) {
         join_sent_ = true;
         result = Send(none, ShareKind::kJoin, "");

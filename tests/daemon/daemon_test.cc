@@ -765,8 +765,8 @@ TEST(DaemonTest, ALateSlotWaitsForTheNextPublicBoundaryCommitIncluded) {
   for (int i = 0; i < 20; ++i) h.topic->Append(0, Document(i));
   Options options;
   options.on_overrun = "stop";
-  options.interval = 0.5;
-  options.release_delay = 0.4;
+  options.interval = 1;
+  options.release_delay = 0.75;  // exact in binary: the boundaries below are compared to 1e-6
   // Two seconds for the start: a slot 1 that is late itself (a start under
   // the suite's parallel load) would be an overrun of its own.
   options.start_time = std::floor(WallNow()) + 2;
@@ -775,8 +775,9 @@ TEST(DaemonTest, ALateSlotWaitsForTheNextPublicBoundaryCommitIncluded) {
   DaemonHooks hooks;
   hooks.before_step = [&](int64_t step, int64_t, const svi::RecordPool&,
                           const std::vector<std::string>&) {
-    // Past its deadline (slot time + 0.4 s), within the next slot's (+ 0.9 s).
-    if (step == 2) std::this_thread::sleep_for(450ms);
+    // Past its deadline (slot time + 0.75 s; the step starts after the
+    // 0.19 s grace), well within the next slot's (+ 1.75 s).
+    if (step == 2) std::this_thread::sleep_for(900ms);
   };
   hooks.ledger_fault = [&]() {
     std::lock_guard<std::mutex> lock(mutex);
