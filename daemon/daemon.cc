@@ -78,6 +78,7 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const config::VipsdConfig& conf
                                                std::move(replica), config.state_directory,
                                                metrics, hooks.ledger_fault);
   VIPSD_RETURN_IF_ERROR(keeper->UseFixedSchedule(config.is_private()));
+  keeper->PrefetchNextCheck(config.driver.delta);
   LedgerKeeper* keeper_ptr = keeper.get();
   std::unique_ptr<Daemon> daemon(new Daemon(config, options, std::move(bundle), std::move(sink),
                                             metrics, std::move(hooks), std::move(keeper),

@@ -47,6 +47,16 @@ std::string LedgerKeeper::AccountantName(double delta) const {
   return state_.schedule == ScheduleKind::kFixed ? "fixed_rdp" : "rdp_filter";
 }
 
+void LedgerKeeper::PrefetchNextCheck(double delta) const {
+  if (!fixed_schedule_.has_value()) return;
+  const int64_t steps =
+      state_.mode == AccountingMode::kResidency
+          ? std::min<int64_t>(state_.residency->max_residency_steps(),
+                              state_.residency->steps() + 1)
+          : state_.accountant.steps() + 1;
+  fixed_schedule_->Prefetch(steps, delta);
+}
+
 bool LedgerKeeper::AdmitsStep(double sampling_rate, double noise_multiplier, double delta,
                               double ceiling, double* epsilon_after, double* window_epsilon) {
   *window_epsilon = 0;

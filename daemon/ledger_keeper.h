@@ -77,6 +77,11 @@ class LedgerKeeper {
   // `window_epsilon` the residency window's (0 in global mode).
   bool AdmitsStep(double sampling_rate, double noise_multiplier, double delta, double ceiling,
                   double* epsilon_after, double* window_epsilon);
+  // Fixed schedule: starts the next step's check (a PLD composition that can
+  // take a large share of a short slot) in the background, so that the first
+  // step after a start does not compute it on its serial path. Public: a
+  // function of (q, σ, δ) and the step count. No-op otherwise.
+  void PrefetchNextCheck(double delta) const;
   // After a step ran: the residency window's record of it and the state
   // directory's noise history (private, non-private or fixed-seed steps).
   // A step charged that did not finish (abandoned): its noise kind in the
