@@ -201,7 +201,7 @@ void BM_PlanShipping(benchmark::State& state) {
     if (delta) {
       auto applied = GaussianSumMechanism::DecodeReleased(layout, decoded->delta_sum);
       benchmark::DoNotOptimize(model->MStep(*applied, decoded->delta_sampling_rate,
-                                            decoded->delta_rho));
+                                            decoded->delta_rho, 0.0));
     } else {
       auto restored = vipsd::daemon::CheckpointStore::Decode(decoded->model, "plan");
       benchmark::DoNotOptimize(model->RestoreCheckpoint(restored->arrays));

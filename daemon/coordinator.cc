@@ -120,6 +120,7 @@ StatusOr<WorkPlan> Coordinator::AppendPlan(const Context& context,
       plan.delta_step = released->step;
       plan.delta_sampling_rate = released->sampling_rate;
       plan.delta_rho = released->rho;
+      plan.delta_noise_multiplier = released->noise_multiplier;
     }
   }
   if (!plan.has_delta()) {
@@ -368,15 +369,16 @@ StatusOr<svi::StepResult> Coordinator::StepCharged(const Context& context,
     const bool workers = out->partials_remote > 0;
     context.driver->set_release_observer(
         [this, header, workers, &pending, layout](const Eigen::VectorXd& sum, int64_t step,
-                                                  double q, double rho) {
+                                                  double q, double rho, double sigma) {
           if (released_encoded_.valid()) released_encoded_.wait();  // it reads released_sum_
           released_sum_ = sum;
           released_offset_ = -1;
-          pending = Released{header.step, step, q, rho};
+          pending = Released{header.step, step, q, rho, sigma};
           WorkRelease release = header;
           release.delta_step = step;
           release.delta_sampling_rate = q;
           release.delta_rho = rho;
+          release.delta_noise_multiplier = sigma;
           released_encoded_ = std::async(
               std::launch::async,
               [this, layout, workers, release = std::move(release)]() mutable

@@ -165,6 +165,7 @@ class Coordinator {
     int64_t step = 0;
     double sampling_rate = 0;
     double rho = 0;
+    double noise_multiplier = 0;
   };
   std::optional<Released> released_;
   // Its sum, and that sum encoded for the next plan (EncodeReleased) on a

@@ -11,16 +11,19 @@
 namespace vipsd::daemon {
 namespace {
 
-constexpr char kPlanMagic[4] = {'V', 'W', 'P', '6'};
+constexpr char kPlanMagic[4] = {'V', 'W', 'P', '7'};
 // Plans of earlier vipsd versions (refused by name): VWP1 without the record
 // settings, VWP2 with cuts at the observed log ends (no timestamp cut rule),
 // VWP3 with one partial per partition, VWP4 with the model in every plan,
-// VWP5 with the released sum always inside the plan.
+// VWP5 with the released sum always inside the plan, VWP6 (and releases
+// VWL1) without the released sum's σ, which the noise-aware M-step reads.
 constexpr char kPlanMagicV1[4] = {'V', 'W', 'P', '1'};
 constexpr char kPlanMagicV2[4] = {'V', 'W', 'P', '2'};
 constexpr char kPlanMagicV3[4] = {'V', 'W', 'P', '3'};
 constexpr char kPlanMagicV4[4] = {'V', 'W', 'P', '4'};
 constexpr char kPlanMagicV5[4] = {'V', 'W', 'P', '5'};
+constexpr char kPlanMagicV6[4] = {'V', 'W', 'P', '6'};
+constexpr char kReleaseMagicV1[4] = {'V', 'W', 'L', '1'};
 constexpr char kPartialMagic[4] = {'V', 'W', 'R', '3'};
 constexpr char kPartialMagicV1[4] = {'V', 'W', 'R', '1'};
 constexpr char kPartialMagicV2[4] = {'V', 'W', 'R', '2'};
@@ -31,7 +34,7 @@ constexpr char kFederatedShareMagicV1[4] = {'V', 'F', 'S', '1'};
 constexpr char kFederatedShareMagicV2[4] = {'V', 'F', 'S', '2'};
 constexpr char kFederatedShareMagic[4] = {'V', 'F', 'S', '3'};
 constexpr char kFederatedRefusalMagic[4] = {'V', 'F', 'R', '1'};
-constexpr char kReleaseMagic[4] = {'V', 'W', 'L', '1'};
+constexpr char kReleaseMagic[4] = {'V', 'W', 'L', '2'};
 constexpr size_t kDigestBytes = 32;
 // At most this many coordinates in a share (2^31 words: 16 GiB).
 constexpr uint64_t kMaxShareWords = uint64_t{1} << 31;
@@ -172,6 +175,7 @@ std::string EncodeWorkPlan(const WorkPlan& plan) {
   w.I64(plan.delta_step);
   w.F64(plan.delta_sampling_rate);
   w.F64(plan.delta_rho);
+  w.F64(plan.delta_noise_multiplier);
   w.I64(plan.plan_offset);
   w.Str(plan.record_settings);
   w.I64(plan.partials_read);
@@ -199,6 +203,7 @@ std::string EncodeWorkRelease(const WorkRelease& release) {
   w.I64(release.delta_step);
   w.F64(release.delta_sampling_rate);
   w.F64(release.delta_rho);
+  w.F64(release.delta_noise_multiplier);
   w.Str(release.delta_sum);
   return w.Finish();
 }
@@ -254,6 +259,12 @@ StatusOr<WorkMessageKind> WorkMessageKindOf(std::string_view bytes) {
         "work topic: a message of an older vipsd (VWP3/VWR2, one partial sum per "
         "partition): every process of a job must run one vipsd version");
   }
+  if (bytes.size() >= 4 && (std::memcmp(bytes.data(), kPlanMagicV6, 4) == 0 ||
+                            std::memcmp(bytes.data(), kReleaseMagicV1, 4) == 0)) {
+    return FailedPreconditionError(
+        "work topic: a message of an older vipsd (VWP6/VWL1, without the released sum's "
+        "noise multiplier): every process of a job must run one vipsd version");
+  }
   if (bytes.size() >= 4 && std::memcmp(bytes.data(), kPlanMagicV5, 4) == 0) {
     return FailedPreconditionError(
         "work topic: a plan of an older vipsd (VWP5, the released sum always inside the "
@@ -292,7 +303,7 @@ StatusOr<WorkPlan> DecodeWorkPlan(std::string_view bytes) {
       (void)(r.Str(&plan.model) && r.Str(&plan.delta_sum) && r.I64(&plan.delta_base) &&
              r.I64(&plan.delta_base_offset) && r.I64(&plan.delta_step) &&
              r.F64(&plan.delta_sampling_rate) && r.F64(&plan.delta_rho) &&
-             r.I64(&plan.plan_offset) && r.Str(&plan.record_settings) &&
+             r.F64(&plan.delta_noise_multiplier) && r.I64(&plan.plan_offset) && r.Str(&plan.record_settings) &&
              r.I64(&plan.partials_read) && r.I64(&plan.delta_release_offset));
     }
   }
@@ -313,6 +324,7 @@ StatusOr<WorkPlan> DecodeWorkPlan(std::string_view bytes) {
             std::isfinite(plan.delta_sampling_rate) && plan.delta_sampling_rate > 0 &&
             plan.delta_sampling_rate <= 1 && std::isfinite(plan.delta_rho) &&
             plan.delta_rho > 0 && plan.delta_rho <= 1 &&
+            std::isfinite(plan.delta_noise_multiplier) && plan.delta_noise_multiplier >= 0 &&
             (plan.delta_sum.empty() ? plan.delta_release_offset > plan.delta_base_offset
                                     : plan.delta_release_offset == -1);
   }
@@ -362,7 +374,8 @@ StatusOr<WorkRelease> DecodeWorkRelease(std::string_view bytes) {
   (void)(GetHeader(r, &release.job, &release.epoch, &release.owner, &release.step,
                    &release.slot) &&
          r.I64(&release.delta_step) && r.F64(&release.delta_sampling_rate) &&
-         r.F64(&release.delta_rho) && r.Str(&release.delta_sum));
+         r.F64(&release.delta_rho) && r.F64(&release.delta_noise_multiplier) &&
+         r.Str(&release.delta_sum));
   VIPSD_RETURN_IF_ERROR(r.Done());
   // The plan of `step` ran the released step (delta_step ≥ step: a step
   // number is never reused), with q and ρ in (0, 1].
@@ -371,7 +384,8 @@ StatusOr<WorkRelease> DecodeWorkRelease(std::string_view bytes) {
                      std::isfinite(release.delta_sampling_rate) &&
                      release.delta_sampling_rate > 0 && release.delta_sampling_rate <= 1 &&
                      std::isfinite(release.delta_rho) && release.delta_rho > 0 &&
-                     release.delta_rho <= 1;
+                     release.delta_rho <= 1 && std::isfinite(release.delta_noise_multiplier) &&
+                     release.delta_noise_multiplier >= 0;
   if (!valid) return DataLossError("work topic: a release with out-of-range fields");
   return release;
 }

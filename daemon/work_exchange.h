@@ -122,6 +122,7 @@ struct WorkPlan {
   int64_t delta_step = 0;
   double delta_sampling_rate = 0;
   double delta_rho = 0;
+  double delta_noise_multiplier = 0;  // σ of that release (0: exact sum)
   // Whether the plan follows from an earlier plan's model by a released sum
   // (inline or by reference) rather than carrying the model or nothing.
   bool has_delta() const { return !delta_sum.empty() || delta_release_offset >= 0; }
@@ -161,6 +162,7 @@ struct WorkRelease {
   int64_t delta_step = 0;  // the released step (the model's step after it)
   double delta_sampling_rate = 0;
   double delta_rho = 0;
+  double delta_noise_multiplier = 0;  // σ of that release (0: exact sum)
   std::string delta_sum;  // GaussianSumMechanism::EncodeReleased (public)
 };
 

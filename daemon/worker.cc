@@ -182,7 +182,8 @@ StatusOr<std::string> Worker::ReleasedSumOf(const WorkPlan& plan) {
   if (release.job != plan.job || release.epoch != plan.epoch || release.owner != plan.owner ||
       release.step != plan.delta_base || release.delta_step != plan.delta_step ||
       release.delta_sampling_rate != plan.delta_sampling_rate ||
-      release.delta_rho != plan.delta_rho) {
+      release.delta_rho != plan.delta_rho ||
+      release.delta_noise_multiplier != plan.delta_noise_multiplier) {
     return DataLossError(work_.Describe() + " offset " +
                          std::to_string(plan.delta_release_offset) +
                          " is not the released sum the plan of step " +
@@ -201,7 +202,8 @@ Status Worker::ApplyDelta(const WorkPlan& plan) {
                                                     released));
   plan_model_of_ = PlanKey{};  // changed from here on, until it is the plan's
   applied_ahead_.reset();
-  VIPSD_RETURN_IF_ERROR(bundle_.model->MStep(sum, plan.delta_sampling_rate, plan.delta_rho));
+  VIPSD_RETURN_IF_ERROR(bundle_.model->MStep(sum, plan.delta_sampling_rate, plan.delta_rho,
+                                             plan.delta_noise_multiplier));
   model_header_.step = plan.delta_step;
   plan_model_of_ = KeyOf(plan);
   return Status::Ok();
@@ -222,7 +224,7 @@ Status Worker::TakeModel(const WorkPlan& plan) {
           ahead.base_step == plan.delta_base &&
           ahead.delta_step == plan.delta_step &&
           ahead.sampling_rate == plan.delta_sampling_rate && ahead.rho == plan.delta_rho &&
-          plan.delta_sum.empty() && ahead.offset == plan.delta_release_offset) {
+          ahead.noise_multiplier == plan.delta_noise_multiplier && plan.delta_sum.empty() && ahead.offset == plan.delta_release_offset) {
         ahead_seconds_ = ahead.seconds;
         applied_ahead_.reset();
         plan_model_of_ = KeyOf(plan);
@@ -305,7 +307,8 @@ void Worker::ApplyReleasesAhead(const std::vector<std::pair<int64_t, std::string
     }
     plan_model_of_ = PlanKey{};  // changed from here on
     const Status stepped =
-        bundle_.model->MStep(*sum, release->delta_sampling_rate, release->delta_rho);
+        bundle_.model->MStep(*sum, release->delta_sampling_rate, release->delta_rho,
+                             release->delta_noise_multiplier);
     if (!stepped.ok()) {
       applied_ahead_.reset();
       Log(LogLevel::kWarning, kComponent,
@@ -318,7 +321,7 @@ void Worker::ApplyReleasesAhead(const std::vector<std::pair<int64_t, std::string
     applied_ahead_ = AppliedAhead{
         release->epoch, release->owner, release->step, release->delta_step,
         release->delta_sampling_rate,
-        release->delta_rho, offset,
+        release->delta_rho, release->delta_noise_multiplier, offset,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
   }
 }

@@ -151,6 +151,7 @@ class Worker {
     int64_t delta_step = 0;
     double sampling_rate = 0;
     double rho = 0;
+    double noise_multiplier = 0;
     int64_t offset = -1;  // of the WorkRelease in the plan log
     double seconds = 0;
   };

@@ -28,6 +28,7 @@
 
 #include <Eigen/Core>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -133,9 +134,14 @@ class Model {
                        SparseStatistic& out) const = 0;
 
   // Global update from the step's noisy (or, non-private mode, exact) sum
-  // in original units, layout order.
-  virtual Status MStep(const Eigen::VectorXd& statistic_sum, double sampling_rate,
-                       double rho) = 0;
+  // in original units, layout order. `noise_multiplier` is the σ of the
+  // mechanism that released the sum (GaussianRelease::noise_multiplier; 0
+  // for an exact sum): with the layout's bounds it gives each block's
+  // per-coordinate noise std (privacy::NoiseStdPerBlock), which a
+  // noise-aware model folds into its posterior (docs/models.md,
+  // "Noise-aware posteriors"). Public, like the sum.
+  virtual Status MStep(const Eigen::VectorXd& statistic_sum, double sampling_rate, double rho,
+                       double noise_multiplier) = 0;
 
   // The released parameters.
   virtual std::vector<NamedArray> ReleaseArrays() const = 0;
@@ -153,11 +159,12 @@ class Model {
 };
 
 // The MStep arguments every model checks first: `statistic_sum` has the
-// layout's size (INVALID_ARGUMENT), q and ρ are in (0, 1] (INVALID_ARGUMENT)
-// and the sum is finite (OUT_OF_RANGE). `model` prefixes the messages.
+// layout's size (INVALID_ARGUMENT), q and ρ are in (0, 1] and σ is finite
+// and ≥ 0 (INVALID_ARGUMENT), and the sum is finite (OUT_OF_RANGE).
+// `model` prefixes the messages.
 inline Status CheckMStepInputs(const std::string& model, const Eigen::VectorXd& statistic_sum,
                                const privacy::BlockLayout& layout, double sampling_rate,
-                               double rho) {
+                               double rho, double noise_multiplier) {
   if (statistic_sum.size() != static_cast<Eigen::Index>(layout.total_size())) {
     return InvalidArgumentError(model + ": statistic sum has " +
                                 std::to_string(statistic_sum.size()) +
@@ -168,6 +175,9 @@ inline Status CheckMStepInputs(const std::string& model, const Eigen::VectorXd& 
     return InvalidArgumentError(model + ": sampling_rate must be in (0, 1]");
   }
   if (!(rho > 0 && rho <= 1)) return InvalidArgumentError(model + ": rho must be in (0, 1]");
+  if (!(noise_multiplier >= 0 && std::isfinite(noise_multiplier))) {
+    return InvalidArgumentError(model + ": noise_multiplier must be finite and >= 0");
+  }
   if (!statistic_sum.allFinite()) {
     return OutOfRangeError(model + ": statistic sum is not finite");
   }

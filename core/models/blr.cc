@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
+
+#include "core/privacy/gaussian_mechanism.h"
 
 namespace vipsd::models {
 namespace {
@@ -26,28 +29,88 @@ Status FieldError(const std::string& field, const std::string& allowed) {
 
 bool IsPositiveFinite(double value) { return value > 0 && std::isfinite(value); }
 
-// Σ = Λ⁻¹ and μ = Λ⁻¹η from the natural parameters.
-struct Moments {
-  Eigen::MatrixXd covariance;
-  Eigen::VectorXd mean;
+// The posterior derived from the state (blr.h, "M-step", steps 1–3).
+struct Posterior {
+  Eigen::MatrixXd precision;         // P
+  Eigen::MatrixXd data_covariance;   // Σ_data
+  Eigen::MatrixXd noise_covariance;  // the first-order spread of μ from A's noise
+  Eigen::VectorXd mean;              // μ
 };
 
-StatusOr<Moments> DeriveMoments(const Eigen::MatrixXd& precision,
-                                const Eigen::VectorXd& precision_mean) {
-  const Eigen::LLT<Eigen::MatrixXd> cholesky(precision);
-  if (cholesky.info() != Eigen::Success) {
-    return OutOfRangeError("blr precision matrix is not positive definite");
+StatusOr<Posterior> DerivePosterior(const Eigen::MatrixXd& statistic_s2,
+                                    const Eigen::VectorXd& statistic_s1, double noise_variance_s1,
+                                    double noise_variance_s2, double expected_alpha,
+                                    double eigenvalue_floor) {
+  const Eigen::Index d = statistic_s2.rows();
+  const Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> solver(statistic_s2);
+  if (solver.info() != Eigen::Success) {
+    return OutOfRangeError("blr: symmetric eigendecomposition did not converge");
   }
-  Moments moments;
-  moments.covariance =
-      cholesky.solve(Eigen::MatrixXd::Identity(precision.rows(), precision.cols()));
-  moments.covariance = 0.5 * (moments.covariance + moments.covariance.transpose()).eval();
-  moments.mean = cholesky.solve(precision_mean);
-  if (!moments.covariance.allFinite() || !moments.mean.allFinite() ||
-      !(moments.covariance.diagonal().array() > 0).all()) {
+  const Eigen::VectorXd& a = solver.eigenvalues();
+  const Eigen::MatrixXd& v = solver.eigenvectors();
+  const double threshold =
+      kSignalEdgeFraction * 2.0 * std::sqrt(static_cast<double>(d) * noise_variance_s2);
+  // Per eigenvalue a_i: λ_i, p_i, the mean map φ(a_i) = f_i / p_i (μ = V
+  // diag(φ) Vᵀ B) and its derivative φ'(a_i).
+  Eigen::VectorXd p(d), phi(d), phi_prime(d);
+  for (Eigen::Index i = 0; i < d; ++i) {
+    double lambda = 0, lambda_prime = 0;
+    if (a[i] > threshold) {
+      const double root = std::sqrt(std::max(a[i] * a[i] - threshold * threshold, 0.0));
+      lambda = 0.5 * (a[i] + root);
+      lambda_prime = root > 0 ? 0.5 * (1.0 + a[i] / root) : 0.0;
+    }
+    const double denominator = lambda + noise_variance_s1;
+    const double f = denominator > 0 ? lambda / denominator : 1.0;
+    const double g = f * lambda;  // λ²/(λ + v1)
+    const double pi = expected_alpha + g;
+    p[i] = std::max(pi, eigenvalue_floor);
+    phi[i] = f / p[i];
+    if (lambda > 0 && pi >= eigenvalue_floor) {
+      // f' = v1/(λ + v1)², g' = λ(λ + 2 v1)/(λ + v1)², φ' = (f' p − f g')/p².
+      const double f_prime = noise_variance_s1 / (denominator * denominator);
+      const double g_prime = lambda * (lambda + 2 * noise_variance_s1) / (denominator * denominator);
+      phi_prime[i] = lambda_prime * (f_prime * p[i] - f * g_prime) / (p[i] * p[i]);
+    } else {
+      phi_prime[i] = 0;
+    }
+  }
+  Posterior out;
+  out.precision = v * p.asDiagonal() * v.transpose();
+  out.precision = 0.5 * (out.precision + out.precision.transpose()).eval();
+  out.data_covariance = v * p.cwiseInverse().asDiagonal() * v.transpose();
+  out.data_covariance = 0.5 * (out.data_covariance + out.data_covariance.transpose()).eval();
+  const Eigen::VectorXd b = v.transpose() * statistic_s1;  // B in the eigenbasis
+  out.mean = v * phi.cwiseProduct(b);
+  if (noise_variance_s2 > 0) {
+    // First-order propagation of the noise E left in A through the mean map
+    // μ = Φ(A) B: dΦ[E] = V (D ∘ VᵀEV) Vᵀ with the divided differences D_ij
+    // = (φ(a_i) − φ(a_j))/(a_i − a_j) (D_ii = φ'(a_i)). With the entries of
+    // VᵀEV taken independent of variance v2 (exact for the off-diagonal
+    // ones of a rotation-invariant noise), δμ̃_i = Σ_j D_ij Ẽ_ij b_j has
+    //   Cov(δμ̃)_ii = v2 Σ_j D_ij² b_j²,  Cov(δμ̃)_ik = v2 D_ik² b_i b_k.
+    Eigen::MatrixXd divided(d, d);
+    for (Eigen::Index i = 0; i < d; ++i) {
+      for (Eigen::Index j = 0; j < d; ++j) {
+        const double gap = a[i] - a[j];
+        divided(i, j) = i == j || std::abs(gap) <= 1e-12 * (std::abs(a[i]) + std::abs(a[j]) + 1)
+                            ? 0.5 * (phi_prime[i] + phi_prime[j])
+                            : (phi[i] - phi[j]) / gap;
+      }
+    }
+    const Eigen::MatrixXd squared = divided.cwiseAbs2();
+    Eigen::MatrixXd spread = squared.cwiseProduct(b * b.transpose());
+    spread.diagonal() = squared * b.cwiseAbs2();
+    out.noise_covariance = noise_variance_s2 * (v * spread * v.transpose());
+    out.noise_covariance = 0.5 * (out.noise_covariance + out.noise_covariance.transpose()).eval();
+  } else {
+    out.noise_covariance = Eigen::MatrixXd::Zero(d, d);
+  }
+  if (!out.precision.allFinite() || !out.data_covariance.allFinite() || !out.mean.allFinite() ||
+      !out.noise_covariance.allFinite() || !(out.data_covariance.diagonal().array() > 0).all()) {
     return OutOfRangeError("blr posterior moments are not finite");
   }
-  return moments;
+  return out;
 }
 
 model::NamedArray VectorArray(const std::string& name, const Eigen::VectorXd& vector) {
@@ -83,23 +146,6 @@ double FeatureSquaredNorm(std::span<const double> x) {
   return sum;
 }
 
-StatusOr<Eigen::MatrixXd> ProjectToEigenvalueFloor(const Eigen::MatrixXd& matrix, double floor) {
-  if (matrix.rows() != matrix.cols()) {
-    return InvalidArgumentError("eigenvalue projection needs a square matrix");
-  }
-  if (!matrix.allFinite() || !std::isfinite(floor)) {
-    return InvalidArgumentError("eigenvalue projection needs finite values");
-  }
-  const Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> solver(matrix);
-  if (solver.info() != Eigen::Success) {
-    return OutOfRangeError("symmetric eigendecomposition did not converge");
-  }
-  const Eigen::VectorXd floored = solver.eigenvalues().cwiseMax(floor);
-  const Eigen::MatrixXd& vectors = solver.eigenvectors();
-  const Eigen::MatrixXd projected = vectors * floored.asDiagonal() * vectors.transpose();
-  return Eigen::MatrixXd(0.5 * (projected + projected.transpose()));
-}
-
 StatusOr<std::unique_ptr<BlrModel>> BlrModel::Create(const BlrConfig& config) {
   VIPSD_RETURN_IF_ERROR(ValidateBlrConfig(config));
   const auto dim = static_cast<size_t>(config.dim);
@@ -110,10 +156,9 @@ StatusOr<std::unique_ptr<BlrModel>> BlrModel::Create(const BlrConfig& config) {
            privacy::BlockSpec{"s2", privacy::BlockKind::kSymmetricMatrix, dim, kS2Bound}}));
   std::unique_ptr<BlrModel> model(new BlrModel(config, std::move(layout)));
   // The prior: q(α) = Gamma(a0, b0), q(m) = N(0, I / E[α]).
-  const double prior_alpha = config.prior_shape / config.prior_rate;
-  VIPSD_RETURN_IF_ERROR(model->SetState(
-      prior_alpha * Eigen::MatrixXd::Identity(config.dim, config.dim),
-      Eigen::VectorXd::Zero(config.dim), config.prior_shape, config.prior_rate));
+  VIPSD_RETURN_IF_ERROR(model->SetState(Eigen::MatrixXd::Zero(config.dim, config.dim),
+                                        Eigen::VectorXd::Zero(config.dim), 0, 0,
+                                        config.prior_shape, config.prior_rate));
   return model;
 }
 
@@ -128,23 +173,36 @@ std::unique_ptr<model::EStepScratch> BlrModel::NewScratch() const {
   return std::make_unique<BlrScratch>();
 }
 
-Status BlrModel::SetState(Eigen::MatrixXd precision, Eigen::VectorXd precision_mean,
-                          double alpha_shape, double alpha_rate) {
-  if (!precision.allFinite() || !precision_mean.allFinite()) {
-    return OutOfRangeError("blr natural parameters are not finite");
+Status BlrModel::SetState(Eigen::MatrixXd statistic_s2, Eigen::VectorXd statistic_s1,
+                          double noise_variance_s1, double noise_variance_s2, double alpha_shape,
+                          double alpha_rate) {
+  if (!statistic_s2.allFinite() || !statistic_s1.allFinite()) {
+    return OutOfRangeError("blr statistics are not finite");
+  }
+  if (!(noise_variance_s1 >= 0 && std::isfinite(noise_variance_s1) && noise_variance_s2 >= 0 &&
+        std::isfinite(noise_variance_s2))) {
+    return OutOfRangeError("blr noise variances must be finite and >= 0");
   }
   if (!IsPositiveFinite(alpha_shape) || !IsPositiveFinite(alpha_rate) ||
       !IsPositiveFinite(alpha_shape / alpha_rate)) {
     return OutOfRangeError("blr q(alpha) parameters must be finite and > 0");
   }
-  VIPSD_ASSIGN_OR_RETURN(Moments moments, DeriveMoments(precision, precision_mean));
-  precision_ = std::move(precision);
-  precision_mean_ = std::move(precision_mean);
+  VIPSD_ASSIGN_OR_RETURN(Posterior posterior,
+                         DerivePosterior(statistic_s2, statistic_s1, noise_variance_s1,
+                                         noise_variance_s2, alpha_shape / alpha_rate,
+                                         config_.eigenvalue_floor));
+  statistic_s2_ = std::move(statistic_s2);
+  statistic_s1_ = std::move(statistic_s1);
+  noise_variance_s1_ = noise_variance_s1;
+  noise_variance_s2_ = noise_variance_s2;
   alpha_shape_ = alpha_shape;
   alpha_rate_ = alpha_rate;
-  covariance_ = std::move(moments.covariance);
-  mean_ = std::move(moments.mean);
-  second_moment_ = covariance_ + mean_ * mean_.transpose();
+  precision_ = std::move(posterior.precision);
+  data_covariance_ = std::move(posterior.data_covariance);
+  noise_covariance_ = std::move(posterior.noise_covariance);
+  mean_ = std::move(posterior.mean);
+  covariance_ = data_covariance_ + noise_covariance_;
+  second_moment_ = data_covariance_ + mean_ * mean_.transpose();
   return Status::Ok();
 }
 
@@ -230,75 +288,87 @@ Status BlrModel::EStep(const model::Record& record, model::RecordRng& /*rng*/,
   return Status::Ok();
 }
 
-Status BlrModel::MStep(const Eigen::VectorXd& statistic_sum, double sampling_rate, double rho) {
+Status BlrModel::MStep(const Eigen::VectorXd& statistic_sum, double sampling_rate, double rho,
+                       double noise_multiplier) {
   const auto dim = static_cast<size_t>(config_.dim);
-  VIPSD_RETURN_IF_ERROR(
-      model::CheckMStepInputs("blr", statistic_sum, layout_, sampling_rate, rho));
-
+  VIPSD_RETURN_IF_ERROR(model::CheckMStepInputs("blr", statistic_sum, layout_, sampling_rate, rho,
+                                                noise_multiplier));
+  VIPSD_ASSIGN_OR_RETURN(const std::vector<double> noise_std,
+                         privacy::NoiseStdPerBlock(layout_, noise_multiplier));
   const Eigen::VectorXd s1 = statistic_sum.head(config_.dim);
   VIPSD_ASSIGN_OR_RETURN(
       Eigen::MatrixXd s2,
       privacy::UnpackSymmetric(
           std::span<const double>(statistic_sum.data() + dim, privacy::PackedSymmetricSize(dim)),
           dim));
-  const double expected_alpha_now = expected_alpha();
-  // Intermediate estimate Λ̂ = Project(E[α] I + S̃2/q), η̂ = S̃1/q.
-  Eigen::MatrixXd target = s2 / sampling_rate;
-  target.diagonal().array() += expected_alpha_now;
-  if (!target.allFinite()) return OutOfRangeError("statistic sum / q is not finite");
-  VIPSD_ASSIGN_OR_RETURN(
-      Eigen::MatrixXd projected,
-      ProjectToEigenvalueFloor(target, std::max(config_.eigenvalue_floor, expected_alpha_now)));
-  Eigen::MatrixXd precision = (1.0 - rho) * precision_ + rho * projected;
-  Eigen::VectorXd precision_mean = (1.0 - rho) * precision_mean_ + rho * (s1 / sampling_rate);
-  VIPSD_ASSIGN_OR_RETURN(Moments moments, DeriveMoments(precision, precision_mean));
-  // q(α) from the new q(m): â = a0 + d/2, b̂ = b0 + ½(μᵀμ + tr Σ).
+  // The running unbiased estimates of the pool-wide sums and the variance
+  // of the noise left in them (header, "M-step").
+  const double keep = 1.0 - rho;
+  Eigen::MatrixXd statistic_s2 = keep * statistic_s2_ + (rho / sampling_rate) * s2;
+  Eigen::VectorXd statistic_s1 = keep * statistic_s1_ + (rho / sampling_rate) * s1;
+  const double step_s1 = rho * noise_std[0] / sampling_rate;
+  const double step_s2 = rho * noise_std[1] / sampling_rate;
+  const double noise_variance_s1 = keep * keep * noise_variance_s1_ + step_s1 * step_s1;
+  const double noise_variance_s2 = keep * keep * noise_variance_s2_ + step_s2 * step_s2;
+  if (!statistic_s2.allFinite() || !statistic_s1.allFinite()) {
+    return OutOfRangeError("statistic sum / q is not finite");
+  }
+  // q(α) from q(m) with the new statistics (and the current E[α]); then the
+  // posterior again with the new E[α] (SetState).
+  VIPSD_ASSIGN_OR_RETURN(Posterior posterior,
+                         DerivePosterior(statistic_s2, statistic_s1, noise_variance_s1,
+                                         noise_variance_s2, expected_alpha(),
+                                         config_.eigenvalue_floor));
   const double shape_target = config_.prior_shape + 0.5 * static_cast<double>(config_.dim);
   const double rate_target =
-      config_.prior_rate + 0.5 * (moments.mean.squaredNorm() + moments.covariance.trace());
-  const double alpha_shape = (1.0 - rho) * alpha_shape_ + rho * shape_target;
-  const double alpha_rate = (1.0 - rho) * alpha_rate_ + rho * rate_target;
-  return SetState(std::move(precision), std::move(precision_mean), alpha_shape, alpha_rate);
+      config_.prior_rate +
+      0.5 * (posterior.mean.squaredNorm() + posterior.data_covariance.trace());
+  const double alpha_shape = keep * alpha_shape_ + rho * shape_target;
+  const double alpha_rate = keep * alpha_rate_ + rho * rate_target;
+  return SetState(std::move(statistic_s2), std::move(statistic_s1), noise_variance_s1,
+                  noise_variance_s2, alpha_shape, alpha_rate);
 }
 
 std::vector<model::NamedArray> BlrModel::ReleaseArrays() const {
-  return {VectorArray("mean", mean_), MatrixArray("covariance", covariance_),
-          ScalarArray("alpha_shape", alpha_shape_), ScalarArray("alpha_rate", alpha_rate_)};
+  return {VectorArray("mean", mean_),
+          MatrixArray("covariance", covariance_),
+          MatrixArray("noise_covariance", noise_covariance_),
+          ScalarArray("alpha_shape", alpha_shape_),
+          ScalarArray("alpha_rate", alpha_rate_),
+          ScalarArray("noise_variance_s1", noise_variance_s1_),
+          ScalarArray("noise_variance_s2", noise_variance_s2_)};
 }
 
 std::vector<model::NamedArray> BlrModel::CheckpointArrays() const {
-  return {MatrixArray("precision", precision_), VectorArray("precision_mean", precision_mean_),
-          ScalarArray("alpha_shape", alpha_shape_), ScalarArray("alpha_rate", alpha_rate_)};
+  return {VectorArray("statistic_s1", statistic_s1_),
+          MatrixArray("statistic_s2", statistic_s2_),
+          ScalarArray("noise_variance_s1", noise_variance_s1_),
+          ScalarArray("noise_variance_s2", noise_variance_s2_),
+          ScalarArray("alpha_shape", alpha_shape_),
+          ScalarArray("alpha_rate", alpha_rate_)};
 }
 
 Status BlrModel::RestoreCheckpoint(std::span<const model::NamedArray> arrays) {
   const int64_t d = config_.dim;
-  const model::NamedArray* precision = nullptr;
-  const model::NamedArray* precision_mean = nullptr;
-  const model::NamedArray* alpha_shape = nullptr;
-  const model::NamedArray* alpha_rate = nullptr;
+  // Current format, and the earlier one ("precision", "precision_mean"):
+  // name → expected shape.
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> known = {
+      {"statistic_s1", {d}},      {"statistic_s2", {d, d}},   {"noise_variance_s1", {}},
+      {"noise_variance_s2", {}},  {"alpha_shape", {}},        {"alpha_rate", {}},
+      {"precision", {d, d}},      {"precision_mean", {d}}};
+  std::map<std::string, const model::NamedArray*> found;
   for (const model::NamedArray& array : arrays) {
-    const model::NamedArray** slot = nullptr;
-    std::vector<int64_t> shape;
-    if (array.name == "precision") {
-      slot = &precision;
-      shape = {d, d};
-    } else if (array.name == "precision_mean") {
-      slot = &precision_mean;
-      shape = {d};
-    } else if (array.name == "alpha_shape") {
-      slot = &alpha_shape;
-    } else if (array.name == "alpha_rate") {
-      slot = &alpha_rate;
-    } else {
+    const auto entry = std::find_if(known.begin(), known.end(),
+                                    [&](const auto& k) { return k.first == array.name; });
+    if (entry == known.end()) {
       return InvalidArgumentError("unexpected array \"" + array.name + "\" in a BLR checkpoint");
     }
-    if (*slot != nullptr) {
+    if (found.count(array.name) > 0) {
       return InvalidArgumentError("array \"" + array.name + "\" appears twice in a BLR checkpoint");
     }
     size_t size = 1;
-    for (int64_t extent : shape) size *= static_cast<size_t>(extent);
-    if (array.shape != shape || array.data.size() != size) {
+    for (int64_t extent : entry->second) size *= static_cast<size_t>(extent);
+    if (array.shape != entry->second || array.data.size() != size) {
       return InvalidArgumentError("checkpoint array \"" + array.name +
                                   "\" has the wrong shape for d = " + std::to_string(d));
     }
@@ -307,26 +377,43 @@ Status BlrModel::RestoreCheckpoint(std::span<const model::NamedArray> arrays) {
         return InvalidArgumentError("checkpoint array \"" + array.name + "\" is not finite");
       }
     }
-    *slot = &array;
+    found[array.name] = &array;
   }
-  if (!precision || !precision_mean || !alpha_shape || !alpha_rate) {
+  const bool current = found.count("statistic_s1") + found.count("statistic_s2") +
+                           found.count("noise_variance_s1") + found.count("noise_variance_s2") ==
+                       4;
+  const bool earlier = found.count("precision") + found.count("precision_mean") == 2;
+  if (current == earlier || found.count("alpha_shape") + found.count("alpha_rate") != 2 ||
+      found.size() != (current ? 6u : 4u)) {
     return InvalidArgumentError(
-        "a BLR checkpoint holds \"precision\", \"precision_mean\", \"alpha_shape\" and "
-        "\"alpha_rate\"");
+        "a BLR checkpoint holds \"statistic_s1\", \"statistic_s2\", \"noise_variance_s1\", "
+        "\"noise_variance_s2\", \"alpha_shape\" and \"alpha_rate\" (or, written by an earlier "
+        "vipsd, \"precision\", \"precision_mean\", \"alpha_shape\" and \"alpha_rate\")");
   }
-  Eigen::MatrixXd lambda = Eigen::Map<const RowMajorMatrix>(precision->data.data(), d, d);
-  if (lambda != lambda.transpose()) {
-    return InvalidArgumentError("checkpoint array \"precision\" is not symmetric");
-  }
-  if (!(alpha_shape->data[0] > 0) || !(alpha_rate->data[0] > 0)) {
+  const double alpha_shape = found["alpha_shape"]->data[0];
+  const double alpha_rate = found["alpha_rate"]->data[0];
+  if (!(alpha_shape > 0) || !(alpha_rate > 0)) {
     return InvalidArgumentError("checkpoint arrays \"alpha_shape\" and \"alpha_rate\" must be > 0");
   }
-  Eigen::VectorXd eta = Eigen::Map<const Eigen::VectorXd>(precision_mean->data.data(), d);
-  Status status = SetState(std::move(lambda), std::move(eta), alpha_shape->data[0],
-                           alpha_rate->data[0]);
+  const std::string matrix_name = current ? "statistic_s2" : "precision";
+  Eigen::MatrixXd matrix = Eigen::Map<const RowMajorMatrix>(found[matrix_name]->data.data(), d, d);
+  if (matrix != matrix.transpose()) {
+    return InvalidArgumentError("checkpoint array \"" + matrix_name + "\" is not symmetric");
+  }
+  const std::string vector_name = current ? "statistic_s1" : "precision_mean";
+  Eigen::VectorXd vector = Eigen::Map<const Eigen::VectorXd>(found[vector_name]->data.data(), d);
+  double noise_variance_s1 = 0, noise_variance_s2 = 0;
+  if (current) {
+    noise_variance_s1 = found["noise_variance_s1"]->data[0];
+    noise_variance_s2 = found["noise_variance_s2"]->data[0];
+  } else {
+    // Λ = E[α] I + (the running estimate of S2/q), η = the one of S1/q.
+    matrix.diagonal().array() -= alpha_shape / alpha_rate;
+  }
+  Status status = SetState(std::move(matrix), std::move(vector), noise_variance_s1,
+                           noise_variance_s2, alpha_shape, alpha_rate);
   if (!status.ok()) {
-    return InvalidArgumentError("checkpoint array \"precision\" is not positive definite or "
-                                "gives non-finite moments: " + status.message());
+    return InvalidArgumentError("checkpoint arrays give no valid posterior: " + status.message());
   }
   return Status::Ok();
 }

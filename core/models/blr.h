@@ -51,46 +51,71 @@
 //   c² = (xᵀμ)² + xᵀΣx = xᵀ (μμᵀ + Σ) x, clamped at 0 (it is ≥ 0 exactly);
 //   ⟨ξ⟩ = PolyaGammaMean(c).
 //
-// M-step with the noisy sums S̃1 (d) and S̃2 (mirrored to d × d), sampling
-// rate q and step size ρ (docs/models.md, "The stochastic step"; the SVI step of Hoffman et al.
-// 2013 — the natural parameters of each global factor move toward the
-// "intermediate" estimate computed as if the whole pool were S̃/q):
-//   Λ̂ = Project(E[α] I + S̃2 / q),      η̂ = S̃1 / q,
-//   Λ ← (1 − ρ) Λ + ρ Λ̂,               η ← (1 − ρ) η + ρ η̂,
-//   Σ = Λ⁻¹, μ = Λ⁻¹ η                  (Cholesky of Λ),
-//   â = a0 + d/2, b̂ = b0 + ½ (μᵀμ + tr Σ)   with the NEW q(m),
-//   a ← (1 − ρ) a + ρ â,                 b ← (1 − ρ) b + ρ b̂,   E[α] = a / b.
-// (Λ, η) are the natural parameters of q(m) (up to the factor −½ on Λ) and
-// (a − 1, −b) those of q(α); blending them linearly is SVI's step. The sums
-// are divided by q, never by the realised batch size (docs/models.md, "The stochastic step").
-//
-// Positive-definite projection (Project). Noise can make E[α]I + S̃2/q
-// indefinite. Project takes its symmetric eigendecomposition V diag(λ) Vᵀ
-// (Eigen::SelfAdjointEigenSolver) and returns V diag(max(λ_i, f)) Vᵀ with
-//   f = max(eigenvalue_floor, E[α]).
-// For the exact statistic S2 = Σ ⟨ξ_n⟩ x_n x_nᵀ ⪰ 0, so the exact Λ̂ already
-// has every eigenvalue ≥ E[α]: flooring at E[α] is the Frobenius-nearest
-// point of the set {A ⪰ E[α] I} that provably contains the noiseless value
-// (equivalently: S̃2/q projected onto the positive semidefinite cone).
-// `eigenvalue_floor` is an absolute lower limit for the case E[α] is tiny.
-// Because Λ is then a convex combination of matrices ⪰ f_t I, it stays
-// positive definite for the whole run. The projection is post-processing:
-// its inputs are the released noisy sum, the public q and the previous
-// public state (E[α]), and no private record is read — so it costs no
-// privacy (post-processing theorem, Dwork & Roth 2014, Prop. 2.1).
+// M-step: a noise-aware posterior (docs/models.md, "Noise-aware
+// posteriors"). The state holds unbiased running estimates of the pool-wide
+// sums, never projected, and the variance of the privacy noise in them:
+//   A ← (1 − ρ) A + ρ S̃2/q,          B ← (1 − ρ) B + ρ S̃1/q,
+//   v2 ← (1 − ρ)² v2 + ρ² (s2/q)²,    v1 ← (1 − ρ)² v1 + ρ² (s1/q)²,
+// where s_b is block b's per-coordinate noise std of this step's release
+// (privacy::NoiseStdPerBlock of the public σ; 0 for an exact sum). The
+// noises of different steps are independent, so v_b is exactly the variance
+// of every coordinate of the noise left in A (packed upper triangle) and B.
+// From (A, B, v1, v2, E[α]) the posterior q(m) = N(μ, Σ) is derived:
+//  1. Signal spectrum. A = V diag(a) Vᵀ. Noise spreads the spectrum of the
+//     true S2/q (a symmetric Gaussian matrix with entry variance v2 has its
+//     eigenvalues within ±2·sqrt(d·v2)); an eigenvalue is kept as signal
+//     only above the threshold t = c·2·sqrt(d·v2), c = kSignalEdgeFraction,
+//     and shrunk by the spiked-Wigner inversion
+//        λ_i = (a_i + sqrt(a_i² − t²)) / 2   if a_i > t,   else 0,
+//     (λ_i = max(a_i, 0) for an exact sum). S2 ⪰ 0, so λ_i ≥ 0 is no loss.
+//  2. The noisy linear statistic as an observation. Under the Pólya-Gamma
+//     augmentation S1 | m ~ N(S2 m, S2); the released B adds N(0, v1 I), so
+//     B | m ~ N(Ŝ2 m, Ŝ2 + v1 I) with Ŝ2 = V diag(λ) Vᵀ. With the prior
+//     N(0, E[α]⁻¹ I), in the eigenbasis:
+//        p_i = E[α] + λ_i²/(λ_i + v1),   f_i = λ_i/(λ_i + v1),
+//        Σ_data = V diag(1/p) Vᵀ,        μ = V diag(f/p) Vᵀ B.
+//     At v1 = 0 this is the usual Σ⁻¹ = E[α] I + S2, Σ⁻¹μ = S1; where the
+//     noise dominates a direction (λ_i ≪ v1) the posterior falls back to the
+//     prior there instead of reading noise as data.
+//  3. The noise E left in A moves μ = Φ(A) B, Φ(A) = V diag(φ(a_i)) Vᵀ,
+//     φ(a) = f/p. To first order δμ = V (D ∘ VᵀEV) Vᵀ B with the divided
+//     differences D_ij = (φ(a_i) − φ(a_j))/(a_i − a_j), D_ii = φ'(a_i)
+//     (the Fréchet derivative of a matrix function). Taking the entries of
+//     VᵀEV independent with variance v2, with b = VᵀB,
+//        Cov(Vᵀδμ)_ii = v2 Σ_j D_ij² b_j²,   Cov(Vᵀδμ)_ik = v2 D_ik² b_i b_k,
+//     and the released covariance is Σ = Σ_data + V Cov(Vᵀδμ) Vᵀ;
+//     "noise_covariance" in the release is that second term. (At v1 = 0
+//     and no threshold this is δμ = −Σ_data E μ.) φ jumps at the threshold,
+//     so an eigenvalue pair that straddles it widens the intervals: the
+//     direction may or may not be signal.
+//  q(α) = Gamma(a, b): â = a0 + d/2, b̂ = b0 + ½ (μᵀμ + tr Σ_data),
+//     a ← (1 − ρ) a + ρ â,  b ← (1 − ρ) b + ρ b̂,  E[α] = a / b,
+//  the posterior is derived again with the new E[α], and the E-step uses
+//  E[mmᵀ] = μμᵀ + Σ_data. All of this reads only the released sums, the
+//  public q, ρ, σ and bounds: post-processing, no privacy cost. The eigen-
+//  values p_i are floored at eigenvalue_floor (a guard for a tiny E[α]).
+//  Sums are divided by q, never by the realised batch size (docs/models.md,
+//  "The stochastic step").
 //
 // Initialisation (public, data-independent): q(α) = the prior Gamma(a0,
-// b0); q(m) = N(0, (b0/a0) I), i.e. Λ = (a0/b0) I, η = 0.
+// b0); A = 0, B = 0, v1 = v2 = 0, so q(m) = N(0, (b0/a0) I).
 //
 // Release arrays (row-major doubles; all public post-processing):
-//   "mean"        (d)       μ
-//   "covariance"  (d, d)    Σ (symmetric)
-//   "alpha_shape" ()        a   } q(α) = Gamma(a, b), E[α] = a / b
-//   "alpha_rate"  ()        b   }
+//   "mean"              (d)     μ
+//   "covariance"        (d, d)  Σ, the privacy noise's share included
+//   "noise_covariance"  (d, d)  the share of Σ due to the noise left in A
+//                               (zero for a non-private run); the noise in
+//                               B is already inside Σ_data = Σ − it
+//   "alpha_shape" ()  a   } q(α) = Gamma(a, b), E[α] = a / b
+//   "alpha_rate"  ()  b   }
+//   "noise_variance_s1" (), "noise_variance_s2" ()   v1, v2
 // Checkpoint arrays (the whole state, restored bit-exactly):
-//   "precision" (d, d) Λ, exactly symmetric and positive definite;
-//   "precision_mean" (d) η; "alpha_shape" (); "alpha_rate" ().
-// μ, Σ and E[mmᵀ] are recomputed from them deterministically.
+//   "statistic_s1" (d) B; "statistic_s2" (d, d) A, exactly symmetric;
+//   "noise_variance_s1" (); "noise_variance_s2" (); "alpha_shape" ();
+//   "alpha_rate" (). μ, Σ and E[mmᵀ] are recomputed from them
+//   deterministically. A checkpoint of the earlier format ("precision",
+//   "precision_mean") is restored as A = Λ − E[α] I, B = η, v1 = v2 = 0: the
+//   noise of the steps before it is then not counted (docs/models.md).
 //
 // Thread-safety: EStep, ExpectedXi and the accessors are const and may run
 // concurrently; MStep and RestoreCheckpoint must not run concurrently with
@@ -111,12 +136,16 @@
 
 namespace vipsd::models {
 
+// c of the signal threshold (header): chosen on the Adult validation split
+// (docs/results.md, "Calibrated posteriors"); 1 is the spiked-Wigner edge.
+inline constexpr double kSignalEdgeFraction = 0.35;
+
 struct BlrConfig {
   int64_t dim = 0;             // d ∈ [1, 1024]; Σ is d × d, the M-step costs O(d³)
   double prior_shape = 1.0;    // a0: Gamma prior on α, finite and > 0
   double prior_rate = 1.0;     // b0: finite and > 0
-  // Absolute floor of the PD projection (the floor used is
-  // max(eigenvalue_floor, E[α]), see the header); finite, in (0, 1e6].
+  // Absolute floor of the posterior precision's eigenvalues (a guard for a
+  // tiny E[α], see the header); finite, in (0, 1e6].
   double eigenvalue_floor = 1e-6;
 };
 
@@ -129,13 +158,6 @@ Status ValidateBlrConfig(const BlrConfig& config);
 // E-step (which checks it). Overflows to +inf only if some |x_i| is huge,
 // which correctly reads as "above 1".
 double FeatureSquaredNorm(std::span<const double> x);
-
-// V diag(max(λ_i, floor)) Vᵀ for the symmetric `matrix` = V diag(λ) Vᵀ
-// (only its lower triangle is read), symmetrised exactly ((A + Aᵀ)/2): the
-// Frobenius-nearest symmetric matrix with all eigenvalues ≥ floor.
-// INVALID_ARGUMENT if `matrix` is not square or not finite or `floor` is
-// not finite; OUT_OF_RANGE if the eigensolver does not converge.
-StatusOr<Eigen::MatrixXd> ProjectToEigenvalueFloor(const Eigen::MatrixXd& matrix, double floor);
 
 class BlrModel final : public model::Model {
  public:
@@ -153,17 +175,23 @@ class BlrModel final : public model::Model {
   // or ρ ∉ (0, 1]; OUT_OF_RANGE for a non-finite sum or if the updated state
   // is not finite / not positive definite (cannot happen for finite input
   // short of overflow).
-  Status MStep(const Eigen::VectorXd& statistic_sum, double sampling_rate,
-               double rho) override;
+  Status MStep(const Eigen::VectorXd& statistic_sum, double sampling_rate, double rho,
+               double noise_multiplier) override;
   std::vector<model::NamedArray> ReleaseArrays() const override;
   std::vector<model::NamedArray> CheckpointArrays() const override;
   Status RestoreCheckpoint(std::span<const model::NamedArray> arrays) override;
 
   const BlrConfig& config() const { return config_; }
   const Eigen::VectorXd& mean() const { return mean_; }              // μ
-  const Eigen::MatrixXd& covariance() const { return covariance_; }  // Σ
-  const Eigen::MatrixXd& precision() const { return precision_; }    // Λ
-  const Eigen::VectorXd& precision_mean() const { return precision_mean_; }  // η
+  const Eigen::MatrixXd& covariance() const { return covariance_; }  // Σ (noise share included)
+  // Σ_data = P⁻¹ (what the E-step and q(α) use) and P.
+  const Eigen::MatrixXd& data_covariance() const { return data_covariance_; }
+  const Eigen::MatrixXd& precision() const { return precision_; }
+  const Eigen::MatrixXd& noise_covariance() const { return noise_covariance_; }
+  const Eigen::MatrixXd& statistic_s2() const { return statistic_s2_; }  // A
+  const Eigen::VectorXd& statistic_s1() const { return statistic_s1_; }  // B
+  double noise_variance_s1() const { return noise_variance_s1_; }        // v1
+  double noise_variance_s2() const { return noise_variance_s2_; }        // v2
   double alpha_shape() const { return alpha_shape_; }
   double alpha_rate() const { return alpha_rate_; }
   double expected_alpha() const { return alpha_shape_ / alpha_rate_; }
@@ -174,22 +202,28 @@ class BlrModel final : public model::Model {
 
  private:
   BlrModel(const BlrConfig& config, privacy::BlockLayout layout);
-  // Sets the state and its derived quantities if Λ is positive definite and
-  // everything is finite; otherwise returns an error and changes nothing.
-  Status SetState(Eigen::MatrixXd precision, Eigen::VectorXd precision_mean, double alpha_shape,
+  // Sets the state and the posterior derived from it if everything is
+  // finite; otherwise returns an error and changes nothing.
+  Status SetState(Eigen::MatrixXd statistic_s2, Eigen::VectorXd statistic_s1,
+                  double noise_variance_s1, double noise_variance_s2, double alpha_shape,
                   double alpha_rate);
 
   BlrConfig config_;
   privacy::BlockLayout layout_;
-  // State (natural parameters).
-  Eigen::MatrixXd precision_;       // Λ = Σ⁻¹
-  Eigen::VectorXd precision_mean_;  // η = Σ⁻¹ μ
-  double alpha_shape_ = 0;          // a
-  double alpha_rate_ = 0;           // b
+  // State.
+  Eigen::MatrixXd statistic_s2_;  // A
+  Eigen::VectorXd statistic_s1_;  // B
+  double noise_variance_s1_ = 0;  // v1
+  double noise_variance_s2_ = 0;  // v2
+  double alpha_shape_ = 0;        // a
+  double alpha_rate_ = 0;         // b
   // Derived from the state.
-  Eigen::MatrixXd covariance_;      // Σ
-  Eigen::VectorXd mean_;            // μ
-  Eigen::MatrixXd second_moment_;   // E[m mᵀ] = μμᵀ + Σ
+  Eigen::MatrixXd precision_;         // P
+  Eigen::MatrixXd data_covariance_;   // Σ_data
+  Eigen::MatrixXd noise_covariance_;  // V Cov(Vᵀδμ) Vᵀ (header, step 3)
+  Eigen::MatrixXd covariance_;        // Σ
+  Eigen::VectorXd mean_;              // μ
+  Eigen::MatrixXd second_moment_;     // μμᵀ + Σ_data
 };
 
 }  // namespace vipsd::models

@@ -163,4 +163,33 @@ StatusOr<BlrEvaluation> EvaluateBlr(const BlrPosterior& posterior,
   return evaluation;
 }
 
+StatusOr<BlrCoverage> CoverageOfReference(const BlrPosterior& posterior,
+                                          const BlrPosterior& reference) {
+  const Eigen::Index d = posterior.mean.size();
+  if (reference.mean.size() != d || posterior.covariance.rows() != d ||
+      reference.covariance.rows() != d) {
+    return InvalidArgumentError("the release and the reference have different dimensions");
+  }
+  BlrCoverage out;
+  out.coefficients = d;
+  std::vector<double> ratios;
+  for (Eigen::Index j = 0; j < d; ++j) {
+    const double variance = posterior.covariance(j, j), reference_variance = reference.covariance(j, j);
+    if (!(variance > 0) || !(reference_variance > 0)) {
+      return InvalidArgumentError("a marginal variance is not > 0");
+    }
+    const double sd = std::sqrt(variance);
+    const double gap = std::abs(posterior.mean[j] - reference.mean[j]);
+    if (gap <= 0.6744897501960817 * sd) out.coverage_50 += 1;
+    if (gap <= 1.959963984540054 * sd) out.coverage_95 += 1;
+    ratios.push_back(sd / std::sqrt(reference_variance));
+  }
+  out.coverage_50 /= static_cast<double>(d);
+  out.coverage_95 /= static_cast<double>(d);
+  std::sort(ratios.begin(), ratios.end());
+  const size_t n = ratios.size();
+  out.sd_ratio_median = n % 2 == 1 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]);
+  return out;
+}
+
 }  // namespace vipsd::models

@@ -78,4 +78,19 @@ StatusOr<BlrEvaluation> EvaluateBlr(const BlrPosterior& posterior,
                                     std::span<const std::vector<double>> features,
                                     std::span<const double> labels);
 
+// How a release's marginal intervals treat a reference posterior's mean
+// (issue 50; docs/results.md, "Calibrated posteriors"): for each
+// coefficient j, whether |μ_j − ref.μ_j| ≤ z·sqrt(Σ_jj) at the central 50 %
+// (z = 0.6745) and 95 % (z = 1.96) intervals, as the fraction of the d
+// coefficients, and the median over j of sqrt(Σ_jj / ref.Σ_jj).
+struct BlrCoverage {
+  double coverage_50 = 0;
+  double coverage_95 = 0;
+  double sd_ratio_median = 0;
+  int64_t coefficients = 0;
+};
+// INVALID_ARGUMENT when the dimensions differ or a variance is not > 0.
+StatusOr<BlrCoverage> CoverageOfReference(const BlrPosterior& posterior,
+                                          const BlrPosterior& reference);
+
 }  // namespace vipsd::models

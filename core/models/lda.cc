@@ -385,10 +385,10 @@ Status LdaModel::EStep(const model::Record& record, model::RecordRng& rng,
   return Status::Ok();
 }
 
-Status LdaModel::MStep(const Eigen::VectorXd& statistic_sum, double sampling_rate,
-                       double rho) {
-  VIPSD_RETURN_IF_ERROR(
-      model::CheckMStepInputs("lda", statistic_sum, layout_, sampling_rate, rho));
+Status LdaModel::MStep(const Eigen::VectorXd& statistic_sum, double sampling_rate, double rho,
+                       double noise_multiplier) {
+  VIPSD_RETURN_IF_ERROR(model::CheckMStepInputs("lda", statistic_sum, layout_, sampling_rate, rho,
+                                                noise_multiplier));
   // λ ← (1 − ρ)λ + ρ(η + max(S̃, 0)/q) in place; the sum's word-major layout
   // is λ's column-major one.
   const Eigen::Index num_topics = lambda_.rows();

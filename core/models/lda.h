@@ -95,8 +95,8 @@ class LdaModel final : public model::Model {
   std::unique_ptr<model::EStepScratch> NewScratch() const override;
   Status EStep(const model::Record& record, model::RecordRng& rng,
                model::EStepScratch& scratch, model::SparseStatistic& out) const override;
-  Status MStep(const Eigen::VectorXd& statistic_sum, double sampling_rate,
-               double rho) override;
+  Status MStep(const Eigen::VectorXd& statistic_sum, double sampling_rate, double rho,
+               double noise_multiplier) override;
   std::vector<model::NamedArray> ReleaseArrays() const override;
   // The release is the whole state: "lambda" (K × V).
   std::vector<model::NamedArray> CheckpointArrays() const override { return ReleaseArrays(); }

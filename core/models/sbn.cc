@@ -504,9 +504,10 @@ Status SbnModel::EStep(const model::Record& record, model::RecordRng& /*rng*/,
   return Status::Ok();
 }
 
-Status SbnModel::MStep(const Eigen::VectorXd& statistic_sum, double sampling_rate, double rho) {
-  VIPSD_RETURN_IF_ERROR(
-      model::CheckMStepInputs("sbn", statistic_sum, layout_, sampling_rate, rho));
+Status SbnModel::MStep(const Eigen::VectorXd& statistic_sum, double sampling_rate, double rho,
+                       double noise_multiplier) {
+  VIPSD_RETURN_IF_ERROR(model::CheckMStepInputs("sbn", statistic_sum, layout_, sampling_rate, rho,
+                                                noise_multiplier));
   const Eigen::Index num_visible = config_.visible;
   const Eigen::Index num_hidden = config_.hidden;
   const Eigen::Index packed = SbnPackedSize(num_hidden);

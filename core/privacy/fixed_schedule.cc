@@ -71,8 +71,12 @@ StatusOr<ScheduleEpsilon> FixedScheduleAccountant::Epsilon(int64_t steps, double
   if (steps < 0) return InvalidArgumentError("steps must be >= 0");
   if (steps == 0) return ScheduleEpsilon{};
   {
-    std::lock_guard<std::mutex> lock(memo_->mutex);
-    const auto it = memo_->values.find({steps, delta});
+    // A prefetch of this very value is waited for rather than computed a
+    // second time beside it (both would take the same seconds of CPU).
+    std::unique_lock<std::mutex> lock(memo_->mutex);
+    const std::pair<int64_t, double> key{steps, delta};
+    memo_->prefetched.wait(lock, [&] { return !memo_->prefetching || memo_->prefetch_key != key; });
+    const auto it = memo_->values.find(key);
     if (it != memo_->values.end()) return it->second;
   }
   VIPSD_ASSIGN_OR_RETURN(
@@ -90,6 +94,7 @@ void FixedScheduleAccountant::Prefetch(int64_t steps, double delta) const {
     std::lock_guard<std::mutex> lock(memo.mutex);
     if (memo.prefetching || memo.values.count({steps, delta}) > 0) return;
     memo.prefetching = true;
+    memo.prefetch_key = {steps, delta};
   }
   // The previous prefetch has finished (prefetching was false): join it
   // before its std::thread is replaced (under prefetch_mutex).
@@ -101,6 +106,7 @@ void FixedScheduleAccountant::Prefetch(int64_t steps, double delta) const {
     if (value.ok()) Store(memo, steps, delta, *value);
     std::lock_guard<std::mutex> lock(memo.mutex);
     memo.prefetching = false;
+    memo.prefetched.notify_all();
   });
 }
 

@@ -40,6 +40,7 @@
 // the last copy of the accountant goes away is waited for.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -101,6 +102,8 @@ class FixedScheduleAccountant {
     std::mutex prefetch_mutex;        // one Prefetch call at a time
     std::thread prefetch;             // guarded by prefetch_mutex (and joined by ~Memo)
     bool prefetching = false;         // guarded by mutex
+    std::pair<int64_t, double> prefetch_key;  // what is being prefetched; guarded by mutex
+    std::condition_variable prefetched;       // notified (under mutex) when prefetching ends
     ~Memo();                          // joins `prefetch`
   };
   // ε(steps) from the settings alone (no memo).

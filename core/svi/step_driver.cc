@@ -583,8 +583,12 @@ StatusOr<StepResult> StepDriver::MStepOn(StepResult result,
   result.rho = StepSize(config_.tau0, config_.kappa, next_step_);
   // The observer first: what it does with the sum (a coordinator encodes it
   // for the next plan) overlaps the M-step.
-  if (on_release_) on_release_(release.noisy_sum, next_step_, config_.sampling_rate, result.rho);
-  VIPSD_RETURN_IF_ERROR(model_->MStep(release.noisy_sum, config_.sampling_rate, result.rho));
+  if (on_release_) {
+    on_release_(release.noisy_sum, next_step_, config_.sampling_rate, result.rho,
+                release.noise_multiplier);
+  }
+  VIPSD_RETURN_IF_ERROR(model_->MStep(release.noisy_sum, config_.sampling_rate, result.rho,
+                                      release.noise_multiplier));
   result.phase_seconds.mstep = Lap(clock);
   ++next_step_;
   return result;
@@ -634,7 +638,8 @@ Status StepDriver::Advance(const Eigen::VectorXd& released_sum, int64_t step) {
                                    std::to_string(next_step_));
   }
   VIPSD_RETURN_IF_ERROR(model_->MStep(released_sum, config_.sampling_rate,
-                                      StepSize(config_.tau0, config_.kappa, next_step_)));
+                                      StepSize(config_.tau0, config_.kappa, next_step_),
+                                      config_.noise_multiplier));
   ++next_step_;
   return Status::Ok();
 }

@@ -204,12 +204,13 @@ class StepDriver {
 
   const model::Model& model() const { return *model_; }
   // Called by Finish with every released (noisy: public) sum, its step and
-  // the q and ρ_t its M-step uses (what Advance-like replays need), e.g. to
+  // the q, ρ_t and σ its M-step uses (what Advance-like replays need), e.g. to
   // hand it to replicas or to a plan (daemon/coordinator.h). Called before
   // that M-step runs, which may still fail (Finish returns its error): an
   // observer that needs the M-stepped model waits for Finish's result.
-  using ReleaseObserver = std::function<void(const Eigen::VectorXd& released_sum, int64_t step,
-                                             double sampling_rate, double rho)>;
+  using ReleaseObserver =
+      std::function<void(const Eigen::VectorXd& released_sum, int64_t step, double sampling_rate,
+                         double rho, double noise_multiplier)>;
   void set_release_observer(ReleaseObserver observer) {
     on_release_ = std::move(observer);
   }

@@ -70,6 +70,7 @@ TEST(WorkExchangeTest, AReleaseRoundTripsAndOutOfRangeOnesAreRefused) {
   release.delta_step = 41;
   release.delta_sampling_rate = 0.25;
   release.delta_rho = 0.125;
+  release.delta_noise_multiplier = 2.5;
   release.delta_sum = std::string("sum\0bytes", 9);
   const std::string bytes = EncodeWorkRelease(release);
   ASSERT_EQ(*WorkMessageKindOf(bytes), WorkMessageKind::kRelease);
@@ -85,6 +86,7 @@ TEST(WorkExchangeTest, AReleaseRoundTripsAndOutOfRangeOnesAreRefused) {
   EXPECT_EQ(decoded->delta_step, release.delta_step);
   EXPECT_EQ(decoded->delta_sampling_rate, release.delta_sampling_rate);
   EXPECT_EQ(decoded->delta_rho, release.delta_rho);
+  EXPECT_EQ(decoded->delta_noise_multiplier, 2.5);
   EXPECT_EQ(decoded->delta_sum, release.delta_sum);
   EXPECT_FALSE(DecodeWorkRelease(bytes.substr(0, bytes.size() - 1)).ok());
   std::string flipped = bytes;
@@ -96,6 +98,9 @@ TEST(WorkExchangeTest, AReleaseRoundTripsAndOutOfRangeOnesAreRefused) {
   EXPECT_TRUE(refused(bad));
   bad = release;
   bad.delta_rho = 0;
+  EXPECT_TRUE(refused(bad));
+  bad = release;
+  bad.delta_noise_multiplier = -1;
   EXPECT_TRUE(refused(bad));
   bad = release;
   bad.delta_sampling_rate = 1.5;
@@ -141,6 +146,12 @@ TEST(WorkExchangeTest, APlanOfAnOlderVersionIsRefusedByName) {
   EXPECT_EQ(WorkMessageKindOf(bytes).status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(WorkMessageKindOf(bytes).status().message().find("always inside the plan"),
             std::string::npos);
+  // VWP6 plans and VWL1 releases (without the released sum's sigma) likewise.
+  bytes[3] = '6';
+  EXPECT_EQ(WorkMessageKindOf(bytes).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(WorkMessageKindOf(bytes).status().message().find("noise multiplier"),
+            std::string::npos);
+  EXPECT_EQ(WorkMessageKindOf("VWL1").status().code(), StatusCode::kFailedPrecondition);
 }
 
 // Issue 30: a plan that carries a released sum instead of the model names
@@ -155,6 +166,7 @@ TEST(WorkExchangeTest, APlanWithAReleasedSumRoundTripsAndMustNameItsBase) {
   plan.delta_step = 2;
   plan.delta_sampling_rate = 0.25;
   plan.delta_rho = 0.375;
+  plan.delta_noise_multiplier = 1.75;
   auto decoded = DecodeWorkPlan(EncodeWorkPlan(plan));
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
   EXPECT_TRUE(decoded->model.empty());
@@ -164,6 +176,7 @@ TEST(WorkExchangeTest, APlanWithAReleasedSumRoundTripsAndMustNameItsBase) {
   EXPECT_EQ(decoded->delta_step, 2);
   EXPECT_EQ(decoded->delta_sampling_rate, 0.25);
   EXPECT_EQ(decoded->delta_rho, 0.375);
+  EXPECT_EQ(decoded->delta_noise_multiplier, 1.75);
   EXPECT_EQ(decoded->delta_release_offset, -1);
   // Or the sum by the offset of the release appended ahead of the plan.
   WorkPlan named = plan;
@@ -191,6 +204,7 @@ TEST(WorkExchangeTest, APlanWithAReleasedSumRoundTripsAndMustNameItsBase) {
       {"q of 0", [](WorkPlan& p) { p.delta_sampling_rate = 0; }},
       {"rho above 1", [](WorkPlan& p) { p.delta_rho = 1.5; }},
       {"rho not finite", [](WorkPlan& p) { p.delta_rho = std::nan(""); }},
+      {"negative sigma", [](WorkPlan& p) { p.delta_noise_multiplier = -0.5; }},
       {"a base without a sum", [](WorkPlan& p) { p.delta_sum.clear(); p.model = "m"; }},
       {"the sum and a release", [](WorkPlan& p) { p.delta_release_offset = 41; }},
       {"a release before its base",

@@ -167,6 +167,7 @@ WorkRelease ReleaseAhead(const WorkPlan& plan, const WorkPlan& next) {
   release.delta_step = next.delta_step;
   release.delta_sampling_rate = next.delta_sampling_rate;
   release.delta_rho = next.delta_rho;
+  release.delta_noise_multiplier = next.delta_noise_multiplier;
   release.delta_sum = next.delta_sum;
   return release;
 }
@@ -177,7 +178,7 @@ std::vector<model::NamedArray> MSteppedModel(const WorkFixture& f, double q,
                                              const std::vector<double>& rhos) {
   ModelBundle bundle = std::move(BuildModel(f.config)).value();
   for (size_t i = 0; i < released.size(); ++i) {
-    EXPECT_TRUE(bundle.model->MStep(released[i], q, rhos[i]).ok());
+    EXPECT_TRUE(bundle.model->MStep(released[i], q, rhos[i], 0.0).ok());
   }
   return bundle.model->CheckpointArrays();
 }

@@ -34,14 +34,16 @@ class BlrEvalCommandTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   // A trained 3-d model's release in dir_/release; returns its arrays.
-  std::vector<model::NamedArray> WriteRelease(const std::string& model_type = "blr") {
+  std::vector<model::NamedArray> WriteRelease(const std::string& model_type = "blr",
+                                              const std::string& name = "release",
+                                              double sigma = 0.0) {
     models::BlrConfig config;
     config.dim = 3;
     auto model = models::BlrModel::Create(config);
     EXPECT_TRUE(model.ok());
     Eigen::VectorXd sum(9);
     sum << 2.0, -1.0, 0.5, 3.0, 0.2, 2.0, 0.1, 0.3, 1.5;
-    EXPECT_TRUE((*model)->MStep(sum, 0.1, 0.8).ok());
+    EXPECT_TRUE((*model)->MStep(sum, 0.1, 0.8, sigma).ok());
     release::Release r;
     auto& m = r.metadata;
     m.release_id = "step-7";
@@ -59,9 +61,9 @@ class BlrEvalCommandTest : public ::testing::Test {
     for (const auto& array : arrays) r.arrays.push_back({array.name, array.shape, array.data});
     auto encoded = release::EncodeRelease(r);
     EXPECT_TRUE(encoded.ok()) << encoded.status().ToString();
-    fs::create_directories(dir_ + "/release");
+    fs::create_directories(dir_ + "/" + name);
     for (const auto& file : encoded->files) {
-      std::ofstream(dir_ + "/release/" + file.name, std::ios::binary) << file.bytes;
+      std::ofstream(dir_ + "/" + name + "/" + file.name, std::ios::binary) << file.bytes;
     }
     return arrays;
   }
@@ -118,6 +120,49 @@ TEST_F(BlrEvalCommandTest, ScoresAReleaseOnDiskLikeTheLibrary) {
                             out2, err2),
             0);
   EXPECT_EQ(nlohmann::json::parse(out2.str())["rejected_records"], 1);
+}
+
+// --reference: the coverage of a reference release's mean by this
+// release's intervals and the sd ratio, as models::CoverageOfReference.
+TEST_F(BlrEvalCommandTest, ReportsCoverageOfAReferenceRelease) {
+  const auto reference = WriteRelease("blr", "reference", 0.0);
+  const auto noisy = WriteRelease("blr", "release", 0.5);
+  const std::string test =
+      WriteTest("{\"x\": [0.1, 0.2, 0], \"y\": 1}\n{\"x\": [-0.3, 0.1, 0.2], \"y\": 0}\n");
+  std::ostringstream out, err;
+  ASSERT_EQ(MaybeRunBlrEval(dir_ + "/release",
+                            {{"--test", test}, {"--reference", dir_ + "/reference"}}, out, err),
+            0)
+      << err.str();
+  const auto json = nlohmann::json::parse(out.str());
+  auto expected = models::CoverageOfReference(*models::BlrPosteriorFromArrays(noisy),
+                                              *models::BlrPosteriorFromArrays(reference));
+  ASSERT_TRUE(expected.ok());
+  EXPECT_EQ(json["reference"]["coefficients"], 3);
+  EXPECT_DOUBLE_EQ(json["reference"]["coverage_95"].get<double>(), expected->coverage_95);
+  EXPECT_DOUBLE_EQ(json["reference"]["coverage_50"].get<double>(), expected->coverage_50);
+  EXPECT_DOUBLE_EQ(json["reference"]["sd_ratio_median"].get<double>(), expected->sd_ratio_median);
+  // The same sums with noise counted: a wider posterior than the exact one.
+  EXPECT_GT(expected->sd_ratio_median, 1.0);
+  // A reference that is not there is named.
+  std::ostringstream out2, err2;
+  EXPECT_EQ(MaybeRunBlrEval(dir_ + "/release",
+                            {{"--test", test}, {"--reference", dir_ + "/nowhere"}}, out2, err2),
+            1);
+  EXPECT_THAT(err2.str(), HasSubstr("nowhere"));
+}
+
+TEST(CoverageOfReferenceTest, CountsCoefficientsInsideTheIntervals) {
+  models::BlrPosterior posterior{Eigen::Vector3d(0, 0, 0), Eigen::Matrix3d::Identity()};
+  models::BlrPosterior reference{Eigen::Vector3d(0.5, 1.5, 3.0),
+                                 Eigen::Matrix3d::Identity() * 0.25};
+  auto coverage = models::CoverageOfReference(posterior, reference);
+  ASSERT_TRUE(coverage.ok());
+  EXPECT_DOUBLE_EQ(coverage->coverage_50, 1.0 / 3);  // 0.5 ≤ 0.674
+  EXPECT_DOUBLE_EQ(coverage->coverage_95, 2.0 / 3);  // 1.5 ≤ 1.96 < 3
+  EXPECT_DOUBLE_EQ(coverage->sd_ratio_median, 2.0);
+  reference.mean = Eigen::Vector2d(0, 0);
+  EXPECT_FALSE(models::CoverageOfReference(posterior, reference).ok());
 }
 
 TEST_F(BlrEvalCommandTest, OtherModelsAndMissingManifestsAreLeftToTheCaller) {

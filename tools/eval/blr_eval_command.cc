@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <sstream>
 #include <ostream>
 #include <variant>
@@ -20,9 +21,10 @@ int RunBlrEval(const std::string& release_dir, const nlohmann::json& manifest,
                const std::map<std::string, std::string>& flags, std::ostream& out,
                std::ostream& err) {
   for (const auto& [flag, value] : flags) {
-    if (flag != "--test" && flag != "--norm-rule") {
+    if (flag != "--test" && flag != "--norm-rule" && flag != "--reference") {
       err << "vipsd-eval: unknown flag " << flag << " for a blr release\n"
-          << "usage: vipsd-eval RELEASE_DIR --test FILE [--norm-rule reject|rescale]\n";
+          << "usage: vipsd-eval RELEASE_DIR --test FILE [--norm-rule reject|rescale] "
+             "[--reference RELEASE_DIR]\n";
       return 2;
     }
   }
@@ -49,6 +51,26 @@ int RunBlrEval(const std::string& release_dir, const nlohmann::json& manifest,
   }
   auto posterior = models::BlrPosteriorFromArrays(arrays);
   if (!posterior.ok()) return FailEval(err, posterior.status());
+  std::optional<models::BlrCoverage> coverage;
+  if (const auto it = flags.find("--reference"); it != flags.end()) {
+    std::vector<release::ReleaseArray> reference_arrays;
+    for (const char* name : {"mean", "covariance"}) {
+      auto array = ReadReleaseArray(it->second, name);
+      if (!array.ok()) return FailEval(err, array.status());
+      reference_arrays.push_back(std::move(*array));
+    }
+    auto reference = models::BlrPosteriorFromArrays(reference_arrays);
+    if (!reference.ok()) {
+      return FailEval(err, Status(reference.status().code(),
+                                  it->second + ": " + reference.status().message()));
+    }
+    auto compared = models::CoverageOfReference(*posterior, *reference);
+    if (!compared.ok()) {
+      return FailEval(err, Status(compared.status().code(),
+                                  it->second + ": " + compared.status().message()));
+    }
+    coverage = *compared;
+  }
   const int64_t dim = posterior->mean.size();
   if (manifest.contains("dimensions") && manifest["dimensions"].is_object() &&
       manifest["dimensions"].value("d", dim) != dim) {
@@ -80,7 +102,7 @@ int RunBlrEval(const std::string& release_dir, const nlohmann::json& manifest,
     return FailEval(err, Status(evaluation.status().code(),
                             test->second + ": " + evaluation.status().message()));
   }
-  const nlohmann::json result = {
+  nlohmann::json result = {
       {"model_type", "blr"},
       {"release_id", manifest.value("release_id", "")},
       {"step", manifest.value("step", 0)},
@@ -93,6 +115,13 @@ int RunBlrEval(const std::string& release_dir, const nlohmann::json& manifest,
       {"positives", evaluation->positives},
       {"rejected_records", rejected},
   };
+  if (coverage.has_value()) {
+    result["reference"] = {{"release_dir", flags.at("--reference")},
+                           {"coverage_50", coverage->coverage_50},
+                           {"coverage_95", coverage->coverage_95},
+                           {"sd_ratio_median", coverage->sd_ratio_median},
+                           {"coefficients", coverage->coefficients}};
+  }
   out << result.dump() << "\n";
   return 0;
 }

@@ -1,6 +1,7 @@
 // vipsd-eval for Bayesian logistic regression releases:
 //
 //   vipsd-eval RELEASE_DIR --test HELDOUT.jsonl [--norm-rule reject|rescale]
+//              [--reference REFERENCE_RELEASE_DIR]
 //
 // when RELEASE_DIR/manifest.json says "model_type": "blr". Reads the
 // release's "mean" and "covariance" arrays (.npy, strictly decoded), decodes
@@ -10,7 +11,12 @@
 //   {"model_type": "blr", "release_id", "step", "epsilon_spent",
 //    "predictive": "probit_approximation", "auc", "log_loss", "accuracy",
 //    "records", "positives", "rejected_records"}
-// (core/models/blr_eval.h for the definitions). Lines the decoder rejects
+// (core/models/blr_eval.h for the definitions). With --reference (for
+// example a non-private release on the same data), also "reference":
+// {"release_dir", "coverage_50", "coverage_95", "sd_ratio_median",
+// "coefficients"}: how often this release's central 50 % and 95 %
+// intervals contain the reference's mean, over the coefficients, and the
+// median ratio of their marginal sds (models::CoverageOfReference). Lines the decoder rejects
 // are counted in "rejected_records" and skipped; empty lines are ignored.
 // Exit status: 0 on success, 2 for invalid flags, 1 for unreadable or
 // inconsistent input (message on stderr naming the file or array).

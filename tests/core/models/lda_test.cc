@@ -208,7 +208,7 @@ TEST(LdaModelTest, MStepBlendsTheClampedNoisySumDividedByQ) {
   Eigen::VectorXd sum(15);
   for (int i = 0; i < 15; ++i) sum[i] = (i % 4 == 0) ? -2.0 : 0.5 * i;  // word-major v·K + k
   const double q = 0.25, rho = 0.3;
-  ASSERT_TRUE((*model)->MStep(sum, q, rho).ok());
+  ASSERT_TRUE((*model)->MStep(sum, q, rho, 0.0).ok());
   for (int k = 0; k < 3; ++k) {
     for (int v = 0; v < 5; ++v) {
       const double s = std::max(0.0, sum[v * 3 + k]);
@@ -219,9 +219,9 @@ TEST(LdaModelTest, MStepBlendsTheClampedNoisySumDividedByQ) {
   const Eigen::MatrixXd& l = (*model)->lambda();
   EXPECT_NEAR(std::log((*model)->exp_elog_beta()(1, 2)),
               boost::math::digamma(l(1, 2)) - boost::math::digamma(l.row(1).sum()), 1e-12);
-  EXPECT_FALSE((*model)->MStep(Eigen::VectorXd::Zero(14), q, rho).ok());
-  EXPECT_FALSE((*model)->MStep(sum, 0.0, rho).ok());
-  EXPECT_FALSE((*model)->MStep(sum, q, 0.0).ok());
+  EXPECT_FALSE((*model)->MStep(Eigen::VectorXd::Zero(14), q, rho, 0.0).ok());
+  EXPECT_FALSE((*model)->MStep(sum, 0.0, rho, 0.0).ok());
+  EXPECT_FALSE((*model)->MStep(sum, q, 0.0, 0.0).ok());
 }
 
 TEST(LdaModelTest, MStepResultDoesNotDependOnItsThreadCount) {
@@ -238,7 +238,7 @@ TEST(LdaModelTest, MStepResultDoesNotDependOnItsThreadCount) {
     for (int step = 0; step < 3; ++step) {
       Eigen::VectorXd sum(7 * 1001);
       for (auto& entry : sum) entry = (rng() % 3 == 0) ? value(rng) : 0.0;
-      ASSERT_TRUE((*model)->MStep(sum, 0.1, 0.4).ok());
+      ASSERT_TRUE((*model)->MStep(sum, 0.1, 0.4, 0.0).ok());
     }
     lambda[threads - 1] = (*model)->lambda();
     expectations[threads - 1] = (*model)->exp_elog_beta();
@@ -273,7 +273,7 @@ TEST(LdaModelTest, CheckpointRestoresLambdaExactlyAndRejectsMismatches) {
   ASSERT_TRUE(trained.ok());
   Eigen::VectorXd sum(15);
   for (int i = 0; i < 15; ++i) sum[i] = 0.7 * i;
-  ASSERT_TRUE((*trained)->MStep(sum, 0.5, 0.4).ok());
+  ASSERT_TRUE((*trained)->MStep(sum, 0.5, 0.4, 0.0).ok());
   const auto checkpoint = (*trained)->CheckpointArrays();
 
   LdaConfig other_seed = SmallConfig(10);

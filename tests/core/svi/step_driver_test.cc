@@ -327,7 +327,7 @@ class ProbeModel final : public model::Model {
     out.values = {1.0};
     return Status::Ok();
   }
-  Status MStep(const Eigen::VectorXd& sum, double, double) override {
+  Status MStep(const Eigen::VectorXd& sum, double, double, double) override {
     last_sum = sum[0];
     return Status::Ok();
   }
@@ -452,7 +452,7 @@ TEST(StepDriverTest, AStepSplitAcrossThreeProcessesEqualsTheWholeStepBitForBit) 
   ASSERT_TRUE(one.ok());
   std::vector<Eigen::VectorXd> one_sums;
   (*one)->set_release_observer(
-      [&](const Eigen::VectorXd& sum, int64_t, double, double) { one_sums.push_back(sum); });
+      [&](const Eigen::VectorXd& sum, int64_t, double, double, double) { one_sums.push_back(sum); });
 
   // A coordinator and three workers, each with its own model replica.
   SplitRun split;
@@ -484,7 +484,7 @@ TEST(StepDriverTest, AStepSplitAcrossThreeProcessesEqualsTheWholeStepBitForBit) 
   }
   std::vector<Eigen::VectorXd> split_sums;
   split.driver->set_release_observer(
-      [&](const Eigen::VectorXd& sum, int64_t, double, double) { split_sums.push_back(sum); });
+      [&](const Eigen::VectorXd& sum, int64_t, double, double, double) { split_sums.push_back(sum); });
 
   const privacy::BlockLayout& layout = split.model->statistic_layout();
   for (int t = 1; t <= 6; ++t) {

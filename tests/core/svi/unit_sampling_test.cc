@@ -46,7 +46,7 @@ class SpikeModel final : public model::Model {
     out.values = {0.8};
     return Status::Ok();
   }
-  Status MStep(const Eigen::VectorXd& sum, double, double) override {
+  Status MStep(const Eigen::VectorXd& sum, double, double, double) override {
     last_sum = sum;
     return Status::Ok();
   }
