@@ -303,7 +303,8 @@ StatusOr<WorkPlan> DecodeWorkPlan(std::string_view bytes) {
       (void)(r.Str(&plan.model) && r.Str(&plan.delta_sum) && r.I64(&plan.delta_base) &&
              r.I64(&plan.delta_base_offset) && r.I64(&plan.delta_step) &&
              r.F64(&plan.delta_sampling_rate) && r.F64(&plan.delta_rho) &&
-             r.F64(&plan.delta_noise_multiplier) && r.I64(&plan.plan_offset) && r.Str(&plan.record_settings) &&
+             r.F64(&plan.delta_noise_multiplier) && r.I64(&plan.plan_offset) &&
+             r.Str(&plan.record_settings) &&
              r.I64(&plan.partials_read) && r.I64(&plan.delta_release_offset));
     }
   }
