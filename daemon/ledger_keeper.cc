@@ -47,14 +47,15 @@ std::string LedgerKeeper::AccountantName(double delta) const {
   return state_.schedule == ScheduleKind::kFixed ? "fixed_rdp" : "rdp_filter";
 }
 
+int64_t LedgerKeeper::CheckedSteps() const {
+  return state_.mode == AccountingMode::kResidency
+             ? std::min<int64_t>(state_.residency->max_residency_steps(),
+                                 state_.residency->steps() + 1)
+             : state_.accountant.steps() + 1;
+}
+
 void LedgerKeeper::PrefetchNextCheck(double delta) const {
-  if (!fixed_schedule_.has_value()) return;
-  const int64_t steps =
-      state_.mode == AccountingMode::kResidency
-          ? std::min<int64_t>(state_.residency->max_residency_steps(),
-                              state_.residency->steps() + 1)
-          : state_.accountant.steps() + 1;
-  fixed_schedule_->Prefetch(steps, delta);
+  if (fixed_schedule_.has_value()) fixed_schedule_->Prefetch(CheckedSteps(), delta);
 }
 
 bool LedgerKeeper::AdmitsStep(double sampling_rate, double noise_multiplier, double delta,
@@ -70,11 +71,7 @@ bool LedgerKeeper::AdmitsStep(double sampling_rate, double noise_multiplier, dou
     // Fixed schedule: ε of the steps this one would complete — all private
     // steps so far plus one (global), or the window of at most M steps it
     // would close (residency).
-    const int64_t steps =
-        state_.mode == AccountingMode::kResidency
-            ? std::min<int64_t>(state_.residency->max_residency_steps(),
-                                state_.residency->steps() + 1)
-            : state_.accountant.steps() + 1;
+    const int64_t steps = CheckedSteps();
     auto at = fixed_schedule_->Epsilon(steps, delta);
     if (!at.ok()) return refuse(at.status());
     // The next step's check, computed while this step runs (a new step

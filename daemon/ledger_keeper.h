@@ -136,6 +136,9 @@ class LedgerKeeper {
   Metrics* const metrics_;
   const std::function<Status()> fault_;
   std::function<void(const Status&)> on_fenced_;
+  // The step count a fixed schedule's check covers: every private step so
+  // far plus one (global), or the residency window the next step closes.
+  int64_t CheckedSteps() const;
   std::optional<privacy::FixedScheduleAccountant> fixed_schedule_;
   std::optional<Status> sticky_;
   int64_t checkpoint_step_ = -1;  // step of the last checkpoint written in this process

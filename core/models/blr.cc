@@ -1,6 +1,5 @@
 #include "core/models/blr.h"
 
-#include <Eigen/Cholesky>
 #include <Eigen/Eigenvalues>
 
 #include <algorithm>
@@ -37,17 +36,15 @@ struct Posterior {
   Eigen::VectorXd mean;              // μ
 };
 
-StatusOr<Posterior> DerivePosterior(const Eigen::MatrixXd& statistic_s2,
+// `noise_share`: also the noise covariance (O(d³)); the M-step's q(α)
+// update needs only μ and Σ_data.
+StatusOr<Posterior> DerivePosterior(const BlrModel::Spectrum& spectrum,
                                     const Eigen::VectorXd& statistic_s1, double noise_variance_s1,
                                     double noise_variance_s2, double expected_alpha,
-                                    double eigenvalue_floor) {
-  const Eigen::Index d = statistic_s2.rows();
-  const Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> solver(statistic_s2);
-  if (solver.info() != Eigen::Success) {
-    return OutOfRangeError("blr: symmetric eigendecomposition did not converge");
-  }
-  const Eigen::VectorXd& a = solver.eigenvalues();
-  const Eigen::MatrixXd& v = solver.eigenvectors();
+                                    double eigenvalue_floor, bool noise_share) {
+  const Eigen::Index d = spectrum.values.size();
+  const Eigen::VectorXd& a = spectrum.values;
+  const Eigen::MatrixXd& v = spectrum.vectors;
   const double threshold =
       kSignalEdgeFraction * 2.0 * std::sqrt(static_cast<double>(d) * noise_variance_s2);
   // Per eigenvalue a_i: λ_i, p_i, the mean map φ(a_i) = f_i / p_i (μ = V
@@ -82,7 +79,7 @@ StatusOr<Posterior> DerivePosterior(const Eigen::MatrixXd& statistic_s2,
   out.data_covariance = 0.5 * (out.data_covariance + out.data_covariance.transpose()).eval();
   const Eigen::VectorXd b = v.transpose() * statistic_s1;  // B in the eigenbasis
   out.mean = v * phi.cwiseProduct(b);
-  if (noise_variance_s2 > 0) {
+  if (noise_share && noise_variance_s2 > 0) {
     // First-order propagation of the noise E left in A through the mean map
     // μ = Φ(A) B: dΦ[E] = V (D ∘ VᵀEV) Vᵀ with the divided differences D_ij
     // = (φ(a_i) − φ(a_j))/(a_i − a_j) (D_ii = φ'(a_i)). With the entries of
@@ -146,6 +143,14 @@ double FeatureSquaredNorm(std::span<const double> x) {
   return sum;
 }
 
+StatusOr<BlrModel::Spectrum> BlrModel::Decompose(const Eigen::MatrixXd& statistic_s2) {
+  const Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> solver(statistic_s2);
+  if (solver.info() != Eigen::Success) {
+    return OutOfRangeError("blr: symmetric eigendecomposition did not converge");
+  }
+  return Spectrum{solver.eigenvalues(), solver.eigenvectors()};
+}
+
 StatusOr<std::unique_ptr<BlrModel>> BlrModel::Create(const BlrConfig& config) {
   VIPSD_RETURN_IF_ERROR(ValidateBlrConfig(config));
   const auto dim = static_cast<size_t>(config.dim);
@@ -175,7 +180,7 @@ std::unique_ptr<model::EStepScratch> BlrModel::NewScratch() const {
 
 Status BlrModel::SetState(Eigen::MatrixXd statistic_s2, Eigen::VectorXd statistic_s1,
                           double noise_variance_s1, double noise_variance_s2, double alpha_shape,
-                          double alpha_rate) {
+                          double alpha_rate, const Spectrum* spectrum) {
   if (!statistic_s2.allFinite() || !statistic_s1.allFinite()) {
     return OutOfRangeError("blr statistics are not finite");
   }
@@ -187,10 +192,15 @@ Status BlrModel::SetState(Eigen::MatrixXd statistic_s2, Eigen::VectorXd statisti
       !IsPositiveFinite(alpha_shape / alpha_rate)) {
     return OutOfRangeError("blr q(alpha) parameters must be finite and > 0");
   }
+  if (spectrum == nullptr) {
+    VIPSD_ASSIGN_OR_RETURN(const Spectrum decomposed, Decompose(statistic_s2));
+    return SetState(std::move(statistic_s2), std::move(statistic_s1), noise_variance_s1,
+                    noise_variance_s2, alpha_shape, alpha_rate, &decomposed);
+  }
   VIPSD_ASSIGN_OR_RETURN(Posterior posterior,
-                         DerivePosterior(statistic_s2, statistic_s1, noise_variance_s1,
+                         DerivePosterior(*spectrum, statistic_s1, noise_variance_s1,
                                          noise_variance_s2, alpha_shape / alpha_rate,
-                                         config_.eigenvalue_floor));
+                                         config_.eigenvalue_floor, /*noise_share=*/true));
   statistic_s2_ = std::move(statistic_s2);
   statistic_s1_ = std::move(statistic_s1);
   noise_variance_s1_ = noise_variance_s1;
@@ -314,11 +324,12 @@ Status BlrModel::MStep(const Eigen::VectorXd& statistic_sum, double sampling_rat
     return OutOfRangeError("statistic sum / q is not finite");
   }
   // q(α) from q(m) with the new statistics (and the current E[α]); then the
-  // posterior again with the new E[α] (SetState).
+  // posterior again with the new E[α] (SetState), on the same spectrum.
+  VIPSD_ASSIGN_OR_RETURN(const Spectrum spectrum, Decompose(statistic_s2));
   VIPSD_ASSIGN_OR_RETURN(Posterior posterior,
-                         DerivePosterior(statistic_s2, statistic_s1, noise_variance_s1,
+                         DerivePosterior(spectrum, statistic_s1, noise_variance_s1,
                                          noise_variance_s2, expected_alpha(),
-                                         config_.eigenvalue_floor));
+                                         config_.eigenvalue_floor, /*noise_share=*/false));
   const double shape_target = config_.prior_shape + 0.5 * static_cast<double>(config_.dim);
   const double rate_target =
       config_.prior_rate +
@@ -326,7 +337,7 @@ Status BlrModel::MStep(const Eigen::VectorXd& statistic_sum, double sampling_rat
   const double alpha_shape = keep * alpha_shape_ + rho * shape_target;
   const double alpha_rate = keep * alpha_rate_ + rho * rate_target;
   return SetState(std::move(statistic_s2), std::move(statistic_s1), noise_variance_s1,
-                  noise_variance_s2, alpha_shape, alpha_rate);
+                  noise_variance_s2, alpha_shape, alpha_rate, &spectrum);
 }
 
 std::vector<model::NamedArray> BlrModel::ReleaseArrays() const {

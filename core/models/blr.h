@@ -200,13 +200,22 @@ class BlrModel final : public model::Model {
   // EStep uses). Precondition: x.size() == d, finite.
   double ExpectedXi(std::span<const double> x) const;
 
+  // A's eigendecomposition (ascending eigenvalues), shared by the two
+  // posteriors an M-step derives (public for the derivation in blr.cc).
+  struct Spectrum {
+    Eigen::VectorXd values;
+    Eigen::MatrixXd vectors;
+  };
+  static StatusOr<Spectrum> Decompose(const Eigen::MatrixXd& statistic_s2);
+
  private:
   BlrModel(const BlrConfig& config, privacy::BlockLayout layout);
   // Sets the state and the posterior derived from it if everything is
-  // finite; otherwise returns an error and changes nothing.
+  // finite; otherwise returns an error and changes nothing. `spectrum`:
+  // Decompose(statistic_s2) when the caller has it (nullptr: computed).
   Status SetState(Eigen::MatrixXd statistic_s2, Eigen::VectorXd statistic_s1,
                   double noise_variance_s1, double noise_variance_s2, double alpha_shape,
-                  double alpha_rate);
+                  double alpha_rate, const Spectrum* spectrum = nullptr);
 
   BlrConfig config_;
   privacy::BlockLayout layout_;
