@@ -277,6 +277,11 @@ int main(int argc, char** argv) {
     const auto arrays = (*model)->ReleaseArrays();
     f.write(reinterpret_cast<const char*>(arrays[0].data.data()),
             static_cast<std::streamsize>(arrays[0].data.size() * sizeof(double)));
+    // The release's other arrays (the noise summaries, core/models/lda.h) as
+    // JSON beside it.
+    nlohmann::json summaries = nlohmann::json::object();
+    for (size_t i = 1; i < arrays.size(); ++i) summaries[arrays[i].name] = arrays[i].data;
+    std::ofstream(args["--lambda-out"] + ".summaries.json") << summaries.dump() << "\n";
   }
   if (args.count("--vocab")) {  // top-10 words of every topic (public: from λ)
     std::ifstream vocab_file(args["--vocab"]);

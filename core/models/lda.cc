@@ -11,6 +11,7 @@
 
 #include "core/base/parallel.h"
 #include "core/models/digamma.h"
+#include "core/privacy/gaussian_mechanism.h"
 
 namespace vipsd::models {
 namespace {
@@ -232,10 +233,11 @@ StatusOr<std::unique_ptr<LdaModel>> LdaModel::Create(const LdaConfig& config) {
   std::unique_ptr<LdaModel> model(new LdaModel(config, std::move(layout)));
   std::mt19937_64 rng(config.init_seed);
   std::gamma_distribution<double> gamma(100.0, 1.0 / 100.0);
-  for (Eigen::Index v = 0; v < model->lambda_.cols(); ++v) {
-    for (Eigen::Index k = 0; k < model->lambda_.rows(); ++k) model->lambda_(k, v) = gamma(rng);
+  Eigen::MatrixXd lambda(config.num_topics, config.vocabulary_size);
+  for (Eigen::Index v = 0; v < lambda.cols(); ++v) {
+    for (Eigen::Index k = 0; k < lambda.rows(); ++k) lambda(k, v) = gamma(rng);
   }
-  model->RecomputeExpectations();
+  VIPSD_RETURN_IF_ERROR(model->SetLambda(lambda));
   return model;
 }
 
@@ -282,8 +284,19 @@ Status LdaModel::SetLambda(const Eigen::MatrixXd& lambda) {
     return InvalidArgumentError("lambda must be finite and > 0");
   }
   lambda_ = lambda;
+  noise_ = Noise{};
   RecomputeExpectations();
   return Status::Ok();
+}
+
+Eigen::VectorXd LdaModel::NoiseShare() const {
+  Eigen::VectorXd share(lambda_.rows());
+  const double floor_mass = static_cast<double>(lambda_.cols()) * noise_.floor;
+  for (Eigen::Index k = 0; k < lambda_.rows(); ++k) {
+    const double mass = lambda_.row(k).sum() - static_cast<double>(lambda_.cols()) * config_.eta;
+    share[k] = mass > 0 ? std::min(floor_mass / mass, 1.0) : (floor_mass > 0 ? 1.0 : 0.0);
+  }
+  return share;
 }
 
 std::unique_ptr<model::EStepScratch> LdaModel::NewScratch() const {
@@ -389,6 +402,8 @@ Status LdaModel::MStep(const Eigen::VectorXd& statistic_sum, double sampling_rat
                        double noise_multiplier) {
   VIPSD_RETURN_IF_ERROR(model::CheckMStepInputs("lda", statistic_sum, layout_, sampling_rate, rho,
                                                 noise_multiplier));
+  VIPSD_ASSIGN_OR_RETURN(const std::vector<double> noise_std,
+                         privacy::NoiseStdPerBlock(layout_, noise_multiplier));
   // λ ← (1 − ρ)λ + ρ(η + max(S̃, 0)/q) in place; the sum's word-major layout
   // is λ's column-major one.
   const Eigen::Index num_topics = lambda_.rows();
@@ -401,21 +416,54 @@ Status LdaModel::MStep(const Eigen::VectorXd& statistic_sum, double sampling_rat
       lambda[i] = keep * lambda[i] + rho * lambda_hat;
     }
   });
+  // The noise this step left in λ (header, "M-step"): max(n, 0) with n ~
+  // N(0, s_t²) has mean s_t/√(2π) and variance s_t²(1/2 − 1/(2π)).
+  const double step_std = noise_std[0] / sampling_rate;
+  const double inv_sqrt_2pi = 0.5 * M_2_SQRTPI * M_SQRT1_2;
+  noise_.floor = keep * noise_.floor + rho * step_std * inv_sqrt_2pi;
+  noise_.floor_variance = keep * keep * noise_.floor_variance +
+                          rho * rho * step_std * step_std * (0.5 - 0.5 * M_1_PI);
+  noise_.variance = keep * keep * noise_.variance + rho * rho * step_std * step_std;
   RecomputeExpectations();
   return Status::Ok();
 }
 
+namespace {
+
+model::NamedArray ScalarArray(std::string name, double value) {
+  return {std::move(name), {1}, {value}};
+}
+
+}  // namespace
+
 std::vector<model::NamedArray> LdaModel::ReleaseArrays() const {
+  std::vector<model::NamedArray> arrays = CheckpointArrays();
+  const Eigen::VectorXd share = NoiseShare();
+  arrays.push_back({"noise_share", {share.size()}, {share.data(), share.data() + share.size()}});
+  return arrays;
+}
+
+std::vector<model::NamedArray> LdaModel::CheckpointArrays() const {
   model::NamedArray lambda{"lambda", {lambda_.rows(), lambda_.cols()}, {}};
   lambda.data.resize(static_cast<size_t>(lambda_.size()));
   Eigen::Map<Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
       lambda.data.data(), lambda_.rows(), lambda_.cols()) = lambda_;
-  return {std::move(lambda)};
+  std::vector<model::NamedArray> arrays;
+  arrays.push_back(std::move(lambda));
+  arrays.push_back(ScalarArray("noise_floor", noise_.floor));
+  arrays.push_back(ScalarArray("noise_floor_variance", noise_.floor_variance));
+  arrays.push_back(ScalarArray("noise_variance", noise_.variance));
+  return arrays;
 }
 
 Status LdaModel::RestoreCheckpoint(std::span<const model::NamedArray> arrays) {
-  if (arrays.size() != 1 || arrays[0].name != "lambda") {
-    return InvalidArgumentError("an LDA checkpoint holds exactly one array, \"lambda\"");
+  // "lambda" and the three noise scalars, or (the earlier format) "lambda"
+  // alone.
+  static const char* const kNoise[] = {"noise_floor", "noise_floor_variance", "noise_variance"};
+  if (arrays.empty() || arrays[0].name != "lambda" || (arrays.size() != 1 && arrays.size() != 4)) {
+    return InvalidArgumentError(
+        "an LDA checkpoint holds \"lambda\", \"noise_floor\", \"noise_floor_variance\" and "
+        "\"noise_variance\" (or, in the earlier format, \"lambda\" alone)");
   }
   const auto& array = arrays[0];
   if (array.shape != std::vector<int64_t>{lambda_.rows(), lambda_.cols()} ||
@@ -424,10 +472,22 @@ Status LdaModel::RestoreCheckpoint(std::span<const model::NamedArray> arrays) {
                                 std::to_string(lambda_.rows()) + " x " +
                                 std::to_string(lambda_.cols()));
   }
+  double values[3] = {0, 0, 0};
+  for (size_t i = 1; i < arrays.size(); ++i) {
+    const auto& scalar = arrays[i];
+    if (scalar.name != kNoise[i - 1] || scalar.shape != std::vector<int64_t>{1} ||
+        scalar.data.size() != 1 || !(scalar.data[0] >= 0) || !std::isfinite(scalar.data[0])) {
+      return InvalidArgumentError(std::string("checkpoint array \"") + kNoise[i - 1] +
+                                  "\" must follow in order and hold one finite value >= 0");
+    }
+    values[i - 1] = scalar.data[0];
+  }
   const Eigen::MatrixXd lambda =
       Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
           array.data.data(), lambda_.rows(), lambda_.cols());
-  return SetLambda(lambda);
+  VIPSD_RETURN_IF_ERROR(SetLambda(lambda));
+  noise_ = Noise{values[0], values[1], values[2]};
+  return Status::Ok();
 }
 
 }  // namespace vipsd::models

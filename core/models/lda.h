@@ -33,12 +33,30 @@
 //   on K padded to an even length and fuses both products with
 //   expElogβ[:, words] into one pass over the gathered columns, four at a
 //   time; it allocates nothing once the scratch buffers have grown.
-// M-step with the noisy sum S̃ (docs/models.md): negatives clamped to 0
-// (post-processing), λ̂ = η + S̃/q, λ ← (1 − ρ)λ + ρλ̂, in place; then
-// exp(E[log β]) is recomputed, on mstep_threads threads (split by columns,
-// so the result does not depend on the count).
+// M-step with the noisy sum S̃ (docs/models.md, "Noise-aware posteriors"):
+// negatives clamped to 0 (post-processing), λ̂ = η + S̃/q, λ ← (1 − ρ)λ + ρλ̂,
+// in place; then exp(E[log β]) is recomputed, on mstep_threads threads
+// (split by columns, so the result does not depend on the count). The clamp
+// leaves noise mass in λ: with s the noise std per cell (one block,
+// privacy::NoiseStdPerBlock) and s_t = s/q, a cell without counts gets
+// max(n, 0), of mean s_t/√(2π) and variance s_t²(1/2 − 1/(2π)), each step;
+// a cell whose counts stand clear of 0 gets n, of variance s_t². The M-step
+// carries both, exactly (steps' noises are independent):
+//   noise_floor f ← (1 − ρ)f + ρ·s_t/√(2π)
+//   noise_floor_variance u ← (1 − ρ)²u + ρ²s_t²(1/2 − 1/(2π))
+//   noise_variance v ← (1 − ρ)²v + ρ²s_t²
+// so that λ_kw − η = (the cell's counts, estimated) + (noise): f of λ_kw is
+// noise where the topic has no count of w, and λ_kw − η − f within a few
+// √u of 0 is not distinguishable from noise. The clamp's mass stays in λ
+// (the E-step's smoothing; removing it was measured to cost held-out
+// perplexity, docs/models.md) but is stated as noise, not counts.
 //
-// Release: "lambda" (K × V). E[β] = λ / row sums.
+// Release: "lambda" (K × V; E[β] = λ / row sums), "noise_floor" [f],
+// "noise_floor_variance" [u], "noise_variance" [v] (shape (1) each) and
+// "noise_share" [K]: the share of topic k's mass beyond η that the noise
+// floor accounts for, min(1, V·f / Σ_w (λ_kw − η)).
+// Checkpoint: "lambda" and the three scalars; a checkpoint of the earlier
+// format ("lambda" alone) restores with no noise counted.
 //
 // Thread-safety: EStep and the evaluation functions are const and may run
 // concurrently; MStep must not run concurrently with them (model.h).
@@ -98,16 +116,25 @@ class LdaModel final : public model::Model {
   Status MStep(const Eigen::VectorXd& statistic_sum, double sampling_rate, double rho,
                double noise_multiplier) override;
   std::vector<model::NamedArray> ReleaseArrays() const override;
-  // The release is the whole state: "lambda" (K × V).
-  std::vector<model::NamedArray> CheckpointArrays() const override { return ReleaseArrays(); }
+  // "lambda" and the noise scalars (header, "M-step").
+  std::vector<model::NamedArray> CheckpointArrays() const override;
   Status RestoreCheckpoint(std::span<const model::NamedArray> arrays) override;
 
   const LdaConfig& config() const { return config_; }
   // K × V.
   const Eigen::MatrixXd& lambda() const { return lambda_; }
-  // Replaces λ (e.g. restored from a checkpoint or a release); K × V,
-  // finite and > 0.
+  // Replaces λ (e.g. restored from a release, for evaluation); K × V,
+  // finite and > 0. No noise is counted for it.
   Status SetLambda(const Eigen::MatrixXd& lambda);
+  // The noise carried in λ (header, "M-step").
+  struct Noise {
+    double floor = 0;           // f: mean noise mass of a cell without counts
+    double floor_variance = 0;  // u: its variance
+    double variance = 0;        // v: noise variance of a cell with counts
+  };
+  const Noise& noise() const { return noise_; }
+  // Per topic: the share of its mass beyond η that the noise floor accounts for.
+  Eigen::VectorXd NoiseShare() const;
   const Eigen::MatrixXd& exp_elog_beta() const { return exp_elog_beta_; }
 
   // The E-step fixed point for unique words `words` with counts `counts`
@@ -126,6 +153,7 @@ class LdaModel final : public model::Model {
 
   LdaConfig config_;
   privacy::BlockLayout layout_;
+  Noise noise_;
   Eigen::MatrixXd lambda_;         // K × V
   Eigen::MatrixXd exp_elog_beta_;  // K × V, exp(ψ(λ) − ψ(Σ_v λ))
 };

@@ -22,7 +22,7 @@ from .decode import _verify_assembled
 
 __version__ = "0.1.0"
 __all__ = ["Release", "ReleaseError", "load", "load_kcat_dump", "read_latest_from_kafka",
-           "releases_from_messages", "KCAT_FORMAT"]
+           "releases_from_messages", "lda_noise", "KCAT_FORMAT"]
 
 
 class Release(object):
@@ -55,6 +55,32 @@ def load(path):
     """The release in directory `path` (manifest.json and .npy files)."""
     manifest, arrays = load_release(path)
     return Release(manifest, arrays)
+
+
+def lda_noise(release):
+    """The privacy noise an LDA release states it holds (docs/release_format.md,
+    docs/models.md "Noise-aware posteriors"): "floor" (the mass a topic-word
+    cell without counts holds from the noise), "floor_sd" (its sd),
+    "noise_sd" (the noise sd of a cell whose counts stand clear of 0),
+    "noise_share" (K: each topic's share of mass beyond eta that the floor
+    accounts for) and "signal" (K x V: (lambda - eta - floor) / floor_sd, the
+    cell's mass above the floor in floor sds; below about 2 a cell is not
+    distinguishable from noise; inf where there is no noise). Raises
+    ReleaseError for a release without these arrays (an LDA release written
+    before them, or another model)."""
+    import numpy as np
+    needed = ("lambda", "noise_floor", "noise_floor_variance", "noise_variance", "noise_share")
+    if release.model_type != "lda" or any(n not in release.arrays for n in needed):
+        raise ReleaseError("not an LDA release with its noise (arrays %s)" % ", ".join(needed))
+    a = release.arrays
+    floor = float(a["noise_floor"].reshape(-1)[0])
+    floor_sd = float(np.sqrt(a["noise_floor_variance"].reshape(-1)[0]))
+    above = a["lambda"] - release.hyperparameters.get("eta", 0.0) - floor
+    with np.errstate(invalid="ignore", divide="ignore"):
+        signal = above / floor_sd if floor_sd > 0 else np.full(above.shape, np.inf)
+    return {"floor": floor, "floor_sd": floor_sd,
+            "noise_sd": float(np.sqrt(a["noise_variance"].reshape(-1)[0])),
+            "noise_share": a["noise_share"], "signal": signal}
 
 
 def load_kcat_dump(dump):

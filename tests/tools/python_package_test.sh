@@ -46,8 +46,7 @@ coproc MOCK { "$mock" --brokers 1 --topic releases:1; }
 mock_pid=$MOCK_PID
 read -r word bootstrap <&"${MOCK[0]}"
 [[ "$word" == bootstrap ]] || fail "vipsd-mock-kafka printed '$word'"
-for file in lambda.npy rho_t.npy manifest.json; do
-  [[ -f "$release/$file" ]] || continue
+for file in $(cd "$release" && ls ./*.npy | sed 's|^\./||') manifest.json; do
   headers=(-H "vipsd-release-id=step-2" -H "vipsd-file=$file")
   [[ "$file" == manifest.json ]] || headers+=(-H "vipsd-chunk=0" -H "vipsd-chunks=1")
   kcat -P -b "$bootstrap" -t releases -k step-2 "${headers[@]}" "$release/$file" ||
@@ -70,6 +69,13 @@ assert r.privacy_unit == "record" and r.max_records_per_unit == 0, r.manifest
 assert r.manifest["vocabulary_source"].endswith("/demo/vocab.txt"), r.manifest
 K, V = r.dimensions["K"], r.dimensions["V"]
 assert r.arrays["lambda"].shape == (K, V)
+# The noise the release states (docs/release_format.md): a positive floor
+# below the noise sd of a cell with counts, shares in [0, 1], and a signal
+# per cell.
+noise = vr.lda_noise(r)
+assert 0 < noise["floor"] < noise["noise_sd"] and noise["floor_sd"] > 0, noise
+assert noise["signal"].shape == (K, V)
+assert ((noise["noise_share"] >= 0) & (noise["noise_share"] <= 1)).all()
 from_dump = vr.load_kcat_dump(dump)
 assert [x.release_id for x in from_dump] == ["step-2"]
 latest = vr.read_latest_from_kafka(bootstrap, "releases", timeout=30)

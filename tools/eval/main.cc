@@ -7,7 +7,9 @@
 //
 // Prints one JSON object: document-completion perplexity (the peer kit's
 // procedure), per-word perplexity bound (Hoffman et al. 2010), documents and
-// tokens used, and with --top-words the 10 most probable words per topic.
+// tokens used, the noise the release states (noise_floor, noise_share, ...)
+// when it carries it, and with --top-words the 10 most probable words per
+// topic.
 // Exit 2 on invalid arguments, 1 on unreadable or inconsistent input.
 #include <nlohmann/json.hpp>
 
@@ -57,7 +59,11 @@ constexpr const char* kHelp =
     "\n"
     "LDA: document-completion perplexity (the first half of each held-out document's\n"
     "  tokens estimate its topic mix, the rest is scored), the per-word perplexity bound,\n"
-    "  documents and tokens used, malformed lines (rejected_records); --top-words adds\n"
+    "  documents and tokens used, malformed lines (rejected_records); the noise the\n"
+    "  release states: the mass a topic-word cell without counts holds from the privacy\n"
+    "  noise (noise_floor, its variance noise_floor_variance), the noise variance of a\n"
+    "  cell with counts (noise_variance) and each topic's share of mass that is noise\n"
+    "  (noise_share); --top-words adds\n"
     "  the 10 most probable words per topic. alpha (the document-topic prior) is the\n"
     "  release's own (manifest hyperparameters); --alpha overrides it and is needed for\n"
     "  releases written before manifests carried it. --vocab must be the vocabulary the\n"
@@ -265,6 +271,18 @@ int main(int argc, char** argv) {
          {"bound_documents", bound->documents},
          {"bound_tokens", bound->tokens},
          {"rejected_records", test->rejected}};
+  // The noise the release states (core/models/lda.h, "M-step"): the mass a
+  // cell without counts holds from the noise, its sd, the noise sd of a cell
+  // with counts, and each topic's share of mass that is noise.
+  for (const release::ReleaseArray& candidate : release->arrays) {
+    if (candidate.data.size() == 1 &&
+        (candidate.name == "noise_floor" || candidate.name == "noise_floor_variance" ||
+         candidate.name == "noise_variance")) {
+      out[candidate.name] = candidate.data[0];
+    } else if (candidate.name == "noise_share") {
+      out["noise_share"] = candidate.data;
+    }
+  }
   if (top_words) {
     nlohmann::json topics = nlohmann::json::array();
     for (Eigen::Index k = 0; k < lambda.rows(); ++k) {

@@ -7,12 +7,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/privacy/block_layout.h"
+#include "core/privacy/gaussian_mechanism.h"
 
 namespace vipsd::models {
 namespace {
@@ -219,9 +221,138 @@ TEST(LdaModelTest, MStepBlendsTheClampedNoisySumDividedByQ) {
   const Eigen::MatrixXd& l = (*model)->lambda();
   EXPECT_NEAR(std::log((*model)->exp_elog_beta()(1, 2)),
               boost::math::digamma(l(1, 2)) - boost::math::digamma(l.row(1).sum()), 1e-12);
+  EXPECT_EQ((*model)->noise().floor, 0.0);  // σ = 0: no noise
+  EXPECT_EQ((*model)->noise().variance, 0.0);
   EXPECT_FALSE((*model)->MStep(Eigen::VectorXd::Zero(14), q, rho, 0.0).ok());
   EXPECT_FALSE((*model)->MStep(sum, 0.0, rho, 0.0).ok());
   EXPECT_FALSE((*model)->MStep(sum, q, 0.0, 0.0).ok());
+}
+
+TEST(LdaModelTest, NoiseFollowsTheExactRecursions) {
+  auto model = LdaModel::Create(SmallConfig(10));
+  ASSERT_TRUE(model.ok());
+  const double sigma = 3, q = 0.4;
+  auto stds = privacy::NoiseStdPerBlock((*model)->statistic_layout(), sigma);
+  ASSERT_TRUE(stds.ok());
+  const double s = (*stds)[0] / q;
+  EXPECT_NEAR((*stds)[0], sigma * 0.1 * 10, 1e-2 * (*stds)[0]);  // σ·C on the noise's grid
+  const Eigen::VectorXd sum = Eigen::VectorXd::Constant(15, 2.0);
+  ASSERT_TRUE((*model)->MStep(sum, q, 0.5, sigma).ok());
+  ASSERT_TRUE((*model)->MStep(sum, q, 0.25, sigma).ok());
+  const double mean = s / std::sqrt(2 * M_PI), spread = s * s * (0.5 - 0.5 / M_PI);
+  const auto& noise = (*model)->noise();
+  EXPECT_NEAR(noise.floor, 0.75 * 0.5 * mean + 0.25 * mean, 1e-12 * mean);
+  EXPECT_NEAR(noise.floor_variance, 0.75 * 0.75 * 0.25 * spread + 0.0625 * spread,
+              1e-12 * spread);
+  EXPECT_NEAR(noise.variance, 0.75 * 0.75 * 0.25 * s * s + 0.0625 * s * s, 1e-12 * s * s);
+  // A non-private step keeps the earlier steps' noise, decayed.
+  const LdaModel::Noise before = noise;
+  ASSERT_TRUE((*model)->MStep(sum, q, 0.5, 0.0).ok());
+  EXPECT_NEAR((*model)->noise().floor, 0.5 * before.floor, 1e-15);
+  EXPECT_NEAR((*model)->noise().variance, 0.25 * before.variance, 1e-12);
+}
+
+// Topics over a shared vocabulary with Zipf-shaped word frequencies f_w ∝
+// 1/(w + 1): β_k ~ Dirichlet(0.3·V·f), topic_total counts each, as a
+// step's exact statistic (word-major v·K + k).
+Eigen::VectorXd OverlappingTopics(int64_t num_topics, int64_t vocabulary, double topic_total,
+                                  uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  double norm = 0;
+  for (int64_t w = 0; w < vocabulary; ++w) norm += 1.0 / static_cast<double>(w + 1);
+  Eigen::VectorXd sum = Eigen::VectorXd::Zero(num_topics * vocabulary);
+  for (int64_t k = 0; k < num_topics; ++k) {
+    std::vector<double> draws(static_cast<size_t>(vocabulary));
+    double total = 0;
+    for (int64_t w = 0; w < vocabulary; ++w) {
+      const double shape =
+          0.3 * static_cast<double>(vocabulary) / (static_cast<double>(w + 1) * norm);
+      draws[static_cast<size_t>(w)] = std::gamma_distribution<double>(shape, 1.0)(rng);
+      total += draws[static_cast<size_t>(w)];
+    }
+    for (int64_t w = 0; w < vocabulary; ++w) {
+      sum[w * num_topics + k] = topic_total * draws[static_cast<size_t>(w)] / total;
+    }
+  }
+  return sum;
+}
+
+// What the release states about the noise in λ, against the noise itself:
+// three noisy steps on a fixed statistic (topics over a shared Zipf
+// vocabulary, a third of each topic's words without counts), 300 noise
+// draws, each against the same steps without noise. On cells without
+// counts λ − λ_exact has mean noise_floor and sd √noise_floor_variance; on
+// cells whose counts stand clear of 0 it has mean 0 and sd √noise_variance.
+TEST(LdaModelTest, TheStatedNoiseIsTheNoiseInLambda) {
+  LdaConfig config = SmallConfig(100);
+  config.num_topics = 4;
+  config.vocabulary_size = 2000;
+  config.clip_fraction = 0.1;  // C = 10
+  Eigen::VectorXd truth = OverlappingTopics(4, 2000, 20000, 3);
+  std::mt19937_64 holes(9);
+  for (auto& cell : truth) {
+    if (holes() % 3 == 0) cell = 0;
+  }
+  const double sigma = 2, q = 0.5;
+  const double rhos[] = {0.6, 0.4, 0.3};
+  auto run = [&](uint64_t seed, bool noisy) {
+    auto model = LdaModel::Create(config);
+    EXPECT_TRUE(model.ok());
+    const double s = (*privacy::NoiseStdPerBlock((*model)->statistic_layout(), sigma))[0];
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<double> noise(0.0, s);
+    for (double rho : rhos) {
+      Eigen::VectorXd sum = truth * q;  // the step's sum; divided by q it is the truth
+      if (noisy) {
+        for (auto& entry : sum) entry += noise(rng);
+      }
+      EXPECT_TRUE((*model)->MStep(sum, q, rho, sigma).ok());
+    }
+    return std::move(*model);
+  };
+  const auto exact_model = run(0, false);
+  const Eigen::MatrixXd exact = exact_model->lambda();
+  const Eigen::MatrixXd counts = Eigen::Map<const Eigen::MatrixXd>(truth.data(), 4, 2000);
+  constexpr int kDraws = 300;
+  Eigen::MatrixXd sum = Eigen::MatrixXd::Zero(4, 2000), squares = sum;
+  LdaModel::Noise stated;
+  for (int draw = 0; draw < kDraws; ++draw) {
+    const auto model = run(1000 + draw, true);
+    const Eigen::MatrixXd difference = model->lambda() - exact;
+    sum += difference;
+    squares += difference.cwiseProduct(difference);
+    stated = model->noise();  // the same for every draw (public σ, q, ρ)
+  }
+  const double step = stated.floor / (0.6 * 0.6 * 0.7 + 0.4 * 0.7 + 0.3);  // s/(q√(2π)) ≈ 80
+  ASSERT_GT(stated.floor, 0);
+  double empty_mean = 0, empty_square = 0, full_mean = 0, full_square = 0;
+  int empty = 0, full = 0;
+  for (Eigen::Index k = 0; k < 4; ++k) {
+    for (Eigen::Index w = 0; w < 2000; ++w) {
+      const double mean = sum(k, w) / kDraws;
+      const double variance = squares(k, w) / kDraws - mean * mean;
+      if (counts(k, w) == 0) {
+        ++empty;
+        empty_mean += mean;
+        empty_square += variance;
+      } else if (counts(k, w) > 12 * step) {  // > 4.8 noise sds every step
+        ++full;
+        full_mean += mean;
+        full_square += variance;
+      }
+    }
+  }
+  ASSERT_GT(empty, 2000);
+  ASSERT_GT(full, 30);
+  EXPECT_NEAR(empty_mean / empty, stated.floor, 0.02 * stated.floor);
+  EXPECT_NEAR(std::sqrt(empty_square / empty), std::sqrt(stated.floor_variance),
+              0.05 * std::sqrt(stated.floor_variance));
+  EXPECT_NEAR(full_mean / full, 0.0, 0.05 * std::sqrt(stated.variance));
+  EXPECT_NEAR(std::sqrt(full_square / full), std::sqrt(stated.variance),
+              0.1 * std::sqrt(stated.variance));
+  // The floor is the clamp's mass: a third of the exact model's mass on
+  // the empty cells would be zero; the noisy model holds f there.
+  EXPECT_GT(stated.floor, 0.3 * std::sqrt(stated.variance));
 }
 
 TEST(LdaModelTest, MStepResultDoesNotDependOnItsThreadCount) {
@@ -238,7 +369,8 @@ TEST(LdaModelTest, MStepResultDoesNotDependOnItsThreadCount) {
     for (int step = 0; step < 3; ++step) {
       Eigen::VectorXd sum(7 * 1001);
       for (auto& entry : sum) entry = (rng() % 3 == 0) ? value(rng) : 0.0;
-      ASSERT_TRUE((*model)->MStep(sum, 0.1, 0.4, 0.0).ok());
+      // Noisy steps too: the noise-aware estimate's reductions.
+      ASSERT_TRUE((*model)->MStep(sum, 0.1, 0.4, step == 1 ? 0.0 : 0.2).ok());
     }
     lambda[threads - 1] = (*model)->lambda();
     expectations[threads - 1] = (*model)->exp_elog_beta();
@@ -258,23 +390,34 @@ TEST(LdaModelTest, MStepResultDoesNotDependOnItsThreadCount) {
   }
 }
 
-TEST(LdaModelTest, ReleaseIsLambdaRowMajor) {
+TEST(LdaModelTest, ReleaseIsLambdaRowMajorWithTheNoise) {
   auto model = LdaModel::Create(SmallConfig(10));
   ASSERT_TRUE(model.ok());
+  ASSERT_TRUE((*model)->MStep(Eigen::VectorXd::LinSpaced(15, 0, 7), 0.5, 0.5, 1.0).ok());
   const auto arrays = (*model)->ReleaseArrays();
-  ASSERT_EQ(arrays.size(), 1u);
-  EXPECT_EQ(arrays[0].name, "lambda");
+  std::vector<std::string> names;
+  for (const auto& array : arrays) names.push_back(array.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"lambda", "noise_floor", "noise_floor_variance",
+                                             "noise_variance", "noise_share"}));
   EXPECT_EQ(arrays[0].shape, (std::vector<int64_t>{3, 5}));
   EXPECT_EQ(arrays[0].data[1 * 5 + 4], (*model)->lambda()(1, 4));
+  EXPECT_EQ(arrays[1].data, (std::vector<double>{(*model)->noise().floor}));
+  EXPECT_EQ(arrays[3].data, (std::vector<double>{(*model)->noise().variance}));
+  ASSERT_EQ(arrays[4].shape, (std::vector<int64_t>{3}));
+  for (int k = 0; k < 3; ++k) {
+    const double mass = (*model)->lambda().row(k).sum() - 5 * 0.05;
+    EXPECT_NEAR(arrays[4].data[k], std::min(5 * (*model)->noise().floor / mass, 1.0), 1e-12);
+  }
 }
 
-TEST(LdaModelTest, CheckpointRestoresLambdaExactlyAndRejectsMismatches) {
+TEST(LdaModelTest, CheckpointRestoresLambdaAndTheNoiseExactlyAndRejectsMismatches) {
   auto trained = LdaModel::Create(SmallConfig(10));
   ASSERT_TRUE(trained.ok());
   Eigen::VectorXd sum(15);
-  for (int i = 0; i < 15; ++i) sum[i] = 0.7 * i;
-  ASSERT_TRUE((*trained)->MStep(sum, 0.5, 0.4, 0.0).ok());
+  for (int i = 0; i < 15; ++i) sum[i] = 0.7 * i - 3;
+  ASSERT_TRUE((*trained)->MStep(sum, 0.5, 0.4, 0.5).ok());
   const auto checkpoint = (*trained)->CheckpointArrays();
+  ASSERT_EQ(checkpoint.size(), 4u);
 
   LdaConfig other_seed = SmallConfig(10);
   other_seed.init_seed = 99;  // a fresh model starts elsewhere
@@ -284,18 +427,49 @@ TEST(LdaModelTest, CheckpointRestoresLambdaExactlyAndRejectsMismatches) {
   ASSERT_TRUE((*restored)->RestoreCheckpoint(checkpoint).ok());
   EXPECT_EQ((*restored)->lambda(), (*trained)->lambda());  // bit for bit
   EXPECT_EQ((*restored)->exp_elog_beta(), (*trained)->exp_elog_beta());
+  EXPECT_EQ((*restored)->noise().floor, (*trained)->noise().floor);
+  EXPECT_EQ((*restored)->noise().floor_variance, (*trained)->noise().floor_variance);
+  EXPECT_EQ((*restored)->noise().variance, (*trained)->noise().variance);
+  // The next step agrees too.
+  ASSERT_TRUE((*trained)->MStep(sum, 0.5, 0.3, 0.5).ok());
+  ASSERT_TRUE((*restored)->MStep(sum, 0.5, 0.3, 0.5).ok());
+  EXPECT_EQ((*restored)->lambda(), (*trained)->lambda());
+  EXPECT_EQ((*restored)->noise().floor, (*trained)->noise().floor);
 
+  const auto before = (*restored)->lambda();
   auto wrong_shape = checkpoint;
   wrong_shape[0].shape = {5, 3};
   EXPECT_FALSE((*restored)->RestoreCheckpoint(wrong_shape).ok());
   auto wrong_name = checkpoint;
   wrong_name[0].name = "beta";
   EXPECT_FALSE((*restored)->RestoreCheckpoint(wrong_name).ok());
+  auto swapped = checkpoint;
+  std::swap(swapped[1], swapped[3]);
+  EXPECT_FALSE((*restored)->RestoreCheckpoint(swapped).ok());
+  auto negative_noise = checkpoint;
+  negative_noise[3].data[0] = -1;
+  EXPECT_FALSE((*restored)->RestoreCheckpoint(negative_noise).ok());
   auto negative = checkpoint;
   negative[0].data[3] = -1;
   const Status status = (*restored)->RestoreCheckpoint(negative);
   EXPECT_FALSE(status.ok());
-  EXPECT_EQ((*restored)->lambda(), (*trained)->lambda());  // unchanged on error
+  EXPECT_EQ((*restored)->lambda(), before);  // unchanged on error
+}
+
+// A checkpoint of the earlier format ("lambda" alone) restores to the same
+// λ with no noise counted.
+TEST(LdaModelTest, EarlierCheckpointFormatRestoresLambda) {
+  auto trained = LdaModel::Create(SmallConfig(10));
+  ASSERT_TRUE(trained.ok());
+  ASSERT_TRUE((*trained)->MStep(Eigen::VectorXd::LinSpaced(15, 0, 7), 0.5, 0.5, 1.0).ok());
+  auto old = (*trained)->CheckpointArrays();
+  old.resize(1);
+  auto restored = LdaModel::Create(SmallConfig(10));
+  ASSERT_TRUE(restored.ok());
+  ASSERT_TRUE((*restored)->RestoreCheckpoint(old).ok());
+  EXPECT_EQ((*restored)->lambda(), (*trained)->lambda());
+  EXPECT_EQ((*restored)->noise().floor, 0.0);
+  EXPECT_EQ((*restored)->noise().variance, 0.0);
 }
 
 TEST(LdaModelTest, RejectsOutOfVocabularyIdsWithoutEchoingThem) {
