@@ -99,7 +99,9 @@ int main(int argc, char** argv) {
                  "[--epsilon 3] [--delta 1e-5] [--seed 0] [--lambda-out FILE] [--vocab FILE]\n"
                  "       [--q Q (instead of --batch)] [--steps T (instead of --passes)]\n"
                  "       [--validation IDS.jsonl] [--eval-every S (perplexity on --test every S steps)]\n"
-                 "       [--unit-cap C (unit-level privacy, the article as the unit)]\n";
+                 "       [--unit-cap C (unit-level privacy, the article as the unit)]\n"
+                 "       [--public-lambda FILE (a public start: K x V doubles as --lambda-out\n"
+                 "        writes, from a run on public data)]\n";
     return 2;
   }
   int64_t train_tokens = 0, test_tokens = 0;
@@ -141,6 +143,23 @@ int main(int argc, char** argv) {
   if (!model.ok()) {
     std::cerr << model.status().ToString() << "\n";
     return 1;
+  }
+  if (args.count("--public-lambda")) {  // model.public_prior with a release's λ
+    std::ifstream f(args["--public-lambda"], std::ios::binary);
+    vipsd::model::NamedArray lambda{"lambda", {lda.num_topics, lda.vocabulary_size}, {}};
+    lambda.data.resize(static_cast<size_t>(lda.num_topics * lda.vocabulary_size));
+    f.read(reinterpret_cast<char*>(lambda.data.data()),
+           static_cast<std::streamsize>(lambda.data.size() * sizeof(double)));
+    if (!f || f.peek() != std::char_traits<char>::eof()) {
+      std::cerr << "--public-lambda: not K x V doubles\n";
+      return 2;
+    }
+    const vipsd::Status set =
+        (*model)->SetPublicPrior(std::vector<vipsd::model::NamedArray>{lambda});
+    if (!set.ok()) {
+      std::cerr << set.ToString() << "\n";
+      return 2;
+    }
   }
   const double batch = args.count("--q") ? std::stod(args["--q"]) * static_cast<double>(train.size())
                                           : std::stod(get("--batch", "256"));

@@ -119,6 +119,10 @@ struct VipsdConfig {
   std::string model_type = "lda";
   models::LdaConfig lda;       // vocabulary_size is filled from the file
   std::string vocabulary_path;  // LDA only
+  // model.public_prior (docs/models.md, "Public priors"): a vipsd release of
+  // a model of the same type and dimensions fitted on public data only, the
+  // start of the run; "" = none. LDA only.
+  std::string public_prior_path;
   models::BlrConfig blr;
   std::string blr_norm_rule = "rescale";  // rescale | reject (non-private only)
   models::SbnConfig sbn;

@@ -306,6 +306,9 @@ void AddModel(std::vector<Key>& keys) {
                         "a number in (0, 1]"));
   AddEstep(keys, "model.lda", VIPSD_MEMBER(lda));
 
+  keys.push_back(SectionRow("model.public_prior").Only(Dimension::kModelType, "lda"));
+  keys.push_back(Path("model.public_prior.release", VIPSD_MEMBER(public_prior_path)).Required());
+
   keys.push_back(SectionRow("model.blr").Required().Only(Dimension::kModelType, "blr"));
   keys.push_back(Integer("model.blr.dimension", VIPSD_MEMBER(blr.dim), 1, 1024).Required());
   keys.push_back(Number("model.blr.prior_shape", VIPSD_MEMBER(blr.prior_shape), Positive,

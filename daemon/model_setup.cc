@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "connectors/file/file_util.h"
+#include "connectors/file/release_reader.h"
 #include "connectors/decode/blr_record_decoder.h"
 #include "connectors/decode/sbn_record_decoder.h"
 #include "connectors/decode/unit_decoder.h"
@@ -17,12 +18,74 @@
 namespace vipsd::daemon {
 namespace {
 
-std::string ModelFingerprint(const model::Model& model, const std::string& vocabulary_fp) {
+std::string ModelFingerprint(const model::Model& model, const std::string& vocabulary_fp,
+                             const std::string& public_prior_fp) {
   std::ostringstream text;
   text << "model " << model.type();
   for (const auto& [name, value] : model.dimensions()) text << " " << name << "=" << value;
   text << " vocabulary=" << vocabulary_fp;
+  // A model that starts from a public prior has another history.
+  if (!public_prior_fp.empty()) text << " public_prior=" << public_prior_fp;
   return release::Blake2bHex(text.str());
+}
+
+std::string AbsolutePath(const std::string& path) {
+  std::error_code error;
+  const std::filesystem::path absolute = std::filesystem::absolute(path, error);
+  return error ? path : absolute.lexically_normal().string();
+}
+
+// model.public_prior: reads and checks the public release, sets it on the
+// model, and fills the bundle's digest and source.
+Status ApplyPublicPrior(const config::VipsdConfig& config, ModelBundle& bundle) {
+  const std::string where = config.file + ":" +
+                            std::to_string(config.line_of("model.public_prior.release")) +
+                            ": model.public_prior.release: " + config.public_prior_path + ": ";
+  auto manifest = connectors::ReadRegularFile(config.public_prior_path + "/manifest.json",
+                                              connectors::kMaxManifestBytes);
+  if (!manifest.ok()) {
+    return InvalidArgumentError(where + "not a vipsd release directory (" +
+                                std::string(manifest.status().message()) + ")");
+  }
+  auto release = connectors::ReadReleaseDirectory(config.public_prior_path);
+  if (!release.ok()) return InvalidArgumentError(where + std::string(release.status().message()));
+  const release::ReleaseMetadata& m = release->metadata;
+  if (m.model_type != bundle.model->type()) {
+    return InvalidArgumentError(where + "is a " + m.model_type + " release; the model is " +
+                                bundle.model->type());
+  }
+  if (m.is_private) {
+    return InvalidArgumentError(
+        where + "is a private release (is_private: true): a model learnt from private records "
+                "is not public knowledge, and this run's epsilon would not count what it "
+                "spent; fit the public prior with a non-private run on public data");
+  }
+  for (const auto& [name, value] : bundle.model->dimensions()) {
+    if (name == "N") continue;  // the words drawn per document may differ
+    bool same = false;
+    for (const auto& [their_name, their_value] : m.dimensions) {
+      same = same || (their_name == name && their_value == value);
+    }
+    if (!same) {
+      return InvalidArgumentError(where + "its dimensions differ from the model's (" + name +
+                                  " = " + std::to_string(value) + ")");
+    }
+  }
+  if (m.vocabulary_fingerprint != bundle.vocabulary_fingerprint) {
+    return InvalidArgumentError(where + "was fitted with another vocabulary (fingerprint " +
+                                m.vocabulary_fingerprint + ", model.lda.vocabulary " +
+                                bundle.vocabulary_fingerprint + ")");
+  }
+  std::vector<model::NamedArray> arrays;
+  for (auto& array : release->arrays) {
+    arrays.push_back({array.name, array.shape, std::move(array.data)});
+  }
+  const Status set = bundle.model->SetPublicPrior(arrays);
+  if (!set.ok()) return InvalidArgumentError(where + std::string(set.message()));
+  // The manifest pins every array by its BLAKE2b-256 (checked above).
+  bundle.public_prior_fingerprint = release::Blake2bHex(*manifest);
+  bundle.public_prior_source = AbsolutePath(config.public_prior_path);
+  return Status::Ok();
 }
 
 }  // namespace
@@ -85,17 +148,25 @@ StatusOr<ModelBundle> BuildModel(const config::VipsdConfig& config) {
                                                     : connectors::UnitSource::kField,
                                                 config.unit_field, config.unit_partitioner);
   }
-  bundle.model_fingerprint = ModelFingerprint(*bundle.model, bundle.vocabulary_fingerprint);
-  bundle.record_settings = RecordSettings(config, bundle.vocabulary_fingerprint);
+  if (!config.public_prior_path.empty()) {
+    VIPSD_RETURN_IF_ERROR(ApplyPublicPrior(config, bundle));
+  }
+  bundle.model_fingerprint = ModelFingerprint(*bundle.model, bundle.vocabulary_fingerprint,
+                                              bundle.public_prior_fingerprint);
+  bundle.record_settings =
+      RecordSettings(config, bundle.vocabulary_fingerprint, bundle.public_prior_fingerprint);
   return bundle;
 }
 
 std::string RecordSettings(const config::VipsdConfig& config,
-                           const std::string& vocabulary_fingerprint) {
+                           const std::string& vocabulary_fingerprint,
+                           const std::string& public_prior_fingerprint) {
   std::string out;
   for (const auto& [path, value] : config::AppliedKeyValues(config)) {
     if (path == "model.lda.vocabulary") {
       out += path + " (BLAKE2b-256 of its terms): " + vocabulary_fingerprint + "\n";
+    } else if (path == "model.public_prior.release") {
+      out += path + " (BLAKE2b-256 of its manifest): " + public_prior_fingerprint + "\n";
     } else if (path.rfind("model.", 0) == 0 || path == "source.max_record_bytes" ||
                path == "source.timestamps" ||
                path.rfind("privacy.unit", 0) == 0 || path == "privacy.max_records_per_unit") {
@@ -198,11 +269,10 @@ release::Release MakeRelease(const ModelBundle& bundle, const config::VipsdConfi
   m.vocabulary_fingerprint = bundle.vocabulary_fingerprint;
   // What a consumer needs to use the model without side channels.
   if (m.model_type == "lda") {
-    std::error_code error;
-    const std::filesystem::path absolute = std::filesystem::absolute(config.vocabulary_path, error);
-    m.vocabulary_source =
-        error ? config.vocabulary_path : absolute.lexically_normal().string();
+    m.vocabulary_source = AbsolutePath(config.vocabulary_path);
     m.hyperparameters = {{"alpha", config.lda.alpha}, {"eta", config.lda.eta}};
+    m.public_prior_fingerprint = bundle.public_prior_fingerprint;
+    m.public_prior_source = bundle.public_prior_source;
   } else if (m.model_type == "blr") {
     m.hyperparameters = {{"prior_shape", config.blr.prior_shape},
                          {"prior_rate", config.blr.prior_rate}};

@@ -40,19 +40,26 @@ struct ModelBundle {
   std::unique_ptr<model::Model> model;
   std::unique_ptr<connectors::RecordDecoder> decoder;
   std::string vocabulary_fingerprint;
+  // model.public_prior: BLAKE2b-256 of the public release's manifest (which
+  // pins its arrays) and its absolute path; "" if none.
+  std::string public_prior_fingerprint;
+  std::string public_prior_source;
+  // type, dimensions, vocabulary and public prior
   std::string model_fingerprint;
-  std::string record_settings;  // RecordSettings(config, vocabulary_fingerprint)
+  std::string record_settings;  // RecordSettings(config, vocabulary, public prior)
 };
 
 // The settings that decide a record's statistic or whether it is
 // dead-lettered, as "key: value" lines in the key table's order: every
-// model.* key that applies to the configured model.type (the vocabulary by
-// its fingerprint, since two processes may keep one file at two paths),
+// model.* key that applies to the configured model.type (the vocabulary and
+// the public prior by their fingerprints, since two processes may keep one
+// file at two paths),
 // source.max_record_bytes, and the privacy unit's keys (privacy.unit*,
 // privacy.max_records_per_unit: which records form one contribution, and
 // in which partition). Public values only.
 std::string RecordSettings(const config::VipsdConfig& config,
-                           const std::string& vocabulary_fingerprint);
+                           const std::string& vocabulary_fingerprint,
+                           const std::string& public_prior_fingerprint = "");
 
 // "key: THEIR_NAME X, OUR_NAME Y" for every key whose value differs between
 // two such texts (or that one of them lacks), "; "-separated, in key order;

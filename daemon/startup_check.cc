@@ -57,8 +57,8 @@ Status CheckLedgerBelongs(const config::VipsdConfig& config, const ModelBundle& 
     return FailedPreconditionError(
         ledger_path + " belongs to a different model (ledger: " + state.model_type +
         ", configured: " + bundle.model->type() +
-        "; type, dimensions or vocabulary differ); the model cannot change for a state "
-        "directory (use a new one)");
+        "; type, dimensions, vocabulary or public prior (model.public_prior) differ); the "
+        "model cannot change for a state directory (use a new one)");
   }
   if (state.source != source) {
     return FailedPreconditionError(

@@ -4,9 +4,11 @@
     scripts/make_demo_corpus.py OUT_DIR
 
 Writes OUT_DIR/vocab.txt (the public vocabulary), OUT_DIR/corpus.jsonl (the
-documents the embedded demo feeds into its input topic) and
+documents the embedded demo feeds into its input topic),
 OUT_DIR/topics.txt (the generating topics, for comparison with what vipsd
-learns). Deterministic (fixed seed), standard library only. Everything is
+learns) and OUT_DIR/public.jsonl (300 further documents of the same kind
+from another seed: the "public corpus" config/examples/lda_public_fit.yaml
+fits the public prior of config/examples/lda_public_prior.yaml on). Deterministic (fixed seed), standard library only. Everything is
 synthetic: the words are ordinary English words grouped by theme by hand, the
 documents are draws from the LDA generative process, so the corpus is free to
 redistribute.
@@ -50,33 +52,41 @@ def main():
     with open(f"{out}/topics.txt", "w") as f:
         for name in names:
             f.write(f"{name}: {' '.join(topics[name][:10])}\n")
+    def document(rng):
+        # θ ~ Dirichlet(0.1): most documents are about one or two themes.
+        weights = [rng.gammavariate(0.1, 1.0) for _ in names]
+        total = sum(weights)
+        length = rng.randint(40, 90)
+        words = []
+        for _ in range(length):
+            if rng.random() < 0.15:
+                words.append(rng.choice(FILLER))
+                continue
+            r, acc = rng.random() * total, 0.0
+            for name, w in zip(names, weights):
+                acc += w
+                if r <= acc:
+                    break
+            # Zipf-like word choice inside a theme.
+            ws = topics[name]
+            idx = min(int(rng.paretovariate(2.0)) - 1, len(ws) - 1) if rng.random() < 0.3 else rng.randrange(len(ws))
+            words.append(ws[idx])
+        return " ".join(words)
+
     with open(f"{out}/corpus.jsonl", "w") as f:
         for d in range(5000):
-            # θ ~ Dirichlet(0.1): most documents are about one or two themes.
-            weights = [rng.gammavariate(0.1, 1.0) for _ in names]
-            total = sum(weights)
-            length = rng.randint(40, 90)
-            words = []
-            for _ in range(length):
-                if rng.random() < 0.15:
-                    words.append(rng.choice(FILLER))
-                    continue
-                r, acc = rng.random() * total, 0.0
-                for name, w in zip(names, weights):
-                    acc += w
-                    if r <= acc:
-                        break
-                # Zipf-like word choice inside a theme.
-                ws = topics[name]
-                idx = min(int(rng.paretovariate(2.0)) - 1, len(ws) - 1) if rng.random() < 0.3 else rng.randrange(len(ws))
-                words.append(ws[idx])
-            text = " ".join(words)
+            text = document(rng)
             f.write(json.dumps({"id": f"demo-{d}", "text": text.capitalize() + "."}) + "\n")
         # A few malformed records: the demo shows them going to the dead-letter topic.
         f.write('{"id": "demo-bad-1", "text": 42}\n')
         f.write('not json at all\n')
         f.write('{"id": "demo-bad-3", "text": "zebra quagga okapi"}\n')
         f.write('{"text": "missing id"}\n')
+    public_rng = random.Random(20261205)
+    with open(f"{out}/public.jsonl", "w") as f:
+        for d in range(300):
+            text = document(public_rng)
+            f.write(json.dumps({"id": f"public-{d}", "text": text.capitalize() + "."}) + "\n")
 
 
 if __name__ == "__main__":

@@ -98,6 +98,8 @@ constexpr Field kFields[] = {
 constexpr Field kOptionalFields[] = {{"schedule", Kind::kString},
                                      {"conversion", Kind::kString},
                                      {"vocabulary_source", Kind::kString},
+                                     {"public_prior_fingerprint", Kind::kString},
+                                     {"public_prior_source", Kind::kString},
                                      {"hyperparameters", Kind::kObject},
                                      {"privacy_unit", Kind::kString},
                                      {"unit_field", Kind::kString},
@@ -192,6 +194,12 @@ StatusOr<release::Release> DecodeReleaseFiles(
   m.vocabulary_fingerprint = manifest["vocabulary_fingerprint"].get<std::string>();
   if (manifest.contains("vocabulary_source")) {
     m.vocabulary_source = manifest["vocabulary_source"].get<std::string>();
+  }
+  if (manifest.contains("public_prior_fingerprint")) {
+    m.public_prior_fingerprint = manifest["public_prior_fingerprint"].get<std::string>();
+  }
+  if (manifest.contains("public_prior_source")) {
+    m.public_prior_source = manifest["public_prior_source"].get<std::string>();
   }
   if (manifest.contains("hyperparameters")) {
     for (const auto& [name, value] : manifest["hyperparameters"].items()) {

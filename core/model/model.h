@@ -156,6 +156,18 @@ class Model {
   // configuration. Checks names, shapes and value ranges; on error the
   // model is unchanged and the message names the array.
   virtual Status RestoreCheckpoint(std::span<const NamedArray> arrays) = 0;
+
+  // The public starting point (model.public_prior; docs/models.md, "Public
+  // priors"): `arrays` are the release of a model of the same type and
+  // dimensions fitted on public data only. Sets the state the first step
+  // starts from (a checkpoint restored after it replaces it). Public: no
+  // record is read. On error the model is unchanged and the message names
+  // the array. A model without public priors returns FAILED_PRECONDITION
+  // (the configuration refuses model.public_prior for it first).
+  virtual Status SetPublicPrior(std::span<const NamedArray> arrays) {
+    (void)arrays;
+    return FailedPreconditionError(type() + " has no public prior");
+  }
 };
 
 // The MStep arguments every model checks first: `statistic_sum` has the

@@ -289,6 +289,30 @@ Status LdaModel::SetLambda(const Eigen::MatrixXd& lambda) {
   return Status::Ok();
 }
 
+Status LdaModel::SetPublicPrior(std::span<const model::NamedArray> arrays) {
+  const model::NamedArray* found = nullptr;
+  for (const auto& array : arrays) {
+    if (array.name == "lambda") found = &array;
+  }
+  if (found == nullptr) {
+    return InvalidArgumentError("the public prior has no array \"lambda\" (an LDA release)");
+  }
+  const Eigen::Index rows = lambda_.rows();
+  const Eigen::Index cols = lambda_.cols();
+  if (found->shape != std::vector<int64_t>{rows, cols} ||
+      found->data.size() != static_cast<size_t>(rows * cols)) {
+    return InvalidArgumentError("the public prior's array \"lambda\" must have shape K x V = " +
+                                std::to_string(rows) + " x " + std::to_string(cols));
+  }
+  const Eigen::MatrixXd lambda =
+      Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
+          found->data.data(), rows, cols);
+  if (!lambda.allFinite() || !(lambda.array() > 0).all()) {
+    return InvalidArgumentError("the public prior's array \"lambda\" must be finite and > 0");
+  }
+  return SetLambda(lambda);
+}
+
 Eigen::VectorXd LdaModel::NoiseShare() const {
   Eigen::VectorXd share(lambda_.rows());
   const double floor_mass = static_cast<double>(lambda_.cols()) * noise_.floor;

@@ -119,6 +119,8 @@ class LdaModel final : public model::Model {
   // "lambda" and the noise scalars (header, "M-step").
   std::vector<model::NamedArray> CheckpointArrays() const override;
   Status RestoreCheckpoint(std::span<const model::NamedArray> arrays) override;
+  // The start λ₀ = the public release's "lambda" (no noise counted).
+  Status SetPublicPrior(std::span<const model::NamedArray> arrays) override;
 
   const LdaConfig& config() const { return config_; }
   // K × V.

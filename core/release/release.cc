@@ -186,6 +186,10 @@ std::string ManifestJsonUnchecked(const Release& release,
   field("dimensions", dims + "}");
   field("vocabulary_fingerprint", JsonString(m.vocabulary_fingerprint));
   field("vocabulary_source", JsonString(m.vocabulary_source));
+  if (!m.public_prior_fingerprint.empty()) {
+    field("public_prior_fingerprint", JsonString(m.public_prior_fingerprint));
+    field("public_prior_source", JsonString(m.public_prior_source));
+  }
   field("hyperparameters", JsonNumberObject(m.hyperparameters));
   if (m.privacy_unit != "record") {
     field("privacy_unit", JsonString(m.privacy_unit));
@@ -277,6 +281,15 @@ Status Validate(const Release& release) {
   }
   if (m.vocabulary_source.size() > 4096 || !IsPrintableAscii(m.vocabulary_source)) {
     return FieldError("vocabulary_source", "0-4096 printable ASCII characters");
+  }
+  if (!m.public_prior_fingerprint.empty() && !IsHex256(m.public_prior_fingerprint)) {
+    return FieldError("public_prior_fingerprint", "empty or 64 lowercase hex characters");
+  }
+  if (m.public_prior_source.size() > 4096 || !IsPrintableAscii(m.public_prior_source) ||
+      (m.public_prior_fingerprint.empty() && !m.public_prior_source.empty())) {
+    return FieldError("public_prior_source",
+                      "0-4096 printable ASCII characters, and empty without a "
+                      "public_prior_fingerprint");
   }
   keys.clear();
   for (const auto& [name, value] : m.hyperparameters) {

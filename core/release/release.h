@@ -95,6 +95,11 @@ struct ReleaseMetadata {
   // Where the public vocabulary lives (the configured path on the daemon's
   // host), so that a consumer can find it; "" if none (optional field).
   std::string vocabulary_source;
+  // The public source the model started from (model.public_prior): the
+  // BLAKE2b-256 of its bytes (64 lowercase hex) and the configured path;
+  // both "" if none (optional fields, omitted then).
+  std::string public_prior_fingerprint;
+  std::string public_prior_source;
   // The model's public priors a consumer needs to use it (LDA: alpha, eta;
   // BLR: prior_shape, prior_rate; SBN: the prior precisions), each finite
   // and > 0 (optional field; empty for releases written before it existed).

@@ -79,6 +79,7 @@ METADATA_FIELDS = {
 }
 # Added within schema 1 (older releases lack them); checked when present.
 OPTIONAL_METADATA_FIELDS = {"schedule": str, "conversion": str, "vocabulary_source": str,
+                            "public_prior_fingerprint": str, "public_prior_source": str,
                             "hyperparameters": dict, "privacy_unit": str, "unit_field": str,
                             "max_records_per_unit": int}
 _UNIT_FIELD = re.compile(r"[A-Za-z0-9_.\-]{1,128}\Z")
@@ -249,6 +250,14 @@ def _metadata_problem(m):
     source = m.get("vocabulary_source", "")
     if len(source) > 4096 or not all(" " <= c <= "~" for c in source):
         return "vocabulary_source must be 0-4096 printable ASCII characters"
+    prior = m.get("public_prior_fingerprint", "")
+    if prior and not _HEX256.match(prior):
+        return "public_prior_fingerprint must be empty or 64 lowercase hex characters"
+    prior_source = m.get("public_prior_source", "")
+    if (len(prior_source) > 4096 or not all(" " <= c <= "~" for c in prior_source)
+            or (prior_source and not prior)):
+        return ("public_prior_source must be 0-4096 printable ASCII characters, and empty "
+                "without a public_prior_fingerprint")
     for name, value in m.get("hyperparameters", {}).items():
         if not _KEY_NAME.match(name):
             return "hyperparameters must be keyed by names of [A-Za-z0-9_] (1-64)"

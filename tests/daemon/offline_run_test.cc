@@ -17,9 +17,11 @@
 #include <cstring>
 
 #include "core/release/release.h"
+#include "connectors/file/release_reader.h"
 #include "core/svi/step_randomness.h"
 #include "daemon/checkpoint.h"
 #include "daemon/ledger.h"
+#include "daemon/model_setup.h"
 #include "daemon/state_status.h"
 #include "tests/testing/ledger_text.h"
 
@@ -274,6 +276,111 @@ TEST(OfflineRunTest, TheStartUpCheckRefusesStateThatDoesNotBelongTogether) {
   EXPECT_NE(other_model.status().message().find(ledger_path + " belongs to a different model"),
             std::string::npos)
       << other_model.status().message();
+}
+
+// model.public_prior end to end (docs/models.md, "Public priors"): a
+// non-private run over a public corpus writes the release a private run
+// starts from. The private model starts exactly at it (nothing else is
+// read into the start); its digest is in the ledger's model fingerprint and
+// in every release's provenance; a restart with another public release is
+// refused; a bad source is named by key and line.
+TEST(OfflineRunTest, APublicPriorIsCheckedRecordedAndPinnedToTheStateDirectory) {
+  const std::string dir = MakeRunDirectory("public_prior", 50.0, 4);
+  {
+    std::ofstream corpus(dir + "/public.jsonl");
+    for (int d = 0; d < 60; ++d) {
+      corpus << "{\"id\": " << d << ", \"text\": \""
+             << (d % 2 ? "apple cherry apple banana" : "fig fig date elder") << "\"}\n";
+    }
+  }
+  auto loaded = config::LoadConfigFile(dir + "/vipsd.yaml");
+  ASSERT_TRUE(loaded.ok());
+  // The public model: σ = 0 on the public file, into its own directories.
+  auto fit_public = [&](const std::string& name, int64_t steps) {
+    config::VipsdConfig open = *loaded;
+    open.driver.noise_multiplier = 0;
+    open.driver.sampling_rate = 1;
+    open.max_steps = steps;
+    open.publish_every = steps;
+    open.source_path = dir + "/public.jsonl";
+    open.sink_directory = dir + "/" + name;
+    open.state_directory = dir + "/state_" + name;
+    auto run = RunOffline(open);
+    ASSERT_TRUE(run.ok()) << run.status().message();
+  };
+  fit_public("public_a", 5);
+  fit_public("public_b", 6);
+  const std::string public_a = dir + "/public_a/step-5";
+  auto with_prior = [&](const std::string& release) {
+    std::string text = Slurp(dir + "/vipsd.yaml");
+    text.replace(text.find("privacy:\n"), 0,
+                 "  public_prior:\n    release: " + release + "\n");
+    std::ofstream(dir + "/prior.yaml", std::ios::trunc) << text;
+    return config::LoadConfigFile(dir + "/prior.yaml");
+  };
+  // The start is the public release's λ, bit for bit, whatever the source.
+  auto config = with_prior(public_a);
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  config::VipsdConfig no_source = *config;
+  no_source.source_path = dir + "/does-not-exist.jsonl";
+  auto bundle = BuildModel(no_source);
+  ASSERT_TRUE(bundle.ok()) << bundle.status().message();
+  auto public_release = connectors::ReadReleaseDirectory(public_a);
+  ASSERT_TRUE(public_release.ok());
+  EXPECT_EQ(bundle->model->ReleaseArrays()[0].data, public_release->arrays[0].data);
+  const std::string digest = release::Blake2bHex(Slurp(public_a + "/manifest.json"));
+  EXPECT_EQ(bundle->public_prior_fingerprint, digest);
+  EXPECT_NE(bundle->record_settings.find(
+                "model.public_prior.release (BLAKE2b-256 of its manifest): " + digest),
+            std::string::npos)
+      << bundle->record_settings;
+
+  // The private run records the digest in every release's provenance.
+  auto run = RunOffline(*config);
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  auto released = connectors::ReadReleaseDirectory(dir + "/releases/step-4");
+  ASSERT_TRUE(released.ok()) << released.status().message();
+  EXPECT_EQ(released->metadata.public_prior_fingerprint, digest);
+  EXPECT_EQ(released->metadata.public_prior_source, public_a);
+  // The same source continues; another one would change the model's history.
+  ASSERT_TRUE(RunOffline(*config).ok());
+  auto other = with_prior(dir + "/public_b/step-6");
+  ASSERT_TRUE(other.ok());
+  auto refused = RunOffline(*other);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("belongs to a different model"), std::string::npos)
+      << refused.status().message();
+  EXPECT_NE(refused.status().message().find("public prior"), std::string::npos);
+
+  // Bad sources: named by file, line and key.
+  const std::string where = dir + "/prior.yaml:10: model.public_prior.release: ";
+  struct Case {
+    std::string release;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {dir + "/missing", "not a vipsd release directory"},
+      {dir + "/vocab.txt", "not a vipsd release directory"},
+      // A private release is not public knowledge.
+      {dir + "/releases/step-4", "is a private release"},
+  };
+  for (const Case& c : cases) {
+    auto bad = with_prior(c.release);
+    ASSERT_TRUE(bad.ok()) << bad.status().message();
+    auto built = BuildModel(*bad);
+    ASSERT_FALSE(built.ok()) << c.release;
+    EXPECT_NE(built.status().message().find(where + c.release), std::string::npos)
+        << built.status().message();
+    EXPECT_NE(built.status().message().find(c.says), std::string::npos)
+        << built.status().message();
+  }
+  // Another vocabulary: the public model's words are not the model's.
+  std::ofstream(dir + "/vocab.txt", std::ios::trunc) << "apple\nbanana\ncherry\ndate\nelder\nfigs\n";
+  auto other_vocabulary = BuildModel(*config);
+  ASSERT_FALSE(other_vocabulary.ok());
+  EXPECT_NE(other_vocabulary.status().message().find("was fitted with another vocabulary"),
+            std::string::npos)
+      << other_vocabulary.status().message();
 }
 
 TEST(OfflineRunTest, APrivateRunRefusesAStateDirectoryThatRanNonPrivateSteps) {

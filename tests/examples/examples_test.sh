@@ -77,6 +77,8 @@ for config in "$work"/*.yaml; do
   "$vipsd" --config "$config" --check-config >"$work/check.out" 2>&1 ||
     { cat "$work/check.out"; fail "$name does not pass --check-config"; }
   grep -q "is valid" "$work/check.out" || fail "$name: no 'is valid' line"
+  # A non-private example (lda_public_fit.yaml) has no budget to plan.
+  grep -q "^  noise_multiplier: 0 " "$config" && continue
   "$planner" plan --config "$config" >"$work/plan.out" 2>&1 ||
     { cat "$work/plan.out"; fail "$name: the planner says the daemon would not start"; }
 done
@@ -98,25 +100,35 @@ with open(f"{work}/sbn_train.jsonl", "w") as out:
         out.write(json.dumps({"y": [random.randint(0, 1) for _ in range(784)]}) + "\n")
 PY
 
-for example in lda_offline blr_offline sbn_offline lda_wikipedia; do
+for example in lda_offline blr_offline sbn_offline lda_wikipedia lda_public_fit lda_public_prior; do
   config="$work/$example.yaml"
   outputs=$work  # where the example writes releases/, state/ and dead_letter.jsonl
+  prefix=""      # lda_public_fit writes public_releases/, public_state/, ...
   if [[ $example == lda_wikipedia ]]; then
     # Its own paths: the training file prepare_wikipedia.py wrote, outputs
     # beside it.
     outputs=$root/out/wikipedia
+  elif [[ $example == lda_public_fit ]]; then
+    prefix=public_  # reads the shipped public corpus, demo/public.jsonl
   else
-    sed -i "s|^  path: train.jsonl|  path: ${example%_offline}_train.jsonl|" "$config"
+    data=${example%_offline}
+    data=${data%_public_prior}
+    sed -i "s|^  path: train.jsonl|  path: ${data}_train.jsonl|" "$config"
   fi
   sed -i -e "s|^  max_steps: [0-9]*|  max_steps: 1|" \
          -e "s|^  max_epochs: [0-9.]*|  max_epochs: 0|" "$config"
   grep -q "^  max_steps: 1" "$config" || fail "$example.yaml has no schedule.max_steps line"
   (cd "$work" && "$vipsd" --config "$config" >"$work/run.out" 2>&1) ||
     { cat "$work/run.out"; fail "$example.yaml does not run"; }
-  ls "$outputs/releases" | grep -q '^step-1$' ||
-    { cat "$work/run.out"; fail "$example.yaml: no release step-1 in $outputs/releases"; }
+  ls "$outputs/${prefix}releases" | grep -q '^step-1$' ||
+    { cat "$work/run.out"; fail "$example.yaml: no release step-1 in $outputs/${prefix}releases"; }
   grep -q "steps_this_run=1" "$work/run.out" || { cat "$work/run.out"; fail "$example: not one step"; }
-  rm -rf "$outputs/releases" "$outputs/state" "$outputs/dead_letter.jsonl"
+  if [[ $example == lda_public_prior ]]; then
+    # Its releases name the public prior they started from.
+    grep -q '"public_prior_fingerprint": "[0-9a-f]\{64\}"' "$outputs/releases/step-1/manifest.json" ||
+      fail "lda_public_prior.yaml: its release does not name its public prior"
+  fi
+  rm -rf "$outputs/${prefix}releases" "$outputs/${prefix}state" "$outputs/${prefix}dead_letter.jsonl"
 done
 # --check-config refuses what a start refuses (exit 2), naming file:line: key.
 expect_check() {  # name, expected exit code, expected text, vipsd arguments...

@@ -44,6 +44,8 @@ release::Release GoodRelease() {
   m.clip_bounds = {{"topic_word", 2.0}};
   m.dimensions = {{"K", 2}, {"V", 3}, {"N", 20}};
   m.vocabulary_source = "/srv/vocab.txt";
+  m.public_prior_fingerprint = std::string(64, 'c');
+  m.public_prior_source = "/srv/public/topics";
   m.hyperparameters = {{"alpha", 0.5}, {"eta", 0.1}};
   m.vocabulary_fingerprint = std::string(64, 'a');
   m.config_fingerprint = std::string(64, 'b');
@@ -164,6 +166,11 @@ TEST(ReleaseReadersAgreeTest, BothReadAValidReleaseAndBothRefuseEveryDamagedOne)
        InManifest("\"hyperparameters\": {\"alpha\": 0.5, \"eta\": 0.1}", "\"hyperparameters\": [0.5]")},
       {"vocabulary_source not ASCII",
        InManifest("\"vocabulary_source\": \"/srv/vocab.txt\"", "\"vocabulary_source\": \"/srv/v\\u00f6cab.txt\"")},
+      {"public_prior_fingerprint not hex",
+       InManifest("\"public_prior_fingerprint\": \"cccc", "\"public_prior_fingerprint\": \"Xccc")},
+      {"public_prior_source without a fingerprint",
+       InManifest("\"public_prior_fingerprint\": \"" + std::string(64, 'c') + "\"",
+                  "\"public_prior_fingerprint\": \"\"")},
       {"private without noise", InManifest("\"noise_multiplier\": 1.1", "\"noise_multiplier\": 0.0")},
   };
   for (const Case& c : cases) {
