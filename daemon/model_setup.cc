@@ -47,7 +47,15 @@ Status ApplyPublicPrior(const config::VipsdConfig& config, ModelBundle& bundle) 
     return InvalidArgumentError(where + "not a vipsd release directory (" +
                                 std::string(manifest.status().message()) + ")");
   }
-  auto release = connectors::ReadReleaseDirectory(config.public_prior_path);
+  // Decoded from the bytes that are hashed below (the manifest pins every
+  // array by its BLAKE2b-256), so the digest names exactly what was read.
+  const std::string directory = config.public_prior_path;
+  auto release = connectors::DecodeReleaseFiles(
+      *manifest,
+      [&directory](const std::string& name) {
+        return connectors::ReadWholeFile(directory + "/" + name);
+      },
+      directory);
   if (!release.ok()) return InvalidArgumentError(where + std::string(release.status().message()));
   const release::ReleaseMetadata& m = release->metadata;
   if (m.model_type != bundle.model->type()) {
@@ -82,7 +90,6 @@ Status ApplyPublicPrior(const config::VipsdConfig& config, ModelBundle& bundle) 
   }
   const Status set = bundle.model->SetPublicPrior(arrays);
   if (!set.ok()) return InvalidArgumentError(where + std::string(set.message()));
-  // The manifest pins every array by its BLAKE2b-256 (checked above).
   bundle.public_prior_fingerprint = release::Blake2bHex(*manifest);
   bundle.public_prior_source = AbsolutePath(config.public_prior_path);
   return Status::Ok();
