@@ -91,6 +91,15 @@ random.seed(7)
 with open(f"{work}/lda_train.jsonl", "w") as out:
     for line in open(f"{work}/demo/corpus.jsonl"):
         out.write(line)
+with open(f"{work}/lda_unit_train.jsonl", "w") as out:  # an author per record
+    for i, line in enumerate(open(f"{work}/demo/corpus.jsonl")):
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(doc, dict):
+            doc["author"] = f"author{i % 500}"
+            out.write(json.dumps(doc) + "\n")
 with open(f"{work}/blr_train.jsonl", "w") as out:
     for i in range(400):
         x = [random.uniform(-0.1, 0.1) for _ in range(92)]
@@ -100,7 +109,8 @@ with open(f"{work}/sbn_train.jsonl", "w") as out:
         out.write(json.dumps({"y": [random.randint(0, 1) for _ in range(784)]}) + "\n")
 PY
 
-for example in lda_offline blr_offline sbn_offline lda_wikipedia lda_public_fit lda_public_prior; do
+for example in lda_offline blr_offline sbn_offline lda_wikipedia lda_public_fit lda_public_prior \
+    lda_unit; do
   config="$work/$example.yaml"
   outputs=$work  # where the example writes releases/, state/ and dead_letter.jsonl
   prefix=""      # lda_public_fit writes public_releases/, public_state/, ...
@@ -123,6 +133,11 @@ for example in lda_offline blr_offline sbn_offline lda_wikipedia lda_public_fit 
   ls "$outputs/${prefix}releases" | grep -q '^step-1$' ||
     { cat "$work/run.out"; fail "$example.yaml: no release step-1 in $outputs/${prefix}releases"; }
   grep -q "steps_this_run=1" "$work/run.out" || { cat "$work/run.out"; fail "$example: not one step"; }
+  if [[ $example == lda_unit ]]; then
+    # Its releases say what epsilon protects.
+    grep -q '"privacy_unit": "field"' "$outputs/releases/step-1/manifest.json" ||
+      fail "lda_unit.yaml: its release does not name its privacy unit"
+  fi
   if [[ $example == lda_public_prior ]]; then
     # Its releases name the public prior they started from.
     grep -q '"public_prior_fingerprint": "[0-9a-f]\{64\}"' "$outputs/releases/step-1/manifest.json" ||
