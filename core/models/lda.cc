@@ -289,28 +289,28 @@ Status LdaModel::SetLambda(const Eigen::MatrixXd& lambda) {
   return Status::Ok();
 }
 
-Status LdaModel::SetPublicPrior(std::span<const model::NamedArray> arrays) {
-  const model::NamedArray* found = nullptr;
-  for (const auto& array : arrays) {
-    if (array.name == "lambda") found = &array;
+StatusOr<Eigen::MatrixXd> LdaModel::LambdaFromArray(const model::NamedArray& array,
+                                                     const std::string& what) const {
+  if (array.shape != std::vector<int64_t>{lambda_.rows(), lambda_.cols()} ||
+      array.data.size() != static_cast<size_t>(lambda_.size())) {
+    return InvalidArgumentError(what + " \"lambda\" must have shape K x V = " +
+                                std::to_string(lambda_.rows()) + " x " +
+                                std::to_string(lambda_.cols()));
   }
-  if (found == nullptr) {
+  return Eigen::MatrixXd(
+      Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
+          array.data.data(), lambda_.rows(), lambda_.cols()));
+}
+
+Status LdaModel::SetPublicPrior(std::span<const model::NamedArray> arrays) {
+  const auto found = std::find_if(arrays.begin(), arrays.end(),
+                                  [](const model::NamedArray& a) { return a.name == "lambda"; });
+  if (found == arrays.end()) {
     return InvalidArgumentError("the public prior has no array \"lambda\" (an LDA release)");
   }
-  const Eigen::Index rows = lambda_.rows();
-  const Eigen::Index cols = lambda_.cols();
-  if (found->shape != std::vector<int64_t>{rows, cols} ||
-      found->data.size() != static_cast<size_t>(rows * cols)) {
-    return InvalidArgumentError("the public prior's array \"lambda\" must have shape K x V = " +
-                                std::to_string(rows) + " x " + std::to_string(cols));
-  }
-  const Eigen::MatrixXd lambda =
-      Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
-          found->data.data(), rows, cols);
-  if (!lambda.allFinite() || !(lambda.array() > 0).all()) {
-    return InvalidArgumentError("the public prior's array \"lambda\" must be finite and > 0");
-  }
-  return SetLambda(lambda);
+  VIPSD_ASSIGN_OR_RETURN(const Eigen::MatrixXd lambda,
+                         LambdaFromArray(*found, "the public prior's array"));
+  return SetLambda(lambda);  // checks finite and > 0
 }
 
 Eigen::VectorXd LdaModel::NoiseShare() const {
@@ -489,13 +489,8 @@ Status LdaModel::RestoreCheckpoint(std::span<const model::NamedArray> arrays) {
         "an LDA checkpoint holds \"lambda\", \"noise_floor\", \"noise_floor_variance\" and "
         "\"noise_variance\" (or, in the earlier format, \"lambda\" alone)");
   }
-  const auto& array = arrays[0];
-  if (array.shape != std::vector<int64_t>{lambda_.rows(), lambda_.cols()} ||
-      array.data.size() != static_cast<size_t>(lambda_.size())) {
-    return InvalidArgumentError("checkpoint array \"lambda\" must have shape K x V = " +
-                                std::to_string(lambda_.rows()) + " x " +
-                                std::to_string(lambda_.cols()));
-  }
+  VIPSD_ASSIGN_OR_RETURN(const Eigen::MatrixXd lambda,
+                         LambdaFromArray(arrays[0], "checkpoint array"));
   double values[3] = {0, 0, 0};
   for (size_t i = 1; i < arrays.size(); ++i) {
     const auto& scalar = arrays[i];
@@ -506,9 +501,6 @@ Status LdaModel::RestoreCheckpoint(std::span<const model::NamedArray> arrays) {
     }
     values[i - 1] = scalar.data[0];
   }
-  const Eigen::MatrixXd lambda =
-      Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
-          array.data.data(), lambda_.rows(), lambda_.cols());
   VIPSD_RETURN_IF_ERROR(SetLambda(lambda));
   noise_ = Noise{values[0], values[1], values[2]};
   return Status::Ok();

@@ -150,6 +150,10 @@ class LdaModel final : public model::Model {
   // buffers have grown): leaves γ in the scratch and returns the iterations.
   int FitDocumentInto(std::span<const int32_t> words, std::span<const double> counts,
                       model::EStepScratch& scratch) const;
+  // The K × V matrix of a row-major array named "lambda", or an error that
+  // starts with `what`.
+  StatusOr<Eigen::MatrixXd> LambdaFromArray(const model::NamedArray& array,
+                                            const std::string& what) const;
   // E[log β] and exp(E[log β]) from λ, on config_.mstep_threads threads.
   void RecomputeExpectations();
 
