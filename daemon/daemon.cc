@@ -540,12 +540,11 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
     ++slots_skipped_;
     metrics_->slots_skipped_total(SkipReason::kWindowOverflow).Increment();
   } else if (!overrun_stopped_.empty() || slot == overrun_skip_slot_ ||
-             (paced_ && coordinator_ == nullptr && out.deadline > 0 && WallNow() > out.deadline &&
-              config_.on_overrun == config::OverrunAction::kStop)) {
+             (paced_ && StopsAtOverruns() && out.deadline > 0 && WallNow() > out.deadline)) {
     // Stepping stopped by an overrun; the slot after a short one (its
     // deadline carries the late outputs, whatever the overrun's length); or
-    // a slot whose window was read only after its deadline (a step begun now
-    // would overrun: the next slot's window still holds these records when
+    // a slot begun only after its deadline (a step begun now would overrun:
+    // the next slot's window still holds these records when
     // schedule.window_steps is above 1).
     ++slots_skipped_;
     metrics_->slots_skipped_total(SkipReason::kOverrun).Increment();
@@ -571,11 +570,11 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
     }
   }
   const bool overran = out.deadline > 0 && WallNow() > out.deadline && !control_.stopping();
-  if (overran && overrun_stopped_.empty() && coordinator_ == nullptr &&
-      (out.stepped || slot == overrun_skip_slot_) &&
-      config_.on_overrun == config::OverrunAction::kStop) {
-    // A step of this process ran past its deadline (its duration is the
-    // data's: batch size, E-step iterations). Nothing about this slot
+  if (overran && overrun_stopped_.empty() && StopsAtOverruns() &&
+      (out.stepped || slot == overrun_skip_slot_)) {
+    // A step ran past its deadline (its duration is the data's: batch size,
+    // E-step iterations — this process's or, for a shared-work coordinator,
+    // its workers', whose partial sums it waits for). Nothing about this slot
     // leaves now, not even the ledger commit, or its time would tell how
     // long the step took. What the release topic shows of an overrun is
     // bounded per run (SECURITY.md "Overruns"):
@@ -614,10 +613,10 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
     out.publish = false;
   }
   if (overran) {
-    // Late otherwise — a coordinator's step (it waits for other processes'
-    // partial sums or shares), a slot whose window was read after its
-    // deadline (no step ran), schedule.on_overrun: catch_up — or caught up
-    // after stepping stopped. Its outputs wait for the next slot's deadline
+    // Late otherwise — a federated aggregator's round (its holders' shares
+    // leave at public times, so its length does not depend on their data),
+    // a slot begun after its deadline (no step ran),
+    // schedule.on_overrun: catch_up — or caught up after stepping stopped. Its outputs wait for the next slot's deadline
     // and leave with that slot's, under one commit; a second late slot in a
     // row waits for the next boundary itself (so that outputs never wait
     // for ever when steps keep overrunning). Under catch_up, how late it was

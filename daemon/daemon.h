@@ -236,6 +236,14 @@ class Daemon {
   // Stopping with late slots held: their log lines are said, their
   // release withheld (the next run's includes them).
   void WithholdLateOnStop();
+  // schedule.on_overrun: stop applies: one vipsd's steps and a shared-work
+  // coordinator's (whose length is its workers' too); not a federated
+  // aggregator's rounds, whose length does not depend on the data (holders
+  // send at public times) and which are caught up (SECURITY.md "Overruns").
+  bool StopsAtOverruns() const {
+    return config_.on_overrun == config::OverrunAction::kStop &&
+           config_.federation.role != config::FederationRole::kAggregator;
+  }
   Status PublishModel(double publish_time);
   StatusOr<release::Release> BuildRelease(double publish_time) const;
   void Reload();

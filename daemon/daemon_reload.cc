@@ -7,6 +7,7 @@
 #include "daemon/ingest.h"
 #include "daemon/ledger_keeper.h"
 #include "daemon/slot_clock.h"
+#include "daemon/step_calibration.h"
 
 // Daemon: reload (SIGHUP). What may change live changes between slots; what
 // may not is refused with the old configuration kept (config/ decides the
@@ -77,6 +78,26 @@ StatusOr<bool> Daemon::ApplyReload(config::VipsdConfig next, std::vector<std::st
   VIPSD_ASSIGN_OR_RETURN(ReloadedState reloaded,
                          CheckReload(config_, next, state, keeper_->ledger().path(), paced_));
   svi::SlotWindows& windows = reloaded.windows;
+  if (options_.time_reloads && next.source_type == config::SourceType::kKafka) {
+    // A change of what a step costs or of the time it gets is timed as a
+    // start times it, and refused as a start would be (step_calibration.h).
+    // It holds this thread for about two worst-case steps, on synthetic
+    // records: the slot after it may start late and run no step, a delay
+    // that says nothing about the data.
+    const std::vector<std::string>& cost = StepCostKeys();
+    const auto first = std::find_if(changed.begin(), changed.end(), [&](const std::string& key) {
+      return std::find(cost.begin(), cost.end(), key) != cost.end();
+    });
+    if (first != changed.end()) {
+      VIPSD_ASSIGN_OR_RETURN(const StepCalibration timing, CalibrateWorstCaseStep(next));
+      if (timing.refused) {
+        return InvalidArgumentError(KeyWhere(next, *first) +
+                                    "the reload's worst-case step does not fit its slot: " +
+                                    timing.text);
+      }
+      described->push_back("worst-case step timed: " + timing.text);
+    }
+  }
   VIPSD_RETURN_IF_ERROR(driver_->Reconfigure(DriverConfigFor(next)));
   if (state.mode == AccountingMode::kResidency) state.residency = std::move(reloaded.residency);
   if (paced_ && next.step_interval_seconds != windows.interval_seconds()) {

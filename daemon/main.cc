@@ -68,14 +68,20 @@ constexpr const char* kUsage =
     "                                 window against the epsilon ceiling; with Kafka,\n"
     "                                 the capacity margin and a worst-case step timed\n"
     "                                 on synthetic records against the slot: refused\n"
-    "                                 when its CPU time over its threads does not fit\n"
-    "                                 (every start checks this too), a warning when\n"
-    "                                 1.5 x its wall time does not\n"
+    "                                 when its CPU time over its threads does not fit,\n"
+    "                                 and, for a private run with on_overrun: stop or a\n"
+    "                                 holder, when 1.5 x the faster of two timed runs\n"
+    "                                 does not (the claim's beta needs that margin); a\n"
+    "                                 warning otherwise when 1.5 x a run does not fit.\n"
+    "                                 Every start checks this too, and every reload\n"
+    "                                 that changes q, sigma, threads, the slot's times,\n"
+    "                                 max_steps or pool.capacity (refused: the old\n"
+    "                                 configuration keeps running)\n"
     "  vipsd --config FILE --no-step-time-check\n"
-    "                                 start without timing the worst-case step (for\n"
-    "                                 throughput benchmarks whose slots are meant to\n"
-    "                                 overrun: beta is then not bounded, SECURITY.md\n"
-    "                                 \"Overruns\");\n"
+    "                                 start without timing the worst-case step, at the\n"
+    "                                 start or at reloads (for throughput benchmarks\n"
+    "                                 whose slots are meant to overrun: beta is then not\n"
+    "                                 bounded, SECURITY.md \"Overruns\");\n"
     "                                 with --check-config, check FILE as such a start\n"
     "                                 would: everything but that timing\n"
     "  vipsd status --state DIR [--delta D] [--json]\n"
@@ -260,9 +266,9 @@ int main(int argc, char** argv) {
       "of an overrun (beta in (epsilon, delta + beta)) is not bounded; each overrun shows on the "
       "release topic (SECURITY.md \"Overruns\")";
   // The worst-case step on public synthetic records (step_calibration.h):
-  // false when the slot is too short for it even on an idle machine (said
-  // as an error naming the key and line); a warning when it is too short on
-  // a machine this busy; else the figures go to *fits_line.
+  // false when it is refused (said as an error naming the key and line); a
+  // warning when it fits without margin or only on a less busy machine;
+  // else the figures go to *fits_line.
   auto timed_step = [&](std::string* fits_line) {
     auto timing = daemon::CalibrateWorstCaseStep(*config);
     if (!timing.ok()) {
@@ -278,7 +284,8 @@ int main(int argc, char** argv) {
       return false;
     }
     // What a step's timing adds to δ (core/privacy/planner.h OverrunBeta):
-    // bounded only when the worst-case step fits its slot with margin.
+    // bounded only when the worst-case step fits its slot with margin
+    // (a run whose claim needs it was refused above without it).
     const std::string beta =
         timing->fits
             ? "; overruns: beta = " + ShortestNumber(privacy::kBatchTailProbability) +
@@ -286,7 +293,7 @@ int main(int argc, char** argv) {
                   "beta x steps); `vipsd-privacy plan` prints it for this file"
             : "; overruns: beta is NOT bounded on this machine (the worst-case step does not "
               "fit with margin): the claim holds only for runs without an overrun";
-    if (!timing->fits) {
+    if (!timing->fits || timing->busy) {
       say(LogLevel::kWarning, where + "warning: " + timing->text + beta);
     } else {
       *fits_line = timing->text + beta;
@@ -324,12 +331,13 @@ int main(int argc, char** argv) {
   }
   SetMinLogLevel(config->log_level);
   // Every start times the worst-case step too (before the Kafka clients
-  // start, so the group join does not wait on it): a slot too short for it
-  // even on an idle machine is refused, as --check-config refuses it.
+  // start, so the group join does not wait on it), refused as --check-config
+  // refuses it; reloads are timed by the daemon (options.step_time_check).
   if (config->source_type == config::SourceType::kKafka && step_time_check) {
     std::string timing;
     if (!timed_step(&timing)) return 2;
     if (!timing.empty()) Log(LogLevel::kInfo, "main", timing);
+    options.time_reloads = true;
   } else if (config->source_type == config::SourceType::kKafka) {
     Log(LogLevel::kWarning, "main", untimed);
   }

@@ -46,6 +46,11 @@ struct DaemonOptions {
   // with privacy.noise: fixed_seed, before reproducible (NOT private) noise
   // is used. A config key alone must never turn the privacy off.
   bool allow_fixed_seed_noise = false;
+  // A start that timed its worst-case step (main.cc, unless
+  // --no-step-time-check) times every reload that changes a key in
+  // StepCostKeys() too, and refuses it as the start would have
+  // (daemon/step_calibration.h). Off in-process unless a test sets it.
+  bool time_reloads = false;
   // --instance-id: names this process in its partial sums and log lines
   // (shared work); default host:pid.
   std::string instance_id;

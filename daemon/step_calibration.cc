@@ -11,15 +11,18 @@
 #include <cstdio>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "core/base/format.h"
 #include "core/model/model.h"
+#include "core/privacy/fixed_schedule.h"
 #include "core/privacy/rdp_accountant.h"
 #include "core/privacy/secure_noise.h"
 #include "core/svi/step_driver.h"
+#include "core/svi/step_randomness.h"
 #include "daemon/model_setup.h"
 
 namespace vipsd::daemon {
@@ -73,12 +76,16 @@ std::vector<model::Record> SyntheticRecords(const config::VipsdConfig& config,
   return records;
 }
 
-// CPU seconds this process has used, all threads together.
-double ProcessCpuSeconds() {
+double CpuSeconds(clockid_t clock) {
   timespec now{};
-  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now) != 0) return 0;
+  if (clock_gettime(clock, &now) != 0) return 0;
   return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
 }
+
+// CPU seconds this process has used, all threads together.
+double ProcessCpuSeconds() { return CpuSeconds(CLOCK_PROCESS_CPUTIME_ID); }
+// CPU seconds the calling thread has used.
+double ThreadCpuSeconds() { return CpuSeconds(CLOCK_THREAD_CPUTIME_ID); }
 
 // The CPUs this process may run on (its affinity mask: a container's
 // cpuset, taskset), else what the hardware reports.
@@ -155,28 +162,102 @@ StatusOr<StepCalibration> CalibrateWorstCaseStep(const config::VipsdConfig& conf
                                                  driver_config.noise_multiplier > 0 ? &accountant
                                                                                     : nullptr,
                                                  driver_config));
-  double slowest = 0;
-  double least_cpu = std::numeric_limits<double>::infinity();
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    const double cpu_start = ProcessCpuSeconds();
-    const auto start = std::chrono::steady_clock::now();
-    VIPSD_ASSIGN_OR_RETURN(svi::StepResult result,
-                           driver->Step(std::span<const model::Record>(records)));
-    (void)result;
-    slowest = std::max(
-        slowest, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    least_cpu = std::min(least_cpu, ProcessCpuSeconds() - cpu_start);
+  // Beside the step, as in a run: the accountant's check of the next step
+  // (a fixed schedule's new step count is a PLD composition, computed in
+  // the background while a step runs: LedgerKeeper::PrefetchNextCheck).
+  const bool fixed_schedule =
+      config.is_private() &&
+      (!config.schedule.has_value() || *config.schedule == config::Schedule::kFixed);
+  if (fixed_schedule) {
+    // The run's last checks are its most expensive (a composition's cost
+    // grows with the count): at most schedule.max_steps, and at most about
+    // what the ceiling admits — twice the RDP count (RDP's ε is above the
+    // PLD's, so it admits fewer steps: 59 against 73 at q = 0.1, σ = 2,
+    // ε = 2), kCalibrationCheckSteps when that is not finite.
+    int64_t steps = kCalibrationCheckSteps;
+    const auto rdp = privacy::MaxStepsForEpsilon(
+        privacy::AccountantKind::kRdp, config.driver.epsilon_ceiling,
+        config.driver.sampling_rate, config.driver.noise_multiplier, config.driver.delta);
+    if (rdp.ok()) steps = std::min(steps, 2 * std::max<int64_t>(*rdp, 1));
+    if (config.max_steps > 0) steps = std::min(steps, config.max_steps);
+    out.check_steps = std::max<int64_t>(steps, 1);
   }
+  // The sample's words over a full pool (step_randomness.h): one keyed word
+  // per candidate, for a window of pool.capacity records.
+  // Timed on at most kCalibrationWords candidates and scaled to the pool.
+  std::vector<int64_t> offsets(
+      static_cast<size_t>(std::clamp<int64_t>(config.pool_capacity, 1, kCalibrationWords)));
+  for (size_t i = 0; i < offsets.size(); ++i) offsets[i] = static_cast<int64_t>(i);
+  const double word_scale = static_cast<double>(std::max<int64_t>(config.pool_capacity, 1)) /
+                            static_cast<double>(offsets.size());
+  std::vector<uint64_t> words;
   const double scale =
       static_cast<double>(out.batch_bound) / static_cast<double>(out.timed_records);
-  out.step_seconds = slowest * scale;
-  out.cpu_seconds = least_cpu * scale;
+  double slowest = 0;
+  double fastest = std::numeric_limits<double>::infinity();
+  double least_cpu = std::numeric_limits<double>::infinity();
+  double slowest_check = 0;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    // A fresh accountant each time: a memoised count would cost nothing.
+    std::optional<privacy::FixedScheduleAccountant> fixed;
+    if (out.check_steps > 0) {
+      VIPSD_ASSIGN_OR_RETURN(fixed, privacy::FixedScheduleAccountant::Create(
+                                        config.driver.sampling_rate,
+                                        config.driver.noise_multiplier));
+    }
+    const double cpu_start = ProcessCpuSeconds();
+    const auto start = std::chrono::steady_clock::now();
+    Status checked = Status::Ok();
+    double check_seconds = 0, check_cpu = 0;
+    std::thread check;
+    if (fixed.has_value()) {
+      check = std::thread([&] {
+        const auto at = fixed->Epsilon(out.check_steps, config.driver.delta);
+        if (!at.ok()) checked = at.status();
+        check_seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        check_cpu = ThreadCpuSeconds();
+      });
+    }
+    svi::StepKey key;
+    key.bytes[0] = static_cast<uint8_t>(attempt);
+    const Status sampled =
+        svi::KeyedWords(svi::DeriveStreamKey(key, "calibration"), svi::kSampleNonce, offsets, words);
+    const double words_wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double words_cpu = ProcessCpuSeconds() - cpu_start;
+    StatusOr<svi::StepResult> result =
+        sampled.ok() ? driver->Step(std::span<const model::Record>(records))
+                     : StatusOr<svi::StepResult>(sampled);
+    const double step_wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() -
+        words_wall;
+    if (check.joinable()) check.join();
+    VIPSD_RETURN_IF_ERROR(result.status());
+    VIPSD_RETURN_IF_ERROR(checked);
+    const double wall = std::max(words_wall * word_scale + step_wall * scale, check_seconds);
+    slowest = std::max(slowest, wall);
+    fastest = std::min(fastest, wall);
+    slowest_check = std::max(slowest_check, check_seconds);
+    // (The check's CPU while the words were drawn is scaled with them: an
+    // overstatement of microseconds.)
+    least_cpu = std::min(least_cpu,
+                         words_cpu * word_scale +
+                             (ProcessCpuSeconds() - cpu_start - words_cpu - check_cpu) * scale +
+                             check_cpu);
+  }
+  out.step_seconds = slowest;
+  out.fastest_seconds = fastest;
+  out.check_seconds = slowest_check;
+  out.cpu_seconds = least_cpu;
   // The noise thread runs beside the step's own (svi::StepDriver::DrawNoiseAhead):
   // counting it keeps floor_seconds a lower bound of the step's wall time.
   const bool noise_thread =
       config.is_private() && (config.driver.threads > 1 || !config.work_topic.empty());
   out.usable_threads =
-      std::max(1, std::min(config.driver.threads + (noise_thread ? 1 : 0), UsableCpus()));
+      std::max(1, std::min(config.driver.threads + (noise_thread ? 1 : 0) +
+                               (out.check_steps > 0 ? 1 : 0),
+                           UsableCpus()));
   out.floor_seconds = out.cpu_seconds / out.usable_threads;
   const bool holder = config.federation.role == config::FederationRole::kHolder;
   // A federated holder's round runs from the plan to its share time (its
@@ -186,8 +267,16 @@ StatusOr<StepCalibration> CalibrateWorstCaseStep(const config::VipsdConfig& conf
                               : std::min(config.release_delay_seconds - config.cut_grace_seconds,
                                          config.step_interval_seconds);
   out.budget_key = holder ? "federation.share_delay_seconds" : "schedule.interval_seconds";
-  out.fits = kCalibrationSafety * out.step_seconds <= out.budget_seconds;
-  out.refused = out.floor_seconds > out.budget_seconds;
+  // The claim's β needs the worst-case step to fit (SECURITY.md "Overruns"):
+  // a private run that stops at an overrun, and a holder (its share leaves
+  // at its time or never), is refused without that margin. Under
+  // schedule.on_overrun: catch_up an overrun's length shows anyway, so it
+  // is said, not refused.
+  out.margin_required =
+      config.is_private() &&
+      (holder || (config.on_overrun == config::OverrunAction::kStop &&
+                  config.federation.role != config::FederationRole::kAggregator));
+  JudgeStepTiming(out);
   out.text = "a step on " + std::to_string(out.batch_bound) +
              " records (the batch Poisson sampling at q = " +
              ShortestNumber(config.driver.sampling_rate) + " from pool.capacity " +
@@ -195,9 +284,13 @@ StatusOr<StepCalibration> CalibrateWorstCaseStep(const config::VipsdConfig& conf
              (out.timed_records < out.batch_bound
                   ? "; timed on " + std::to_string(out.timed_records) + " and scaled"
                   : "") +
-             ") took " + Seconds(out.step_seconds) + " on this machine (" +
-             Seconds(out.cpu_seconds) + " of CPU time on " +
-             std::to_string(out.usable_threads) + " thread" +
+             (out.check_steps > 0
+                  ? "; with the accountant's check of step " + std::to_string(out.check_steps) +
+                        " beside it, " + Seconds(out.check_seconds)
+                  : "") +
+             ") took " + Seconds(out.step_seconds) + " on this machine (the faster of two runs " +
+             Seconds(out.fastest_seconds) + "; " + Seconds(out.cpu_seconds) +
+             " of CPU time on " + std::to_string(out.usable_threads) + " thread" +
              (out.usable_threads == 1 ? "" : "s") + ": at least " + Seconds(out.floor_seconds) +
              " even when idle); " +
              (holder ? "a round gives its share " + Seconds(out.budget_seconds) +
@@ -210,16 +303,42 @@ StatusOr<StepCalibration> CalibrateWorstCaseStep(const config::VipsdConfig& conf
                "round_timeout_seconds), or lower pool.capacity"
              : "; raise schedule.interval_seconds (and release_delay_seconds), or lower "
                "schedule.cut_grace_seconds or pool.capacity";
-  if (out.refused) {
+  const std::string margin = Seconds(kCalibrationSafety * out.fastest_seconds) + " (" +
+                             ShortestNumber(kCalibrationSafety) + " x the faster run)";
+  if (out.refused_idle) {
     out.text += ", less than the step needs even on an idle machine: every step near this "
                 "batch would overrun its deadline" + remedy;
+  } else if (out.refused) {
+    out.text += ", less than " + margin +
+                ": without that margin an overrun's chance (beta in (epsilon, delta + beta)) is "
+                "not bounded, and a private run that stops at an overrun "
+                "(schedule.on_overrun: stop) is refused" + remedy;
   } else if (!out.fits) {
+    out.text += ", less than " + margin + ": steps would overrun their deadlines on this "
+                "machine (schedule.on_overrun: catch_up shows how late they are)" + remedy;
+  } else if (out.busy) {
     out.text += ", less than " + Seconds(kCalibrationSafety * out.step_seconds) + " (" +
                 ShortestNumber(kCalibrationSafety) +
-                " x the step): steps would overrun their deadlines on a machine this busy" +
+                " x the slower run): steps may overrun their deadlines on a machine this busy" +
                 remedy;
   }
   return out;
+}
+
+void JudgeStepTiming(StepCalibration& timing) {
+  timing.fits = kCalibrationSafety * timing.fastest_seconds <= timing.budget_seconds;
+  timing.busy = kCalibrationSafety * timing.step_seconds > timing.budget_seconds;
+  timing.refused_idle = timing.floor_seconds > timing.budget_seconds;
+  timing.refused = timing.refused_idle || (timing.margin_required && !timing.fits);
+}
+
+const std::vector<std::string>& StepCostKeys() {
+  static const std::vector<std::string> keys = {
+      "privacy.noise_multiplier",    "privacy.sampling_rate",
+      "schedule.threads",            "schedule.interval_seconds",
+      "schedule.release_delay_seconds", "schedule.cut_grace_seconds",
+      "schedule.max_steps",          "pool.capacity"};
+  return keys;
 }
 
 }  // namespace vipsd::daemon

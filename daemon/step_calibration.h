@@ -1,37 +1,54 @@
-// The worst-case step, timed on public synthetic records (issue 26): how
-// long one step of the configured model takes at the batch size that
+// The worst-case step, timed on public synthetic records (issues 26, 49):
+// how long one step of the configured model takes at the batch size that
 // Poisson sampling exceeds with probability below 1e-9, against the time a
-// slot gives a step. `vipsd --check-config` and every start of a Kafka
-// source run it:
-//   * refused: the step's CPU time divided by the threads it can use
-//     (schedule.threads, at most the CPUs this process may run on) exceeds
-//     the slot's budget. That is a lower bound on the step's wall time even
-//     on an idle machine (a step cannot be faster than its work spread
-//     perfectly over its threads), and it barely moves with the machine's
-//     load (CPU time is counted only while the step runs), so every step
-//     near the batch bound would overrun: --check-config fails and vipsd
-//     does not start, naming the key, its line and the figures.
-//   * warned: the measured wall time × kCalibrationSafety exceeds the
-//     budget. Wall time does move with load (CI measured the demo's at
-//     twice an idle machine's), so it warns and never refuses.
-// A reload is not timed (it would stall the slot it runs in): check the
-// new file with --check-config first (docs/operations.md).
+// slot gives a step. `vipsd --check-config`, every start of a Kafka source
+// and every reload that changes a key in StepCostKeys() run it:
+//   * refused, always: the step's CPU time divided by the threads it can
+//     use (at most the CPUs this process may run on) exceeds the slot's
+//     budget. That is a lower bound on the step's wall time even on an idle
+//     machine, and it barely moves with the machine's load, so every step
+//     near the batch bound would overrun.
+//   * refused when the claim needs the margin (margin_required: a private
+//     run with schedule.on_overrun: stop, or a federated holder): the
+//     faster of two timed runs × kCalibrationSafety exceeds the budget.
+//     The claim is (ε, δ + β) with β the chance of a batch above B
+//     (planner.h OverrunBeta) only when the worst-case step fits with
+//     margin (SECURITY.md "Overruns"); the faster run is the machine's
+//     load at its least, so a busy moment does not refuse a configuration
+//     an idle machine runs with margin.
+//   * warned otherwise: the faster run without margin (catch_up or a
+//     non-private run: β is then not bounded, and said so), or the slower
+//     run × kCalibrationSafety over the budget (a machine this busy).
+// A refusal at --check-config or a start exits 2 naming the key, its line
+// and the figures; at a reload the running configuration stays
+// (daemon_reload.cc). The timing takes the step thread for about two
+// worst-case steps; a reload runs between slots, so the slot after it may
+// be late and then runs no step (a public, data-independent delay: the
+// records are synthetic).
 //
 // What is timed: a fresh model of the configured type and size (the same
 // BuildModel a start uses, so the LDA vocabulary is read), one StepDriver
 // with the configured threads and σ, q = 1 over B synthetic records — LDA:
 // documents of resample_length words (100 when it is 0) drawn uniformly
 // from the vocabulary; BLR: d standard normal features and a 0/1 label;
-// SBN: J binary features — twice; the slower wall time of the two counts
-// (erring towards a warning) and the smaller CPU time (erring towards not
-// refusing). The LDA
-// and SBN E-steps run their configured maximum of iterations on every
-// record (the tolerance is set to the smallest double), the most any real
-// record can take. Nothing is
-// released and no private record is touched: the records are made from a
-// fixed public seed. Above kCalibrationRecords the measured time is scaled
-// linearly (the E-step is linear in the batch; the noise and M-step are
-// not, so the scaling overstates them, which errs on the safe side).
+// SBN: J binary features — twice. The LDA and SBN E-steps run their
+// configured maximum of iterations on every record (the tolerance is set
+// to the smallest double), the most any real record can take. With each
+// step: the sample's keyed words over a full pool (pool.capacity
+// candidates; timed on at most kCalibrationWords and scaled), and, on a
+// thread beside it as in a run
+// (LedgerKeeper::PrefetchNextCheck), a fixed schedule's check of the next
+// step — a PLD composition of check_steps steps from a fresh accountant.
+// Nothing is released and no private record is touched: the records are
+// made from a fixed public seed. Above kCalibrationRecords the step's time
+// is scaled linearly (the E-step is linear in the batch; the noise and
+// M-step are not, so the scaling overstates them, which errs on the safe
+// side). Not timed: the ledger commit and the release, which come after
+// the deadline (daemon.cc ProcessSlot) and take from the next step only
+// when release_delay_seconds − cut_grace_seconds is close to the interval;
+// a shared-work coordinator's exchange with its workers (their steps are
+// at most this one: a worker's batch is part of the slot's), a holder's
+// share on the work topic.
 //
 // The batch bound B: the smallest b with the Chernoff bound
 // exp(−N·KL(b/N ‖ q)) ≤ 1e-9 on P[Binomial(N, q) ≥ b], N = pool.capacity
@@ -48,6 +65,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "config/config.h"
 #include "core/base/status.h"
@@ -56,25 +74,42 @@ namespace vipsd::daemon {
 
 inline constexpr int64_t kCalibrationRecords = 5000;
 inline constexpr double kCalibrationSafety = 1.5;
+inline constexpr int64_t kCalibrationCheckSteps = 1000000;
+inline constexpr int64_t kCalibrationWords = 1 << 20;
 
 struct StepCalibration {
   int64_t batch_bound = 0;     // B
   int64_t timed_records = 0;   // min(B, kCalibrationRecords)
-  double step_seconds = 0;     // the worst-case step, scaled to B
+  // A fixed schedule's check beside the step: ε of this many steps (the
+  // smallest of schedule.max_steps, twice what the ceiling admits by RDP,
+  // and kCalibrationCheckSteps); 0: none timed.
+  int64_t check_steps = 0;
+  double check_seconds = 0;    // its wall time, the slower of the two runs
+  // The worst-case step, scaled to B, with the check beside it: the
+  // slower of the two runs (step_seconds) and the faster (fastest_seconds).
+  double step_seconds = 0;
+  double fastest_seconds = 0;
   // min(release_delay − cut_grace, interval) seconds; a federated holder's:
   // federation.share_delay_seconds (from the plan to its share time).
   double budget_seconds = 0;
   std::string budget_key;      // the key that sets it (messages name it)
-  double cpu_seconds = 0;      // its CPU time over all threads, scaled to B
-  // min(threads a step runs at once, CPUs this process may use): the step's
+  double cpu_seconds = 0;      // CPU time over all threads (the step's scaled to B)
+  // min(threads running at once, CPUs this process may use): the step's
   // threads, plus the one that draws the noise ahead in a private run with
   // schedule.threads > 1 or on a shared-work coordinator
-  // (svi::StepDriver::DrawNoiseAhead).
+  // (svi::StepDriver::DrawNoiseAhead), plus the check's.
   int usable_threads = 1;
   double floor_seconds = 0;    // cpu_seconds / usable_threads: no faster on an idle machine
-  bool fits = true;            // kCalibrationSafety · step_seconds ≤ budget_seconds
-  bool refused = false;        // floor_seconds > budget_seconds
-  std::string text;            // one line: the figures, and what to change if !fits
+  // kCalibrationSafety · fastest_seconds ≤ budget_seconds: the worst-case
+  // step fits with margin, so β (planner.h OverrunBeta) is bounded.
+  bool fits = true;
+  bool busy = false;           // kCalibrationSafety · step_seconds > budget_seconds
+  // fits is required: a private run with schedule.on_overrun: stop (not an
+  // aggregator, whose rounds' times do not depend on data), or a holder.
+  bool margin_required = false;
+  bool refused_idle = false;   // floor_seconds > budget_seconds
+  bool refused = false;        // refused_idle, or margin_required && !fits
+  std::string text;            // one line: the figures, and what to change unless fits && !busy
 };
 
 // P[Binomial(n, q) ≥ b] ≤ 1e-9 by the Chernoff bound: the smallest such b.
@@ -82,5 +117,13 @@ int64_t BatchBound(int64_t n, double q);
 
 // Kafka sources only (FailedPrecondition otherwise).
 StatusOr<StepCalibration> CalibrateWorstCaseStep(const config::VipsdConfig& config);
+
+// Sets fits, busy, refused_idle and refused from the figures, the budget
+// and margin_required (the rules above).
+void JudgeStepTiming(StepCalibration& timing);
+
+// The live-reloadable keys the timing or its budget depends on: a reload
+// that changes one is timed before it applies (daemon_reload.cc).
+const std::vector<std::string>& StepCostKeys();
 
 }  // namespace vipsd::daemon

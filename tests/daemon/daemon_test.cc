@@ -1764,6 +1764,72 @@ class LogCapture {
   std::vector<std::string> lines_;
 };
 
+// Issue 49: a reload that changes what a step costs, or the time it gets,
+// is timed as a start is and refused as a start would be, the running
+// configuration kept: here pool.capacity raised to 10^9 (a batch bound no
+// 3 s slot holds even on an idle machine). A reload within the slot is
+// timed and applied. Without the timing (the --no-step-time-check start),
+// the same raise is applied untimed.
+TEST(DaemonTest, AReloadThatMakesTheWorstCaseStepOverrunIsRefused) {
+  auto run = [](const std::string& name, bool time_reloads, double* raised_ok,
+                std::vector<std::string>* lines) {
+    Harness h(name);
+    for (int i = 0; i < 20; ++i) h.topic->Append(0, Document(i));
+    Options options;
+    options.on_overrun = "stop";
+    options.interval = 3;  // room for the check under a sanitizer on a busy machine
+    options.capacity = 1000;
+    options.ceiling = 20;  // the check beside the step: a PLD of some 50 steps
+    const std::string path = WriteConfig(h.dir, options);
+    DaemonOptions daemon_options;
+    daemon_options.time_reloads = time_reloads;
+    LogCapture log;
+    auto daemon = h.Make(path, {}, daemon_options);
+    ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+    Status result = Status::Ok();
+    std::thread runner([&] { result = (*daemon)->Run(); });
+    const std::string text = *connectors::ReadWholeFile(path);
+    auto reloads = [&] {
+      return h.metrics->config_reloads_total(ReloadResult::kSuccess).Value() +
+             h.metrics->config_reloads_total(ReloadResult::kFailure).Value();
+    };
+    auto reload_capacity = [&](const std::string& capacity) {
+      const double before = reloads();
+      std::ofstream(path, std::ios::trunc)
+          << std::string(text).replace(text.find("capacity: 1000"), 14, "capacity: " + capacity);
+      (*daemon)->RequestReload();
+      const auto until = std::chrono::steady_clock::now() + 30s;
+      while (reloads() == before && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(5ms);
+      }
+    };
+    reload_capacity("2000");
+    EXPECT_EQ(h.metrics->config_last_reload_successful().Value(), 1);
+    reload_capacity("1000000000");
+    *raised_ok = h.metrics->config_last_reload_successful().Value();
+    (*daemon)->RequestStop();
+    runner.join();
+    EXPECT_TRUE(result.ok()) << result.ToString();
+    *lines = log.Lines();
+  };
+  double raised_ok = -1;
+  std::vector<std::string> lines;
+  run("reload_timed", true, &raised_ok, &lines);
+  EXPECT_EQ(raised_ok, 0);
+  auto said = [&](const std::string& what) {
+    return std::any_of(lines.begin(), lines.end(),
+                       [&](const std::string& l) { return l.find(what) != std::string::npos; });
+  };
+  EXPECT_TRUE(said("reload applied: pool.capacity: 1000 -> 2000; worst-case step timed: a step on "));
+  EXPECT_TRUE(said("reload refused, the running configuration stays: "));
+  EXPECT_TRUE(said(": pool.capacity: the reload's worst-case step does not fit its slot: a step on "));
+  EXPECT_TRUE(said("even on an idle machine"));
+
+  run("reload_untimed", false, &raised_ok, &lines);
+  EXPECT_EQ(raised_ok, 1);
+  EXPECT_FALSE(said("worst-case step timed"));
+}
+
 // Issue 27: a restart re-reads each window from its start, so every
 // malformed record in it used to be dead-lettered once more per restart.
 TEST(DaemonTest, ARecordDeadLetteredBeforeARestartIsNotDeadLetteredAgain) {

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -104,6 +105,82 @@ TEST(StepCalibrationTest, ASlotShorterThanTheStepsWorkOverItsThreadsIsRefusedALo
   EXPECT_TRUE(long_slot->fits) << long_slot->text;
   EXPECT_DOUBLE_EQ(long_slot->budget_seconds, 599);  // grace: min(1, 600/4)
   EXPECT_EQ(long_slot->text.find("overrun"), std::string::npos) << long_slot->text;
+}
+
+// Issue 49: the claim's β needs the worst-case step to fit with margin, so
+// a run whose claim depends on it (margin_required: private with
+// on_overrun: stop, or a holder) is refused without it; any other run is
+// warned. The faster run decides (the machine at its least loaded); the
+// slower only warns. The idle floor refuses every run.
+TEST(StepCalibrationTest, WithoutMarginAStopRunIsRefusedACatchUpRunWarned) {
+  auto judged = [](double fastest, double slowest, double floor, bool margin_required) {
+    StepCalibration timing;
+    timing.fastest_seconds = fastest;
+    timing.step_seconds = slowest;
+    timing.floor_seconds = floor;
+    timing.budget_seconds = 1.0;
+    timing.margin_required = margin_required;
+    JudgeStepTiming(timing);
+    return timing;
+  };
+  // 1.5 x 0.6 = 0.9 fits 1 s; 1.5 x 0.8 = 1.2 does not.
+  for (const bool required : {true, false}) {
+    SCOPED_TRACE(required ? "margin required" : "margin not required");
+    const StepCalibration fits = judged(0.6, 0.6, 0.3, required);
+    EXPECT_TRUE(fits.fits);
+    EXPECT_FALSE(fits.busy);
+    EXPECT_FALSE(fits.refused);
+
+    const StepCalibration busy = judged(0.6, 0.8, 0.3, required);  // only the slower run is over
+    EXPECT_TRUE(busy.fits);
+    EXPECT_TRUE(busy.busy);
+    EXPECT_FALSE(busy.refused);
+
+    const StepCalibration tight = judged(0.8, 0.9, 0.5, required);  // under 1 s, not under 1/1.5
+    EXPECT_FALSE(tight.fits);
+    EXPECT_FALSE(tight.refused_idle);
+    EXPECT_EQ(tight.refused, required);
+
+    const StepCalibration idle = judged(1.4, 1.5, 1.1, required);  // over even when idle
+    EXPECT_TRUE(idle.refused_idle);
+    EXPECT_TRUE(idle.refused);
+  }
+}
+
+// A private run that stops at overruns (the default) with a slot its
+// worst-case step fits only without margin is refused, naming why; the same
+// slot under catch_up is warned. The slot is set from a first timing, at
+// 1.05 x its faster run: under 1.5 x any second timing unless the machine
+// became much faster, over the idle floor.
+TEST(StepCalibrationTest, TheMarginIsRequiredOfAPrivateRunThatStopsAtOverruns) {
+  const std::string common =
+      "schedule:\n  tau0: 64\n  kappa: 0.7\n  threads: 1\n  window_steps: 500\n";
+  auto first = CalibrateWorstCaseStep(KafkaExampleWith(
+      common + "  interval_seconds: 600\n  release_delay_seconds: 600\n"));
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_TRUE(first->margin_required);  // private, on_overrun: stop by default
+  const double slot = 1.05 * first->fastest_seconds + 0.02;  // + the default grace (slot / 4, at most 1)
+  char times[160];
+  std::snprintf(times, sizeof times,
+                "  interval_seconds: %.6f\n  release_delay_seconds: %.6f\n  cut_grace_seconds: 0.01\n",
+                slot, slot);
+  for (const std::string overrun : {"stop", "catch_up"}) {
+    SCOPED_TRACE(overrun);
+    auto timing = CalibrateWorstCaseStep(
+        KafkaExampleWith(common + times + "  on_overrun: " + overrun + "\n"));
+    ASSERT_TRUE(timing.ok()) << timing.status().ToString();
+    if (timing->fits || timing->refused_idle) {
+      GTEST_SKIP() << "the machine's speed changed between the timings: " << timing->text;
+    }
+    EXPECT_EQ(timing->margin_required, overrun == "stop");
+    EXPECT_EQ(timing->refused, overrun == "stop") << timing->text;
+    EXPECT_NE(timing->text.find(overrun == "stop"
+                                    ? "a private run that stops at an overrun "
+                                      "(schedule.on_overrun: stop) is refused"
+                                    : "schedule.on_overrun: catch_up shows how late they are"),
+              std::string::npos)
+        << timing->text;
+  }
 }
 
 }  // namespace
