@@ -235,16 +235,19 @@ StatusOr<StepCalibration> CalibrateWorstCaseStep(const config::VipsdConfig& conf
     if (check.joinable()) check.join();
     VIPSD_RETURN_IF_ERROR(result.status());
     VIPSD_RETURN_IF_ERROR(checked);
-    const double wall = std::max(words_wall * word_scale + step_wall * scale, check_seconds);
+    // The step's own time, measured while the check took CPU beside it:
+    // the check's length depends on q, σ and the count only, never on the
+    // data, so a check that outlasts the slot delays steps whatever the
+    // data (said below; not an overrun the data could cause).
+    const double wall = words_wall * word_scale + step_wall * scale;
     slowest = std::max(slowest, wall);
     fastest = std::min(fastest, wall);
     slowest_check = std::max(slowest_check, check_seconds);
-    // (The check's CPU while the words were drawn is scaled with them: an
-    // overstatement of microseconds.)
+    // The step's CPU only (the check's thread subtracted; its CPU while the
+    // words were drawn is scaled with them, an overstatement of microseconds).
     least_cpu = std::min(least_cpu,
                          words_cpu * word_scale +
-                             (ProcessCpuSeconds() - cpu_start - words_cpu - check_cpu) * scale +
-                             check_cpu);
+                             (ProcessCpuSeconds() - cpu_start - words_cpu - check_cpu) * scale);
   }
   out.step_seconds = slowest;
   out.fastest_seconds = fastest;
@@ -255,9 +258,7 @@ StatusOr<StepCalibration> CalibrateWorstCaseStep(const config::VipsdConfig& conf
   const bool noise_thread =
       config.is_private() && (config.driver.threads > 1 || !config.work_topic.empty());
   out.usable_threads =
-      std::max(1, std::min(config.driver.threads + (noise_thread ? 1 : 0) +
-                               (out.check_steps > 0 ? 1 : 0),
-                           UsableCpus()));
+      std::max(1, std::min(config.driver.threads + (noise_thread ? 1 : 0), UsableCpus()));
   out.floor_seconds = out.cpu_seconds / out.usable_threads;
   const bool holder = config.federation.role == config::FederationRole::kHolder;
   // A federated holder's round runs from the plan to its share time (its
@@ -286,7 +287,7 @@ StatusOr<StepCalibration> CalibrateWorstCaseStep(const config::VipsdConfig& conf
                   : "") +
              (out.check_steps > 0
                   ? "; with the accountant's check of step " + std::to_string(out.check_steps) +
-                        " beside it, " + Seconds(out.check_seconds)
+                        " beside it, which took " + Seconds(out.check_seconds)
                   : "") +
              ") took " + Seconds(out.step_seconds) + " on this machine (the faster of two runs " +
              Seconds(out.fastest_seconds) + "; " + Seconds(out.cpu_seconds) +
@@ -305,6 +306,11 @@ StatusOr<StepCalibration> CalibrateWorstCaseStep(const config::VipsdConfig& conf
                "schedule.cut_grace_seconds or pool.capacity";
   const std::string margin = Seconds(kCalibrationSafety * out.fastest_seconds) + " (" +
                              ShortestNumber(kCalibrationSafety) + " x the faster run)";
+  if (out.check_seconds > out.budget_seconds) {
+    out.text += "; the accountant's check takes longer than the slot, so later steps wait for "
+                "it and leave late whatever the data (its length depends on q, sigma and the "
+                "step count only)";
+  }
   if (out.refused_idle) {
     out.text += ", less than the step needs even on an idle machine: every step near this "
                 "batch would overrun its deadline" + remedy;

@@ -36,9 +36,13 @@
 // to the smallest double), the most any real record can take. With each
 // step: the sample's keyed words over a full pool (pool.capacity
 // candidates; timed on at most kCalibrationWords and scaled), and, on a
-// thread beside it as in a run
-// (LedgerKeeper::PrefetchNextCheck), a fixed schedule's check of the next
-// step — a PLD composition of check_steps steps from a fresh accountant.
+// thread beside it as in a run (LedgerKeeper::PrefetchNextCheck), a fixed
+// schedule's check of the next step — a PLD composition of check_steps
+// steps from a fresh accountant. The check takes CPU from the step as in a
+// run, but its own length is not the step's: it depends on q, σ and the
+// count only, never on the data, so a check longer than the slot delays
+// steps whatever the data (an availability problem, said in the text, and
+// not an event β must bound).
 // Nothing is released and no private record is touched: the records are
 // made from a fixed public seed. Above kCalibrationRecords the step's time
 // is scaled linearly (the E-step is linear in the batch; the noise and
@@ -85,19 +89,20 @@ struct StepCalibration {
   // and kCalibrationCheckSteps); 0: none timed.
   int64_t check_steps = 0;
   double check_seconds = 0;    // its wall time, the slower of the two runs
-  // The worst-case step, scaled to B, with the check beside it: the
-  // slower of the two runs (step_seconds) and the faster (fastest_seconds).
+  // The worst-case step (its sample's words and the step), scaled to B,
+  // timed with the check beside it: the slower of the two runs
+  // (step_seconds) and the faster (fastest_seconds).
   double step_seconds = 0;
   double fastest_seconds = 0;
   // min(release_delay − cut_grace, interval) seconds; a federated holder's:
   // federation.share_delay_seconds (from the plan to its share time).
   double budget_seconds = 0;
   std::string budget_key;      // the key that sets it (messages name it)
-  double cpu_seconds = 0;      // CPU time over all threads (the step's scaled to B)
-  // min(threads running at once, CPUs this process may use): the step's
+  double cpu_seconds = 0;      // the step's CPU time over all its threads, scaled to B
+  // min(threads the step runs at once, CPUs this process may use): its
   // threads, plus the one that draws the noise ahead in a private run with
   // schedule.threads > 1 or on a shared-work coordinator
-  // (svi::StepDriver::DrawNoiseAhead), plus the check's.
+  // (svi::StepDriver::DrawNoiseAhead).
   int usable_threads = 1;
   double floor_seconds = 0;    // cpu_seconds / usable_threads: no faster on an idle machine
   // kCalibrationSafety · fastest_seconds ≤ budget_seconds: the worst-case

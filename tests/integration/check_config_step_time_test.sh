@@ -20,7 +20,7 @@ sed -e "s|vocabulary: demo/vocab.txt|vocabulary: $source_dir/config/examples/dem
     -e "s|  directory: ../../out/demo/state|  directory: $work/state|" \
     "$source_dir/config/examples/demo.yaml" > "$work/ok.yaml"
 "$vipsd" --config "$work/ok.yaml" --check-config > "$work/ok.out" 2> "$work/ok.err"
-timing='a step on [0-9]* records (the batch Poisson sampling at q = 0.1 from pool.capacity 20000 exceeds with probability < 1e-9; with the accountant.s check of step [0-9]* beside it, [0-9.e-]* s) took [0-9.e-]* s on this machine (the faster of two runs [0-9.e-]* s; [0-9.e-]* s of CPU time on [0-9]* threads*: at least [0-9.e-]* s even when idle); a slot gives a step 0.25 s'
+timing='a step on [0-9]* records (the batch Poisson sampling at q = 0.1 from pool.capacity 20000 exceeds with probability < 1e-9; with the accountant.s check of step [0-9]* beside it, which took [0-9.e-]* s) took [0-9.e-]* s on this machine (the faster of two runs [0-9.e-]* s; [0-9.e-]* s of CPU time on [0-9]* threads*: at least [0-9.e-]* s even when idle); a slot gives a step 0.25 s'
 if grep -q "overrun their deadlines" "$work/ok.err"; then
   # Judged too short on a loaded machine: then it is a warning naming the key and line.
   grep -q "ok.yaml:[0-9]*: schedule.interval_seconds: warning: $timing" "$work/ok.err" \
