@@ -334,6 +334,13 @@ int main(int argc, char** argv) {
   // start, so the group join does not wait on it), refused as --check-config
   // refuses it; reloads are timed by the daemon (options.step_time_check).
   if (config->source_type == config::SourceType::kKafka && step_time_check) {
+    // A stop asked for while the step is timed is kept pending for the
+    // service's signal thread (Service::Run blocks the same set), which
+    // then stops cleanly, instead of killing the process mid-timing.
+    sigset_t signals;
+    sigemptyset(&signals);
+    for (int signal : {SIGINT, SIGTERM, SIGHUP, SIGUSR1}) sigaddset(&signals, signal);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
     std::string timing;
     if (!timed_step(&timing)) return 2;
     if (!timing.empty()) Log(LogLevel::kInfo, "main", timing);

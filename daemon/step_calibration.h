@@ -78,7 +78,7 @@ namespace vipsd::daemon {
 
 inline constexpr int64_t kCalibrationRecords = 5000;
 inline constexpr double kCalibrationSafety = 1.5;
-inline constexpr int64_t kCalibrationCheckSteps = 1000000;
+inline constexpr int64_t kCalibrationCheckSteps = 10000;
 inline constexpr int64_t kCalibrationWords = 1 << 20;
 
 struct StepCalibration {
