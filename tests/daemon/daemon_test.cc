@@ -33,6 +33,8 @@
 #include "core/privacy/planner.h"
 #include "daemon/ledger.h"
 #include "tests/testing/fake_io.h"
+#include "tests/testing/memory_ledger_log.h"
+#include "tests/testing/memory_work_exchange.h"
 #include "tests/testing/ledger_text.h"
 
 namespace vipsd::daemon {
@@ -835,13 +837,17 @@ TEST(DaemonTest, ALateSlotWaitsForTheNextPublicBoundaryCommitIncluded) {
 // shows the same pattern (step k at d_{k+1}, no step at slot k+1), and a
 // longer one stops stepping for the run with its release withheld: the
 // release topic tells one of two events, never a duration.
-TEST(DaemonTest, AnOverrunShowsOnlyWhetherItEndedByTheNextDeadline) {
+// The reviewer's overrun trace (issue 49), for one vipsd and for a
+// shared-work coordinator (its step waits for its workers' partial sums,
+// so its length is theirs too; here it holds every partition itself, on an
+// in-memory ledger topic and work topic, and the hook slows its step 2).
+void ExpectAnOverrunShowsOnlyWhetherItEndedByTheNextDeadline(bool shared) {
   struct Run {
     std::vector<std::pair<std::string, double>> releases;  // id, publish time
     double overruns = 0, skipped = 0;
     int64_t steps_run = 0;
   };
-  auto run = [](const std::string& name, std::chrono::milliseconds slow) {
+  auto run = [shared](const std::string& name, std::chrono::milliseconds slow) {
     Harness h(name);
     for (int i = 0; i < 20; ++i) h.topic->Append(0, Document(i));
     Options options;
@@ -855,7 +861,33 @@ TEST(DaemonTest, AnOverrunShowsOnlyWhetherItEndedByTheNextDeadline) {
       if (step == 2) std::this_thread::sleep_for(slow);
     };
     Run out;
-    auto daemon = h.Make(WriteConfig(h.dir, options), hooks);
+    const std::string path = WriteConfig(h.dir, options);
+    MemoryLog ledger_log;
+    StatusOr<std::unique_ptr<Daemon>> daemon = UnavailableError("not made");
+    if (shared) {
+      std::string text = *connectors::ReadWholeFile(path);
+      text.replace(text.find("  directory: state\n"), 19,
+                   "  directory: state\n  ledger_topic: ledger\n  work_topic: work\n");
+      std::ofstream(path, std::ios::trunc) << text;
+      auto config = config::LoadConfigFile(path);
+      EXPECT_TRUE(config.ok()) << config.status().ToString();
+      if (!config.ok()) return out;
+      auto replica =
+          LedgerReplica::Create(std::make_unique<MemoryLedgerLog>(&ledger_log), config->ledger_key);
+      EXPECT_TRUE(replica.ok()) << replica.status().ToString();
+      if (!replica.ok()) return out;
+      auto topic = h.topic;
+      daemon = Daemon::Create(
+          *config,
+          [topic](ResumeOffsetFn resume) -> StatusOr<std::unique_ptr<InputSource>> {
+            return std::unique_ptr<InputSource>(new FakeSource(topic, std::move(resume)));
+          },
+          std::make_unique<FakeSink>(h.sink), h.metrics.get(), hooks, {}, std::move(*replica),
+          std::make_unique<MemoryWorkExchange>(std::make_shared<MemoryWorkTopic>(),
+                                               WorkRole::kCoordinator));
+    } else {
+      daemon = h.Make(path, hooks);
+    }
     EXPECT_TRUE(daemon.ok()) << daemon.status().ToString();
     if (!daemon.ok()) return out;
     const double until = options.start_time + 7.2;  // slots 0..7's deadlines
@@ -872,8 +904,9 @@ TEST(DaemonTest, AnOverrunShowsOnlyWhetherItEndedByTheNextDeadline) {
     out.steps_run = (*daemon)->status().steps_run;
     return out;
   };
-  const Run fast = run("overrun_short", 1600ms - 250ms - 300ms);  // ends by the next deadline
-  const Run slow = run("overrun_long", 2600ms);                   // ends after it
+  const std::string prefix = shared ? "shared_" : "";
+  const Run fast = run(prefix + "overrun_short", 1600ms - 250ms - 300ms);  // ends by the next deadline
+  const Run slow = run(prefix + "overrun_long", 2600ms);                   // ends after it
   auto text = [](const Run& r) {
     std::string out;
     for (const auto& [id, t] : r.releases) out += id + "@" + std::to_string(t) + " ";
@@ -893,6 +926,14 @@ TEST(DaemonTest, AnOverrunShowsOnlyWhetherItEndedByTheNextDeadline) {
   EXPECT_EQ(slow.releases.back().first, "step-1") << text(slow);
   EXPECT_EQ(slow.steps_run, 2) << text(slow);
   EXPECT_GE(slow.skipped, 3) << text(slow);
+}
+
+TEST(DaemonTest, AnOverrunShowsOnlyWhetherItEndedByTheNextDeadline) {
+  ExpectAnOverrunShowsOnlyWhetherItEndedByTheNextDeadline(/*shared=*/false);
+}
+
+TEST(DaemonTest, ASharedCoordinatorsOverrunShowsOnlyWhetherItEndedByTheNextDeadline) {
+  ExpectAnOverrunShowsOnlyWhetherItEndedByTheNextDeadline(/*shared=*/true);
 }
 
 // Issue 26: the final release of a run that ends by itself (max_steps,
