@@ -1,5 +1,5 @@
 // Model checkpoints: the state a restarted daemon resumes from (docs/architecture.md;
-// STYLE.md "Durability").
+// docs/style.md "Durability").
 //
 // One file, `<state directory>/checkpoint`, written after the ledger commit
 // of a step: the model's CheckpointArrays() (for LDA, λ), the step t whose

@@ -1,7 +1,8 @@
 // The daemon's view of its inputs and outputs: small interfaces that the
 // Kafka connectors implement in production (daemon/kafka_io.h), the file
 // connectors implement for the offline run (daemon/file_io.h), and honest
-// in-memory fakes implement in tests (STYLE.md "fakes before mocks").
+// in-memory fakes implement in tests (docs/style.md "Tests": fakes before
+// mocks).
 //
 // InputSource — records in log order per stream (a Kafka topic-partition, or
 //   the one stream of a file), each with its offset. The daemon calls

@@ -9,7 +9,7 @@
 // bound of slot k's cuts, which the records' timestamps then decide
 // (Ingest::SetTargets; core/svi/slot_windows.h). It does no private work,
 // and what it observes is stream volume. A reload that changes the interval moves
-// the anchor (Reanchor) for slots not observed yet; a slot whose time moved
+// the anchor (Retime) for slots not observed yet; a slot whose time moved
 // while it was being observed is observed again at its new time.
 //
 // ObserveWithRetry is the one way anything reads the log's bounds: the

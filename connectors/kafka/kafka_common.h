@@ -1,7 +1,7 @@
 // Internal helpers shared by the Kafka connectors (mock cluster, source,
 // producer). Not part of the connectors' public interface: include it only
 // from connectors/kafka/*.cc. It includes librdkafka's headers, which must
-// stay inside connectors/ (STYLE.md "Layout").
+// stay inside connectors/ (docs/style.md "Layout").
 //
 // Privacy: everything here handles configuration, error codes and librdkafka
 // log lines, never message content. librdkafka's log lines name brokers,
