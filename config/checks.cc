@@ -142,7 +142,7 @@ Diagnostics::Entry At(const VipsdConfig& config, const std::string& key, const s
     prefix.erase(prefix.rfind('.'));
     line = config.line_of(prefix);
   }
-  return {line, config.file + ":" + std::to_string(line) + ": " + key + ": " + what};
+  return {line, KeyWhere(config.file, line, key) + what};
 }
 
 // privacy.unit, its field and its cap, and what a unit cannot be combined
@@ -416,6 +416,10 @@ CapacityMargin CapacityMarginOf(const VipsdConfig& config) {
                 " s (on average more than " + FourDigits(margin.records_per_second) +
                 " records/s)";
   return margin;
+}
+
+std::string KeyWhere(const VipsdConfig& config, const std::string& key) {
+  return KeyWhere(config.file, config.line_of(key), key);
 }
 
 }  // namespace vipsd::config

@@ -32,6 +32,7 @@
 #include <string_view>
 #include <vector>
 
+#include "config/where.h"
 #include "core/base/log.h"
 #include "core/base/status.h"
 #include "core/models/blr.h"
@@ -270,6 +271,10 @@ StatusOr<std::vector<std::string>> ChangedReloadableKeys(
 // `vipsd --print-reference-config` prints it; config/vipsd.reference.yaml is
 // its output, kept equal by a test.
 std::string ReferenceConfig();
+
+// KeyWhere(file, line, key) (config/where.h) for `key` in `config`: its
+// line in config.file (0 when the file leaves it out).
+std::string KeyWhere(const VipsdConfig& config, const std::string& key);
 
 // The keys a reload applies live (ChangedReloadableKeys' live changes).
 const std::vector<std::string>& LiveReloadKeys();

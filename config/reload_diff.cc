@@ -42,8 +42,8 @@ Status Refusal(const VipsdConfig& running, const VipsdConfig& next, const Key& k
           ? std::string("the values are not shown: they may hold credentials")
           : "running: " + key.field->Show(running) + ", file: " + key.field->Show(next);
   return InvalidArgumentError(
-      next.file + ":" + std::to_string(LineOf(next, key.path)) + ": " + key.path +
-      ": cannot change on reload" + what + " (" + values +
+      KeyWhere(next.file, LineOf(next, key.path), key.path) + "cannot change on reload" + what +
+      " (" + values +
       "); the old configuration keeps running. Changing it needs a restart" +
       (state_bound ? " with a new state directory" : "") +
       (privacy_mode ? " (one privacy mode per state directory: private runs and non-private or "

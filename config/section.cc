@@ -8,6 +8,7 @@
 
 #include "config/secrets.h"
 #include "config/suggest.h"
+#include "config/where.h"
 
 namespace vipsd::config::internal {
 
@@ -243,7 +244,7 @@ void Section::Finish() {
   for (const auto& [key, line] : unread_) {
     std::string what = "unknown key";
     if (const auto close = Closest(key, known_)) what += "; did you mean '" + *close + "'?";
-    Record(line, file_ + ":" + std::to_string(line) + ": " + Join(key) + ": " + what);
+    Record(line, KeyWhere(file_, line, Join(key)) + what);
   }
   unread_.clear();
 }
@@ -267,7 +268,7 @@ void Section::WarnAt(const std::string& key, const std::string& what) {
   const YAML::Node value = node_[key];
   const int line = (value.IsDefined() ? value : node_).Mark().line + 1;
   diag_->warnings.push_back(
-      {line, file_ + ":" + std::to_string(line) + ": " + Join(key) + ": warning: " + what});
+      {line, KeyWhere(file_, line, Join(key)) + "warning: " + what});
 }
 
 void Section::Record(int line, std::string message) {
@@ -276,15 +277,14 @@ void Section::Record(int line, std::string message) {
 
 Status Section::Error(const YAML::Node& node, const std::string& key, const std::string& what) {
   const int line = node.Mark().line + 1;
-  std::string message = file_ + ":" + std::to_string(line) + ": " + key + ": " + what;
+  std::string message = KeyWhere(file_, line, key) + what;
   Record(line, message);
   return InvalidArgumentError(message);
 }
 
 Status Section::Missing(const std::string& key) {
   const int line = node_.Mark().line + 1;
-  std::string message =
-      file_ + ":" + std::to_string(line) + ": " + Join(key) + ": required key is missing";
+  std::string message = KeyWhere(file_, line, Join(key)) + "required key is missing";
   // A present key that looks like a typo of the missing one.
   std::set<std::string> present;
   for (const auto& [name, at] : unread_) present.insert(name);

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "connectors/file/file_util.h"
+#include "core/base/format.h"
 #include "core/release/release.h"
 #include "daemon/ledger.h"
 
@@ -66,8 +67,7 @@ StatusOr<std::string> CheckpointStore::Encode(const Checkpoint& checkpoint) {
     return InvalidArgumentError("checkpoint run id must be 32 lowercase hex characters");
   }
   if (!IsName(checkpoint.model_type)) return InvalidArgumentError("bad checkpoint model type");
-  if (checkpoint.model_fingerprint.size() != 64 ||
-      checkpoint.model_fingerprint.find_first_not_of("0123456789abcdef") != std::string::npos) {
+  if (!IsLowerHex(checkpoint.model_fingerprint, 64)) {
     return InvalidArgumentError("checkpoint fingerprint must be 64 lowercase hex characters");
   }
   if (checkpoint.arrays.empty() || checkpoint.arrays.size() > kMaxArrays) {
@@ -144,8 +144,7 @@ StatusOr<Checkpoint> CheckpointStore::Decode(const std::string& bytes, const std
     return bad("bad model line");
   }
   if (!(header >> word >> checkpoint.model_fingerprint) || word != "fingerprint" ||
-      checkpoint.model_fingerprint.size() != 64 ||
-      checkpoint.model_fingerprint.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      !IsLowerHex(checkpoint.model_fingerprint, 64)) {
     return bad("bad fingerprint line");
   }
   if (!(header >> word >> num_arrays) || word != "arrays" || num_arrays == 0 ||

@@ -68,7 +68,7 @@ StatusOr<bool> Daemon::ApplyReload(config::VipsdConfig next, std::vector<std::st
     VIPSD_ASSIGN_OR_RETURN(auto rebuilt, BuildModel(next));
     if (rebuilt.vocabulary_fingerprint != bundle_.vocabulary_fingerprint) {
       return InvalidArgumentError(
-          KeyWhere(next, "model.lda.vocabulary") +
+          config::KeyWhere(next, "model.lda.vocabulary") +
           "the vocabulary file's content changed; it cannot change on reload (restart with a "
           "new state directory)");
     }
@@ -91,7 +91,7 @@ StatusOr<bool> Daemon::ApplyReload(config::VipsdConfig next, std::vector<std::st
     if (first != changed.end()) {
       VIPSD_ASSIGN_OR_RETURN(const StepCalibration timing, CalibrateWorstCaseStep(next));
       if (timing.refused) {
-        return InvalidArgumentError(KeyWhere(next, *first) +
+        return InvalidArgumentError(config::KeyWhere(next, *first) +
                                     "the reload's worst-case step does not fit its slot: " +
                                     timing.text);
       }
@@ -107,7 +107,7 @@ StatusOr<bool> Daemon::ApplyReload(config::VipsdConfig next, std::vector<std::st
       const int64_t from = std::max(next_slot - 1, windows.last_slot());
       const Status set = windows.SetInterval(next.step_interval_seconds, from);
       if (!set.ok()) {
-        return InvalidArgumentError(KeyWhere(next, "schedule.interval_seconds") +
+        return InvalidArgumentError(config::KeyWhere(next, "schedule.interval_seconds") +
                                     std::string(set.message()));
       }
       return SlotClock::Anchor{windows.anchor_slot(), windows.anchor_time(),

@@ -14,6 +14,7 @@
 #include "connectors/kafka/kafka_source.h"
 #include "connectors/kafka/log_observer.h"
 #include "connectors/kafka/partition_reader.h"
+#include "core/base/format.h"
 #include "core/base/log.h"
 #include "daemon/work_exchange.h"
 
@@ -291,7 +292,7 @@ Status Located(const config::VipsdConfig& config, const std::string& key, const 
     if (line == 0 && key.rfind(map, 0) == 0) line = config.line_of(map);
   }
   if (line == 0) line = config.line_of("kafka");
-  return InvalidArgumentError(config.file + ":" + std::to_string(line) + ": " + key + ": " +
+  return InvalidArgumentError(config::KeyWhere(config.file, line, key) +
                               std::string(status.message()));
 }
 
@@ -338,8 +339,7 @@ std::vector<std::string> KafkaClientWarnings(const config::VipsdConfig& config) 
   const size_t room = connectors::DeadLetterValueRoom(*max_message_bytes);
   if (static_cast<uint64_t>(config.max_record_bytes) > room) {
     warnings.push_back(
-        config.file + ":" + std::to_string(config.line_of("source.max_record_bytes")) +
-        ": source.max_record_bytes: warning: " + std::to_string(config.max_record_bytes) +
+        config::KeyWhere(config, "source.max_record_bytes") + "warning: " + std::to_string(config.max_record_bytes) +
         " bytes is more than a dead letter can carry whole: the producer's message.max.bytes " +
         std::to_string(*max_message_bytes) + " leaves " + std::to_string(room) +
         " bytes for a record's key and value, so a rejected record above that is "
@@ -370,8 +370,7 @@ Status CheckInputTopicConfigs(connectors::KafkaLogObserver& observer,
     const auto policy = configs.find("cleanup.policy");
     if (policy != configs.end() && policy->second.find("compact") != std::string::npos) {
       return FailedPreconditionError(
-          config.file + ":" + std::to_string(config.line_of("source.topics")) +
-          ": source.topics: topic " + topic + " has cleanup.policy=" + policy->second +
+          config::KeyWhere(config, "source.topics") + "topic " + topic + " has cleanup.policy=" + policy->second +
           ": compaction removes records from a partition's past, so a window read again after "
           "a restart or a takeover would not be the window that was stepped; input topics "
           "need cleanup.policy=delete");
@@ -517,8 +516,7 @@ class KafkaLedgerLog final : public LedgerLog {
         return bad("header " + std::string(kEpochHeader) + " is not a decimal counter");
       }
       entry.epoch = std::stoull(epoch);  // ≤ kMaxLedgerEpoch: 15 digits
-      if (entry.owner.size() != 32 ||
-          entry.owner.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      if (!IsLowerHex(entry.owner, 32)) {
         return bad("header " + std::string(kOwnerHeader) + " is not 32 lowercase hex");
       }
       entry.ledger = std::move(m.value);

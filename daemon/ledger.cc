@@ -36,11 +36,6 @@ constexpr std::string_view kChecksumPrefix = "blake2b ";
 constexpr std::string_view kRefuse = "; refusing to start from zero";
 
 
-bool IsHex(const std::string& text, size_t length) {
-  return text.size() == length && std::all_of(text.begin(), text.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
-}
 
 
 void AppendSection(std::string& out, std::string_view name, const std::string& body) {
@@ -105,7 +100,7 @@ std::string_view SourceKindName(SourceKind kind) {
   return kind == SourceKind::kKafka ? "kafka" : "file";
 }
 
-bool IsRunId(const std::string& id) { return IsHex(id, 32); }
+bool IsRunId(const std::string& id) { return IsLowerHex(id, 32); }
 
 StatusOr<std::string> NewRunId() {
   unsigned char bytes[16];
@@ -119,13 +114,7 @@ StatusOr<std::string> NewRunId() {
     }
     filled += static_cast<size_t>(got);
   }
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string id;
-  for (unsigned char byte : bytes) {
-    id.push_back(kDigits[byte >> 4]);
-    id.push_back(kDigits[byte & 15]);
-  }
-  return id;
+  return LowerHex(bytes);
 }
 
 Ledger::Ledger(std::string directory, int lock_fd)
@@ -291,7 +280,7 @@ Status DecodeLines(Reader& reader, int version, LedgerState& state, bool* weight
     std::istringstream words(line);
     if (!(words >> word >> state.model_type >> state.model_fingerprint) || word != "model" ||
         (state.model_type != "lda" && state.model_type != "blr" && state.model_type != "sbn") ||
-        !IsHex(state.model_fingerprint, 64) || (words >> value)) {
+        !IsLowerHex(state.model_fingerprint, 64) || (words >> value)) {
       return reader.Bad("bad model line");
     }
   }

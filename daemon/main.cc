@@ -276,9 +276,7 @@ int main(int argc, char** argv) {
       say(LogLevel::kError, "timing a worst-case step: " + std::string(timing.status().message()));
       return false;
     }
-    const std::string where = config->file + ":" +
-                              std::to_string(config->line_of(timing->budget_key)) + ": " +
-                              timing->budget_key + ": ";
+    const std::string where = config::KeyWhere(*config, timing->budget_key);
     if (timing->refused) {
       say(LogLevel::kError, where + timing->text);
       return false;

@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "daemon/startup_check.h"
 
 namespace vipsd::daemon {
 namespace {
@@ -53,7 +52,7 @@ std::string Name(const config::VipsdConfig& config, const Place& place) {
 }
 
 std::string Where(const config::VipsdConfig& config, const Place& place) {
-  return KeyWhere(config, place.key);
+  return config::KeyWhere(config, place.key);
 }
 
 // `inner` is `directory` or lies below it (or_equal), or strictly below it.

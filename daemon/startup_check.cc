@@ -28,10 +28,6 @@ constexpr std::string_view kComponent = "daemon";
 
 }  // namespace
 
-std::string KeyWhere(const config::VipsdConfig& config, const std::string& key) {
-  return config.file + ":" + std::to_string(config.line_of(key)) + ": " + key + ": ";
-}
-
 privacy::Adaptivity AccountingAdaptivity() {
   // (q, σ) may change by reload after releases were seen: always account as
   // an RDP privacy filter (docs/privacy_accounting.md §5), from the first
@@ -68,7 +64,7 @@ Status CheckLedgerBelongs(const config::VipsdConfig& config, const ModelBundle& 
   }
   if (state.mode != mode) {
     return FailedPreconditionError(
-        KeyWhere(config, "privacy.accounting") + "the ledger " + ledger_path + " was written in " +
+        config::KeyWhere(config, "privacy.accounting") + "the ledger " + ledger_path + " was written in " +
         std::string(AccountingModeName(state.mode)) +
         " mode; the accounting mode cannot change for a state directory (use a new one)");
   }
@@ -85,7 +81,7 @@ Status CheckLedgerBelongs(const config::VipsdConfig& config, const ModelBundle& 
                                  " with max_records_per_unit " + std::to_string(c);
     };
     return FailedPreconditionError(
-        KeyWhere(config, "privacy.unit") + "the ledger " + ledger_path + " protects " +
+        config::KeyWhere(config, "privacy.unit") + "the ledger " + ledger_path + " protects " +
         describe(state.unit, state.unit_field, state.max_records_per_unit) +
         "; this configuration says " + describe(unit, field, cap) +
         ": the privacy unit and its cap cannot change for a state directory (use a new one)");
@@ -104,7 +100,7 @@ Status CheckPrivacyModeOfDirectory(const config::VipsdConfig& config, const Ledg
   const bool secure = config.is_private() && config.noise_mode == config::NoiseMode::kSecure;
   if (!secure && state.noise.private_steps > 0) {
     return FailedPreconditionError(
-        KeyWhere(config, config.is_private() ? "privacy.noise" : "privacy.noise_multiplier") +
+        config::KeyWhere(config, config.is_private() ? "privacy.noise" : "privacy.noise_multiplier") +
         ledger_path + ": this state directory ran " + std::to_string(state.noise.private_steps) +
         " private steps; a " +
         (config.is_private() ? std::string("fixed-seed (NOT private)")
@@ -175,7 +171,7 @@ StatusOr<ScheduleKind> ResolveSchedule(const config::VipsdConfig& config,
   }
   if (config.schedule.has_value() && kind_of(*config.schedule) != ledger->schedule) {
     return FailedPreconditionError(
-        KeyWhere(config, "privacy.schedule") + "the ledger " + ledger_path + " was written with "
+        config::KeyWhere(config, "privacy.schedule") + "the ledger " + ledger_path + " was written with "
         "schedule " + std::string(ScheduleKindName(ledger->schedule)) +
         "; the schedule cannot change for a state directory (remove the key to keep the "
         "ledger's, or use a new state directory)");
@@ -183,13 +179,13 @@ StatusOr<ScheduleKind> ResolveSchedule(const config::VipsdConfig& config,
   if (ledger->schedule == ScheduleKind::kFixed && config.is_private()) {
     if (config.driver.sampling_rate != ledger->fixed_sampling_rate) {
       return FailedPreconditionError(
-          KeyWhere(config, "privacy.sampling_rate") + "schedule fixed pins it to " +
+          config::KeyWhere(config, "privacy.sampling_rate") + "schedule fixed pins it to " +
           ShortestNumber(ledger->fixed_sampling_rate) + " for this state directory (ledger " +
           ledger_path + "); got " + ShortestNumber(config.driver.sampling_rate));
     }
     if (config.driver.noise_multiplier != ledger->fixed_noise_multiplier) {
       return FailedPreconditionError(
-          KeyWhere(config, "privacy.noise_multiplier") + "schedule fixed pins it to " +
+          config::KeyWhere(config, "privacy.noise_multiplier") + "schedule fixed pins it to " +
           ShortestNumber(ledger->fixed_noise_multiplier) + " for this state directory (ledger " +
           ledger_path + "); got " + ShortestNumber(config.driver.noise_multiplier));
     }
@@ -222,7 +218,7 @@ Status CheckFirstStepFits(const config::VipsdConfig& config, const LedgerState& 
   }
   if (first > config.driver.epsilon_ceiling) {
     return InvalidArgumentError(
-        KeyWhere(config, "privacy.epsilon_ceiling") + "a single step at sampling_rate " +
+        config::KeyWhere(config, "privacy.epsilon_ceiling") + "a single step at sampling_rate " +
         ShortestNumber(q) + " and noise_multiplier " + ShortestNumber(sigma) + " already spends epsilon " +
         FixedDecimal(first, 4) + " > " + ShortestNumber(config.driver.epsilon_ceiling) + " (delta " +
         ShortestNumber(config.driver.delta) + ", schedule " +
@@ -317,7 +313,7 @@ Status CheckCeilingNotRaised(const config::VipsdConfig& config, double held_to) 
     return Status::Ok();
   }
   return InvalidArgumentError(
-      KeyWhere(config, "privacy.epsilon_ceiling") + ShortestNumber(config.driver.epsilon_ceiling) +
+      config::KeyWhere(config, "privacy.epsilon_ceiling") + ShortestNumber(config.driver.epsilon_ceiling) +
       " is above the ceiling this state directory is held to (" + ShortestNumber(held_to) +
       "): a ceiling can only be lowered, because the budget of every release so far was "
       "planned against it; to spend more, start a new state directory (the old one keeps the "
@@ -332,7 +328,7 @@ Status CheckDeltaNotRaised(const config::VipsdConfig& config, double held_to) {
     return Status::Ok();
   }
   return InvalidArgumentError(
-      KeyWhere(config, "privacy.delta") + ShortestNumber(config.driver.delta) +
+      config::KeyWhere(config, "privacy.delta") + ShortestNumber(config.driver.delta) +
       " is above the delta this state directory is held to (" + ShortestNumber(held_to) +
       "): delta can only be lowered, because every epsilon spent so far is stated at it and a "
       "larger delta would make past charges smaller; keep privacy.delta: " +
@@ -349,14 +345,14 @@ Status AdjustToConfiguration(const config::VipsdConfig& config, SourceKind sourc
       // A ledger written before δ was recorded (version 6 and older): the
       // configured δ is taken as the directory's from now on.
       Log(LogLevel::kWarning, kComponent,
-          KeyWhere(config, "privacy.delta") + "the ledger does not record a delta (written "
+          config::KeyWhere(config, "privacy.delta") + "the ledger does not record a delta (written "
           "by an earlier vipsd); recording " + ShortestNumber(config.driver.delta) +
           " for this state directory: every epsilon of it is stated at this delta from now "
           "on and it can only be lowered. If earlier runs used a smaller delta, stop now and "
           "configure that one");
     } else if (state.delta > 0 && config.driver.delta < state.delta) {
       Log(LogLevel::kInfo, kComponent,
-          KeyWhere(config, "privacy.delta") + "lowering the delta this state directory is "
+          config::KeyWhere(config, "privacy.delta") + "lowering the delta this state directory is "
           "held to from " + ShortestNumber(state.delta) + " to " +
           ShortestNumber(config.driver.delta) + " (every epsilon, past ones included, is "
           "stated at the new delta)");
@@ -369,7 +365,7 @@ Status AdjustToConfiguration(const config::VipsdConfig& config, SourceKind sourc
     if (config.window_steps != state.windows.window_slots()) {
       const Status changed = state.windows.SetWindowSlots(config.window_steps);
       if (!changed.ok()) {
-        return InvalidArgumentError(KeyWhere(config, "schedule.window_steps") +
+        return InvalidArgumentError(config::KeyWhere(config, "schedule.window_steps") +
                                     "the ledger has a window of " +
                                     std::to_string(state.windows.window_slots()) +
                                     " slots (0 = all); it can only be shortened");
@@ -384,13 +380,13 @@ Status AdjustToConfiguration(const config::VipsdConfig& config, SourceKind sourc
     // M may be lowered, never raised, against an existing ledger.
     const Status lowered = state.residency->SetMaxResidencySteps(config.window_steps);
     if (!lowered.ok()) {
-      return InvalidArgumentError(KeyWhere(config, "schedule.window_steps") +
+      return InvalidArgumentError(config::KeyWhere(config, "schedule.window_steps") +
                                   std::string(lowered.message()));
     }
     VIPSD_ASSIGN_OR_RETURN(auto check, ResidencyWindowCheck(config, state));
     if (check.would_exceed) {
       return InvalidArgumentError(
-          KeyWhere(config, "schedule.window_steps") + "a record that is a candidate in " +
+          config::KeyWhere(config, "schedule.window_steps") + "a record that is a candidate in " +
           std::to_string(config.window_steps) + " steps at sampling_rate " +
           ShortestNumber(config.driver.sampling_rate) + " and noise_multiplier " +
           ShortestNumber(config.driver.noise_multiplier) + " would spend epsilon " +
@@ -525,7 +521,7 @@ StatusOr<PreparedState> PrepareState(const config::VipsdConfig& config, ModelBun
 Status CheckFixedSeedFlag(const config::VipsdConfig& config, const DaemonOptions& options) {
   if (config.noise_mode == config::NoiseMode::kFixedSeed && !options.allow_fixed_seed_noise) {
     return InvalidArgumentError(
-        KeyWhere(config, "privacy.noise") +
+        config::KeyWhere(config, "privacy.noise") +
         "fixed_seed noise is reproducible and NOT private; it also needs the command-line flag "
         "--insecure-fixed-seed-noise (tests and experiments only)");
   }
@@ -539,13 +535,13 @@ Status CheckStartUp(const config::VipsdConfig& config, const DaemonOptions& opti
   if (config.federated()) {
     const Status roster = RosterOf(config.federation).status();
     if (!roster.ok()) {
-      return InvalidArgumentError(KeyWhere(config, "federation.holders") +
+      return InvalidArgumentError(config::KeyWhere(config, "federation.holders") +
                                   std::string(roster.message()));
     }
     if (config.federation.role == config::FederationRole::kHolder) {
       const Status key = HolderMaskerOf(config.federation).status();
       if (!key.ok()) {
-        return InvalidArgumentError(KeyWhere(config, "federation.secret_key") +
+        return InvalidArgumentError(config::KeyWhere(config, "federation.secret_key") +
                                     std::string(key.message()));
       }
     }
@@ -553,7 +549,7 @@ Status CheckStartUp(const config::VipsdConfig& config, const DaemonOptions& opti
   VIPSD_ASSIGN_OR_RETURN(ModelBundle bundle, BuildModel(config));
   const Status address = ValidateMetricsListenAddress(config.metrics_listen);
   if (!address.ok()) {
-    return InvalidArgumentError(KeyWhere(config, "metrics.listen") + std::string(address.message()));
+    return InvalidArgumentError(config::KeyWhere(config, "metrics.listen") + std::string(address.message()));
   }
   // The state directory: the daemon creates it if missing, so the nearest
   // existing ancestor must be a writable directory.
@@ -564,11 +560,11 @@ Status CheckStartUp(const config::VipsdConfig& config, const DaemonOptions& opti
     existing = existing.parent_path();
   }
   if (!fs::is_directory(existing, error)) {
-    return InvalidArgumentError(KeyWhere(config, "state.directory") + existing.string() +
+    return InvalidArgumentError(config::KeyWhere(config, "state.directory") + existing.string() +
                                 " is not a directory");
   }
   if (::access(existing.c_str(), W_OK | X_OK) != 0) {
-    return InvalidArgumentError(KeyWhere(config, "state.directory") + existing.string() +
+    return InvalidArgumentError(config::KeyWhere(config, "state.directory") + existing.string() +
                                 " is not writable by this user (the ledger and checkpoints "
                                 "are written there)");
   }
@@ -670,21 +666,21 @@ StatusOr<ReloadedState> CheckReload(const config::VipsdConfig& running,
     VIPSD_ASSIGN_OR_RETURN(auto check, ResidencyWindowCheck(next, state));
     if (check.would_exceed) {
       return InvalidArgumentError(
-          KeyWhere(next, "schedule.window_steps") + std::to_string(next.window_steps) +
+          config::KeyWhere(next, "schedule.window_steps") + std::to_string(next.window_steps) +
           " steps at the new sampling_rate/noise_multiplier would spend epsilon " +
           FixedDecimal(check.epsilon_after, 4) + " > epsilon_ceiling " +
           ShortestNumber(next.driver.epsilon_ceiling));
     }
     const Status lowered = reloaded.residency->SetMaxResidencySteps(next.window_steps);
     if (!lowered.ok()) {
-      return InvalidArgumentError(KeyWhere(next, "schedule.window_steps") +
+      return InvalidArgumentError(config::KeyWhere(next, "schedule.window_steps") +
                                   std::string(lowered.message()));
     }
   }
   if (paced && next.window_steps != reloaded.windows.window_slots()) {
     const Status shortened = reloaded.windows.SetWindowSlots(next.window_steps);
     if (!shortened.ok()) {
-      return InvalidArgumentError(KeyWhere(next, "schedule.window_steps") +
+      return InvalidArgumentError(config::KeyWhere(next, "schedule.window_steps") +
                                   std::string(shortened.message()));
     }
   }

@@ -67,9 +67,6 @@ struct DaemonOptions {
   std::chrono::milliseconds test_holder_round_delay{0};
 };
 
-// "file:line: key: " for messages about `key`.
-std::string KeyWhere(const config::VipsdConfig& config, const std::string& key);
-
 // How every private run accounts: an RDP privacy filter from the first step
 // ((q, σ) may change by reload after releases were seen).
 privacy::Adaptivity AccountingAdaptivity();

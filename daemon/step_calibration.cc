@@ -2,10 +2,12 @@
 
 #include "core/privacy/planner.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -199,28 +201,50 @@ StatusOr<StepCalibration> CalibrateWorstCaseStep(const config::VipsdConfig& conf
   double fastest = std::numeric_limits<double>::infinity();
   double least_cpu = std::numeric_limits<double>::infinity();
   double slowest_check = 0;
+  // One composition (a fresh accountant: a memoised count would cost
+  // nothing), started before the first run and running beside both as long
+  // as it lasts (at σ = 0.05 it takes about 2 s; two would double what a
+  // start spends on it). Its thread's CPU is read at each run's ends, so
+  // that each run's CPU is the step's alone.
+  std::optional<privacy::FixedScheduleAccountant> fixed;
+  if (out.check_steps > 0) {
+    VIPSD_ASSIGN_OR_RETURN(fixed, privacy::FixedScheduleAccountant::Create(
+                                      config.driver.sampling_rate, config.driver.noise_multiplier));
+  }
+  const auto check_start = std::chrono::steady_clock::now();
+  Status checked = Status::Ok();
+  double check_seconds = 0, check_cpu_final = 0;  // written before check_done
+  std::atomic<bool> check_done{false};
+  std::thread check;
+  clockid_t check_clock{};
+  bool check_clock_ok = false;
+  if (fixed.has_value()) {
+    check = std::thread([&] {
+      const auto at = fixed->Epsilon(out.check_steps, config.driver.delta);
+      if (!at.ok()) checked = at.status();
+      check_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - check_start).count();
+      check_cpu_final = ThreadCpuSeconds();
+      check_done.store(true, std::memory_order_release);
+    });
+    check_clock_ok = pthread_getcpuclockid(check.native_handle(), &check_clock) == 0;
+  }
+  // The check thread's CPU so far (0 without one).
+  auto check_cpu = [&]() -> double {
+    if (!check.joinable()) return 0;
+    if (check_done.load(std::memory_order_acquire)) return check_cpu_final;
+    timespec now{};
+    if (check_clock_ok && clock_gettime(check_clock, &now) == 0) {
+      return static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec);
+    }
+    // Its clock went with the thread, which ended just now: its own figure.
+    while (!check_done.load(std::memory_order_acquire)) std::this_thread::yield();
+    return check_cpu_final;
+  };
   for (int attempt = 0; attempt < 2; ++attempt) {
-    // A fresh accountant each time: a memoised count would cost nothing.
-    std::optional<privacy::FixedScheduleAccountant> fixed;
-    if (out.check_steps > 0) {
-      VIPSD_ASSIGN_OR_RETURN(fixed, privacy::FixedScheduleAccountant::Create(
-                                        config.driver.sampling_rate,
-                                        config.driver.noise_multiplier));
-    }
     const double cpu_start = ProcessCpuSeconds();
+    const double check_cpu_start = check_cpu();
     const auto start = std::chrono::steady_clock::now();
-    Status checked = Status::Ok();
-    double check_seconds = 0, check_cpu = 0;
-    std::thread check;
-    if (fixed.has_value()) {
-      check = std::thread([&] {
-        const auto at = fixed->Epsilon(out.check_steps, config.driver.delta);
-        if (!at.ok()) checked = at.status();
-        check_seconds =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        check_cpu = ThreadCpuSeconds();
-      });
-    }
     svi::StepKey key;
     key.bytes[0] = static_cast<uint8_t>(attempt);
     const double words_cpu_start = ThreadCpuSeconds();  // the words are drawn on this thread
@@ -235,9 +259,11 @@ StatusOr<StepCalibration> CalibrateWorstCaseStep(const config::VipsdConfig& conf
     const double step_wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() -
         words_wall;
-    if (check.joinable()) check.join();
-    VIPSD_RETURN_IF_ERROR(result.status());
-    VIPSD_RETURN_IF_ERROR(checked);
+    const double run_cpu = ProcessCpuSeconds() - cpu_start - (check_cpu() - check_cpu_start);
+    if (!result.ok()) {
+      if (check.joinable()) check.join();
+      return result.status();
+    }
     // The step's own time, measured while the check took CPU beside it:
     // the check's length depends on q, σ and the count only, never on the
     // data, so a check that outlasts the slot delays steps whatever the
@@ -245,13 +271,12 @@ StatusOr<StepCalibration> CalibrateWorstCaseStep(const config::VipsdConfig& conf
     const double wall = words_wall * word_scale + step_wall * scale;
     slowest = std::max(slowest, wall);
     fastest = std::min(fastest, wall);
-    slowest_check = std::max(slowest_check, check_seconds);
-    // The step's CPU only: the process's less the check's thread's and
-    // the words' (scaled on their own).
-    least_cpu = std::min(least_cpu,
-                         words_cpu * word_scale +
-                             (ProcessCpuSeconds() - cpu_start - words_cpu - check_cpu) * scale);
+    // The step's CPU only (the words' scaled on their own).
+    least_cpu = std::min(least_cpu, words_cpu * word_scale + (run_cpu - words_cpu) * scale);
   }
+  if (check.joinable()) check.join();
+  VIPSD_RETURN_IF_ERROR(checked);
+  slowest_check = check_seconds;
   out.step_seconds = slowest;
   out.fastest_seconds = fastest;
   out.check_seconds = slowest_check;

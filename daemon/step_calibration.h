@@ -36,9 +36,10 @@
 // to the smallest double), the most any real record can take. With each
 // step: the sample's keyed words over a full pool (pool.capacity
 // candidates; timed on at most kCalibrationWords and scaled), and, on a
-// thread beside it as in a run (LedgerKeeper::PrefetchNextCheck), a fixed
-// schedule's check of the next step — a PLD composition of check_steps
-// steps from a fresh accountant. The check takes CPU from the step as in a
+// thread beside them as in a run (LedgerKeeper::PrefetchNextCheck), a
+// fixed schedule's check of the next step — one PLD composition of
+// check_steps steps from a fresh accountant, beside both runs while it
+// lasts. The check takes CPU from the step as in a
 // run, but its own length is not the step's: it depends on q, σ and the
 // count only, never on the data, so a check longer than the slot delays
 // steps whatever the data (an availability problem, said in the text, and
@@ -88,7 +89,7 @@ struct StepCalibration {
   // smallest of schedule.max_steps, twice what the ceiling admits by RDP,
   // and kCalibrationCheckSteps); 0: none timed.
   int64_t check_steps = 0;
-  double check_seconds = 0;    // its wall time, the slower of the two runs
+  double check_seconds = 0;    // its wall time (one composition, beside both runs)
   // The worst-case step (its sample's words and the step), scaled to B,
   // timed with the check beside it: the slower of the two runs
   // (step_seconds) and the faster (fastest_seconds).

@@ -15,7 +15,8 @@ CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWit
 ninja -C build-asan -j"${VIPSD_JOBS:-$(nproc)}"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-# The harnesses and the benchmark smoke run (label optimized_tree) run in the
-# plain tree: the harnesses test the daemon process from outside, against the
-# wall clock, and under ASan each of their runs would take minutes.
+# The harnesses, the shipped examples' checks and the benchmark smoke run
+# (label optimized_tree) run in the plain tree: they time the daemon against
+# the wall clock as a user's build runs, and under ASan each harness run would
+# take minutes.
 scripts/ctest_run.sh build-asan -j"$(nproc)" -LE optimized_tree

@@ -28,9 +28,10 @@ if [[ "$san" == thread ]]; then
   export TSAN_OPTIONS=${TSAN_OPTIONS:-suppressions=$PWD/scripts/tsan.supp halt_on_error=1}
 fi
 # When the ASan stage runs below (the plain tree, ASan not disabled), it runs
-# every test but those labelled optimized_tree (the harnesses, timed from
-# outside against the wall clock, and the benchmark smoke run, whose
-# binaries only the plain tree builds); the plain tree then runs only those.
+# every test but those labelled optimized_tree (the harnesses and the
+# shipped examples' checks, timed against the wall clock as a user's build
+# runs, and the benchmark smoke run, whose binaries only the plain tree
+# builds); the plain tree then runs only those.
 # Every test thus runs once, under ASan+UBSan where it can; on 2 cores a
 # second plain run of the rest cost CI minutes and found nothing the ASan run
 # does not. VIPSD_ASAN=0 runs the whole suite here.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "connectors/file/file_util.h"
+#include "core/base/format.h"
 
 namespace vipsd::connectors {
 namespace {
@@ -38,13 +39,7 @@ int MaxDepth(std::string_view text) {
   return deepest;
 }
 
-bool IsLowerHex64(const std::string& text) {
-  if (text.size() != 64) return false;
-  for (char c : text) {
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  }
-  return true;
-}
+bool IsLowerHex64(const std::string& text) { return IsLowerHex(text, 64); }
 
 bool IsArrayName(const std::string& name) {
   if (name.empty() || name.size() > 64) return false;

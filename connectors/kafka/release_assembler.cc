@@ -6,6 +6,8 @@
 #include <set>
 #include <nlohmann/json.hpp>
 
+#include "core/base/format.h"
+
 namespace vipsd::connectors {
 namespace {
 
@@ -23,11 +25,7 @@ bool IsNpyFileName(std::string_view file) {
   return file.size() > 4 && file.ends_with(".npy") && IsArrayName(file.substr(0, file.size() - 4));
 }
 
-bool IsHex256(std::string_view s) {
-  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
-}
+bool IsHex256(std::string_view s) { return IsLowerHex(s, 64); }
 
 // Strict decimal: digits only, no sign, no leading zero (except "0").
 std::optional<size_t> ParseDecimal(std::string_view s) {

@@ -1,6 +1,9 @@
 #ifndef VIPSD_CORE_BASE_FORMAT_H_
 #define VIPSD_CORE_BASE_FORMAT_H_
 
+#include <cstddef>
+#include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -34,6 +37,16 @@ enum class NonFinite {
 // *out is then unspecified.
 bool ParseHexDouble(const std::string& token, double* out,
                     NonFinite non_finite = NonFinite::kReject);
+
+// Lowercase hexadecimal of `bytes`, two digits per byte ("00ff"): the form
+// of every id, key and digest vipsd writes (run ids, fingerprints, public
+// keys).
+std::string LowerHex(std::span<const uint8_t> bytes);
+
+// Whether `text` is exactly `length` lowercase hexadecimal digits (the
+// form LowerHex writes; readers of vipsd's files and messages accept no
+// other).
+bool IsLowerHex(std::string_view text, size_t length);
 
 // A JSON string literal of `text`: quotes, backslashes and control
 // characters escaped (bytes ≥ 0x80 pass unchanged).

@@ -7,6 +7,8 @@
 #include <set>
 #include <string_view>
 
+#include "core/base/format.h"
+
 namespace vipsd::privacy {
 namespace {
 
@@ -84,16 +86,7 @@ HolderPublicKey HolderSecretKey::PublicKey() const {
   return pk;
 }
 
-std::string PublicKeyHex(const HolderPublicKey& key) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * key.size());
-  for (uint8_t b : key) {
-    out.push_back(kDigits[b >> 4]);
-    out.push_back(kDigits[b & 15]);
-  }
-  return out;
-}
+std::string PublicKeyHex(const HolderPublicKey& key) { return LowerHex(key); }
 
 StatusOr<HolderPublicKey> ParsePublicKeyHex(std::string_view hex) {
   if (hex.size() != 2 * kHolderKeyBytes) {

@@ -48,11 +48,8 @@ bool IsReleaseId(std::string_view id) {
          IsKeyName(id.front()) && id.front() != '_';
 }
 
-bool IsHex256(std::string_view s) {
-  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
-           return IsDigit(c) || (c >= 'a' && c <= 'f');
-         });
-}
+// 256 bits in lowercase hex (the BLAKE2b digests a manifest names).
+bool IsHex256(std::string_view s) { return IsLowerHex(s, 64); }
 
 // Fixed-width decimal field within [low, high].
 bool DigitsInRange(std::string_view s, size_t pos, size_t width, int low, int high) {

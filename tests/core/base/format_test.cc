@@ -6,6 +6,9 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <span>
+#include <string>
+#include <vector>
 
 namespace vipsd {
 namespace {
@@ -63,6 +66,27 @@ TEST(HexDoubleTest, RejectsPartialEmptyAndNonFiniteTokens) {
   EXPECT_TRUE(std::isinf(out) && out > 0);
   ASSERT_TRUE(ParseHexDouble("0.25", &out));  // decimal text reads too
   EXPECT_EQ(out, 0.25);
+}
+
+// One hex codec for every id, key and digest: two lowercase digits per
+// byte, and a reader that takes exactly that form.
+TEST(LowerHexTest, WritesTwoLowercaseDigitsPerByteAndTheCheckAcceptsOnlyThatForm) {
+  const uint8_t bytes[] = {0x00, 0x0f, 0xa5, 0xff, 0x10};
+  EXPECT_EQ(LowerHex(bytes), "000fa5ff10");
+  EXPECT_EQ(LowerHex(std::span<const uint8_t>()), "");
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 100; ++i) {
+    std::vector<uint8_t> random(static_cast<size_t>(rng() % 40));
+    for (uint8_t& b : random) b = static_cast<uint8_t>(rng());
+    const std::string hex = LowerHex(random);
+    EXPECT_TRUE(IsLowerHex(hex, 2 * random.size())) << hex;
+  }
+  EXPECT_TRUE(IsLowerHex("0123456789abcdef", 16));
+  EXPECT_FALSE(IsLowerHex("0123456789abcdef", 15));   // length is exact
+  EXPECT_FALSE(IsLowerHex("0123456789ABCDEF", 16));   // no uppercase
+  EXPECT_FALSE(IsLowerHex("0123456789abcdeg", 16));
+  EXPECT_FALSE(IsLowerHex(std::string("0123456789abcde\0", 16), 16));
+  EXPECT_TRUE(IsLowerHex("", 0));
 }
 
 }  // namespace
