@@ -151,7 +151,7 @@ KafkaProducer::~KafkaProducer() { (void)Close(std::chrono::milliseconds(0)); }
 
 void KafkaProducer::OnDelivery(uint64_t batch_id, int err_code, int64_t offset) {
   const auto err = static_cast<RdKafka::ErrorCode>(err_code);
-  std::lock_guard<std::mutex> lock(state_mutex_);
+  MutexLock lock(&state_mutex_);
   const auto it = batches_.find(batch_id);
   if (it == batches_.end()) return;  // cannot happen: batches live until their last report
   Batch& batch = *it->second;
@@ -179,7 +179,7 @@ void KafkaProducer::OnError(int err_code, bool fatal, const std::string& text) {
   const auto err = static_cast<RdKafka::ErrorCode>(err_code);
   std::string description = ErrorName(err) + ": " + text;
   {
-    std::lock_guard<std::mutex> lock(state_mutex_);
+    MutexLock lock(&state_mutex_);
     ++stats_.errors_by_kind[ErrorName(err)];
     if (fatal && fatal_.ok()) {
       std::string fatal_text;
@@ -196,14 +196,13 @@ void KafkaProducer::OnError(int err_code, bool fatal, const std::string& text) {
 }
 
 Status KafkaProducer::FatalStatus() const {
-  std::lock_guard<std::mutex> lock(state_mutex_);
+  MutexLock lock(&state_mutex_);
   return fatal_;
 }
 
 Status KafkaProducer::ProduceViews(std::span<const MessageView> messages,
                                    std::chrono::steady_clock::time_point deadline,
                                    int64_t* last_offset) {
-  // Caller holds lifecycle_mutex_ (shared) and call_mutex_.
   VIPSD_RETURN_IF_ERROR(FatalStatus());
   if (messages.empty()) return Status::Ok();
   std::set<std::string_view> topics;
@@ -216,7 +215,7 @@ Status KafkaProducer::ProduceViews(std::span<const MessageView> messages,
   uint64_t batch_id = 0;
   Batch* batch = nullptr;
   {
-    std::lock_guard<std::mutex> lock(state_mutex_);
+    MutexLock lock(&state_mutex_);
     batch_id = next_batch_id_++;
     batch = batches_.emplace(batch_id, std::make_unique<Batch>()).first->second.get();
   }
@@ -225,7 +224,7 @@ Status KafkaProducer::ProduceViews(std::span<const MessageView> messages,
   for (const MessageView& m : messages) {
     RdKafka::ErrorCode err = RdKafka::ERR_NO_ERROR;
     {
-      std::lock_guard<std::mutex> lock(state_mutex_);
+      MutexLock lock(&state_mutex_);
       ++batch->pending;  // before produce: the report may be served by any poll
     }
     while (true) {
@@ -242,7 +241,7 @@ Status KafkaProducer::ProduceViews(std::span<const MessageView> messages,
       producer_->poll(RemainingMs(deadline, std::chrono::milliseconds(10)));
     }
     if (err != RdKafka::ERR_NO_ERROR) {
-      std::lock_guard<std::mutex> lock(state_mutex_);
+      MutexLock lock(&state_mutex_);
       --batch->pending;
       refused = err;
       ++stats_.errors_by_kind[ErrorName(err)];
@@ -254,7 +253,7 @@ Status KafkaProducer::ProduceViews(std::span<const MessageView> messages,
   // Serve delivery reports until every produced message has one.
   while (true) {
     {
-      std::lock_guard<std::mutex> lock(state_mutex_);
+      MutexLock lock(&state_mutex_);
       if (batch->pending == 0 || !fatal_.ok()) break;
     }
     if (std::chrono::steady_clock::now() >= deadline) break;
@@ -264,7 +263,7 @@ Status KafkaProducer::ProduceViews(std::span<const MessageView> messages,
   size_t timed_out = 0;
   Batch result;
   {
-    std::lock_guard<std::mutex> lock(state_mutex_);
+    MutexLock lock(&state_mutex_);
     timed_out = batch->pending;
     result.delivered = batch->delivered;
     result.failures = batch->failures;
@@ -322,9 +321,9 @@ Status KafkaProducer::ProduceAndWait(std::span<const OutMessage> messages,
                                      std::chrono::milliseconds timeout, int64_t* last_offset) {
   const auto deadline =
       std::chrono::steady_clock::now() + std::max(timeout, std::chrono::milliseconds(0));
-  std::shared_lock<std::shared_mutex> lifecycle(lifecycle_mutex_);
+  ReaderMutexLock lifecycle(&lifecycle_mutex_);
   if (closed_) return FailedPreconditionError("kafka producer: ProduceAndWait after Close");
-  std::lock_guard<std::mutex> call(call_mutex_);
+  MutexLock call(&call_mutex_);
   std::vector<MessageView> views;
   views.reserve(messages.size());
   for (const OutMessage& m : messages) {
@@ -383,9 +382,9 @@ Status KafkaProducer::PublishRelease(const std::string& topic,
   const MessageView manifest{topic, id, encoded.files.back().bytes, manifest_headers,
                              timestamp_ms};
 
-  std::shared_lock<std::shared_mutex> lifecycle(lifecycle_mutex_);
+  ReaderMutexLock lifecycle(&lifecycle_mutex_);
   if (closed_) return FailedPreconditionError("kafka producer: PublishRelease after Close");
-  std::lock_guard<std::mutex> call(call_mutex_);
+  MutexLock call(&call_mutex_);
   Status status = ProduceViews(views, deadline);
   if (!status.ok()) {
     status = Status(status.code(), "release " + id + " not published (array chunks): " +
@@ -398,7 +397,7 @@ Status KafkaProducer::PublishRelease(const std::string& topic,
     }
   }
   {
-    std::lock_guard<std::mutex> lock(state_mutex_);
+    MutexLock lock(&state_mutex_);
     ++(status.ok() ? stats_.releases_published : stats_.releases_failed);
   }
   if (status.ok()) {
@@ -410,7 +409,7 @@ Status KafkaProducer::PublishRelease(const std::string& topic,
 }
 
 Status KafkaProducer::WarmTopic(const std::string& topic, std::chrono::milliseconds timeout) {
-  std::shared_lock<std::shared_mutex> lifecycle(lifecycle_mutex_);
+  ReaderMutexLock lifecycle(&lifecycle_mutex_);
   if (closed_) return FailedPreconditionError("the producer is closed");
   std::string errstr;
   std::unique_ptr<RdKafka::Topic> handle(
@@ -427,7 +426,7 @@ Status KafkaProducer::WarmTopic(const std::string& topic, std::chrono::milliseco
 }
 
 Status KafkaProducer::Close(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::shared_mutex> lifecycle(lifecycle_mutex_);
+  WriterMutexLock lifecycle(&lifecycle_mutex_);
   if (closed_) return Status::Ok();
   closed_ = true;
   if (producer_ == nullptr) return Status::Ok();
@@ -447,7 +446,7 @@ Status KafkaProducer::Close(std::chrono::milliseconds timeout) {
 }
 
 KafkaProducerStats KafkaProducer::stats() const {
-  std::lock_guard<std::mutex> lock(state_mutex_);
+  MutexLock lock(&state_mutex_);
   return stats_;
 }
 

@@ -60,6 +60,7 @@
 #include <vector>
 
 #include "core/base/status.h"
+#include "core/base/thread_annotations.h"
 #include "core/release/release.h"
 
 namespace RdKafka {
@@ -156,10 +157,11 @@ class KafkaProducer {
 
   Status ProduceViews(std::span<const MessageView> messages,
                       std::chrono::steady_clock::time_point deadline,
-                      int64_t* last_offset = nullptr);
-  void OnDelivery(uint64_t batch_id, int err, int64_t offset);
-  void OnError(int err, bool fatal, const std::string& text);
-  Status FatalStatus() const;
+                      int64_t* last_offset = nullptr)
+      REQUIRES_SHARED(lifecycle_mutex_) REQUIRES(call_mutex_) EXCLUDES(state_mutex_);
+  void OnDelivery(uint64_t batch_id, int err, int64_t offset) EXCLUDES(state_mutex_);
+  void OnError(int err, bool fatal, const std::string& text) EXCLUDES(state_mutex_);
+  Status FatalStatus() const EXCLUDES(state_mutex_);
 
   KafkaProducerOptions options_;
   size_t max_message_bytes_ = 0;  // message.max.bytes, read once at Create
@@ -167,17 +169,19 @@ class KafkaProducer {
   std::unique_ptr<Callbacks> callbacks_;
   std::unique_ptr<RdKafka::Producer> producer_;
 
-  // Shared by ProduceAndWait/PublishRelease (which also hold call_mutex_),
-  // exclusive for Close: the handle is not destroyed under a running call.
-  std::shared_mutex lifecycle_mutex_;
-  std::mutex call_mutex_;  // serialises batches
-  bool closed_ = false;    // guarded by lifecycle_mutex_
+  // Shared by ProduceAndWait/PublishRelease/WarmTopic (the first two also
+  // hold call_mutex_), exclusive for Close: the handle is not destroyed
+  // under a running call.
+  SharedMutex lifecycle_mutex_;
+  Mutex call_mutex_;  // serialises batches
+  bool closed_ GUARDED_BY(lifecycle_mutex_) = false;
 
-  mutable std::mutex state_mutex_;
-  uint64_t next_batch_id_ = 1;                            // guarded by state_mutex_
-  std::map<uint64_t, std::unique_ptr<Batch>> batches_;    // guarded by state_mutex_
-  KafkaProducerStats stats_;                              // guarded by state_mutex_
-  Status fatal_;                                          // guarded by state_mutex_
+  mutable Mutex state_mutex_;
+  uint64_t next_batch_id_ GUARDED_BY(state_mutex_) = 1;
+  // Each Batch's fields too (reached through the pointers ProduceViews keeps).
+  std::map<uint64_t, std::unique_ptr<Batch>> batches_ GUARDED_BY(state_mutex_);
+  KafkaProducerStats stats_ GUARDED_BY(state_mutex_);
+  Status fatal_ GUARDED_BY(state_mutex_);
 };
 
 }  // namespace vipsd::connectors

@@ -216,7 +216,7 @@ void KafkaSource::RecordFatal(const std::string& text) {
 }
 
 void KafkaSource::CountError(const std::string& kind, const std::string& log_text) {
-  std::lock_guard<std::mutex> lock(stats_mutex_);
+  MutexLock lock(&stats_mutex_);
   ++stats_.errors_by_kind[kind];
   const auto now = std::chrono::steady_clock::now();
   auto [it, first] = log_throttle_.try_emplace(kind, now, 0);
@@ -292,7 +292,7 @@ void KafkaSource::OnRebalance(RdKafka::KafkaConsumer* consumer, int err_code,
   const bool cooperative = consumer->rebalance_protocol() == "COOPERATIVE";
   const std::vector<TopicPartitionRef> refs = Refs(partitions);
   {
-    std::lock_guard<std::mutex> lock(stats_mutex_);
+    MutexLock lock(&stats_mutex_);
     ++stats_.rebalances;
   }
   if (err == RdKafka::ERR__ASSIGN_PARTITIONS && closed_) {
@@ -358,7 +358,7 @@ void KafkaSource::OnRebalance(RdKafka::KafkaConsumer* consumer, int err_code,
       if (!resume_list.items.empty()) (void)consumer->resume(resume_list.items);
     }
     {
-      std::lock_guard<std::mutex> lock(stats_mutex_);
+      MutexLock lock(&stats_mutex_);
       stats_.partitions_assigned += static_cast<int64_t>(refs.size());
       stats_.resume_offsets_applied += resumed;
       stats_.assigned_now = static_cast<int64_t>(assignment_.size());
@@ -431,7 +431,7 @@ void KafkaSource::OnRebalance(RdKafka::KafkaConsumer* consumer, int err_code,
       committed_at_assign_.erase(ref);
     }
     {
-      std::lock_guard<std::mutex> lock(stats_mutex_);
+      MutexLock lock(&stats_mutex_);
       stats_.partitions_revoked += static_cast<int64_t>(refs.size());
       stats_.assigned_now = static_cast<int64_t>(assignment_.size());
     }
@@ -457,7 +457,7 @@ void KafkaSource::OnRebalance(RdKafka::KafkaConsumer* consumer, int err_code,
   assignment_.clear();
   positions_.clear();
   {
-    std::lock_guard<std::mutex> lock(stats_mutex_);
+    MutexLock lock(&stats_mutex_);
     stats_.assigned_now = 0;
   }
   UpdateLag();
@@ -580,7 +580,7 @@ StatusOr<std::vector<SourceMessage>> KafkaSource::Poll(size_t max_messages,
     if (out.empty() && std::chrono::steady_clock::now() >= deadline) break;
   }
   {
-    std::lock_guard<std::mutex> lock(stats_mutex_);
+    MutexLock lock(&stats_mutex_);
     for (const auto& [topic, count] : by_topic) stats_.messages_by_topic[topic] += count;
     stats_.oversize_messages += oversize;
   }
@@ -607,7 +607,7 @@ void KafkaSource::NoteGap(const TopicPartitionRef& ref, int64_t position, int64_
   }
   const int64_t lost = std::min(low, offset) - position;
   {
-    std::lock_guard<std::mutex> lock(stats_mutex_);
+    MutexLock lock(&stats_mutex_);
     stats_.lost_by_topic[ref.topic] += lost;
   }
   // Offsets and counts are stream volume (public), nothing of a record.
@@ -706,7 +706,7 @@ Status KafkaSource::CommitStored(const char* when) {
   const RdKafka::ErrorCode err = consumer_->commitSync();
   if (err == RdKafka::ERR_NO_ERROR || err == RdKafka::ERR__NO_OFFSET) {
     if (err == RdKafka::ERR_NO_ERROR) {
-      std::lock_guard<std::mutex> lock(stats_mutex_);
+      MutexLock lock(&stats_mutex_);
       ++stats_.commits;
     }
     return Status::Ok();
@@ -776,7 +776,7 @@ Status KafkaSource::Close() {
   positions_.clear();
   lag_.store(0, std::memory_order_relaxed);
   {
-    std::lock_guard<std::mutex> lock(stats_mutex_);
+    MutexLock lock(&stats_mutex_);
     stats_.assigned_now = 0;
   }
   Log(LogLevel::kInfo, kComponent, "closed");
@@ -784,7 +784,7 @@ Status KafkaSource::Close() {
 }
 
 KafkaSourceStats KafkaSource::stats() const {
-  std::lock_guard<std::mutex> lock(stats_mutex_);
+  MutexLock lock(&stats_mutex_);
   return stats_;
 }
 

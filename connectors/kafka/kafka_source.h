@@ -117,6 +117,7 @@
 
 #include "connectors/source_message.h"
 #include "core/base/status.h"
+#include "core/base/thread_annotations.h"
 
 namespace RdKafka {
 class KafkaConsumer;
@@ -289,11 +290,12 @@ class KafkaSource {
   std::map<TopicPartitionRef, int64_t> reached_end_;
 
   std::atomic<int64_t> lag_{0};
-  mutable std::mutex stats_mutex_;
-  KafkaSourceStats stats_;  // guarded by stats_mutex_
+  mutable Mutex stats_mutex_;
+  KafkaSourceStats stats_ GUARDED_BY(stats_mutex_);
   // Log throttling per error kind: last time a line was written, and how
-  // many occurrences were not logged since then. Guarded by stats_mutex_.
-  std::map<std::string, std::pair<std::chrono::steady_clock::time_point, int64_t>> log_throttle_;
+  // many occurrences were not logged since then.
+  std::map<std::string, std::pair<std::chrono::steady_clock::time_point, int64_t>> log_throttle_
+      GUARDED_BY(stats_mutex_);
 };
 
 }  // namespace vipsd::connectors

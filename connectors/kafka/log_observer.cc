@@ -70,7 +70,7 @@ StatusOr<std::unique_ptr<KafkaLogObserver>> KafkaLogObserver::Create(
 }
 
 StatusOr<std::map<TopicPartitionRef, PartitionBounds>> KafkaLogObserver::Observe() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   const int timeout_ms = static_cast<int>(options_.timeout.count());
   std::map<TopicPartitionRef, PartitionBounds> bounds;
   for (const auto& topic : topics_) {
@@ -109,7 +109,7 @@ StatusOr<std::map<TopicPartitionRef, PartitionBounds>> KafkaLogObserver::Observe
 
 StatusOr<std::map<std::string, std::map<std::string, std::string>>>
 KafkaLogObserver::TopicConfigs() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(&mutex_);
   const int timeout_ms = static_cast<int>(options_.timeout.count());
   rd_kafka_t* rk = handle_->c_ptr();
   // DescribeConfigs goes to the controller. librdkafka's mock cluster (the

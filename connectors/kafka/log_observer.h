@@ -30,6 +30,7 @@
 
 #include "connectors/kafka/kafka_source.h"
 #include "core/base/status.h"
+#include "core/base/thread_annotations.h"
 
 namespace RdKafka {
 class Producer;
@@ -61,13 +62,13 @@ class KafkaLogObserver {
   KafkaLogObserver& operator=(const KafkaLogObserver&) = delete;
 
   // Every partition of every topic, with its bounds now.
-  StatusOr<std::map<TopicPartitionRef, PartitionBounds>> Observe();
+  StatusOr<std::map<TopicPartitionRef, PartitionBounds>> Observe() EXCLUDES(mutex_);
 
   // Each topic's configuration as the brokers state it (DescribeConfigs:
   // name -> value, e.g. "cleanup.policy" -> "delete"). A topic that does
   // not exist (yet) is left out. UNAVAILABLE when the brokers cannot answer
   // or do not support the request (librdkafka's mock cluster).
-  StatusOr<std::map<std::string, std::map<std::string, std::string>>> TopicConfigs();
+  StatusOr<std::map<std::string, std::map<std::string, std::string>>> TopicConfigs() EXCLUDES(mutex_);
 
  private:
   class Callbacks;
@@ -77,7 +78,10 @@ class KafkaLogObserver {
   std::unique_ptr<Callbacks> callbacks_;  // outlives the handle
   std::unique_ptr<RdKafka::Producer> handle_;
   std::vector<std::unique_ptr<RdKafka::Topic>> topics_;
-  std::mutex mutex_;
+  // Serialises the handle's requests (one metadata or watermark exchange
+  // at a time); it guards no member: topics_ and handle_ are set in Create
+  // and cleared in the destructor, with no call running.
+  Mutex mutex_;
 };
 
 }  // namespace vipsd::connectors

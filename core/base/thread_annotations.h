@@ -16,13 +16,19 @@
 // written as loops around Wait, not as lambdas: the analysis cannot see that
 // a lambda runs with the mutex held.
 //
+// SharedMutex (std::shared_mutex) has a shared side: ReaderMutexLock takes
+// it shared, WriterMutexLock alone; state read under either and written
+// only under the writer's is GUARDED_BY it.
+//
 // Thread-safety: Mutex and MutexLock are what they wrap: a Mutex may be used
-// from any thread; a MutexLock belongs to the thread that made it.
+// from any thread; a MutexLock belongs to the thread that made it. The same
+// for SharedMutex and its locks.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <shared_mutex>
 
 #if defined(__clang__)
 #define VIPSD_THREAD_ANNOTATION(x) __attribute__((x))
@@ -37,7 +43,10 @@
 #define REQUIRES(...) VIPSD_THREAD_ANNOTATION(requires_capability(__VA_ARGS__))
 #define EXCLUDES(...) VIPSD_THREAD_ANNOTATION(locks_excluded(__VA_ARGS__))
 #define ACQUIRE(...) VIPSD_THREAD_ANNOTATION(acquire_capability(__VA_ARGS__))
+#define ACQUIRE_SHARED(...) VIPSD_THREAD_ANNOTATION(acquire_shared_capability(__VA_ARGS__))
 #define RELEASE(...) VIPSD_THREAD_ANNOTATION(release_capability(__VA_ARGS__))
+#define RELEASE_GENERIC(...) VIPSD_THREAD_ANNOTATION(release_generic_capability(__VA_ARGS__))
+#define REQUIRES_SHARED(...) VIPSD_THREAD_ANNOTATION(requires_shared_capability(__VA_ARGS__))
 #define ASSERT_CAPABILITY(x) VIPSD_THREAD_ANNOTATION(assert_capability(x))
 #define NO_THREAD_SAFETY_ANALYSIS VIPSD_THREAD_ANNOTATION(no_thread_safety_analysis)
 
@@ -80,6 +89,47 @@ class SCOPED_CAPABILITY MutexLock {
 
  private:
   std::unique_lock<std::mutex> lock_;
+};
+
+// A reader-writer mutex as a capability: readers share it
+// (ReaderMutexLock), a writer holds it alone (WriterMutexLock).
+class CAPABILITY("mutex") SharedMutex {
+ public:
+  SharedMutex() = default;
+  SharedMutex(const SharedMutex&) = delete;
+  SharedMutex& operator=(const SharedMutex&) = delete;
+
+  void Lock() ACQUIRE() { mutex_.lock(); }
+  void Unlock() RELEASE() { mutex_.unlock(); }
+  void LockShared() ACQUIRE_SHARED() { mutex_.lock_shared(); }
+  void UnlockShared() RELEASE_GENERIC() { mutex_.unlock_shared(); }
+
+ private:
+  std::shared_mutex mutex_;
+};
+
+class SCOPED_CAPABILITY ReaderMutexLock {
+ public:
+  explicit ReaderMutexLock(SharedMutex* mutex) ACQUIRE_SHARED(mutex) : mutex_(mutex) {
+    mutex_->LockShared();
+  }
+  ~ReaderMutexLock() RELEASE_GENERIC() { mutex_->UnlockShared(); }
+  ReaderMutexLock(const ReaderMutexLock&) = delete;
+  ReaderMutexLock& operator=(const ReaderMutexLock&) = delete;
+
+ private:
+  SharedMutex* mutex_;
+};
+
+class SCOPED_CAPABILITY WriterMutexLock {
+ public:
+  explicit WriterMutexLock(SharedMutex* mutex) ACQUIRE(mutex) : mutex_(mutex) { mutex_->Lock(); }
+  ~WriterMutexLock() RELEASE() { mutex_->Unlock(); }
+  WriterMutexLock(const WriterMutexLock&) = delete;
+  WriterMutexLock& operator=(const WriterMutexLock&) = delete;
+
+ private:
+  SharedMutex* mutex_;
 };
 
 }  // namespace vipsd

@@ -59,7 +59,7 @@ StatusOr<ScheduleEpsilon> FixedScheduleAccountant::Compute(double sampling_rate,
 
 void FixedScheduleAccountant::Store(Memo& memo, int64_t steps, double delta,
                                     const ScheduleEpsilon& value) {
-  std::lock_guard<std::mutex> lock(memo.mutex);
+  MutexLock lock(&memo.mutex);
   // A bounded memo: the daemon asks for n and n + 1, the planner a few
   // dozen points of a search.
   if (memo.values.size() > 4096) memo.values.clear();
@@ -73,9 +73,9 @@ StatusOr<ScheduleEpsilon> FixedScheduleAccountant::Epsilon(int64_t steps, double
   {
     // A prefetch of this very value is waited for rather than computed a
     // second time beside it (both would take the same seconds of CPU).
-    std::unique_lock<std::mutex> lock(memo_->mutex);
+    MutexLock lock(&memo_->mutex);
     const std::pair<int64_t, double> key{steps, delta};
-    memo_->prefetched.wait(lock, [&] { return !memo_->prefetching || memo_->prefetch_key != key; });
+    while (memo_->prefetching && memo_->prefetch_key == key) lock.Wait(memo_->prefetched);
     const auto it = memo_->values.find(key);
     if (it != memo_->values.end()) return it->second;
   }
@@ -89,9 +89,9 @@ StatusOr<ScheduleEpsilon> FixedScheduleAccountant::Epsilon(int64_t steps, double
 void FixedScheduleAccountant::Prefetch(int64_t steps, double delta) const {
   if (!(delta > 0.0 && delta < 1.0) || steps <= 0) return;
   Memo& memo = *memo_;
-  std::lock_guard<std::mutex> one_at_a_time(memo.prefetch_mutex);
+  MutexLock one_at_a_time(&memo.prefetch_mutex);
   {
-    std::lock_guard<std::mutex> lock(memo.mutex);
+    MutexLock lock(&memo.mutex);
     if (memo.prefetching || memo.values.count({steps, delta}) > 0) return;
     memo.prefetching = true;
     memo.prefetch_key = {steps, delta};
@@ -104,7 +104,7 @@ void FixedScheduleAccountant::Prefetch(int64_t steps, double delta) const {
                                curve = per_step_rdp_, steps, delta] {
     auto value = Compute(q, sigma, *curve, steps, delta);
     if (value.ok()) Store(memo, steps, delta, *value);
-    std::lock_guard<std::mutex> lock(memo.mutex);
+    MutexLock lock(&memo.mutex);
     memo.prefetching = false;
     memo.prefetched.notify_all();
   });

@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "core/base/status.h"
+#include "core/base/thread_annotations.h"
 
 namespace vipsd::privacy {
 
@@ -97,14 +98,14 @@ class FixedScheduleAccountant {
   double noise_multiplier_;
   std::shared_ptr<const std::vector<double>> per_step_rdp_;  // over DefaultRdpOrders()
   struct Memo {
-    std::mutex mutex;
-    std::map<std::pair<int64_t, double>, ScheduleEpsilon> values;  // guarded by mutex
-    std::mutex prefetch_mutex;        // one Prefetch call at a time
-    std::thread prefetch;             // guarded by prefetch_mutex (and joined by ~Memo)
-    bool prefetching = false;         // guarded by mutex
-    std::pair<int64_t, double> prefetch_key;  // what is being prefetched; guarded by mutex
-    std::condition_variable prefetched;       // notified (under mutex) when prefetching ends
-    ~Memo();                          // joins `prefetch`
+    Mutex mutex;
+    std::map<std::pair<int64_t, double>, ScheduleEpsilon> values GUARDED_BY(mutex);
+    Mutex prefetch_mutex;  // one Prefetch call at a time
+    std::thread prefetch GUARDED_BY(prefetch_mutex);  // joined by ~Memo
+    bool prefetching GUARDED_BY(mutex) = false;
+    std::pair<int64_t, double> prefetch_key GUARDED_BY(mutex);  // what is being prefetched
+    std::condition_variable prefetched;  // notified (under mutex) when prefetching ends
+    ~Memo();                             // joins `prefetch`
   };
   // ε(steps) from the settings alone (no memo).
   static StatusOr<ScheduleEpsilon> Compute(double sampling_rate, double noise_multiplier,
