@@ -499,7 +499,8 @@ int RunPlan(const Parsed& p, bool json_output, std::ostream& out, std::ostream& 
         << Human(privacy::kBatchTailProbability) << " = " << Human(beta)
         << ", the chance that a step's batch exceeds the one its worst-case time was "
            "measured at; it holds when `vipsd --check-config` on this machine finds that step "
-           "fits its slot"
+           "fits its slot with margin (a private run that stops at overruns is refused at "
+           "start when it does not)"
         << (config->on_overrun == config::OverrunAction::kStop
                 ? " (schedule.on_overrun: stop: an overrun shows as one event per run)"
                 : "; schedule.on_overrun: catch_up lets the release times show each overrun's "
