@@ -200,7 +200,6 @@ StatusOr<StepCalibration> CalibrateWorstCaseStep(const config::VipsdConfig& conf
   double slowest = 0;
   double fastest = std::numeric_limits<double>::infinity();
   double least_cpu = std::numeric_limits<double>::infinity();
-  double slowest_check = 0;
   // One composition (a fresh accountant: a memoised count would cost
   // nothing), started before the first run and running beside both as long
   // as it lasts (at σ = 0.05 it takes about 2 s; two would double what a
@@ -276,10 +275,9 @@ StatusOr<StepCalibration> CalibrateWorstCaseStep(const config::VipsdConfig& conf
   }
   if (check.joinable()) check.join();
   VIPSD_RETURN_IF_ERROR(checked);
-  slowest_check = check_seconds;
   out.step_seconds = slowest;
   out.fastest_seconds = fastest;
-  out.check_seconds = slowest_check;
+  out.check_seconds = check_seconds;
   out.cpu_seconds = least_cpu;
   // The noise thread runs beside the step's own (svi::StepDriver::DrawNoiseAhead):
   // counting it keeps floor_seconds a lower bound of the step's wall time.
