@@ -405,6 +405,7 @@ TEST(DaemonTest, AddingOneRecordChangesOnlyItsOwnMembershipWhenTheLogAnswersAtCa
   constexpr int64_t kWindow = 2;
   constexpr int64_t kSlots = 14;
   constexpr int kRecords = 120;
+  constexpr double kCutGrace = 0.05;
   // Positions in slot intervals: 0.11 apart, so every slot time has records
   // within 0.06 intervals (6 ms) on each side of it; none within 2 ms of a
   // slot time, where the test's and the daemon's floating-point slot times
@@ -418,6 +419,7 @@ TEST(DaemonTest, AddingOneRecordChangesOnlyItsOwnMembershipWhenTheLogAnswersAtCa
   struct Run {
     std::map<int64_t, std::set<std::string>> pools;
     double start_time = 0;
+    double producer_lag = 0;  // the latest append after its record's time, seconds
   };
   auto run = [&](bool with_r, const std::string& name) {
     Harness h(name);
@@ -428,11 +430,12 @@ TEST(DaemonTest, AddingOneRecordChangesOnlyItsOwnMembershipWhenTheLogAnswersAtCa
     // The producer thread is this test's broker: a record it is late to
     // append under the CPU burn is a record not yet readable; the grace
     // covers that lag.
-    options.cut_grace = 0.05;
+    options.cut_grace = kCutGrace;
     options.window = std::to_string(kWindow);
     options.start_time = start_time;
     std::map<std::pair<int32_t, int64_t>, std::string> ids;
     std::mutex ids_mutex;
+    double producer_lag = 0;
     // The producer: each record goes into the log at its time (the fake
     // broker stamps that time), while the daemon runs.
     std::atomic<bool> stop{false};
@@ -443,6 +446,7 @@ TEST(DaemonTest, AddingOneRecordChangesOnlyItsOwnMembershipWhenTheLogAnswersAtCa
           while (WallNow() < t && !stop) std::this_thread::sleep_for(std::chrono::microseconds(200));
           const int64_t offset = h.topic->Append(
               partition, "{\"id\": \"" + id + "\", \"text\": \"apple banana\"}", t);
+          producer_lag = std::max(producer_lag, WallNow() - t);
           std::lock_guard<std::mutex> lock(ids_mutex);
           ids[{partition, offset}] = id;
         };
@@ -485,10 +489,28 @@ TEST(DaemonTest, AddingOneRecordChangesOnlyItsOwnMembershipWhenTheLogAnswersAtCa
                     .ok());
     stop = true;
     producer.join();
+    result.producer_lag = producer_lag;
     return result;
   };
-  const Run without = run(false, "call_time_d");
-  const Run with = run(true, "call_time_dr");
+  // The producer thread is this test's broker: on a loaded machine (a CI
+  // runner with every core busy) it can append a record after its slot's
+  // cut was read, and the daemon then rightly moves the record to the next
+  // slot (the read-late rule, tested below) in one run and not in the other.
+  // Such a pair says nothing about r; it is run again, up to three times.
+  Run without;
+  Run with;
+  for (int attempt = 1;; ++attempt) {
+    without = run(false, "call_time_d" + std::to_string(attempt));
+    with = run(true, "call_time_dr" + std::to_string(attempt));
+    if (std::max(without.producer_lag, with.producer_lag) < 0.8 * kCutGrace) break;
+    if (attempt == 3) {
+      GTEST_SKIP() << "the test's producer appended records up to "
+                   << std::max(without.producer_lag, with.producer_lag)
+                   << " s after their time in three attempts (the cut grace is " << kCutGrace
+                   << " s): "
+                      "this machine is too loaded for a wall-clock test";
+    }
+  }
   // r is stamped 13 ms before t_5: slots 5 and 6.
   ExpectPoolsDifferOnlyByR(without.pools, with.pools, kSlots, 5, kWindow);
   for (int64_t slot = 1; slot <= kSlots; ++slot) {

@@ -412,12 +412,13 @@ TEST_F(DaemonKafkaTest, TheMessageKeyIsThePrivacyUnitEndToEnd) {
   ASSERT_TRUE(WaitFor([&] {
     dead = Slurp(DumpTopic("dead"));
     return dead.find("vipsd-reason=missing_unit") != std::string::npos;
-  }, 30s)) << dead;
+  }, 30s)) << dead << vipsd.Log();
   std::string decoded;
   ReleasedSteps(&decoded);
   EXPECT_NE(decoded.find("\"privacy_unit\": \"key\""), std::string::npos) << decoded;
   EXPECT_NE(decoded.find("\"max_records_per_unit\": 3"), std::string::npos) << decoded;
-  EXPECT_TRUE(WaitFor([&] { return CommittedTotal() == 61; }, 30s)) << CommittedTotal();
+  EXPECT_TRUE(WaitFor([&] { return CommittedTotal() == 61; }, 30s))
+      << CommittedTotal() << vipsd.Log();
   vipsd.Kill(SIGTERM);
   EXPECT_EQ(vipsd.Wait(30s), 0) << vipsd.Log();
   const daemon::LedgerState state = Ledger();
