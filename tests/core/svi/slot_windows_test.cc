@@ -183,5 +183,26 @@ TEST(SlotWindowsTest, SerializeRoundTripsExactlyAndCorruptionIsRefused) {
   }
 }
 
+// An interval change anchors at the last slot the clock observed, which can
+// lie ahead of the last recorded one; a state committed then (a reload that
+// also lowers the ceiling, a stop) must load again. Before 2026-12-05 it
+// did not: Deserialize refused an anchor after last_slot as data loss.
+TEST(SlotWindowsTest, AnAnchorAheadOfTheLastRecordedSlotRoundTrips) {
+  auto windows = SlotWindows::Create(1764000000.125, 0.02, 100);
+  ASSERT_TRUE(windows.ok());
+  ASSERT_TRUE(windows->AddStream("docs:0", 0).ok());
+  ASSERT_TRUE(windows->RecordCuts(10, {{"docs:0", 7}}).ok());
+  ASSERT_TRUE(windows->SetInterval(0.03, 26).ok());
+  EXPECT_EQ(windows->anchor_slot(), 26);
+  EXPECT_EQ(windows->last_slot(), 10);
+  auto back = SlotWindows::Deserialize(windows->Serialize());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(*back == *windows);
+  // Slots up to the anchor keep their times; later ones follow the new interval.
+  EXPECT_DOUBLE_EQ(back->SlotTime(26), 1764000000.125 + 26 * 0.02);
+  EXPECT_DOUBLE_EQ(back->SlotTime(27), back->SlotTime(26) + 0.03);
+  EXPECT_TRUE(back->RecordCuts(11, {{"docs:0", 8}}).ok());
+}
+
 }  // namespace
 }  // namespace vipsd::svi
