@@ -78,6 +78,13 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const config::VipsdConfig& conf
                                                std::move(replica), config.state_directory,
                                                metrics, hooks.ledger_fault);
   VIPSD_RETURN_IF_ERROR(keeper->UseFixedSchedule(config.is_private()));
+  if (hooks.ledger_edit) {
+    hooks.ledger_edit(nullptr, keeper->state());
+    keeper->set_edit_observer([observe = hooks.ledger_edit](const LedgerEdit& edit,
+                                                            const LedgerState& after) {
+      observe(&edit, after);
+    });
+  }
   keeper->PrefetchNextCheck(config.driver.delta);
   LedgerKeeper* keeper_ptr = keeper.get();
   std::unique_ptr<Daemon> daemon(new Daemon(config, options, std::move(bundle), std::move(sink),
@@ -95,12 +102,13 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const config::VipsdConfig& conf
     return InvalidArgumentError("a federated aggregator needs its work exchange (state.work_topic)");
   }
   daemon->pool_.set_max_candidate_steps(daemon->paced_ ? config.window_steps : 0);
-  LedgerState& live = daemon->keeper_->state();
+  // The driver charges through the keeper (svi::ChargeBook), the only
+  // writer of the privacy record.
   VIPSD_ASSIGN_OR_RETURN(
       daemon->driver_,
       svi::StepDriver::Create(daemon->bundle_.model.get(), daemon->noise_.get(),
-                              config.is_private() ? &live.accountant : nullptr,
-                              daemon->DriverConfigFor(config), live.next_step));
+                              *daemon->keeper_, daemon->DriverConfigFor(config),
+                              daemon->keeper_->state().next_step));
   if (daemon->hooks_.after_sample) daemon->driver_->set_sample_observer(daemon->hooks_.after_sample);
   if (!daemon->paced_) {
     // The offline run: max_steps and max_epochs (one epoch = 1/q steps,
@@ -220,7 +228,7 @@ Status Daemon::Initialize() {
   // Streams and their origins. A fresh state directory takes every input
   // stream from its start (or its end, start_position: latest); a stream
   // that appears later starts at its first retained record.
-  LedgerState& state = keeper_->state();
+  const LedgerState& state = keeper_->state();
   const bool fresh = state.next_step == 1 && state.windows.Streams().empty() &&
                      state.windows.last_slot() == 0;
   VIPSD_ASSIGN_OR_RETURN(auto bounds, clock_->ObserveWithRetry(*source(), WallNow()));
@@ -228,7 +236,7 @@ Status Daemon::Initialize() {
     for (const auto& [stream, b] : bounds) {
       if (state.windows.HasStream(stream)) continue;
       const int64_t origin = fresh && config_.start_position == "latest" ? b.end : b.start;
-      VIPSD_RETURN_IF_ERROR(state.windows.AddStream(stream, origin));
+      VIPSD_RETURN_IF_ERROR(keeper_->AddStream(stream, origin));
     }
     // Slots whose time passed while no daemon observed them are missed: the
     // records appended meanwhile belong to the first slot observed now. The
@@ -250,7 +258,7 @@ Status Daemon::Initialize() {
         slots_skipped_ += missed;
         metrics_->slots_skipped_total(SkipReason::kMissed).Increment(static_cast<double>(missed));
       }
-      VIPSD_RETURN_IF_ERROR(state.windows.SkipTo(first - 1));
+      VIPSD_RETURN_IF_ERROR(keeper_->SkipTo(first - 1));
     }
     clock_->SetGrace(config_.cut_grace_seconds);
     clock_->Schedule(first, state.windows.anchor_slot(), state.windows.anchor_time(),
@@ -284,11 +292,11 @@ void Daemon::CoverNewStreams() {
   }
   auto bounds = clock_->ObserveWithRetry(*source(), WallNow());
   if (!bounds.ok()) return;
-  LedgerState& state = keeper_->state();
+  const LedgerState& state = keeper_->state();
   bool added = false;
   for (const auto& [stream, b] : *bounds) {
     if (paced_ && !state.windows.HasStream(stream)) {
-      if (state.windows.AddStream(stream, b.start).ok()) added = true;
+      if (keeper_->AddStream(stream, b.start).ok()) added = true;
     }
   }
   if (added || keeper_->failing()) {
@@ -434,13 +442,13 @@ void Daemon::AdvanceWindow() {
 
 void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>& bounds) {
   SlotOutputs out;
-  LedgerState& state = keeper_->state();
+  const LedgerState& state = keeper_->state();
   out.slot = slot;
   out.deadline = paced_ ? state.windows.SlotTime(slot) + config_.release_delay_seconds : 0;
   // New partitions of the input: their records from the first retained one.
   if (paced_) {
     for (const auto& [stream, b] : bounds) {
-      if (!state.windows.HasStream(stream)) (void)state.windows.AddStream(stream, b.start);
+      if (!state.windows.HasStream(stream)) (void)keeper_->AddStream(stream, b.start);
     }
   }
   bool overflow = false;
@@ -480,7 +488,7 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
     }
   }
   if (paced_ && coordinator_ == nullptr) {
-    const Status recorded = state.windows.RecordCuts(slot, cuts);
+    const Status recorded = keeper_->RecordCuts(slot, cuts);
     if (!recorded.ok()) {
       // A log end below an earlier cut (the topic was deleted and recreated,
       // or truncated): the windows would be wrong; stop stepping.
@@ -488,10 +496,10 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
       Log(LogLevel::kError, kComponent,
           "slot " + std::to_string(slot) + ": " + recorded.ToString() +
               "; no further step until an operator acts");
-      (void)state.windows.SkipTo(slot);
+      (void)keeper_->SkipTo(slot);
     }
   } else if (!paced_) {
-    (void)state.windows.SkipTo(slot);
+    (void)keeper_->SkipTo(slot);
   }
   if (overflow && !overflow_) {
     StopSteppingOnOverflow(slot,
@@ -559,14 +567,14 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
     // Shared work: the cuts the step's partials named. A slot not stepped
     // to the end has none: it is recorded as missed (its records belong to
     // the next slot stepped, whose floors are at least this slot's ends).
-    const Status recorded = shared_cuts_.empty() ? state.windows.SkipTo(slot)
-                                                 : state.windows.RecordCuts(slot, shared_cuts_);
+    const Status recorded = shared_cuts_.empty() ? keeper_->SkipTo(slot)
+                                                 : keeper_->RecordCuts(slot, shared_cuts_);
     if (!recorded.ok()) {
       keeper_->Stick(recorded);
       out.log_lines.emplace_back(LogLevel::kError,
                                  "slot " + std::to_string(slot) + ": " + recorded.ToString() +
                                      "; no further step until an operator acts");
-      (void)state.windows.SkipTo(slot);
+      (void)keeper_->SkipTo(slot);
     }
   }
   const bool overran = out.deadline > 0 && WallNow() > out.deadline && !control_.stopping();

@@ -101,6 +101,7 @@
 #include "daemon/io.h"
 #include "daemon/ingest.h"
 #include "daemon/ledger.h"
+#include "daemon/ledger_edit.h"
 #include "daemon/ledger_replica.h"
 #include "daemon/metrics.h"
 #include "daemon/model_setup.h"
@@ -138,6 +139,11 @@ struct DaemonHooks {
   // Fault injection: called before each ledger commit; a non-OK status is
   // returned as the commit's result and the ledger file is not written.
   std::function<Status()> ledger_fault;
+  // Called on the step thread with every edit of the ledger's live state
+  // (daemon/ledger_edit.h) and the state after it; once first, at Create,
+  // with no edit (nullptr) and the state the keeper starts from. Tests
+  // replay the edits.
+  std::function<void(const LedgerEdit* edit, const LedgerState& after)> ledger_edit;
 };
 
 struct DaemonStatus {

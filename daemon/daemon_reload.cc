@@ -74,7 +74,7 @@ StatusOr<bool> Daemon::ApplyReload(config::VipsdConfig next, std::vector<std::st
     }
   }
   if (changed.empty()) return false;
-  LedgerState& state = keeper_->state();
+  const LedgerState& state = keeper_->state();
   VIPSD_ASSIGN_OR_RETURN(ReloadedState reloaded,
                          CheckReload(config_, next, state, keeper_->ledger().path(), paced_));
   svi::SlotWindows& windows = reloaded.windows;
@@ -99,7 +99,12 @@ StatusOr<bool> Daemon::ApplyReload(config::VipsdConfig next, std::vector<std::st
     }
   }
   VIPSD_RETURN_IF_ERROR(driver_->Reconfigure(DriverConfigFor(next)));
-  if (state.mode == AccountingMode::kResidency) state.residency = std::move(reloaded.residency);
+  // The ledger's changes, tried on copies above (CheckReload) and below (the
+  // interval), applied together once everything else held.
+  std::vector<LedgerEdit> edits;
+  if (windows.window_slots() != state.windows.window_slots()) {
+    edits.push_back(LedgerEdit::SetWindowSlots(windows.window_slots()));
+  }
   if (paced_ && next.step_interval_seconds != windows.interval_seconds()) {
     // A new interval applies after the last slot the clock has observed;
     // slot times already observed keep theirs.
@@ -110,6 +115,7 @@ StatusOr<bool> Daemon::ApplyReload(config::VipsdConfig next, std::vector<std::st
         return InvalidArgumentError(config::KeyWhere(next, "schedule.interval_seconds") +
                                     std::string(set.message()));
       }
+      edits.push_back(LedgerEdit::SetInterval(next.step_interval_seconds, from));
       return SlotClock::Anchor{windows.anchor_slot(), windows.anchor_time(),
                                windows.interval_seconds()};
     });
@@ -122,17 +128,24 @@ StatusOr<bool> Daemon::ApplyReload(config::VipsdConfig next, std::vector<std::st
     ingest_->SetCapacity(next.pool_capacity);
     clock_->SetGrace(next.cut_grace_seconds);
   }
-  state.windows = std::move(windows);
+  if (state.mode == AccountingMode::kResidency &&
+      reloaded.residency->max_residency_steps() != state.residency->max_residency_steps()) {
+    edits.push_back(LedgerEdit::SetResidencySteps(reloaded.residency->max_residency_steps()));
+  }
+  // Only ever lower (CheckReload refused a raise), and on record before the
+  // reload is acknowledged: a crash right after it must not lose it.
+  const bool lowered = next.is_private() && next.driver.epsilon_ceiling < state.epsilon_ceiling;
+  if (next.is_private() && next.driver.epsilon_ceiling != state.epsilon_ceiling) {
+    edits.push_back(LedgerEdit::LowerCeiling(next.driver.epsilon_ceiling));
+  }
+  // Validated on copies: cannot fail here (if it did, nothing changed).
+  VIPSD_RETURN_IF_ERROR(keeper_->ApplyReload(edits));
   pool_.set_max_candidate_steps(paced_ ? next.window_steps : 0);
   if (overflow_ && (next.pool_capacity > overflow_capacity_)) {
     described->push_back("stepping resumes at the next slot (pool.capacity raised from " +
                          std::to_string(overflow_capacity_) + " after a window overflow)");
     overflow_ = false;
   }
-  // Only ever lower (CheckReload refused a raise), and on record before the
-  // reload is acknowledged: a crash right after it must not lose it.
-  const bool lowered = next.is_private() && next.driver.epsilon_ceiling < state.epsilon_ceiling;
-  if (next.is_private()) state.epsilon_ceiling = next.driver.epsilon_ceiling;
   config_ = std::move(next);
   if (lowered) *durable = keeper_->Commit(driver_->next_step());
   return true;

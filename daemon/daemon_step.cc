@@ -200,9 +200,8 @@ void Daemon::CheckWarnings(SlotOutputs* out) {
   for (double fraction : config_.warn_at) {
     if (spent >= fraction * ceiling) level = fraction;
   }
-  LedgerState& state = keeper_->state();
-  if (level <= state.warning_level) return;
-  state.warning_level = level;
+  if (level <= keeper_->state().warning_level) return;
+  (void)keeper_->RaiseWarningLevel(level);  // rises, within (0, 1]: cannot fail
   out->log_lines.emplace_back(LogLevel::kWarning,
                               "privacy budget warning: epsilon_spent=" + FixedDecimal(spent, 4) +
                                   " of ceiling=" + ShortestNumber(ceiling) +

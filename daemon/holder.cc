@@ -181,9 +181,9 @@ bool Holder::CutWindows(const FederatedPlan& plan, int64_t deadline_ms, WorkPlan
                                             bounds.status().ToString());
     return false;
   }
-  svi::SlotWindows& windows = keeper_->state().windows;
+  const svi::SlotWindows& windows = keeper_->state().windows;
   for (const auto& [stream, b] : *bounds) {
-    if (!windows.HasStream(stream)) (void)windows.AddStream(stream, b.start);
+    if (!windows.HasStream(stream)) (void)keeper_->AddStream(stream, b.start);
   }
   SlotTargets targets;
   targets.cut_time_ms = plan.cut_time_ms;
@@ -358,7 +358,7 @@ Status Holder::OnPlan(const FederatedPlan& plan) {
   }
   VIPSD_RETURN_IF_ERROR(masker_.Bind(plan.run + ":" + plan.roster));
   // Recorded with this round's commit, before its share leaves.
-  keeper_->state().federation_run = plan.run;
+  VIPSD_RETURN_IF_ERROR(keeper_->BindFederationRun(plan.run));
   // The model the round starts from (public: post-processing of releases).
   auto model =
       DecodePlanModel(plan.model, work_.Describe() + " plan", bundle_, "the aggregator's");
@@ -369,15 +369,15 @@ Status Holder::OnPlan(const FederatedPlan& plan) {
     return InvalidArgumentError("cannot follow the aggregator's plans: " +
                                 std::string(restored.message()));
   }
-  LedgerState& state = keeper_->state();
+  const LedgerState& state = keeper_->state();
   svi::DriverConfig driver_config = config_.driver;
   driver_config.adaptivity = AccountingAdaptivity();
   // As the daemon: the keeper checks a fixed schedule's budget, the driver
   // the RDP filter's as it charges.
   driver_config.enforce_ceiling = state.schedule == ScheduleKind::kAdaptive;
   VIPSD_ASSIGN_OR_RETURN(auto driver,
-                         svi::StepDriver::Create(bundle_.model.get(), noise_.get(),
-                                                 &state.accountant, driver_config, plan.step));
+                         svi::StepDriver::Create(bundle_.model.get(), noise_.get(), *keeper_,
+                                                 driver_config, plan.step));
   // Its own budget, on public parameters, before anything is read.
   double epsilon_after = 0, window_epsilon = 0;
   if (!keeper_->AdmitsStep(driver_config.sampling_rate, driver_config.noise_multiplier,
@@ -462,7 +462,7 @@ Status Holder::OnPlan(const FederatedPlan& plan) {
   const Status noted = keeper_->RecordStep(ticket.result, true, noise_->is_private(), window_epsilon);
   if (!noted.ok() && result.ok()) result = noted;
   if (plan.slot > state.windows.last_slot()) {
-    const Status recorded = state.windows.RecordCuts(plan.slot, cuts);
+    const Status recorded = keeper_->RecordCuts(plan.slot, cuts);
     if (!recorded.ok() && result.ok()) result = recorded;
   }
   // The budget warning this round crosses, recorded with its commit (as one
@@ -473,7 +473,7 @@ Status Holder::OnPlan(const FederatedPlan& plan) {
     if (spent >= fraction * driver_config.epsilon_ceiling) level = fraction;
   }
   if (level > state.warning_level) {
-    state.warning_level = level;
+    (void)keeper_->RaiseWarningLevel(level);  // rises, within (0, 1]: cannot fail
     pending_warning_ = "privacy budget warning: epsilon_spent=" + FixedDecimal(spent, 4) +
                        " of ceiling=" + ShortestNumber(driver_config.epsilon_ceiling) +
                        " crossed warn_at=" + ShortestNumber(level) + " for this holder's records";

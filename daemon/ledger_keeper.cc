@@ -100,27 +100,59 @@ bool LedgerKeeper::AdmitsStep(double sampling_rate, double noise_multiplier, dou
   return !check->would_exceed;
 }
 
+Status LedgerKeeper::Apply(const LedgerEdit& edit) {
+  VIPSD_RETURN_IF_ERROR(ApplyLedgerEdit(edit, &state_));
+  if (edit_observer_) edit_observer_(edit, state_);
+  return Status::Ok();
+}
+
+Status LedgerKeeper::AddStream(const std::string& stream, int64_t origin) {
+  return Apply(LedgerEdit::AddStream(stream, origin));
+}
+
+Status LedgerKeeper::RecordCuts(int64_t slot, const std::map<std::string, int64_t>& cuts) {
+  return Apply(LedgerEdit::RecordCuts(slot, cuts));
+}
+
+Status LedgerKeeper::SkipTo(int64_t slot) { return Apply(LedgerEdit::SkipTo(slot)); }
+
+Status LedgerKeeper::ApplyReload(const std::vector<LedgerEdit>& edits) {
+  LedgerState trial = state_;
+  for (const LedgerEdit& edit : edits) VIPSD_RETURN_IF_ERROR(ApplyLedgerEdit(edit, &trial));
+  for (const LedgerEdit& edit : edits) VIPSD_RETURN_IF_ERROR(Apply(edit));
+  return Status::Ok();
+}
+
+Status LedgerKeeper::RaiseWarningLevel(double level) {
+  return Apply(LedgerEdit::WarningLevel(level));
+}
+
+Status LedgerKeeper::BindFederationRun(const std::string& run) {
+  if (state_.federation_run == run) return Status::Ok();
+  return Apply(LedgerEdit::BindFederationRun(run));
+}
+
+Status LedgerKeeper::Charge(double sampling_rate, double noise_multiplier) {
+  return Apply(LedgerEdit::Charge(sampling_rate, noise_multiplier));
+}
+
 void LedgerKeeper::RecordCharged(bool is_private, bool secure_noise, int64_t step) {
-  NoiseHistory& noise = state_.noise;
-  if (!is_private) {
-    if (noise.non_private_steps++ == 0) noise.first_non_private_step = step;
-  } else if (!secure_noise) {
-    if (noise.fixed_seed_steps++ == 0) noise.first_fixed_seed_step = step;
-  } else {
-    ++noise.private_steps;
-  }
+  const LedgerEdit::Noise noise = !is_private     ? LedgerEdit::Noise::kNonPrivate
+                                  : !secure_noise ? LedgerEdit::Noise::kFixedSeed
+                                                  : LedgerEdit::Noise::kPrivate;
+  (void)Apply(LedgerEdit::NoteNoise(step, noise));  // cannot fail
 }
 
 Status LedgerKeeper::RecordStep(const svi::StepResult& result, bool is_private, bool secure_noise,
                                 double window_epsilon) {
   RecordCharged(is_private, secure_noise, result.step);
   if (!is_private || state_.mode != AccountingMode::kResidency) return Status::Ok();
-  return state_.residency->RecordStep(result.sampling_rate, result.noise_multiplier,
-                                      window_epsilon);
+  return Apply(LedgerEdit::ResidencyStep(result.sampling_rate, result.noise_multiplier,
+                                         window_epsilon));
 }
 
 Status LedgerKeeper::Commit(int64_t next_step) {
-  state_.next_step = next_step;
+  if (next_step != state_.next_step) VIPSD_RETURN_IF_ERROR(Apply(LedgerEdit::SetNextStep(next_step)));
   const auto start = std::chrono::steady_clock::now();
   Status committed = fault_ ? fault_() : Status::Ok();
   if (committed.ok()) committed = ledger_.Commit(state_);

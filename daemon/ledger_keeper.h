@@ -5,8 +5,13 @@
 // when privacy would otherwise be uncertain.
 //
 // Two states. state() is the LIVE state the next step charges into (the
-// accountants, the slot windows, the noise history): the step thread
-// changes it while a slot is processed. committed() is the state as of the
+// accountants, the slot windows, the noise history), read-only outside the
+// keeper: the keeper is its only writer, through named operations, each one
+// edit (daemon/ledger_edit.h) validated and applied by ApplyLedgerEdit —
+// streams added, cuts recorded, slots skipped, a step charged (the driver
+// charges through the keeper: svi::ChargeBook), a reload's changes, a
+// warning level, a holder's run, the step counter at a commit. An observer
+// (tests) sees every edit and the state after it. committed() is the state as of the
 // last durable commit (or as loaded at start): everything the daemon reports
 // — metrics, log lines, status.json, the stopped: line — is computed from
 // it, so that nothing about a step appears before its charge is durable
@@ -33,9 +38,11 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "config/config.h"
 #include "core/base/status.h"
@@ -44,12 +51,13 @@
 #include "daemon/budget.h"
 #include "daemon/checkpoint.h"
 #include "daemon/ledger.h"
+#include "daemon/ledger_edit.h"
 #include "daemon/ledger_replica.h"
 #include "daemon/metrics.h"
 
 namespace vipsd::daemon {
 
-class LedgerKeeper {
+class LedgerKeeper final : public svi::ChargeBook {
  public:
   // `fault` (tests): called before each commit; a non-OK status is the
   // commit's result and nothing is written.
@@ -61,8 +69,32 @@ class LedgerKeeper {
   // ledger (its (q, σ) pinned there).
   Status UseFixedSchedule(bool is_private);
 
-  LedgerState& state() { return state_; }
+  const LedgerState& state() const { return state_; }
   const LedgerState& committed() const { return committed_; }
+
+  // The named edits of the live state. Each is validated and applied whole
+  // or not at all (ApplyLedgerEdit); none is durable before Commit.
+  Status AddStream(const std::string& stream, int64_t origin);
+  Status RecordCuts(int64_t slot, const std::map<std::string, int64_t>& cuts);
+  // Every slot up to `slot` passed without cuts (missed, or not stepped).
+  Status SkipTo(int64_t slot);
+  // A reload's changes (LedgerEdit::SetWindowSlots, SetInterval,
+  // SetResidencySteps, LowerCeiling), tried together on a copy first: all
+  // are applied or none.
+  Status ApplyReload(const std::vector<LedgerEdit>& edits);
+  // The budget-warning level announced (only rises).
+  Status RaiseWarningLevel(double level);
+  // A holder: the aggregator run its pads are bound to (recorded once).
+  Status BindFederationRun(const std::string& run);
+  // svi::ChargeBook: the driver's step 1 reads the live RDP accountant and
+  // charges one step through the keeper.
+  const privacy::RdpAccountant& accountant() const override { return state_.accountant; }
+  Status Charge(double sampling_rate, double noise_multiplier) override;
+  // Called after every edit applied, with the state after it (tests replay
+  // the edits: DaemonHooks::ledger_edit).
+  void set_edit_observer(std::function<void(const LedgerEdit&, const LedgerState&)> observer) {
+    edit_observer_ = std::move(observer);
+  }
   const Ledger& ledger() const { return ledger_; }
   LedgerReplica* replica() const { return replica_.get(); }
   const privacy::FixedScheduleAccountant* fixed_schedule() const {
@@ -127,6 +159,8 @@ class LedgerKeeper {
 
  private:
   void OnFailure(const Status& error, double now);
+  // The one writer of state_.
+  Status Apply(const LedgerEdit& edit);
 
   Ledger ledger_;
   LedgerState state_;
@@ -136,6 +170,7 @@ class LedgerKeeper {
   Metrics* const metrics_;
   const std::function<Status()> fault_;
   std::function<void(const Status&)> on_fenced_;
+  std::function<void(const LedgerEdit&, const LedgerState&)> edit_observer_;
   // The step count a fixed schedule's check covers: every private step so
   // far plus one (global), or the residency window the next step closes.
   int64_t CheckedSteps() const;

@@ -61,7 +61,7 @@ TIMING_LINES = re.compile(
     r"finished after their release deadline|waiting for input|slots passed while vipsd|"
     r"observed the input's end offsets after|partitions (assigned|revoked)|"
     r"incrementally assigned|assigned \d+ partition|revoked \d+ partition|"
-    r"epsilon ceiling reached|reload")
+    r"epsilon ceiling reached|reload|a step on \d+ records .* took ")
 
 
 def fail(message):

@@ -229,18 +229,30 @@ double StepSize(double tau0, double kappa, int64_t t) {
   return std::pow(tau0 + static_cast<double>(t), -kappa);
 }
 
-StatusOr<std::unique_ptr<StepDriver>> StepDriver::Create(model::Model* model,
-                                                         privacy::NoiseSource* noise,
-                                                         privacy::RdpAccountant* accountant,
-                                                         const DriverConfig& config,
-                                                         int64_t next_step) {
+namespace {
+
+// A bare accountant as the budget of record (offline tools, tests).
+class AccountantBook final : public ChargeBook {
+ public:
+  explicit AccountantBook(privacy::RdpAccountant* accountant) : accountant_(accountant) {}
+  const privacy::RdpAccountant& accountant() const override { return *accountant_; }
+  Status Charge(double sampling_rate, double noise_multiplier) override {
+    return accountant_->Compose(sampling_rate, noise_multiplier, 1);
+  }
+
+ private:
+  privacy::RdpAccountant* accountant_;
+};
+
+Status ValidateDriverInputs(model::Model* model, privacy::NoiseSource* noise, bool has_book,
+                            const DriverConfig& config, int64_t next_step) {
   if (model == nullptr || noise == nullptr) {
     return InvalidArgumentError("step driver needs a model and a noise source");
   }
   VIPSD_RETURN_IF_ERROR(ValidateDriverConfig(config));
   if (next_step < 1) return InvalidArgumentError("the first step number must be >= 1");
   if (config.noise_multiplier > 0) {
-    if (accountant == nullptr) {
+    if (!has_book) {
       return InvalidArgumentError("a private driver (noise_multiplier > 0) needs an accountant");
     }
     if (!model->has_proven_bounds()) {
@@ -249,16 +261,42 @@ StatusOr<std::unique_ptr<StepDriver>> StepDriver::Create(model::Model* model,
           "resample_length 0) and can only run with noise_multiplier 0");
     }
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<StepDriver>> StepDriver::Create(model::Model* model,
+                                                         privacy::NoiseSource* noise,
+                                                         privacy::RdpAccountant* accountant,
+                                                         const DriverConfig& config,
+                                                         int64_t next_step) {
+  VIPSD_RETURN_IF_ERROR(
+      ValidateDriverInputs(model, noise, accountant != nullptr, config, next_step));
+  std::unique_ptr<ChargeBook> book;
+  if (accountant != nullptr) book = std::make_unique<AccountantBook>(accountant);
+  ChargeBook* const charged = book.get();
   return std::unique_ptr<StepDriver>(
-      new StepDriver(model, noise, accountant, config, next_step));
+      new StepDriver(model, noise, std::move(book), charged, config, next_step));
+}
+
+StatusOr<std::unique_ptr<StepDriver>> StepDriver::Create(model::Model* model,
+                                                         privacy::NoiseSource* noise,
+                                                         ChargeBook& book,
+                                                         const DriverConfig& config,
+                                                         int64_t next_step) {
+  VIPSD_RETURN_IF_ERROR(ValidateDriverInputs(model, noise, true, config, next_step));
+  return std::unique_ptr<StepDriver>(
+      new StepDriver(model, noise, nullptr, &book, config, next_step));
 }
 
 StepDriver::StepDriver(model::Model* model, privacy::NoiseSource* noise,
-                       privacy::RdpAccountant* accountant, const DriverConfig& config,
-                       int64_t next_step)
+                       std::unique_ptr<ChargeBook> owned_book, ChargeBook* book,
+                       const DriverConfig& config, int64_t next_step)
     : model_(model),
       noise_(noise),
-      accountant_(accountant),
+      owned_book_(std::move(owned_book)),
+      book_(book),
       config_(config),
       next_step_(next_step) {}
 
@@ -344,25 +382,25 @@ StatusOr<StepTicket> StepDriver::Begin() {
   if (is_private) {
     if (config_.enforce_ceiling) {
       VIPSD_ASSIGN_OR_RETURN(
-          auto check, accountant_->CheckCeiling(q, sigma, 1, config_.delta,
-                                                config_.epsilon_ceiling,
-                                                privacy::RdpConversion::kImproved,
-                                                config_.adaptivity));
+          auto check, book_->accountant().CheckCeiling(q, sigma, 1, config_.delta,
+                                                       config_.epsilon_ceiling,
+                                                       privacy::RdpConversion::kImproved,
+                                                       config_.adaptivity));
       if (check.would_exceed) {
         result.outcome = StepResult::Outcome::kRefusedCeiling;
         result.epsilon_refused = check.epsilon_after;
         VIPSD_ASSIGN_OR_RETURN(auto spent,
-                               accountant_->GetEpsilon(config_.delta,
+                               book_->accountant().GetEpsilon(config_.delta,
                                                        privacy::RdpConversion::kImproved,
                                                        config_.adaptivity));
         result.epsilon_spent = spent.epsilon;
         return ticket;
       }
     }
-    VIPSD_RETURN_IF_ERROR(accountant_->Compose(q, sigma, 1));
-    VIPSD_ASSIGN_OR_RETURN(auto spent,
-                           accountant_->GetEpsilon(config_.delta, privacy::RdpConversion::kImproved,
-                                                   config_.adaptivity));
+    VIPSD_RETURN_IF_ERROR(book_->Charge(q, sigma));
+    VIPSD_ASSIGN_OR_RETURN(auto spent, book_->accountant().GetEpsilon(
+                                           config_.delta, privacy::RdpConversion::kImproved,
+                                           config_.adaptivity));
     result.epsilon_spent = spent.epsilon;
   }
   ticket.key = DrawStepKey(*noise_);

@@ -145,6 +145,20 @@ using PartialSink = std::function<Status(size_t stream_index, privacy::GaussianS
 using Contributions = std::vector<std::vector<std::pair<std::string, int64_t>>>;
 using SampleObserver = std::function<void(int64_t step, const Contributions& contributions)>;
 
+// The budget of record a private step is charged to (step 1). The driver
+// reads its RDP accountant (the filter's ceiling check, the ε spent) and
+// charges one composition per step through Charge, never by writing to the
+// accountant itself: a daemon's budget lives in its ledger, whose keeper
+// (daemon/ledger_keeper.h) is the only writer of it. A bare RdpAccountant
+// serves the offline tools and the tests (Create's accountant overload).
+class ChargeBook {
+ public:
+  virtual ~ChargeBook() = default;
+  virtual const privacy::RdpAccountant& accountant() const = 0;
+  // One step of (q, σ), composed once. A failure charges nothing.
+  virtual Status Charge(double sampling_rate, double noise_multiplier) = 0;
+};
+
 class StepDriver {
  public:
   // `model` and `noise` must outlive the driver; `accountant` too, and it
@@ -153,6 +167,13 @@ class StepDriver {
   static StatusOr<std::unique_ptr<StepDriver>> Create(model::Model* model,
                                                       privacy::NoiseSource* noise,
                                                       privacy::RdpAccountant* accountant,
+                                                      const DriverConfig& config,
+                                                      int64_t next_step = 1);
+  // The same, charging `book` (which must outlive the driver; read and
+  // charged only when σ > 0).
+  static StatusOr<std::unique_ptr<StepDriver>> Create(model::Model* model,
+                                                      privacy::NoiseSource* noise,
+                                                      ChargeBook& book,
                                                       const DriverConfig& config,
                                                       int64_t next_step = 1);
 
@@ -228,14 +249,15 @@ class StepDriver {
 
  private:
   StepDriver(model::Model* model, privacy::NoiseSource* noise,
-             privacy::RdpAccountant* accountant, const DriverConfig& config,
-             int64_t next_step);
+             std::unique_ptr<ChargeBook> owned_book, ChargeBook* book,
+             const DriverConfig& config, int64_t next_step);
 
   // Step 5 on a release: M-step, observer, t advances.
   StatusOr<StepResult> MStepOn(StepResult result, const privacy::GaussianRelease& release);
   model::Model* model_;
   privacy::NoiseSource* noise_;
-  privacy::RdpAccountant* accountant_;
+  std::unique_ptr<ChargeBook> owned_book_;  // the accountant overload's
+  ChargeBook* book_;                         // null only when σ = 0
   DriverConfig config_;
   int64_t next_step_;
   // Accumulators kept from step to step and Reset() before every use, so

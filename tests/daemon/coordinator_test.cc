@@ -66,8 +66,8 @@ struct CoordinatorProcess {
                                             f.dir + "/state", f.metrics.get());
     svi::DriverConfig driver_config = f.config.driver;
     driver_config.adaptivity = AccountingAdaptivity();
-    driver = std::move(svi::StepDriver::Create(bundle.model.get(), noise.get(),
-                                               &keeper->state().accountant, driver_config, 1))
+    driver = std::move(svi::StepDriver::Create(bundle.model.get(), noise.get(), *keeper,
+                                               driver_config, 1))
                  .value();
     ingest = std::make_unique<Ingest>(bundle.decoder.get(), &sink, f.metrics.get(), &control,
                                       /*cover_every_stream=*/true);

@@ -1426,6 +1426,87 @@ TEST(DaemonTest, ResidencyStartUpRefusesAnUnaffordableWindow) {
   EXPECT_NE(daemon.status().message().find("vipsd.yaml:"), std::string::npos);
 }
 
+// The ledger keeper is the only writer of the privacy record: every change
+// of the live state is one edit (daemon/ledger_edit.h), and replaying the
+// edits in order on the state the keeper started from gives the same state
+// after every one of them, byte for byte as the ledger encodes it — through
+// new streams, cuts, charges, the noise history, a budget warning, a reload
+// that lowers the ceiling, shortens the window and changes the interval, and
+// the commits' step counter.
+TEST(DaemonTest, ReplayingTheLedgersEditsGivesItsStateAfterEveryEdit) {
+  Harness h("ledger_edits");
+  for (int i = 0; i < 40; ++i) h.topic->Append(i % 2, Document(i));
+  Options options;
+  options.ceiling = 14;  // warn_at 0.5: ε = 7 after about 5 steps (q 0.5, σ 1)
+  const std::string path = WriteConfig(h.dir, options);
+  std::mutex mutex;
+  std::optional<LedgerState> replayed;
+  std::vector<std::string> mismatches;
+  std::set<LedgerEdit::Kind> kinds;
+  int64_t edits = 0;
+  DaemonHooks hooks;
+  hooks.ledger_edit = [&](const LedgerEdit* edit, const LedgerState& after) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (edit == nullptr) {
+      replayed = after;
+      return;
+    }
+    ++edits;
+    kinds.insert(edit->kind);
+    const Status applied = ApplyLedgerEdit(*edit, &*replayed);
+    if (!applied.ok() || Ledger::Encode(*replayed) != Ledger::Encode(after)) {
+      mismatches.push_back("edit " + std::to_string(edits) + " (" +
+                           std::string(LedgerEditKindName(edit->kind)) + "): " +
+                           applied.ToString());
+    }
+  };
+  auto daemon = h.Make(path, hooks);
+  ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
+  Status result = Status::Ok();
+  std::thread runner([&] { result = (*daemon)->Run(); });
+  auto wait = [&](const std::function<bool()>& done) {
+    const auto until = std::chrono::steady_clock::now() + 20s;
+    while (!done() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(5ms);
+    return done();
+  };
+  EXPECT_TRUE(wait([&] { return (*daemon)->status().steps_run >= 3; }));
+  std::string text = *connectors::ReadWholeFile(path);
+  text.replace(text.find("epsilon_ceiling: 14"), 19, "epsilon_ceiling: 13.5");
+  text.replace(text.find("window_steps: 1000000000"), 24, "window_steps: 100");
+  text.replace(text.find("interval_seconds: 0.02"), 22, "interval_seconds: 0.03");
+  std::ofstream(path, std::ios::trunc) << text;
+  (*daemon)->RequestReload();
+  EXPECT_TRUE(wait(
+      [&] { return h.metrics->config_reloads_total(ReloadResult::kSuccess).Value() >= 1; }));
+  EXPECT_TRUE(wait([&] { return (*daemon)->status().steps_run >= 8; }));
+  (*daemon)->RequestStop();
+  runner.join();
+  EXPECT_TRUE(result.ok()) << result.ToString();
+  std::lock_guard<std::mutex> lock(mutex);
+  EXPECT_TRUE(mismatches.empty()) << ::testing::PrintToString(mismatches);
+  for (const LedgerEdit::Kind kind :
+       {LedgerEdit::Kind::kAddStream, LedgerEdit::Kind::kRecordCuts, LedgerEdit::Kind::kCharge,
+        LedgerEdit::Kind::kNoteNoise, LedgerEdit::Kind::kWarningLevel,
+        LedgerEdit::Kind::kLowerCeiling, LedgerEdit::Kind::kSetWindowSlots,
+        LedgerEdit::Kind::kSetInterval, LedgerEdit::Kind::kSetNextStep}) {
+    EXPECT_TRUE(kinds.count(kind)) << LedgerEditKindName(kind);
+  }
+  // The replayed state is the ledger on disk (the stop's commit is last).
+  auto ledger = h.LoadLedger();
+  ASSERT_TRUE(ledger.ok()) << ledger.status().ToString();
+  ASSERT_TRUE(replayed.has_value());
+  EXPECT_EQ(Ledger::Encode(*ledger), Ledger::Encode(*replayed));
+  EXPECT_EQ(ledger->epsilon_ceiling, 13.5);
+  EXPECT_EQ(ledger->warning_level, 0.5);
+  // And the directory starts again (its anchor may lie ahead of its last
+  // recorded slot: the reload's interval change anchors at the clock's).
+  daemon->reset();  // its lock on the state directory
+  auto again = h.Make(path);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  const int64_t before = ledger->next_step;
+  ASSERT_TRUE(RunUntil(**again, [&](const DaemonStatus& s) { return s.next_step > before; }).ok());
+}
+
 TEST(DaemonTest, ReloadAppliesLiveChangesAndABadReloadKeepsTheOldConfig) {
   Harness h("reload");
   for (int i = 0; i < 20; ++i) h.topic->Append(0, Document(i));

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/privacy/fixed_schedule.h"
 #include "tests/testing/test_metrics.h"
@@ -57,7 +59,7 @@ struct Fixture {
 TEST(LedgerKeeperTest, TheCommittedStateMovesOnlyWithADurableCommit) {
   Fixture f("committed");
   ASSERT_TRUE(f.keeper->Commit(1).ok());
-  ASSERT_TRUE(f.keeper->state().accountant.Compose(0.1, 1.0).ok());
+  ASSERT_TRUE(f.keeper->Charge(0.1, 1.0).ok());
   EXPECT_EQ(f.keeper->committed().accountant.steps(), 0);  // not durable yet
   f.disk_full = true;
   EXPECT_EQ(f.keeper->CommitOrRetry(2, 1000.0), LedgerKeeper::CommitResult::kFailed);
@@ -96,10 +98,10 @@ TEST(LedgerKeeperTest, TheCeilingCheckOfAFixedScheduleCountsTheStepsItWouldCompl
   double after = 0, window = 0;
   EXPECT_TRUE(f.keeper->AdmitsStep(0.1, 1.0, 1e-5, two, &after, &window));
   EXPECT_DOUBLE_EQ(after, one);
-  ASSERT_TRUE(f.keeper->state().accountant.Compose(0.1, 1.0).ok());
+  ASSERT_TRUE(f.keeper->Charge(0.1, 1.0).ok());
   EXPECT_TRUE(f.keeper->AdmitsStep(0.1, 1.0, 1e-5, two, &after, &window));
   EXPECT_DOUBLE_EQ(after, two);
-  ASSERT_TRUE(f.keeper->state().accountant.Compose(0.1, 1.0).ok());
+  ASSERT_TRUE(f.keeper->Charge(0.1, 1.0).ok());
   EXPECT_FALSE(f.keeper->AdmitsStep(0.1, 1.0, 1e-5, two, &after, &window));
   EXPECT_GT(after, two);
   // One code path for ε: what the keeper states is LedgerSpent's.
@@ -144,6 +146,58 @@ TEST(LedgerKeeperTest, AStickyErrorStaysUntilTheProcessEnds) {
   EXPECT_THAT(f.keeper->sticky()->message(), HasSubstr("a cut below"));
   EXPECT_TRUE(f.keeper->ConfirmOwner().ok());  // no replica: always the owner
   EXPECT_FALSE(f.keeper->fenced());
+}
+
+// Every change of the record is an edit validated before it applies: one
+// that is refused changes nothing, byte for byte as the ledger encodes it.
+TEST(LedgerEditTest, AnEditThatIsRefusedChangesNothing) {
+  LedgerState state = FreshState(ScheduleKind::kAdaptive);
+  state.windows = *svi::SlotWindows::Create(1000, 1, 10);
+  ASSERT_TRUE(ApplyLedgerEdit(LedgerEdit::AddStream("docs:0", 5), &state).ok());
+  ASSERT_TRUE(ApplyLedgerEdit(LedgerEdit::RecordCuts(3, {{"docs:0", 40}}), &state).ok());
+  ASSERT_TRUE(ApplyLedgerEdit(LedgerEdit::LowerCeiling(2), &state).ok());
+  ASSERT_TRUE(ApplyLedgerEdit(LedgerEdit::WarningLevel(0.5), &state).ok());
+  ASSERT_TRUE(ApplyLedgerEdit(LedgerEdit::SetNextStep(4), &state).ok());
+  ASSERT_TRUE(ApplyLedgerEdit(LedgerEdit::BindFederationRun(std::string(32, 'b')), &state).ok());
+  ASSERT_TRUE(ApplyLedgerEdit(LedgerEdit::Charge(0.1, 1.0), &state).ok());
+  const std::string before = Ledger::Encode(state);
+  const std::vector<std::pair<std::string, LedgerEdit>> refused = {
+      {"a stream twice", LedgerEdit::AddStream("docs:0", 0)},
+      {"a cut below the previous", LedgerEdit::RecordCuts(4, {{"docs:0", 39}})},
+      {"a slot not after the last", LedgerEdit::RecordCuts(3, {{"docs:0", 41}})},
+      {"a cut of an unknown stream", LedgerEdit::RecordCuts(4, {{"docs:1", 1}})},
+      {"a raised ceiling", LedgerEdit::LowerCeiling(2.5)},
+      {"a warning level that falls", LedgerEdit::WarningLevel(0.25)},
+      {"the step counter back", LedgerEdit::SetNextStep(3)},
+      {"another aggregator run", LedgerEdit::BindFederationRun(std::string(32, 'c'))},
+      {"a longer window", LedgerEdit::SetWindowSlots(20)},
+      {"an interval before the last slot", LedgerEdit::SetInterval(2, 2)},
+      {"a residency edit on a global ledger", LedgerEdit::SetResidencySteps(5)},
+      {"a charge the accountant refuses", LedgerEdit::Charge(1.5, 1.0)},
+  };
+  for (const auto& [what, edit] : refused) {
+    EXPECT_FALSE(ApplyLedgerEdit(edit, &state).ok()) << what;
+    EXPECT_EQ(Ledger::Encode(state), before) << what;
+  }
+}
+
+// A reload's edits apply together or not at all.
+TEST(LedgerKeeperTest, AReloadsEditsApplyTogetherOrNotAtAll) {
+  Fixture f("reload_edits");
+  ASSERT_TRUE(f.keeper->ApplyReload({LedgerEdit::LowerCeiling(3)}).ok());
+  std::vector<LedgerEdit> seen;
+  f.keeper->set_edit_observer(
+      [&](const LedgerEdit& edit, const LedgerState&) { seen.push_back(edit); });
+  const std::string before = Ledger::Encode(f.keeper->state());
+  EXPECT_FALSE(
+      f.keeper->ApplyReload({LedgerEdit::LowerCeiling(2), LedgerEdit::LowerCeiling(2.5)}).ok());
+  EXPECT_EQ(Ledger::Encode(f.keeper->state()), before);
+  EXPECT_TRUE(seen.empty());
+  ASSERT_TRUE(f.keeper->ApplyReload({LedgerEdit::LowerCeiling(2.5), LedgerEdit::LowerCeiling(2)})
+                  .ok());
+  EXPECT_EQ(f.keeper->state().epsilon_ceiling, 2);
+  EXPECT_EQ(seen.size(), 2u);
+  EXPECT_EQ(f.keeper->committed().epsilon_ceiling, 0);  // not durable before a commit
 }
 
 }  // namespace
