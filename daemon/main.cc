@@ -12,34 +12,20 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <atomic>
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <mutex>
-#include <numeric>
-#include <optional>
 #include <sstream>
 #include <string>
-#include <thread>
-#include <vector>
 
 #include "config/config.h"
-#include "core/base/format.h"
-#include "core/privacy/planner.h"
-#include "connectors/file/file_util.h"
 #include "core/base/log.h"
+#include "daemon/check_config.h"
 #include "daemon/daemon.h"
 #include "daemon/federation.h"
-#include "daemon/kafka_io.h"
 #include "daemon/offline_run.h"
 #include "daemon/service.h"
 #include "daemon/state_status.h"
-#include "daemon/step_calibration.h"
 
 #ifndef VIPSD_VERSION
 #define VIPSD_VERSION "unknown"
@@ -242,91 +228,12 @@ int main(int argc, char** argv) {
     for (std::string line; std::getline(lines, line);) std::cerr << "vipsd: " << line << "\n";
     return 2;
   }
-  // Legal but unwise values: said at --check-config and at every start.
-  if (config->source_type == config::SourceType::kKafka) {
-    for (std::string& warning : daemon::KafkaClientWarnings(*config)) {
-      config->warnings.push_back(std::move(warning));
-    }
-  }
   // With log.format: json every line on stderr is one JSON object, from
-  // the first warning on (a log shipper rejects anything else).
+  // the first warning on (a log shipper rejects anything else). Legal but
+  // unwise values are said at --check-config and at every start.
   SetLogFormat(config->log_format);
-  const bool json_lines = config->log_format == LogFormat::kJson;
-  auto say = [json_lines](LogLevel level, const std::string& text) {
-    if (json_lines) {
-      Log(level, "main", text);
-    } else {
-      std::cerr << "vipsd: " << text << "\n";
-    }
-  };
-  for (const std::string& warning : config->warnings) say(LogLevel::kWarning, warning);
-  // Said by a start, and by --check-config, under --no-step-time-check.
-  const std::string untimed =
-      "--no-step-time-check: the worst-case step was not timed against the slot, so the chance "
-      "of an overrun (beta in (epsilon, delta + beta)) is not bounded; each overrun shows on the "
-      "release topic (SECURITY.md \"Overruns\")";
-  // The worst-case step on public synthetic records (step_calibration.h):
-  // false when it is refused (said as an error naming the key and line); a
-  // warning when it fits without margin or only on a less busy machine;
-  // else the figures go to *fits_line.
-  auto timed_step = [&](std::string* fits_line) {
-    auto timing = daemon::CalibrateWorstCaseStep(*config);
-    if (!timing.ok()) {
-      if (!check_only) return true;  // the start itself says what is wrong
-      say(LogLevel::kError, "timing a worst-case step: " + std::string(timing.status().message()));
-      return false;
-    }
-    const std::string where = config::KeyWhere(*config, timing->budget_key);
-    if (timing->refused) {
-      say(LogLevel::kError, where + timing->text);
-      return false;
-    }
-    // What a step's timing adds to δ (core/privacy/planner.h OverrunBeta):
-    // bounded only when the worst-case step fits its slot with margin
-    // (a run whose claim needs it was refused above without it).
-    const std::string beta =
-        timing->fits
-            ? "; overruns: beta = " + ShortestNumber(privacy::kBatchTailProbability) +
-                  " per step (a batch above the one timed), so the claim is (epsilon, delta + "
-                  "beta x steps); `vipsd-privacy plan` prints it for this file"
-            : "; overruns: beta is NOT bounded on this machine (the worst-case step does not "
-              "fit with margin): the claim holds only for runs without an overrun";
-    if (!timing->fits || timing->busy) {
-      say(LogLevel::kWarning, where + "warning: " + timing->text + beta);
-    } else {
-      *fits_line = timing->text + beta;
-    }
-    return true;
-  };
-  if (check_only) {
-    // Everything a start checks that needs neither the network nor a
-    // write: model and vocabulary, metrics address, state directory,
-    // ledger and checkpoint against this file, the privacy start-up checks,
-    // and the librdkafka client configurations.
-    Status checked = daemon::CheckStartUp(*config, options);
-    if (checked.ok() && config->source_type == config::SourceType::kKafka) {
-      checked = daemon::CheckKafkaClients(*config);
-    }
-    if (!checked.ok()) {
-      say(LogLevel::kError, std::string(checked.message()));
-      return 2;
-    }
-    std::string timing;
-    if (config->source_type == config::SourceType::kKafka) {
-      // As a start with the same flags would: timed unless
-      // --no-step-time-check, which is said.
-      if (!step_time_check) {
-        say(LogLevel::kWarning, untimed);
-      } else if (!timed_step(&timing)) {
-        return 2;
-      }
-    }
-    std::cout << "vipsd: " << config_path << " is valid\n";
-    const config::CapacityMargin margin = config::CapacityMarginOf(*config);
-    if (margin.applies) std::cout << "vipsd: " << margin.text << "\n";
-    if (!timing.empty()) std::cout << "vipsd: " << timing << "\n";
-    return 0;
-  }
+  daemon::SayConfigWarnings(&*config);
+  if (check_only) return daemon::CheckConfigCommand(*config, config_path, options, step_time_check);
   SetMinLogLevel(config->log_level);
   // Every start times the worst-case step too (before the Kafka clients
   // start, so the group join does not wait on it), refused as --check-config
@@ -340,11 +247,11 @@ int main(int argc, char** argv) {
     for (int signal : {SIGINT, SIGTERM, SIGHUP, SIGUSR1}) sigaddset(&signals, signal);
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);
     std::string timing;
-    if (!timed_step(&timing)) return 2;
+    if (!daemon::TimeWorstCaseStep(*config, /*check_only=*/false, &timing)) return 2;
     if (!timing.empty()) Log(LogLevel::kInfo, "main", timing);
     options.time_reloads = true;
   } else if (config->source_type == config::SourceType::kKafka) {
-    Log(LogLevel::kWarning, "main", untimed);
+    Log(LogLevel::kWarning, "main", daemon::UntimedStartWarning());
   }
   if (config->source_type == config::SourceType::kFile) {
     auto summary = daemon::RunOffline(*config, options);
