@@ -7,8 +7,10 @@ change" (issue 25) is checked with it:
     scripts/compare_behaviour.py --base <git ref>      # builds that ref's vipsd
     scripts/compare_behaviour.py --base-binary PATH    # or compares with a binary
 
-The current tree's binary is build/daemon/vipsd (--binary to change it).
-Two runs, each once per binary, each in a fresh directory under out/compare:
+The current tree's binary is build/daemon/vipsd (--binary to change it),
+the mock cluster build/tools/vipsd-mock-kafka (--mock-kafka). Four runs
+(--runs to choose), each once per binary, each in a fresh directory under
+out/compare:
 
   * offline: config/examples/lda_offline.yaml on the demo corpus (a JSON
     Lines file), 30 steps;
@@ -16,8 +18,18 @@ Two runs, each once per binary, each in a fresh directory under out/compare:
     ceiling lowered to 1.5 so that it halts after a few dozen steps, metrics
     scraped once it halted, then SIGTERM.
 
-Both use privacy.noise: fixed_seed (--insecure-fixed-seed-noise), so that
-the two binaries draw the same noise. What differs between any two runs of
+  * shared: a shared-work job (state.work_topic) on a vipsd-mock-kafka
+    cluster of its own: a worker holding all six input partitions and a
+    coordinator that reads none (state.work_partitions: false), 6 steps;
+  * federated: an aggregator and two holders (federation.role), each holder
+    reading its own topic, 5 rounds; every round needs both holders
+    (tolerated_holders 1), so a round that misses one shows as a
+    difference.
+
+All use privacy.noise: fixed_seed (--insecure-fixed-seed-noise), so that
+the two binaries draw the same noise (a federated holder's key pair is new
+in each run; the pads cancel in the sum, so the releases do not depend on
+it). What differs between any two runs of
 one binary is masked before comparing: the run id (random per state
 directory), checksums over it, wall-clock times (release timestamps, log
 timestamps, the slot clock's anchor), slot numbers of the paced run (its
@@ -43,6 +55,8 @@ import time
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "harness"))
+import harness  # noqa: E402  (vipsd-mock-kafka as a child process)
 
 # Metrics whose values follow from the inputs alone (per series).
 DETERMINISTIC_METRICS = [
@@ -136,6 +150,170 @@ def demo_config(directory, port):
     return text
 
 
+MULTI_PROCESS_MODEL = """model:
+  type: lda
+  lda:
+    topics: 3
+    vocabulary: %(vocab)s
+    alpha: 0.1
+    eta: 0.01
+    resample_length: 10
+privacy:
+  noise_multiplier: 1.0
+  sampling_rate: 0.2
+  delta: 1.0e-5
+  epsilon_ceiling: 1000
+  noise: fixed_seed
+  noise_seed: 7
+schedule:
+  threads: 2
+  interval_seconds: %(interval)s
+  start_delay_seconds: 0
+  on_overrun: catch_up
+  window_steps: 1000000000
+%(schedule)spool:
+  capacity: 10000
+source:
+  type: kafka
+%(topics)s  group_id: %(group)s
+  timestamps: create_time
+sink:
+  type: kafka
+  topic: releases
+  publish_every: 1
+%(sink)sdead_letter:
+  topic: dead
+kafka:
+  bootstrap_servers: "%(bootstrap)s"
+  consumer_properties:
+    session.timeout.ms: "6000"
+    heartbeat.interval.ms: "500"
+state:
+  directory: state
+%(state)smetrics:
+  listen: ""
+%(federation)s"""
+
+
+def multi_process_config(directory, **values):
+    os.makedirs(directory, exist_ok=True)
+    fields = {"vocab": os.path.join(ROOT, "config", "examples", "demo", "vocab.txt"),
+              "interval": "1.0", "schedule": "", "topics": "", "sink": "", "state": "",
+              "federation": ""}
+    fields.update(values)
+    path = os.path.join(directory, "vipsd.yaml")
+    with open(path, "w") as f:
+        f.write(MULTI_PROCESS_MODEL % fields)
+    return path
+
+
+def produce(bootstrap, topic, lines, work):
+    """Keyed lines into `topic` with kcat (an independent client)."""
+    path = os.path.join(work, topic + ".input")
+    with open(path, "w") as f:
+        for i, line in enumerate(lines):
+            f.write("k%d\t%s\n" % (i, line))
+    result = subprocess.run(["kcat", "-P", "-b", bootstrap, "-t", topic, "-K", "\t", "-l", path],
+                            capture_output=True, text=True, timeout=120)
+    if result.returncode != 0:
+        fail("kcat: " + result.stderr[-300:])
+
+
+def demo_lines(count):
+    with open(os.path.join(ROOT, "config", "examples", "demo", "corpus.jsonl")) as f:
+        return [line.rstrip("\n") for line in f][:count]
+
+
+class Member:
+    """One vipsd process of a multi-process run, its stderr in DIR/stderr.log."""
+
+    def __init__(self, binary, directory, config, extra=()):
+        self.directory = directory
+        self.log = open(os.path.join(directory, "stderr.log"), "w")
+        self.proc = subprocess.Popen([binary, "--config", config, "--insecure-fixed-seed-noise",
+                                      *extra], cwd=directory, stdout=self.log, stderr=self.log)
+
+    def finish(self, sig=None, timeout=180):
+        if sig is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        self.log.close()
+        return code
+
+
+def run_shared(binary, mock_kafka, directory):
+    """A worker holding every input partition and a coordinator that reads
+    none: the coordinator's releases come from the worker's partial sums."""
+    kafka = harness.MockKafka(mock_kafka, 1, [("docs", 6), ("releases", 1), ("dead", 1),
+                                              ("ledger", 1), ("work", 2)])
+    try:
+        produce(kafka.bootstrap, "docs", demo_lines(600), directory)
+        group = "compare-shared-%d" % os.getpid()
+        shared = "  ledger_topic: ledger\n  ledger_key: job\n  work_topic: work\n"
+        worker_dir = os.path.join(directory, "worker")
+        worker = Member(binary, worker_dir, multi_process_config(
+            worker_dir, topics="  topics: [docs]\n", group=group, bootstrap=kafka.bootstrap,
+            state=shared + "  standby_takeover_seconds: 600\n"), ["--instance-id", "w1"])
+        time.sleep(1.0)
+        coordinator_dir = os.path.join(directory, "coordinator")
+        coordinator = Member(binary, coordinator_dir, multi_process_config(
+            coordinator_dir, topics="  topics: [docs]\n", group=group,
+            bootstrap=kafka.bootstrap, schedule="  release_delay_seconds: 0.5\n  max_steps: 6\n",
+            sink="  mirror_directory: releases\n", state=shared + "  work_partitions: false\n"),
+            ["--instance-id", "c"])
+        code = coordinator.finish(timeout=300)
+        worker_code = worker.finish(signal.SIGTERM, 60)
+    finally:
+        kafka.close()
+    return {"directory": coordinator_dir, "exit": (code, worker_code), "metrics": None}
+
+
+def run_federated(binary, mock_kafka, directory):
+    """An aggregator and two holders, each holder on its own topic."""
+    ids = ["h1", "h2"]
+    kafka = harness.MockKafka(mock_kafka, 1, [("h1docs", 2), ("h2docs", 2), ("releases", 1),
+                                              ("dead", 1), ("fedledger", 1), ("fedwork", 2)])
+    try:
+        lines = demo_lines(400)
+        roster = "  holders:\n"
+        for h, holder in enumerate(ids):
+            produce(kafka.bootstrap, holder + "docs", lines[h::2], directory)
+            key = os.path.join(directory, holder + ".key")
+            result = subprocess.run([binary, "federation-keygen", "--out", key],
+                                    capture_output=True, text=True, timeout=60)
+            if result.returncode != 0:
+                fail("federation-keygen: " + result.stderr[-300:])
+            roster += "    %s: %s\n" % (holder, result.stdout.split()[0])
+        common = "  tolerated_holders: 1\n  round_timeout_seconds: 5\n"
+        aggregator_dir = os.path.join(directory, "aggregator")
+        aggregator = Member(binary, aggregator_dir, multi_process_config(
+            aggregator_dir, interval="2.0", group="compare-aggregator-%d" % os.getpid(),
+            bootstrap=kafka.bootstrap, schedule="  release_delay_seconds: 1.8\n  max_steps: 5\n",
+            sink="  mirror_directory: releases\n",
+            state="  ledger_topic: fedledger\n  ledger_key: fedjob\n  work_topic: fedwork\n",
+            federation="federation:\n  role: aggregator\n" + common + roster))
+        holders = []
+        for holder in ids:
+            holder_dir = os.path.join(directory, holder)
+            holders.append(Member(binary, holder_dir, multi_process_config(
+                holder_dir, interval="2.0", topics="  topics: [%sdocs]\n" % holder,
+                group="compare-%s-%d" % (holder, os.getpid()), bootstrap=kafka.bootstrap,
+                state="  ledger_key: fedjob\n  work_topic: fedwork\n",
+                federation="federation:\n  role: holder\n  holder_id: %s\n  secret_key: "
+                           "{file: %s}\n  share_delay_seconds: 1.5\n" %
+                           (holder, os.path.join(directory, holder + ".key")) + common + roster)))
+        code = aggregator.finish(timeout=300)
+        holder_codes = tuple(member.finish(signal.SIGTERM, 60) for member in holders)
+    finally:
+        kafka.close()
+    return {"directory": aggregator_dir, "exit": (code,) + holder_codes, "metrics": None,
+            "holders": [os.path.join(directory, holder) for holder in ids]}
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -157,10 +335,14 @@ def metric_value(text, name):
     return None
 
 
-def run(binary, kind, work):
+def run(binary, kind, work, mock_kafka):
     directory = os.path.join(work, kind)
     shutil.rmtree(directory, ignore_errors=True)
     os.makedirs(directory)
+    if kind == "shared":
+        return run_shared(binary, mock_kafka, directory)
+    if kind == "federated":
+        return run_federated(binary, mock_kafka, directory)
     port = free_port()
     config = os.path.join(directory, "vipsd.yaml")
     with open(config, "w") as f:
@@ -207,6 +389,7 @@ def normalise_log(path, paced):
 
 def normalise_ledger(text, paced):
     text = re.sub(r"^run [0-9a-f]{32}$", "run <run>", text, flags=re.M)
+    text = re.sub(r"\b[0-9a-f]{32}\b", "<run>", text)  # a holder's aggregator run
     text = re.sub(r"^blake2b [0-9a-f]{64}$", "blake2b <checksum>", text, flags=re.M)
     if paced:
         # The slot clock's anchor and the per-slot cuts follow wall time.
@@ -252,7 +435,7 @@ def deterministic_metrics(text):
 
 
 def compare(base, head, kind, differences):
-    paced = kind == "demo"
+    paced = kind != "offline"
     def same(what, a, b):
         if a != b:
             if isinstance(a, list):
@@ -278,6 +461,13 @@ def compare(base, head, kind, differences):
             same(what, read(pa), read(pb))
     same("log lines", normalise_log(os.path.join(base["directory"], "stderr.log"), paced),
          normalise_log(os.path.join(head["directory"], "stderr.log"), paced))
+    for a_holder, b_holder in zip(base.get("holders", []), head.get("holders", [])):
+        name = os.path.basename(a_holder)
+        same(name + " ledger",
+             normalise_ledger(open(os.path.join(a_holder, "state", "ledger")).read(),
+                              True).splitlines(),
+             normalise_ledger(open(os.path.join(b_holder, "state", "ledger")).read(),
+                              True).splitlines())
     if paced:
         same("metrics", deterministic_metrics(base["metrics"]), deterministic_metrics(head["metrics"]))
     return len(a)
@@ -289,6 +479,10 @@ def main():
     parser.add_argument("--base-binary", help="a baseline vipsd binary instead of --base")
     parser.add_argument("--binary", default=os.path.join(ROOT, "build", "daemon", "vipsd"))
     parser.add_argument("--work", default=os.path.join(ROOT, "out", "compare"))
+    parser.add_argument("--mock-kafka",
+                        default=os.path.join(ROOT, "build", "tools", "vipsd-mock-kafka"))
+    parser.add_argument("--runs", default="offline,demo,shared,federated",
+                        help="which runs, comma-separated (default: all four)")
     args = parser.parse_args()
     if bool(args.base) == bool(args.base_binary):
         fail("give exactly one of --base and --base-binary")
@@ -299,11 +493,17 @@ def main():
         if not os.access(binary, os.X_OK):
             fail("no executable " + binary)
     differences = []
-    for kind in ("offline", "demo"):
+    kinds = [kind for kind in args.runs.split(",") if kind]
+    for kind in kinds:
+        if kind not in ("offline", "demo", "shared", "federated"):
+            fail("unknown run %r (offline, demo, shared, federated)" % kind)
+    if ({"shared", "federated"} & set(kinds)) and not os.access(args.mock_kafka, os.X_OK):
+        fail("no executable " + args.mock_kafka)
+    for kind in kinds:
         print("== %s run: baseline" % kind, flush=True)
-        base = run(base_binary, kind, os.path.join(args.work, "base"))
+        base = run(base_binary, kind, os.path.join(args.work, "base"), args.mock_kafka)
         print("== %s run: this tree" % kind, flush=True)
-        head = run(args.binary, kind, os.path.join(args.work, "head"))
+        head = run(args.binary, kind, os.path.join(args.work, "head"), args.mock_kafka)
         releases = compare(base, head, kind, differences)
         print("   %s: exit %s / %s, %d release files, %s" %
               (kind, base["exit"], head["exit"], releases,
