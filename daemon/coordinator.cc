@@ -24,10 +24,23 @@ constexpr auto kWorkPoll = std::chrono::milliseconds(50);
 Coordinator::Coordinator(std::unique_ptr<WorkExchange> exchange, RunControl* control)
     : work_(std::move(exchange), control), control_(control) {}
 
-StatusOr<svi::StepResult> Coordinator::Step(const Context& context, int64_t slot,
-                                            SlotOutputs* out) {
+StatusOr<svi::StepResult> Coordinator::Step(int64_t slot, const SlotTargets& targets,
+                                            int64_t model_step, SlotOutputs* out) {
   // Exactly svi::StepDriver::Step, with the partial sums of the partitions
   // computed wherever the consumer group put them.
+  if (parts_.driver == nullptr) return FailedPreconditionError("coordinator: no parts bound");
+  cuts_.clear();
+  Context context;
+  context.config = parts_.config;
+  context.driver = parts_.driver;
+  context.ingest = parts_.ingest;
+  context.keeper = parts_.keeper;
+  context.bundle = parts_.bundle;
+  context.model_step = model_step;
+  context.secure_noise = parts_.secure_noise;
+  context.on_fenced = parts_.on_fenced;
+  context.targets = &targets;
+  context.cuts = &cuts_;
   round_unplanned_ = false;
   if (federated()) {
     // A round needs more participants than tolerated_holders (the noise

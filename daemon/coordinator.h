@@ -31,9 +31,10 @@
 #include <future>
 #include <map>
 #include <set>
-#include <string>
 #include <memory>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "config/config.h"
@@ -53,27 +54,31 @@ class Coordinator {
  public:
   Coordinator(std::unique_ptr<WorkExchange> exchange, RunControl* control);
 
-  // What a shared step reads and uses; all owned by the daemon.
-  struct Context {
+  // The daemon's parts a shared step uses, bound once before the first
+  // Step (they outlive the coordinator; the configuration is read at every
+  // step, so a reload's value applies).
+  struct Parts {
     const config::VipsdConfig* config = nullptr;
     svi::StepDriver* driver = nullptr;
     Ingest* ingest = nullptr;
     LedgerKeeper* keeper = nullptr;
     ModelBundle* bundle = nullptr;
-    int64_t model_step = 0;  // the step whose M-step the model includes
     // Whether this process's noise is private (not fixed-seed): a federated
     // round refuses shares drawn otherwise, so that a release stated
     // private is private.
     bool secure_noise = true;
     // Called when ownership is lost while waiting (the daemon stops).
     std::function<void(const Status&)> on_fenced;
-    // The slot's cut rule (the ends observed, floors, slot time), and where
-    // the step puts every stream's cut once all partials are in (the ledger
-    // records them; empty when the step did not finish).
-    const SlotTargets* targets = nullptr;
-    std::map<std::string, int64_t>* cuts = nullptr;
   };
-  StatusOr<svi::StepResult> Step(const Context& context, int64_t slot, SlotOutputs* out);
+  void Bind(Parts parts) { parts_ = std::move(parts); }
+
+  // One slot's step under `targets` (the slot's cut rule: the ends
+  // observed, floors, slot time), on the model after step `model_step`.
+  StatusOr<svi::StepResult> Step(int64_t slot, const SlotTargets& targets, int64_t model_step,
+                                 SlotOutputs* out);
+  // Every stream's cut that the last Step's partials named, taken (the
+  // ledger records them); empty when it did not finish.
+  std::map<std::string, int64_t> TakeCuts() { return std::exchange(cuts_, {}); }
 
   // Federated mode (federation.role: aggregator; daemon/aggregator_round.cc,
   // docs/federation.md): Step runs rounds instead — the plan names the
@@ -87,6 +92,20 @@ class Coordinator {
   bool round_unplanned() const { return round_unplanned_; }
 
  private:
+  // One step's view: the bound parts and the slot's values.
+  struct Context {
+    const config::VipsdConfig* config = nullptr;
+    svi::StepDriver* driver = nullptr;
+    Ingest* ingest = nullptr;
+    LedgerKeeper* keeper = nullptr;
+    ModelBundle* bundle = nullptr;
+    int64_t model_step = 0;  // the step whose M-step the model includes
+    bool secure_noise = true;
+    std::function<void(const Status&)> on_fenced;
+    const SlotTargets* targets = nullptr;
+    std::map<std::string, int64_t>* cuts = nullptr;
+  };
+
   // A federated round: the plan, the shares of every participant within
   // federation.round_timeout_seconds, their sum, the M-step. A round that
   // misses or is declined a share is abandoned (UNAVAILABLE; charged, never
@@ -143,6 +162,8 @@ class Coordinator {
 
   WorkIo work_;
   RunControl* const control_;
+  Parts parts_;
+  std::map<std::string, int64_t> cuts_;
   std::unique_ptr<privacy::GaussianSumMechanism> total_;
   // What the workers hold (WorkPlan::delta_sum): the last plan appended
   // (its epoch, step and offset, the model object it described), where the

@@ -110,6 +110,19 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const config::VipsdConfig& conf
                               *daemon->keeper_, daemon->DriverConfigFor(config),
                               daemon->keeper_->state().next_step));
   if (daemon->hooks_.after_sample) daemon->driver_->set_sample_observer(daemon->hooks_.after_sample);
+  if (daemon->coordinator_ != nullptr) {
+    // Bound once: a shared step reads these parts of the daemon (which
+    // outlive it), the configuration as the last reload left it.
+    Coordinator::Parts parts;
+    parts.config = &daemon->config_;
+    parts.driver = daemon->driver_.get();
+    parts.ingest = daemon->ingest_.get();
+    parts.keeper = daemon->keeper_.get();
+    parts.bundle = &daemon->bundle_;
+    parts.secure_noise = daemon->noise_->is_private();
+    parts.on_fenced = [self](const Status& error) { self->OnFenced(error); };
+    daemon->coordinator_->Bind(std::move(parts));
+  }
   if (!daemon->paced_) {
     // The offline run: max_steps and max_epochs (one epoch = 1/q steps,
     // validated against overflow by the configuration) bound this run.

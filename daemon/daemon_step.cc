@@ -40,18 +40,8 @@ bool Daemon::RunStep(int64_t slot, SlotOutputs* out) {
   StatusOr<svi::StepResult> result = UnavailableError("no step");
   const int64_t charged_before = keeper_->state().accountant.steps();
   if (coordinator_ != nullptr) {
-    Coordinator::Context context;
-    context.config = &config_;
-    context.driver = driver_.get();
-    context.ingest = ingest_.get();
-    context.keeper = keeper_.get();
-    context.bundle = &bundle_;
-    context.model_step = model_step_;
-    context.secure_noise = noise_->is_private();
-    context.on_fenced = [this](const Status& error) { OnFenced(error); };
-    context.targets = &slot_targets_;
-    context.cuts = &shared_cuts_;
-    result = coordinator_->Step(context, slot, out);
+    result = coordinator_->Step(slot, slot_targets_, model_step_, out);
+    shared_cuts_ = coordinator_->TakeCuts();
     if (!result.ok() && result.status().code() == StatusCode::kOutOfRange) {
       // A process could not hold a partition's window: stepping stops as
       // one process would stop (this step was charged: an overcount).

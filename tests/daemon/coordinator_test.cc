@@ -88,17 +88,16 @@ struct CoordinatorProcess {
     ingest->Join();
   }
   StatusOr<svi::StepResult> Step(WorkFixture& f, SlotOutputs* out) {
-    Coordinator::Context context;
-    context.config = &f.config;
-    context.driver = driver.get();
-    context.ingest = ingest.get();
-    context.keeper = keeper.get();
-    context.bundle = &bundle;
-    context.on_fenced = [this](const Status&) { fenced = true; };
-    context.targets = &targets;
-    context.cuts = &cuts_found;
-    context.model_step = model_step;
-    auto result = coordinator->Step(context, 1, out);
+    Coordinator::Parts parts;
+    parts.config = &f.config;
+    parts.driver = driver.get();
+    parts.ingest = ingest.get();
+    parts.keeper = keeper.get();
+    parts.bundle = &bundle;
+    parts.on_fenced = [this](const Status&) { fenced = true; };
+    coordinator->Bind(std::move(parts));
+    auto result = coordinator->Step(1, targets, model_step, out);
+    cuts_found = coordinator->TakeCuts();
     if (result.ok()) model_step = result->step;
     return result;
   }
