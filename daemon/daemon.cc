@@ -455,9 +455,19 @@ void Daemon::AdvanceWindow() {
 
 void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>& bounds) {
   SlotOutputs out;
-  const LedgerState& state = keeper_->state();
   out.slot = slot;
-  out.deadline = paced_ ? state.windows.SlotTime(slot) + config_.release_delay_seconds : 0;
+  out.deadline =
+      paced_ ? keeper_->state().windows.SlotTime(slot) + config_.release_delay_seconds : 0;
+  if (!CutSlot(slot, bounds, out)) return;  // stopping
+  const bool stepped = StepOrSkip(slot, out);
+  RecordSharedCuts(slot, out);
+  if (HoldIfLate(slot, out)) return;  // its outputs leave with a later slot's
+  FinishSlot(out, stepped);
+}
+
+bool Daemon::CutSlot(int64_t slot, const std::map<std::string, StreamBounds>& bounds,
+                     SlotOutputs& out) {
+  const LedgerState& state = keeper_->state();
   // New partitions of the input: their records from the first retained one.
   if (paced_) {
     for (const auto& [stream, b] : bounds) {
@@ -475,7 +485,7 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
     shared_cuts_.clear();
     ingest_->SetTargets(slot_targets_);
   } else if (!WaitForWindow(slot, bounds, &overflow, &cuts)) {
-    return;  // stopping
+    return false;  // stopping
   }
   if (paced_) {
     // E(k) bounds slot k + 1's cuts from below only if every record below
@@ -539,6 +549,10 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
     previous_cut_time_ms_ = state.windows.CutTimeMs(slot);
   }
 
+  return true;
+}
+
+bool Daemon::StepOrSkip(int64_t slot, SlotOutputs& out) {
   bool stepped = false;
   if (keeper_->failing()) {
     ++slots_skipped_;
@@ -576,6 +590,10 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
       out.log_lines.emplace_back(LogLevel::kInfo, "the budget admits the next step again; resuming");
     }
   }
+  return stepped;
+}
+
+void Daemon::RecordSharedCuts(int64_t slot, SlotOutputs& out) {
   if (paced_ && coordinator_ != nullptr) {
     // Shared work: the cuts the step's partials named. A slot not stepped
     // to the end has none: it is recorded as missed (its records belong to
@@ -590,6 +608,9 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
       (void)keeper_->SkipTo(slot);
     }
   }
+}
+
+bool Daemon::HoldIfLate(int64_t slot, SlotOutputs& out) {
   const bool overran = out.deadline > 0 && WallNow() > out.deadline && !control_.stopping();
   if (overran && overrun_stopped_.empty() && StopsAtOverruns() &&
       (out.stepped || slot == overrun_skip_slot_)) {
@@ -616,7 +637,7 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
       overrun_skip_slot_ = slot + 1;
       late_.push_back(std::move(out));
       AdvanceWindow();
-      return;
+      return true;
     }
     overrun_stopped_ =
         long_overrun ? "slot " + std::to_string(late_.empty() ? slot : late_.front().slot) +
@@ -646,11 +667,15 @@ void Daemon::ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>
       out.late = true;
       late_.push_back(std::move(out));
       AdvanceWindow();
-      return;
+      return true;
     }
     out.late = true;
     out.deadline = NextBoundary(out.deadline, WallNow());
   }
+  return false;
+}
+
+void Daemon::FinishSlot(SlotOutputs& out, bool stepped) {
   // Nothing about this slot happens before its public deadline, not even
   // the ledger commit: the ledger file's times and its ledger-topic entry
   // would otherwise tell when the step finished, hence its batch size.

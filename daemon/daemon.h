@@ -211,7 +211,28 @@ class Daemon {
   // A reload or a new partition to cover, asked while the step thread waits.
   void ServiceRequests();
   void CoverNewStreams();
+  // One slot: its cut (CutSlot), its step or the reason it has none
+  // (StepOrSkip), a shared step's cuts (RecordSharedCuts), the late-slot
+  // policy (HoldIfLate), then its deadline, commit, release and checkpoint
+  // (FinishSlot).
   void ProcessSlot(int64_t slot, const std::map<std::string, StreamBounds>& bounds);
+  // The slot's windows: new streams, the cut (one process; a shared step's
+  // targets), the log ends for the next slot, an overflow, the admitted
+  // records. False when stopping.
+  bool CutSlot(int64_t slot, const std::map<std::string, StreamBounds>& bounds,
+               SlotOutputs& out);
+  // Runs the slot's step, or counts why none runs (a failing or stuck
+  // ledger, an overflow, an overrun, a slot begun after its deadline).
+  bool StepOrSkip(int64_t slot, SlotOutputs& out);
+  // Shared work: the cuts the step's partials named (none: the slot passed).
+  void RecordSharedCuts(int64_t slot, SlotOutputs& out);
+  // The late-slot policy (SECURITY.md "Overruns"): a slot done after its
+  // deadline is held for a later slot's deadline, or stops stepping for the
+  // run. True when `out` was held (moved from: the slot is done).
+  bool HoldIfLate(int64_t slot, SlotOutputs& out);
+  // The slot's public deadline, then the ledger commit, the release (or its
+  // withholding) and a due checkpoint.
+  void FinishSlot(SlotOutputs& out, bool stepped);
   // Returns how many admitted records were late (SlotOutputs::records_late).
   int64_t AdmitWindow(const std::map<std::string, int64_t>& cuts);
   void AdvanceWindow();
