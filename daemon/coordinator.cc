@@ -31,14 +31,8 @@ StatusOr<svi::StepResult> Coordinator::Step(int64_t slot, const SlotTargets& tar
   if (parts_.driver == nullptr) return FailedPreconditionError("coordinator: no parts bound");
   cuts_.clear();
   Context context;
-  context.config = parts_.config;
-  context.driver = parts_.driver;
-  context.ingest = parts_.ingest;
-  context.keeper = parts_.keeper;
-  context.bundle = parts_.bundle;
+  static_cast<Parts&>(context) = parts_;
   context.model_step = model_step;
-  context.secure_noise = parts_.secure_noise;
-  context.on_fenced = parts_.on_fenced;
   context.targets = &targets;
   context.cuts = &cuts_;
   round_unplanned_ = false;

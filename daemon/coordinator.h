@@ -93,15 +93,8 @@ class Coordinator {
 
  private:
   // One step's view: the bound parts and the slot's values.
-  struct Context {
-    const config::VipsdConfig* config = nullptr;
-    svi::StepDriver* driver = nullptr;
-    Ingest* ingest = nullptr;
-    LedgerKeeper* keeper = nullptr;
-    ModelBundle* bundle = nullptr;
+  struct Context : Parts {
     int64_t model_step = 0;  // the step whose M-step the model includes
-    bool secure_noise = true;
-    std::function<void(const Status&)> on_fenced;
     const SlotTargets* targets = nullptr;
     std::map<std::string, int64_t>* cuts = nullptr;
   };

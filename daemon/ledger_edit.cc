@@ -7,96 +7,56 @@
 
 namespace vipsd::daemon {
 
+// Designated initializers in the members' order (ledger_edit.h).
 LedgerEdit LedgerEdit::AddStream(const std::string& stream, int64_t origin) {
-  LedgerEdit edit;
-  edit.kind = Kind::kAddStream;
-  edit.stream = stream;
-  edit.count = origin;
-  return edit;
+  return {.kind = Kind::kAddStream, .stream = stream, .count = origin};
 }
 
 LedgerEdit LedgerEdit::RecordCuts(int64_t slot, std::map<std::string, int64_t> cuts) {
-  LedgerEdit edit;
-  edit.kind = Kind::kRecordCuts;
-  edit.slot = slot;
-  edit.cuts = std::move(cuts);
-  return edit;
+  return {.kind = Kind::kRecordCuts, .slot = slot, .cuts = std::move(cuts)};
 }
 
 LedgerEdit LedgerEdit::SetInterval(double interval_seconds, int64_t from_slot) {
-  LedgerEdit edit;
-  edit.kind = Kind::kSetInterval;
-  edit.value = interval_seconds;
-  edit.slot = from_slot;
-  return edit;
+  return {.kind = Kind::kSetInterval, .slot = from_slot, .value = interval_seconds};
 }
 
 LedgerEdit LedgerEdit::SetWindowSlots(int64_t window_slots) {
-  LedgerEdit edit;
-  edit.kind = Kind::kSetWindowSlots;
-  edit.count = window_slots;
-  return edit;
+  return {.kind = Kind::kSetWindowSlots, .count = window_slots};
 }
 
 LedgerEdit LedgerEdit::SetResidencySteps(int64_t max_residency_steps) {
-  LedgerEdit edit;
-  edit.kind = Kind::kSetResidencySteps;
-  edit.count = max_residency_steps;
-  return edit;
+  return {.kind = Kind::kSetResidencySteps, .count = max_residency_steps};
 }
 
 LedgerEdit LedgerEdit::LowerCeiling(double epsilon_ceiling) {
-  LedgerEdit edit;
-  edit.kind = Kind::kLowerCeiling;
-  edit.value = epsilon_ceiling;
-  return edit;
+  return {.kind = Kind::kLowerCeiling, .value = epsilon_ceiling};
 }
 
 LedgerEdit LedgerEdit::Charge(double sampling_rate, double noise_multiplier) {
-  LedgerEdit edit;
-  edit.kind = Kind::kCharge;
-  edit.sampling_rate = sampling_rate;
-  edit.noise_multiplier = noise_multiplier;
-  return edit;
+  return {.kind = Kind::kCharge, .sampling_rate = sampling_rate,
+          .noise_multiplier = noise_multiplier};
 }
 
 LedgerEdit LedgerEdit::NoteNoise(int64_t step, Noise noise) {
-  LedgerEdit edit;
-  edit.kind = Kind::kNoteNoise;
-  edit.count = step;
-  edit.noise = noise;
-  return edit;
+  return {.kind = Kind::kNoteNoise, .count = step, .noise = noise};
 }
 
 LedgerEdit LedgerEdit::ResidencyStep(double sampling_rate, double noise_multiplier,
                                      double window_epsilon) {
-  LedgerEdit edit;
-  edit.kind = Kind::kResidencyStep;
-  edit.sampling_rate = sampling_rate;
-  edit.noise_multiplier = noise_multiplier;
-  edit.value = window_epsilon;
-  return edit;
+  return {.kind = Kind::kResidencyStep, .value = window_epsilon, .sampling_rate = sampling_rate,
+          .noise_multiplier = noise_multiplier};
 }
 
 LedgerEdit LedgerEdit::WarningLevel(double level) {
-  LedgerEdit edit;
-  edit.kind = Kind::kWarningLevel;
-  edit.value = level;
-  return edit;
+  return {.kind = Kind::kWarningLevel, .value = level};
 }
 
 LedgerEdit LedgerEdit::BindFederationRun(const std::string& run) {
-  LedgerEdit edit;
-  edit.kind = Kind::kBindFederationRun;
-  edit.stream = run;
-  return edit;
+  return {.kind = Kind::kBindFederationRun, .stream = run};
 }
 
 LedgerEdit LedgerEdit::SetNextStep(int64_t next_step) {
-  LedgerEdit edit;
-  edit.kind = Kind::kSetNextStep;
-  edit.count = next_step;
-  return edit;
+  return {.kind = Kind::kSetNextStep, .count = next_step};
 }
 
 std::string_view LedgerEditKindName(LedgerEdit::Kind kind) {

@@ -41,14 +41,14 @@ struct LedgerEdit {
   enum class Noise { kPrivate, kNonPrivate, kFixedSeed };
 
   Kind kind = Kind::kRecordCuts;
-  std::string stream;
+  std::string stream{};
   int64_t slot = 0;
   int64_t count = 0;
   double value = 0;
   double sampling_rate = 0;
   double noise_multiplier = 0;
   Noise noise = Noise::kPrivate;
-  std::map<std::string, int64_t> cuts;
+  std::map<std::string, int64_t> cuts{};
 
   static LedgerEdit AddStream(const std::string& stream, int64_t origin);
   static LedgerEdit RecordCuts(int64_t slot, std::map<std::string, int64_t> cuts);
