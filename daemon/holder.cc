@@ -69,31 +69,15 @@ Holder::Holder(const config::VipsdConfig& config, DaemonOptions options, ModelBu
                std::unique_ptr<LedgerKeeper> keeper, std::unique_ptr<privacy::NoiseSource> noise,
                privacy::Masker masker, std::unique_ptr<WorkExchange> exchange,
                SourceFactory make_source)
-    : config_(config),
-      options_(std::move(options)),
-      bundle_(std::move(bundle)),
-      sink_(std::move(sink)),
-      metrics_(metrics),
+    : WorkFollower(config, std::move(options), std::move(bundle), std::move(sink), metrics,
+                   std::move(noise), std::move(exchange), std::move(make_source)),
       keeper_(std::move(keeper)),
-      noise_(std::move(noise)),
-      masker_(std::move(masker)),
-      make_source_(std::move(make_source)),
-      work_(std::move(exchange), &control_),
-      ingest_(bundle_.decoder.get(), sink_.get(), metrics, &control_,
-              /*cover_every_stream=*/true) {
+      masker_(std::move(masker)) {
   terms_ = FederationTerms(config_, bundle_.record_settings);
   last_plan_ = std::chrono::steady_clock::now();  // the silence counts from the start
 }
 
-Holder::~Holder() {
-  RequestStop();
-  ingest_.Join();
-}
-
-void Holder::RequestStop() {
-  control_.RequestStop();
-  ingest_.Stop();
-}
+Holder::~Holder() { Shutdown(); }
 
 Status Holder::Send(const FederatedPlan& plan, ShareKind kind, const std::string& reason,
                     std::vector<uint64_t> masked) {

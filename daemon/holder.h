@@ -68,6 +68,7 @@
 #include "core/privacy/noise_source.h"
 #include "core/privacy/secure_aggregation.h"
 #include "daemon/daemon.h"
+#include "daemon/follower.h"
 #include "daemon/ingest.h"
 #include "daemon/ledger.h"
 #include "daemon/ledger_keeper.h"
@@ -78,7 +79,7 @@
 
 namespace vipsd::daemon {
 
-class Holder {
+class Holder final : public WorkFollower {
  public:
   static StatusOr<std::unique_ptr<Holder>> Create(const config::VipsdConfig& config,
                                                   SourceFactory make_source,
@@ -86,11 +87,10 @@ class Holder {
                                                   Metrics* metrics,
                                                   std::unique_ptr<WorkExchange> exchange,
                                                   DaemonOptions options = {});
-  ~Holder();
+  ~Holder() override;
 
   // Follows the aggregator's rounds until RequestStop (OK) or a failure.
   Status Run();
-  void RequestStop();
 
  private:
   Holder(const config::VipsdConfig& config, DaemonOptions options, ModelBundle bundle,
@@ -129,21 +129,12 @@ class Holder {
   Status StopForRun(const FederatedPlan& plan, int64_t share_at_ms, const std::string& why,
                     bool silent);
 
-  const config::VipsdConfig config_;
-  const DaemonOptions options_;
-  ModelBundle bundle_;
-  std::unique_ptr<OutputSink> sink_;  // dead letters of its input
-  Metrics* const metrics_;
   // Its own ledger (accountant, windows, last round = next_step - 1) and
   // budget checks: the daemon's LedgerKeeper, so that its epsilon is the one
   // number every vipsd states for these steps.
   std::unique_ptr<LedgerKeeper> keeper_;
-  std::unique_ptr<privacy::NoiseSource> noise_;  // its step keys and noise shares (PRIVATE)
   privacy::Masker masker_;
-  SourceFactory make_source_;
-  RunControl control_;
-  WorkIo work_;
-  Ingest ingest_;
+  // (WorkFollower::noise_ draws its step keys and noise shares: PRIVATE.)
   std::unique_ptr<privacy::GaussianSumMechanism> sum_;  // PRIVATE, Reset every round
   std::pair<uint64_t, std::string> highest_aggregator_{0, ""};  // (epoch, owner) seen
   std::string terms_;             // FederationTerms: what its joins carry

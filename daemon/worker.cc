@@ -55,27 +55,11 @@ Worker::Worker(const config::VipsdConfig& config, DaemonOptions options, ModelBu
                std::unique_ptr<OutputSink> sink, Metrics* metrics, Ledger ledger,
                std::unique_ptr<privacy::NoiseSource> noise,
                std::unique_ptr<WorkExchange> exchange, SourceFactory make_source)
-    : config_(config),
-      options_(std::move(options)),
-      bundle_(std::move(bundle)),
-      sink_(std::move(sink)),
-      metrics_(metrics),
-      ledger_(std::move(ledger)),
-      noise_(std::move(noise)),
-      make_source_(std::move(make_source)),
-      work_(std::move(exchange), &control_),
-      ingest_(bundle_.decoder.get(), sink_.get(), metrics, &control_,
-              /*cover_every_stream=*/true) {}
+    : WorkFollower(config, std::move(options), std::move(bundle), std::move(sink), metrics,
+                   std::move(noise), std::move(exchange), std::move(make_source)),
+      ledger_(std::move(ledger)) {}
 
-Worker::~Worker() {
-  RequestStop();
-  ingest_.Join();
-}
-
-void Worker::RequestStop() {
-  control_.RequestStop();
-  ingest_.Stop();
-}
+Worker::~Worker() { Shutdown(); }
 
 Status Worker::AdoptPlan(WorkPlan plan) {
   if (plan_.has_value()) {

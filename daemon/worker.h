@@ -38,6 +38,7 @@
 #include "core/svi/step_driver.h"
 #include "daemon/checkpoint.h"
 #include "daemon/daemon.h"
+#include "daemon/follower.h"
 #include "daemon/ingest.h"
 #include "daemon/ledger.h"
 #include "daemon/metrics.h"
@@ -47,7 +48,7 @@
 
 namespace vipsd::daemon {
 
-class Worker {
+class Worker final : public WorkFollower {
  public:
   static StatusOr<std::unique_ptr<Worker>> Create(const config::VipsdConfig& config,
                                                   SourceFactory make_source,
@@ -55,11 +56,10 @@ class Worker {
                                                   Metrics* metrics,
                                                   std::unique_ptr<WorkExchange> exchange,
                                                   DaemonOptions options = {});
-  ~Worker();
+  ~Worker() override;
 
   // Follows plans until RequestStop (OK) or a failure that stops it.
   Status Run();
-  void RequestStop();
 
   // Steady-clock time (ns since its epoch) of the last plan or reminder of
   // the coordinator it saw; 0 before any. A standby that works takes over
@@ -110,17 +110,7 @@ class Worker {
   // one that fails leaves no model held (the next plan reads back).
   void ApplyReleasesAhead(const std::vector<std::pair<int64_t, std::string>>& messages);
 
-  const config::VipsdConfig config_;
-  const DaemonOptions options_;
-  ModelBundle bundle_;
-  std::unique_ptr<OutputSink> sink_;  // dead letters of the partitions it reads
-  Metrics* const metrics_;
   Ledger ledger_;  // held for its lock only
-  std::unique_ptr<privacy::NoiseSource> noise_;
-  SourceFactory make_source_;  // the source is made at the first plan
-  RunControl control_;
-  WorkIo work_;
-  Ingest ingest_;
   // A worker's driver samples and E-steps under the plan's key; its
   // accountant is never charged (the coordinator's is).
   privacy::RdpAccountant unused_accountant_;
