@@ -283,6 +283,11 @@ void Holder::Observe() {
 }
 
 Status Holder::OnPlan(const FederatedPlan& plan) {
+  if (std::optional<Status> ended = Admit(plan)) return *ended;
+  return PlayRound(plan);
+}
+
+std::optional<Status> Holder::Admit(const FederatedPlan& plan) {
   const std::string& id = config_.federation.holder_id;
   // The pads are bound to the aggregator's run and the roster
   // (core/privacy/secure_aggregation.h), and this state directory serves one
@@ -353,6 +358,10 @@ Status Holder::OnPlan(const FederatedPlan& plan) {
     return InvalidArgumentError("cannot follow the aggregator's plans: " +
                                 std::string(restored.message()));
   }
+  return std::nullopt;  // it takes part
+}
+
+Status Holder::PlayRound(const FederatedPlan& plan) {
   const LedgerState& state = keeper_->state();
   svi::DriverConfig driver_config = config_.driver;
   driver_config.adaptivity = AccountingAdaptivity();
@@ -411,31 +420,8 @@ Status Holder::OnPlan(const FederatedPlan& plan) {
     return Decline(plan, "this holder's epsilon ceiling is reached");
   }
   local.key = ticket.key;
-  const privacy::BlockLayout& layout = bundle_.model->statistic_layout();
-  if (sum_ == nullptr) {
-    sum_ = std::make_unique<privacy::GaussianSumMechanism>(layout, privacy::SumKind::kGrid);
-  } else {
-    sum_->Reset();
-  }
-  Status summed = ready.empty()
-                      ? Status::Ok()
-                      : SumLocalStreams(ingest_, *driver, local, ready,
-                                        [&](size_t, privacy::GaussianSumMechanism& partial) {
-                                          return sum_->Merge(std::move(partial));
-                                        });
-  StatusOr<privacy::DistributedNoise> shares =
-      privacy::DistributedNoiseFor(layout, plan.noise_multiplier,
-                                   static_cast<uint32_t>(plan.participants.size()), plan.tolerated);
-  StatusOr<std::vector<int64_t>> values = summed.ok() ? (shares.ok() ? sum_->ReleaseShare(*noise_, *shares)
-                                                                     : StatusOr<std::vector<int64_t>>(shares.status()))
-                                                      : StatusOr<std::vector<int64_t>>(summed);
   std::vector<uint64_t> masked;
-  Status result = values.status();
-  if (result.ok()) {
-    masked.resize(values->size());
-    result = masker_.Mask(static_cast<uint64_t>(plan.step), plan.participants, *values, masked,
-                          plan.incarnations);
-  }
+  Status result = MaskedShare(plan, *driver, local, ready, &masked);
   if (options_.test_holder_round_delay.count() > 0) {
     (void)control_.PauseFor(options_.test_holder_round_delay);
   }
@@ -491,6 +477,31 @@ Status Holder::OnPlan(const FederatedPlan& plan) {
           std::to_string(plan.tolerated) + "); this holder's epsilon_spent=" +
           FixedDecimal(spent, 4));
   return Status::Ok();
+}
+
+Status Holder::MaskedShare(const FederatedPlan& plan, svi::StepDriver& driver,
+                           const WorkPlan& local, const std::vector<LocalStream>& ready,
+                           std::vector<uint64_t>* masked) {
+  const privacy::BlockLayout& layout = bundle_.model->statistic_layout();
+  if (sum_ == nullptr) {
+    sum_ = std::make_unique<privacy::GaussianSumMechanism>(layout, privacy::SumKind::kGrid);
+  } else {
+    sum_->Reset();
+  }
+  if (!ready.empty()) {
+    VIPSD_RETURN_IF_ERROR(SumLocalStreams(ingest_, driver, local, ready,
+                                          [&](size_t, privacy::GaussianSumMechanism& partial) {
+                                            return sum_->Merge(std::move(partial));
+                                          }));
+  }
+  VIPSD_ASSIGN_OR_RETURN(
+      const privacy::DistributedNoise shares,
+      privacy::DistributedNoiseFor(layout, plan.noise_multiplier,
+                                   static_cast<uint32_t>(plan.participants.size()), plan.tolerated));
+  VIPSD_ASSIGN_OR_RETURN(const std::vector<int64_t> values, sum_->ReleaseShare(*noise_, shares));
+  masked->resize(values.size());
+  return masker_.Mask(static_cast<uint64_t>(plan.step), plan.participants, values, *masked,
+                      plan.incarnations);
 }
 
 Status Holder::Run() {

@@ -101,6 +101,19 @@ class Holder final : public WorkFollower {
   // Answers `plan` (a share, a decline, or a join); INVALID_ARGUMENT when
   // the plan is not this configuration's (the holder stops).
   Status OnPlan(const FederatedPlan& plan);
+  // Whether this holder takes part in `plan`'s round: nullopt when it does
+  // (the round's run and model bound); otherwise what OnPlan returns — it
+  // joined, declined, or cannot follow the plans.
+  std::optional<Status> Admit(const FederatedPlan& plan);
+  // The round it takes part in: its budget, the share's public time, the
+  // windows, the charge, the share, the commit, then the share sent at its
+  // time (or never).
+  Status PlayRound(const FederatedPlan& plan);
+  // The round's share into *masked: the sum of the sampled records'
+  // statistics (PRIVATE), plus this holder's noise share, masked. A
+  // failure is the round's result (charged all the same).
+  Status MaskedShare(const FederatedPlan& plan, svi::StepDriver& driver, const WorkPlan& local,
+                     const std::vector<LocalStream>& ready, std::vector<uint64_t>* masked);
   // Why this holder cannot follow `plan` ("" if it can).
   std::string Mismatch(const FederatedPlan& plan) const;
   // Cuts the holder's partitions for `plan` and waits (until the wall time
