@@ -233,10 +233,40 @@ Status Coordinator::Remind(const Context& context, WorkPlan& plan,
 StatusOr<svi::StepResult> Coordinator::StepCharged(const Context& context,
                                                    const svi::StepTicket& ticket, int64_t slot,
                                                    SlotOutputs* out) {
-  const config::VipsdConfig& config = *context.config;
-  Ingest& ingest = *context.ingest;
   // Where the step thread spends the step (SlotOutputs::phases): the plan,
   // this process's own partitions, waiting for and merging the others'.
+  const auto start = std::chrono::steady_clock::now();
+  VIPSD_ASSIGN_OR_RETURN(WorkPlan plan, AppendPlan(context, ticket, slot, out));
+  const auto planned = std::chrono::steady_clock::now();
+  const double plan_seconds = std::chrono::duration<double>(planned - start).count();
+  // The noise is drawn while the partials are computed, off the serial
+  // path that follows the last one (merge, noise, M-step, ledger).
+  context.driver->DrawNoiseAhead();
+  Gathered gathered;
+  VIPSD_RETURN_IF_ERROR(Gather(context, plan, planned, &gathered, out));
+  const bool ordered = total_->kind() == privacy::SumKind::kFloat;
+  std::optional<Released> pending;
+  ObserveRelease(context, plan, ordered, out->partials_remote > 0, &pending);
+  StatusOr<svi::StepResult> finished = context.driver->Finish(ticket, *total_);
+  context.driver->set_release_observer(nullptr);
+  VIPSD_ASSIGN_OR_RETURN(svi::StepResult result, std::move(finished));
+  released_ = pending;
+  *context.cuts = std::move(gathered.cuts);
+  out->phases = {{"charge", ticket.result.phase_seconds.charge},
+                 {"plan", plan_seconds},
+                 {"own", gathered.own_seconds},
+                 {"wait", gathered.wait_seconds},
+                 {"merge", gathered.merge_seconds},
+                 {"noise", result.phase_seconds.noise},
+                 {"mstep", result.phase_seconds.mstep}};
+  return result;
+}
+
+Status Coordinator::Gather(const Context& context, WorkPlan& plan,
+                           std::chrono::steady_clock::time_point clock, Gathered* gathered,
+                           SlotOutputs* out) {
+  const config::VipsdConfig& config = *context.config;
+  Ingest& ingest = *context.ingest;
   using Clock = std::chrono::steady_clock;
   auto lap = [](Clock::time_point& since) {
     const Clock::time_point now = Clock::now();
@@ -244,17 +274,6 @@ StatusOr<svi::StepResult> Coordinator::StepCharged(const Context& context,
     since = now;
     return seconds;
   };
-  Clock::time_point clock = Clock::now();
-  double own_seconds = 0, merge_seconds = 0, wait_seconds = 0;
-  VIPSD_ASSIGN_OR_RETURN(WorkPlan plan, AppendPlan(context, ticket, slot, out));
-  const double plan_seconds = lap(clock);
-  // The noise is drawn while the partials are computed, off the serial
-  // path that follows the last one (merge, noise, M-step, ledger).
-  context.driver->DrawNoiseAhead();
-  // Partials come after the plan; the exchange reads on from where the
-  // previous step stopped (earlier messages are filtered by step), which
-  // keeps its reader's assignment (a seek would re-assign it).
-
   const privacy::BlockLayout& layout = context.bundle->model->statistic_layout();
   const privacy::SumKind kind = privacy::SumKindFor(context.driver->config().noise_multiplier);
   if (total_ == nullptr || total_->kind() != kind) {
@@ -270,7 +289,7 @@ StatusOr<svi::StepResult> Coordinator::StepCharged(const Context& context,
   const bool ordered = kind == privacy::SumKind::kFloat;
   std::map<std::string, std::unique_ptr<privacy::GaussianSumMechanism>> float_sums;  // PRIVATE
   std::set<std::string> covered;        // wanted partitions whose sum is in
-  std::map<std::string, int64_t> cuts;  // stream → its cut (public: stream volume)
+  std::map<std::string, int64_t>& cuts = gathered->cuts;  // public: stream volume
   for (const WorkStream& stream : plan.streams) {
     if (stream.high == stream.low) cuts[stream.name] = stream.high;  // nothing to read
   }
@@ -296,7 +315,7 @@ StatusOr<svi::StepResult> Coordinator::StepCharged(const Context& context,
                              std::to_string(config.pool_capacity) +
                              " (no release; the step was charged)");
     }
-    wait_seconds += lap(clock);
+    gathered->wait_seconds += lap(clock);
     if (!ready.empty()) {
       // This process's own partitions go into the total without being
       // encoded: one SumStreams call over all of them.
@@ -313,11 +332,11 @@ StatusOr<svi::StepResult> Coordinator::StepCharged(const Context& context,
         cuts[local.stream->name] = local.cut;
       }
       out->partials_local += ordered ? static_cast<int64_t>(ready.size()) : 1;
-      own_seconds += lap(clock);
+      gathered->own_seconds += lap(clock);
     }
     if (covered.size() == plan.wanted.size()) break;
     auto messages = work_.Poll(kWorkPoll);
-    wait_seconds += lap(clock);
+    gathered->wait_seconds += lap(clock);
     if (!messages.has_value()) continue;
     // Partials that arrive together (processes that finish at once) are
     // decoded on the step's threads, then merged one by one in log order:
@@ -336,7 +355,7 @@ StatusOr<svi::StepResult> Coordinator::StepCharged(const Context& context,
     // Partials that retention took before they were read count as read:
     // the next reminder asks their senders for those partitions again.
     partials_read_ = std::max(partials_read_, work_.exchange().read_position());
-    merge_seconds += lap(clock);
+    gathered->merge_seconds += lap(clock);
     const auto now = std::chrono::steady_clock::now();
     if (covered.size() < plan.wanted.size() && now - last_reminder >= kReminderInterval) {
       VIPSD_RETURN_IF_ERROR(Remind(context, plan, covered, out, &logged));
@@ -352,7 +371,13 @@ StatusOr<svi::StepResult> Coordinator::StepCharged(const Context& context,
       VIPSD_RETURN_IF_ERROR(total_->Merge(std::move(*float_sums.at(name))));
     }
   }
-  merge_seconds += lap(clock);
+  gathered->merge_seconds += lap(clock);
+  return Status::Ok();
+}
+
+void Coordinator::ObserveRelease(const Context& context, const WorkPlan& plan, bool ordered,
+                                 bool workers, std::optional<Released>* pending) {
+  const privacy::BlockLayout& layout = context.bundle->model->statistic_layout();
   // The released sum, for the next plan (public); a private run's only: a
   // non-private one's float sums are not on the grid.
   // Called before the M-step: the sum is encoded for the next plan on a
@@ -365,7 +390,6 @@ StatusOr<svi::StepResult> Coordinator::StepCharged(const Context& context,
   // then names it by its offset instead of carrying it again (or carries
   // it, if the append failed). Nothing else uses the exchange until the
   // next plan, which waits for this thread first.
-  std::optional<Released> pending;
   if (!ordered) {
     WorkRelease header;
     header.job = plan.job;
@@ -373,14 +397,13 @@ StatusOr<svi::StepResult> Coordinator::StepCharged(const Context& context,
     header.owner = plan.owner;
     header.step = plan.step;
     header.slot = plan.slot;
-    const bool workers = out->partials_remote > 0;
     context.driver->set_release_observer(
-        [this, header, workers, &pending, layout](const Eigen::VectorXd& sum, int64_t step,
+        [this, header, workers, pending, layout](const Eigen::VectorXd& sum, int64_t step,
                                                   double q, double rho, double sigma) {
           if (released_encoded_.valid()) released_encoded_.wait();  // it reads released_sum_
           released_sum_ = sum;
           released_offset_ = -1;
-          pending = Released{header.step, step, q, rho, sigma};
+          *pending = Released{header.step, step, q, rho, sigma};
           WorkRelease release = header;
           release.delta_step = step;
           release.delta_sampling_rate = q;
@@ -410,19 +433,6 @@ StatusOr<svi::StepResult> Coordinator::StepCharged(const Context& context,
               });
         });
   }
-  StatusOr<svi::StepResult> finished = context.driver->Finish(ticket, *total_);
-  context.driver->set_release_observer(nullptr);
-  VIPSD_ASSIGN_OR_RETURN(svi::StepResult result, std::move(finished));
-  released_ = pending;
-  *context.cuts = std::move(cuts);
-  out->phases = {{"charge", ticket.result.phase_seconds.charge},
-                 {"plan", plan_seconds},
-                 {"own", own_seconds},
-                 {"wait", wait_seconds},
-                 {"merge", merge_seconds},
-                 {"noise", result.phase_seconds.noise},
-                 {"mstep", result.phase_seconds.mstep}};
-  return result;
 }
 
 Coordinator::DecodedPartial Coordinator::DecodePartial(const WorkPlan& plan,

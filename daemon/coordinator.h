@@ -114,6 +114,18 @@ class Coordinator {
   void TakeShare(const Context& context, const FederatedPlan& plan, int64_t offset,
                  const std::string& bytes, std::map<std::string, FederatedShare>* shares,
                  std::map<std::string, std::string>* declined, SlotOutputs* out);
+  // What a step gathers besides the total (total_): every stream's cut
+  // (public: stream volume) and where the time went.
+  struct Gathered {
+    std::map<std::string, int64_t> cuts;
+    double own_seconds = 0, wait_seconds = 0, merge_seconds = 0;
+  };
+  // Every wanted partition's sum into total_ (reset here): this process's
+  // own, summed here, and the others' partials as they arrive, reminding
+  // their senders; `clock` is when the plan was appended.
+  Status Gather(const Context& context, WorkPlan& plan,
+                std::chrono::steady_clock::time_point clock, Gathered* gathered,
+                SlotOutputs* out);
   StatusOr<svi::StepResult> StepCharged(const Context& context, const svi::StepTicket& ticket,
                                         int64_t slot, SlotOutputs* out);
   // The step's plan (every partition's window for `slot`, the model it
@@ -182,6 +194,12 @@ class Coordinator {
     double noise_multiplier = 0;
   };
   std::optional<Released> released_;
+  // A private step's released sum, encoded beside the M-step for the next
+  // plan (and appended to the work topic ahead of it when `workers` take
+  // part); *pending names it once the M-step succeeded. Nothing for a
+  // non-private (`ordered`) step.
+  void ObserveRelease(const Context& context, const WorkPlan& plan, bool ordered, bool workers,
+                      std::optional<Released>* pending);
   // Its sum, and that sum encoded for the next plan (EncodeReleased) on a
   // thread of its own while the M-step, the ledger commit and the next
   // step's charge run; with workers in the step, that thread also appends
