@@ -26,7 +26,9 @@ void SayConfigWarnings(config::VipsdConfig* config) {
       config->warnings.push_back(std::move(warning));
     }
   }
-  for (const std::string& warning : config->warnings) SayCheck(*config, LogLevel::kWarning, warning);
+  for (const std::string& warning : config->warnings) {
+    SayCheck(*config, LogLevel::kWarning, warning);
+  }
 }
 
 std::string UntimedStartWarning() {

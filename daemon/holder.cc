@@ -494,10 +494,10 @@ Status Holder::MaskedShare(const FederatedPlan& plan, svi::StepDriver& driver,
                                             return sum_->Merge(std::move(partial));
                                           }));
   }
-  VIPSD_ASSIGN_OR_RETURN(
-      const privacy::DistributedNoise shares,
-      privacy::DistributedNoiseFor(layout, plan.noise_multiplier,
-                                   static_cast<uint32_t>(plan.participants.size()), plan.tolerated));
+  VIPSD_ASSIGN_OR_RETURN(const privacy::DistributedNoise shares,
+                         privacy::DistributedNoiseFor(
+                             layout, plan.noise_multiplier,
+                             static_cast<uint32_t>(plan.participants.size()), plan.tolerated));
   VIPSD_ASSIGN_OR_RETURN(const std::vector<int64_t> values, sum_->ReleaseShare(*noise_, shares));
   masked->resize(values.size());
   return masker_.Mask(static_cast<uint64_t>(plan.step), plan.participants, values, *masked,

@@ -109,7 +109,8 @@ Status ApplyLedgerEdit(const LedgerEdit& edit, LedgerState* state) {
         return Refuse(edit, "the ceiling must be positive and finite");
       }
       if (state->epsilon_ceiling > 0 && edit.value > state->epsilon_ceiling) {
-        return Refuse(edit, "the ceiling " + ShortestNumber(edit.value) + " is above the recorded " +
+        return Refuse(edit, "the ceiling " + ShortestNumber(edit.value) +
+                                " is above the recorded " +
                                 ShortestNumber(state->epsilon_ceiling) + " (it is only lowered)");
       }
       state->epsilon_ceiling = edit.value;

@@ -152,7 +152,9 @@ Status LedgerKeeper::RecordStep(const svi::StepResult& result, bool is_private, 
 }
 
 Status LedgerKeeper::Commit(int64_t next_step) {
-  if (next_step != state_.next_step) VIPSD_RETURN_IF_ERROR(Apply(LedgerEdit::SetNextStep(next_step)));
+  if (next_step != state_.next_step) {
+    VIPSD_RETURN_IF_ERROR(Apply(LedgerEdit::SetNextStep(next_step)));
+  }
   const auto start = std::chrono::steady_clock::now();
   Status committed = fault_ ? fault_() : Status::Ok();
   if (committed.ok()) committed = ledger_.Commit(state_);
