@@ -1492,7 +1492,13 @@ TEST_F(DaemonKafkaTest, FederatedReleasesMatchOneProcessOnTheUnionUpToTheNoise) 
     ASSERT_EQ(code, 0) << out;
     keys[id] = out.substr(0, 64);
   }
-  std::string roster = "  tolerated_holders: 1\n  round_timeout_seconds: 20\n  holders:\n";
+  // tolerated_holders 2 of 3: every round needs all three holders (with 1,
+  // the aggregator plans a round as soon as two joined, and on a loaded
+  // machine a slow third holder left round 1 a third of the records short:
+  // CI failed so, 16 % off at step 2). The noise shares are then planned
+  // for one honest holder: the federated total's variance is 3 times the
+  // central one's, still a fraction of a percent of the releases.
+  std::string roster = "  tolerated_holders: 2\n  round_timeout_seconds: 20\n  holders:\n";
   for (const auto& [id, key] : keys) roster += "    " + id + ": " + key + "\n";
   auto config = [&](const std::string& name, const std::string& topics, const std::string& group,
                     const std::string& state, const std::string& state_extra,
