@@ -172,6 +172,15 @@ struct Harness {
   }
 };
 
+// Polls `done` every 2 ms until it holds or 20 s passed; its last answer.
+bool WaitFor(const std::function<bool()>& done) {
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  while (!done() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(2ms);
+  }
+  return done();
+}
+
 // Runs the daemon until `done(status)` or the deadline; stops it; returns Run's status.
 Status RunUntil(Daemon& daemon, const std::function<bool(const DaemonStatus&)>& done,
                 std::chrono::milliseconds deadline = 30s) {
@@ -1048,17 +1057,12 @@ TEST(DaemonTest, AWindowLargerThanThePoolCapacityStopsSteppingUntilCapacityIsRai
       if (thread.joinable()) thread.join();
     }
   } joiner{**daemon, runner};
-  auto wait = [&](const std::function<bool()>& done) {
-    const auto until = std::chrono::steady_clock::now() + 15s;
-    while (!done() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(5ms);
-    return done();
-  };
   // The first slot observed (and the next) hold the 30 old records (> 10):
   // stepping stops there and stays stopped when later windows (4 records)
   // would fit — skipping only the overflowing slots would let record counts
   // switch releases on and off slot by slot.
   int64_t overflow_slot = 0;
-  ASSERT_TRUE(wait([&] {
+  ASSERT_TRUE(WaitFor([&] {
     return h.metrics->slots_skipped_total(SkipReason::kWindowOverflow).Value() >= 8;
   }));
   EXPECT_EQ((*daemon)->status().steps_run, 0);
@@ -1080,9 +1084,9 @@ TEST(DaemonTest, AWindowLargerThanThePoolCapacityStopsSteppingUntilCapacityIsRai
   std::ofstream(path, std::ios::trunc)
       << std::string(text).replace(text.find("capacity: 10"), 12, "capacity: 12");
   (*daemon)->RequestReload();
-  ASSERT_TRUE(wait(
+  ASSERT_TRUE(WaitFor(
       [&] { return h.metrics->config_reloads_total(ReloadResult::kSuccess).Value() >= 1; }));
-  ASSERT_TRUE(wait([&] { return (*daemon)->status().steps_run >= 3; }));
+  ASSERT_TRUE(WaitFor([&] { return (*daemon)->status().steps_run >= 3; }));
   (*daemon)->RequestStop();
   runner.join();
   EXPECT_TRUE(result.ok()) << result.ToString();
@@ -1464,21 +1468,16 @@ TEST(DaemonTest, ReplayingTheLedgersEditsGivesItsStateAfterEveryEdit) {
   ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
   Status result = Status::Ok();
   std::thread runner([&] { result = (*daemon)->Run(); });
-  auto wait = [&](const std::function<bool()>& done) {
-    const auto until = std::chrono::steady_clock::now() + 20s;
-    while (!done() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(5ms);
-    return done();
-  };
-  EXPECT_TRUE(wait([&] { return (*daemon)->status().steps_run >= 3; }));
+  EXPECT_TRUE(WaitFor([&] { return (*daemon)->status().steps_run >= 3; }));
   std::string text = *connectors::ReadWholeFile(path);
   text.replace(text.find("epsilon_ceiling: 14"), 19, "epsilon_ceiling: 13.5");
   text.replace(text.find("window_steps: 1000000000"), 24, "window_steps: 100");
   text.replace(text.find("interval_seconds: 0.02"), 22, "interval_seconds: 0.03");
   std::ofstream(path, std::ios::trunc) << text;
   (*daemon)->RequestReload();
-  EXPECT_TRUE(wait(
+  EXPECT_TRUE(WaitFor(
       [&] { return h.metrics->config_reloads_total(ReloadResult::kSuccess).Value() >= 1; }));
-  EXPECT_TRUE(wait([&] { return (*daemon)->status().steps_run >= 8; }));
+  EXPECT_TRUE(WaitFor([&] { return (*daemon)->status().steps_run >= 8; }));
   (*daemon)->RequestStop();
   runner.join();
   EXPECT_TRUE(result.ok()) << result.ToString();
@@ -1577,12 +1576,7 @@ TEST(DaemonTest, ALoweredCeilingIsCommittedBeforeItsReloadIsAcknowledged) {
   ASSERT_TRUE(daemon.ok()) << daemon.status().ToString();
   Status result = Status::Ok();
   std::thread runner([&] { result = (*daemon)->Run(); });
-  auto wait = [&](const std::function<bool()>& done) {
-    const auto until = std::chrono::steady_clock::now() + 10s;
-    while (!done() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(2ms);
-    return done();
-  };
-  ASSERT_TRUE(wait([&] { return (*daemon)->status().steps_run >= 2; }));
+  ASSERT_TRUE(WaitFor([&] { return (*daemon)->status().steps_run >= 2; }));
   const std::string text = *connectors::ReadWholeFile(path);
   auto reload_with_ceiling = [&](const std::string& ceiling) {
     std::ofstream(path, std::ios::trunc)
@@ -1597,7 +1591,7 @@ TEST(DaemonTest, ALoweredCeilingIsCommittedBeforeItsReloadIsAcknowledged) {
   // The commit fails: applied in the process, not acknowledged.
   disk_full = true;
   reload_with_ceiling("900");
-  ASSERT_TRUE(wait([&] { return h.metrics->config_reloads_total(ReloadResult::kFailure).Value() >= 1; }));
+  ASSERT_TRUE(WaitFor([&] { return h.metrics->config_reloads_total(ReloadResult::kFailure).Value() >= 1; }));
   EXPECT_EQ(h.metrics->config_reloads_total(ReloadResult::kSuccess).Value(), 0);
   EXPECT_EQ(h.metrics->privacy_epsilon_ceiling().Value(), 900);  // it holds meanwhile
   EXPECT_EQ(ledger_ceiling(), 1000);
@@ -1605,7 +1599,7 @@ TEST(DaemonTest, ALoweredCeilingIsCommittedBeforeItsReloadIsAcknowledged) {
   // Acknowledged only once on record: the file already says so when the
   // success counter moves.
   reload_with_ceiling("800");
-  ASSERT_TRUE(wait([&] {
+  ASSERT_TRUE(WaitFor([&] {
     return h.metrics->config_reloads_total(ReloadResult::kSuccess).Value() >= 1 &&
            ledger_ceiling() == 800;
   }));
@@ -1827,14 +1821,9 @@ TEST(DaemonTest, AFailingLedgerPausesStepsAndReleasesAndTheDaemonRecoversByItsel
   ASSERT_TRUE(daemon.ok());
   Status result = Status::Ok();
   std::thread runner([&] { result = (*daemon)->Run(); });
-  auto wait = [&](const std::function<bool()>& done) {
-    const auto until = std::chrono::steady_clock::now() + 20s;
-    while (!done() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(5ms);
-    return done();
-  };
-  ASSERT_TRUE(wait([&] { return (*daemon)->status().steps_run >= 2; }));
+  ASSERT_TRUE(WaitFor([&] { return (*daemon)->status().steps_run >= 2; }));
   disk_full = true;
-  ASSERT_TRUE(wait([&] { return refused >= 2; }));  // retried with backoff
+  ASSERT_TRUE(WaitFor([&] { return refused >= 2; }));  // retried with backoff
   const int64_t steps_when_full = (*daemon)->status().steps_run;
   size_t releases_when_full;
   {
@@ -1850,7 +1839,7 @@ TEST(DaemonTest, AFailingLedgerPausesStepsAndReleasesAndTheDaemonRecoversByItsel
   EXPECT_EQ(h.metrics->ledger_failing().Value(), 1);
   EXPECT_GE(h.metrics->ledger_commit_failures_total().Value(), 2);
   disk_full = false;  // space freed: the next retry commits and stepping resumes
-  ASSERT_TRUE(wait([&] { return (*daemon)->status().steps_run >= steps_when_full + 2; }));
+  ASSERT_TRUE(WaitFor([&] { return (*daemon)->status().steps_run >= steps_when_full + 2; }));
   EXPECT_EQ(h.metrics->ledger_failing().Value(), 0);
   (*daemon)->RequestStop();
   runner.join();
@@ -2084,14 +2073,9 @@ TEST(DaemonTest, AStepWhoseLedgerCommitFailedIsReportedOnlyOnceACommitCoversIt) 
   ASSERT_TRUE(daemon.ok());
   Status result = Status::Ok();
   std::thread runner([&] { result = (*daemon)->Run(); });
-  auto wait = [&](const std::function<bool()>& done) {
-    const auto until = std::chrono::steady_clock::now() + 20s;
-    while (!done() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(5ms);
-    return done();
-  };
-  ASSERT_TRUE(wait([&] { return (*daemon)->status().steps_run >= 2; }));
+  ASSERT_TRUE(WaitFor([&] { return (*daemon)->status().steps_run >= 2; }));
   disk_full = true;
-  ASSERT_TRUE(wait([&] { return refused >= 2; }));
+  ASSERT_TRUE(WaitFor([&] { return refused >= 2; }));
   // The step that ran into the full disk is the ledger's next step.
   auto on_disk = h.LoadLedger();
   ASSERT_TRUE(on_disk.ok());
@@ -2108,8 +2092,8 @@ TEST(DaemonTest, AStepWhoseLedgerCommitFailedIsReportedOnlyOnceACommitCoversIt) 
   }
   EXPECT_EQ(ran_lines, 1);
   disk_full = false;
-  ASSERT_TRUE(wait([&] { return logs.Starting(failed_line).size() == 1; }));
-  ASSERT_TRUE(wait([&] { return (*daemon)->status().next_step > failed_step + 1; }));
+  ASSERT_TRUE(WaitFor([&] { return logs.Starting(failed_line).size() == 1; }));
+  ASSERT_TRUE(WaitFor([&] { return (*daemon)->status().next_step > failed_step + 1; }));
   (*daemon)->RequestStop();
   runner.join();
   EXPECT_TRUE(result.ok()) << result.ToString();
