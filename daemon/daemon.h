@@ -142,7 +142,8 @@ struct DaemonHooks {
   // Called on the step thread with every edit of the ledger's live state
   // (daemon/ledger_edit.h) and the state after it; once first, at Create,
   // with no edit (nullptr) and the state the keeper starts from. Tests
-  // replay the edits.
+  // replay the edits; never set by main.cc (the ledger's values are public,
+  // but nothing outside the process needs them as they change).
   std::function<void(const LedgerEdit* edit, const LedgerState& after)> ledger_edit;
 };
 

@@ -11,8 +11,8 @@
 // streams added, cuts recorded, slots skipped, a step charged (the driver
 // charges through the keeper: svi::ChargeBook), a reload's changes, a
 // warning level, a holder's run, the step counter at a commit. An observer
-// (tests) sees every edit and the state after it. committed() is the state as of the
-// last durable commit (or as loaded at start): everything the daemon reports
+// (tests) sees every edit and the state after it. committed() is the state
+// as of the last durable commit (or as loaded at start): everything the daemon reports
 // — metrics, log lines, status.json, the stopped: line — is computed from
 // it, so that nothing about a step appears before its charge is durable
 // (docs/ledger_format.md).

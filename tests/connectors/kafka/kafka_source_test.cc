@@ -72,8 +72,10 @@ KafkaSourceOptions BaseOptions(const MockCluster& cluster, std::vector<std::stri
 
 // Polls until `count` messages arrived in total (or the deadline), storing
 // every offset as the daemon does after pooling a record.
+// `timeout` is a deadline, not a wait: a loaded CI runner (ASan, every core
+// busy) took more than 20 s for a group join and the first fetch.
 std::vector<SourceMessage> PollAndStore(KafkaSource& source, size_t count,
-                                        std::chrono::seconds timeout = std::chrono::seconds(20),
+                                        std::chrono::seconds timeout = std::chrono::seconds(60),
                                         size_t batch = 7) {
   std::vector<SourceMessage> out;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -223,7 +225,7 @@ TEST(KafkaSourceTest, ConsumesEveryKcatRecordOnceAndCommitsStoredOffsets) {
   KafkaSource& source = **created;
 
   // First batch: a few messages; remember the lag and positions then.
-  std::vector<SourceMessage> got = PollAndStore(source, 1, std::chrono::seconds(20), 5);
+  std::vector<SourceMessage> got = PollAndStore(source, 1, std::chrono::seconds(60), 5);
   ASSERT_FALSE(got.empty());
   const int64_t lag_after_first = source.Lag();
   std::map<std::pair<std::string, int32_t>, int64_t> next_after_first;
@@ -530,7 +532,7 @@ TEST(KafkaSourceTest, AnOpenTransactionHoldsBackNoRecordAndItsOwnAreRead) {
   auto created = KafkaSource::Create(options);
   ASSERT_TRUE(created.ok()) << created.status().message();
   // All ten while the transaction is still open: nothing waits for it.
-  std::vector<SourceMessage> got = PollAndStore(**created, 10, std::chrono::seconds(20));
+  std::vector<SourceMessage> got = PollAndStore(**created, 10, std::chrono::seconds(60));
   ASSERT_EQ(got.size(), 10u);
   for (size_t i = 1; i < got.size(); ++i) EXPECT_LT(got[i - 1].offset, got[i].offset);
   EXPECT_EQ(got.front().payload, "open-0");
@@ -541,7 +543,7 @@ TEST(KafkaSourceTest, AnOpenTransactionHoldsBackNoRecordAndItsOwnAreRead) {
   ASSERT_EQ(produce("aborted"), RD_KAFKA_RESP_ERR_NO_ERROR);
   ASSERT_EQ(rd_kafka_flush(producer, 10000), RD_KAFKA_RESP_ERR_NO_ERROR);
   ASSERT_TRUE(ok(rd_kafka_abort_transaction(producer, 30000)));
-  std::vector<SourceMessage> more = PollAndStore(**created, 1, std::chrono::seconds(20));
+  std::vector<SourceMessage> more = PollAndStore(**created, 1, std::chrono::seconds(60));
   ASSERT_EQ(more.size(), 1u);
   EXPECT_EQ(more.front().payload, "aborted");
   EXPECT_TRUE((*created)->Close().ok());
