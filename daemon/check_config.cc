@@ -1,6 +1,7 @@
 #include "daemon/check_config.h"
 
 #include <iostream>
+#include <string>
 #include <utility>
 
 #include "config/where.h"
@@ -54,13 +55,25 @@ bool TimeWorstCaseStep(const config::VipsdConfig& config, bool check_only,
   // What a step's timing adds to δ (core/privacy/planner.h OverrunBeta):
   // bounded only when the worst-case step fits its slot with margin (a run
   // whose claim needs it was refused above without it).
-  const std::string beta =
-      timing->fits
-          ? "; overruns: beta = " + ShortestNumber(privacy::kBatchTailProbability) +
-                " per step (a batch above the one timed), so the claim is (epsilon, delta + "
-                "beta x steps); `vipsd-privacy plan` prints it for this file"
-          : "; overruns: beta is NOT bounded on this machine (the worst-case step does not "
-            "fit with margin): the claim holds only for runs without an overrun";
+  std::string beta =
+      "; overruns: beta is NOT bounded on this machine (the worst-case step does not fit with "
+      "margin): the claim holds only for runs without an overrun";
+  if (timing->fits) {
+    // The steps a record's claim covers, as `vipsd-privacy plan` counts them.
+    auto planned = privacy::PlanRun(
+        config.schedule.value_or(config::Schedule::kFixed) == config::Schedule::kFixed,
+        config.accounting == config::Accounting::kResidency, config.driver.epsilon_ceiling,
+        config.driver.sampling_rate, config.driver.noise_multiplier, config.driver.delta,
+        config.window_steps);
+    beta = "; overruns: beta = " + ShortestNumber(privacy::kBatchTailProbability) +
+           " per step (the chance of a batch above the one timed)";
+    if (planned.ok()) {
+      beta += " x " + std::to_string(planned->timed_steps) + " steps = " +
+              SignificantDigits(planned->overrun_beta, 6) +
+              ", so the claim is (epsilon, delta + beta) with delta + beta = " +
+              SignificantDigits(config.driver.delta + planned->overrun_beta, 6);
+    }
+  }
   if (!timing->fits || timing->busy) {
     SayCheck(config, LogLevel::kWarning, where + "warning: " + timing->text + beta);
   } else {

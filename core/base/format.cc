@@ -57,6 +57,12 @@ std::string FixedDecimal(double value, int digits) {
   return buffer;
 }
 
+std::string SignificantDigits(double value, int digits) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.*g", digits, value);
+  return buffer;
+}
+
 std::string LowerHex(std::span<const uint8_t> bytes) {
   static constexpr char kDigits[] = "0123456789abcdef";
   std::string out;

@@ -18,6 +18,10 @@ std::string ShortestNumber(double value);
 // `value` with exactly `digits` decimals ("%.*f"): ε and ρ in log lines.
 std::string FixedDecimal(double value, int digits);
 
+// `value` to `digits` significant digits ("%.*g": 2.76e-07, 1.0276e-05):
+// figures a person reads, such as the planner's.
+std::string SignificantDigits(double value, int digits);
+
 // The exact text of a double in C99 hexadecimal ("%a": 0x1.8p+0, 0x0p+0),
 // the form every state file vipsd writes (ledger, accountants, filter
 // weights, slot windows) uses so that a value reads back bit for bit.

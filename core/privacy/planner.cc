@@ -328,4 +328,28 @@ StatusOr<int64_t> MaxResidencyWindow(AccountantKind kind, double target_epsilon,
   });
 }
 
+StatusOr<PlannedRun> PlanRun(bool fixed, bool residency, double ceiling, double sampling_rate,
+                             double noise_multiplier, double delta, int64_t window_steps) {
+  PlannedRun run;
+  const AccountantKind kind = fixed ? AccountantKind::kFixed : AccountantKind::kFilter;
+  if (!fixed) {
+    VIPSD_ASSIGN_OR_RETURN(run.filter_weights,
+                           DesignFilterWeights(sampling_rate, noise_multiplier, delta, ceiling,
+                                               residency ? window_steps : 0));
+  }
+  if (residency) {
+    VIPSD_ASSIGN_OR_RETURN(run.steps, MaxResidencyWindow(kind, ceiling, sampling_rate,
+                                                         noise_multiplier, delta));
+  } else if (fixed) {
+    VIPSD_ASSIGN_OR_RETURN(run.steps, MaxStepsForEpsilon(kind, ceiling, sampling_rate,
+                                                         noise_multiplier, delta));
+  } else {
+    VIPSD_ASSIGN_OR_RETURN(run.steps, FilterMaxSteps(ceiling, sampling_rate, noise_multiplier,
+                                                     delta, run.filter_weights));
+  }
+  run.timed_steps = residency ? window_steps : run.steps;
+  run.overrun_beta = OverrunBeta(run.timed_steps);
+  return run;
+}
+
 }  // namespace vipsd::privacy

@@ -109,4 +109,22 @@ StatusOr<int64_t> MaxResidencyWindow(AccountantKind kind, double target_epsilon,
                                      double sampling_rate, double noise_multiplier,
                                      double delta);
 
+// What one configuration plans: `vipsd-privacy plan` and `vipsd
+// --check-config` both answer with it (one number everywhere).
+//   fixed: privacy.schedule fixed (else adaptive: the filter's split that a
+//          new state directory gets, filter_weights.h);
+//   residency: privacy.accounting residency, with window_steps M.
+struct PlannedRun {
+  std::vector<double> filter_weights;  // adaptive only
+  // Global: the steps to the ceiling. Residency: the longest window M a new
+  // directory could be configured with (the daemon runs for ever).
+  int64_t steps = 0;
+  // The steps a record's claim covers, whose timing β counts: M in
+  // residency mode, `steps` in global mode.
+  int64_t timed_steps = 0;
+  double overrun_beta = 0;  // OverrunBeta(timed_steps)
+};
+StatusOr<PlannedRun> PlanRun(bool fixed, bool residency, double ceiling, double sampling_rate,
+                             double noise_multiplier, double delta, int64_t window_steps);
+
 }  // namespace vipsd::privacy

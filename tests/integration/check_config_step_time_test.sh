@@ -8,10 +8,13 @@
 # machine's load (CI runs this beside other tests; one run measured 0.28 s,
 # an idle 2-core machine 0.14 s), so that is not asserted here: the harness
 # harness.demo_under_load measures the demo's real deadlines.
-# Usage: check_config_step_time_test.sh VIPSD SOURCE_DIR
+# When the step fits, the line states beta and delta + beta for the steps
+# the claim covers: the numbers `vipsd-privacy plan` gives for the file.
+# Usage: check_config_step_time_test.sh VIPSD SOURCE_DIR VIPSD_PRIVACY
 set -euo pipefail
 vipsd=$1
 source_dir=$2
+privacy=$3
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 sed -e "s|vocabulary: demo/vocab.txt|vocabulary: $source_dir/config/examples/demo/vocab.txt|" \
@@ -28,6 +31,17 @@ if grep -q "overrun their deadlines" "$work/ok.err"; then
 else
   grep -q "$timing" "$work/ok.out" \
     || { echo "no step timing line:"; cat "$work/ok.out" "$work/ok.err"; exit 1; }
+  # (epsilon, delta + beta) with plan's numbers.
+  "$privacy" plan --config "$work/ok.yaml" --json > "$work/plan.json" 2> /dev/null
+  steps=$(sed -n 's/.*"steps_to_ceiling": \([0-9]*\).*/\1/p' "$work/plan.json")
+  delta_plus_beta=$(sed -n 's/.*"delta_plus_beta": \([0-9.e+-]*\).*/\1/p' "$work/plan.json")
+  claim=$(grep -o "overruns: beta = 1e-09 per step (the chance of a batch above the one timed) x [0-9]* steps = [0-9.e-]*, so the claim is (epsilon, delta + beta) with delta + beta = [0-9.e-]*" "$work/ok.out") \
+    || { echo "no (epsilon, delta + beta) in the timing line:"; cat "$work/ok.out"; exit 1; }
+  [ -n "$steps" ] && [[ "$claim" == *" x $steps steps = "* ]] \
+    || { echo "beta counts other steps than plan ($steps): $claim"; exit 1; }
+  python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(a - b) > 1e-5 * b)" \
+    "${claim##* = }" "$delta_plus_beta" \
+    || { echo "delta + beta differs from plan's $delta_plus_beta: $claim"; exit 1; }
 fi
 sed -e "s|interval_seconds: 0.3 |interval_seconds: 0.01 |" -e "s|cut_grace_seconds: 0.05 |cut_grace_seconds: 0 |" "$work/ok.yaml" > "$work/fast.yaml"
 refusal='fast.yaml:[0-9]*: schedule.interval_seconds: a step on [0-9]* records .* took [0-9.e-]* s on this machine (the faster of two runs [0-9.e-]* s; [0-9.e-]* s of CPU time on [0-9]* threads*: at least [0-9.e-]* s even when idle); a slot gives a step 0.01 s .*every step near this batch would overrun its deadline; raise schedule.interval_seconds'

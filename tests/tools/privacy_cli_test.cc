@@ -186,6 +186,13 @@ TEST(PrivacyCliTest, PlanReadsTheConfigurationAndAnswersWithTheDaemonsAccountant
   const int64_t steps = *fixed->MaxSteps(1e-5, 4, int64_t{1} << 40);
   EXPECT_EQ(JsonNumber(run.out, "max_steps"), steps);
   EXPECT_EQ(JsonNumber(run.out, "epsilon"), fixed->Epsilon(steps, 1e-5)->epsilon);
+  // A paced run's claim is (ε, δ + β), β = T · the batch tail the
+  // worst-case step is timed at (planner.h OverrunBeta), T the steps to the
+  // ceiling; the text says the same numbers.
+  EXPECT_DOUBLE_EQ(JsonNumber(run.out, "overrun_beta"), privacy::OverrunBeta(steps));
+  EXPECT_DOUBLE_EQ(JsonNumber(run.out, "overrun_beta"), steps * privacy::kBatchTailProbability);
+  EXPECT_DOUBLE_EQ(JsonNumber(run.out, "delta_plus_beta"), 1e-5 + privacy::OverrunBeta(steps));
+  EXPECT_EQ(JsonString(run.out, "on_overrun"), "catch_up");
   // A JSON boolean, not the string "true".
   EXPECT_NE(run.out.find("\"starts\": true}"), std::string::npos) << run.out;
   // The service example (residency, M = 500) is affordable and says so.
@@ -193,6 +200,8 @@ TEST(PrivacyCliTest, PlanReadsTheConfigurationAndAnswersWithTheDaemonsAccountant
   ASSERT_EQ(run.code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("at most 500 steps"));
   EXPECT_THAT(run.out, HasSubstr("(within the ceiling)"));
+  EXPECT_THAT(run.out, HasSubstr("overruns: the claim is (epsilon, delta + beta) = ("));
+  EXPECT_THAT(run.out, HasSubstr(", 1.5e-06) with beta = 500 x 1e-09 = 5e-07"));
   // An unaffordable window: exit 1 and the reason.
   const std::string dir = ::testing::TempDir() + "privacy_cli_plan";
   std::filesystem::create_directories(dir);
@@ -222,6 +231,9 @@ TEST(PrivacyCliTest, PlanReadsTheConfigurationAndAnswersWithTheDaemonsAccountant
   EXPECT_EQ(JsonNumber(run.out, "window_epsilon"), check->epsilon_after);
   EXPECT_EQ(JsonNumber(run.out, "max_window_steps"),
             *privacy::MaxResidencyWindow(privacy::AccountantKind::kFilter, 2.0, 0.01, 1.1, 1e-6));
+  // Residency: β counts the window's steps, the ones a record's claim covers.
+  EXPECT_DOUBLE_EQ(JsonNumber(run.out, "overrun_beta"), privacy::OverrunBeta(500));
+  EXPECT_DOUBLE_EQ(JsonNumber(run.out, "delta_plus_beta"), 1e-6 + privacy::OverrunBeta(500));
   // A bad file: the configuration's own message, exit 2.
   run = RunCli({"plan", "--config", dir + "/missing.yaml"});
   EXPECT_EQ(run.code, 2);

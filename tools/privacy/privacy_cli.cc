@@ -37,9 +37,7 @@ std::string Number(double value) { return ShortestNumber(value); }
 // Six significant digits for people.
 std::string Human(double value) {
   if (std::isinf(value)) return "infinite";
-  char buffer[64];
-  std::snprintf(buffer, sizeof(buffer), "%.6g", value);
-  return buffer;
+  return SignificantDigits(value, 6);
 }
 
 // Ordered JSON object with number, boolean and string fields.
@@ -332,34 +330,22 @@ int RunPlan(const Parsed& p, bool json_output, std::ostream& out, std::ostream& 
   const bool fixed = config->schedule.value_or(config::Schedule::kFixed) == config::Schedule::kFixed;
   const AccountantKind kind = fixed ? AccountantKind::kFixed : AccountantKind::kFilter;
   const bool residency = config->accounting == config::Accounting::kResidency;
-  Parsed plan = p;
-  plan.accountant = kind;
-  plan.sampling_rate = q;
-  plan.noise_multiplier = sigma;
-  plan.delta = delta;
   // Adaptive: the filter's split of δ that a new state directory gets —
-  // the daemon's own function of these public settings.
-  std::vector<double> weights;
-  if (!fixed) {
-    auto designed = privacy::DesignFilterWeights(q, sigma, delta, ceiling,
-                                                 residency ? config->window_steps : 0);
-    if (!designed.ok()) return fail(designed.status());
-    weights = std::move(*designed);
-  }
+  // the daemon's own function of these public settings. Global: the steps
+  // the ceiling allows. Residency: the longest window a record may be a
+  // candidate in (the daemon runs for ever).
+  auto planned = privacy::PlanRun(fixed, residency, ceiling, q, sigma, delta, config->window_steps);
+  if (!planned.ok()) return fail(planned.status());
+  const std::vector<double>& weights = planned->filter_weights;
   auto epsilon_after = [&](int64_t n) -> StatusOr<privacy::PrivacyEstimate> {
     if (fixed) return privacy::EstimateEpsilon(kind, q, sigma, n, delta);
     return privacy::FilterEpsilon(q, sigma, n, delta, weights);
   };
-  // Global: the steps the ceiling allows. Residency: the longest window a
-  // record may be a candidate in (the daemon runs for ever).
-  auto steps = residency ? privacy::MaxResidencyWindow(kind, ceiling, q, sigma, delta)
-               : fixed   ? privacy::MaxStepsForEpsilon(kind, ceiling, q, sigma, delta)
-                         : privacy::FilterMaxSteps(ceiling, q, sigma, delta, weights);
-  if (!steps.ok()) return fail(steps.status());
+  const int64_t steps = planned->steps;
   double epsilon = 0;
-  if (*steps > 0) {
-    auto at = residency ? privacy::EstimateEpsilon(kind, q, sigma, *steps, delta)
-                        : epsilon_after(*steps);
+  if (steps > 0) {
+    auto at = residency ? privacy::EstimateEpsilon(kind, q, sigma, steps, delta)
+                        : epsilon_after(steps);
     if (!at.ok()) return fail(at.status());
     epsilon = at->epsilon;
   }
@@ -370,7 +356,7 @@ int RunPlan(const Parsed& p, bool json_output, std::ostream& out, std::ostream& 
     window_epsilon = at->epsilon;
   }
   const bool paced = config->source_type == config::SourceType::kKafka;
-  const bool starts = *steps > 0 && (!residency || *window_epsilon <= ceiling);
+  const bool starts = steps > 0 && (!residency || *window_epsilon <= ceiling);
   // What the ε below protects (privacy.unit): per record, or per unit.
   const std::string unit(config::PrivacyUnitName(config->privacy_unit));
   const std::string protects = config::DescribeProtection(
@@ -425,20 +411,20 @@ int RunPlan(const Parsed& p, bool json_output, std::ostream& out, std::ostream& 
     json.Add("delta", delta);
     json.Add("epsilon_ceiling", ceiling);
     if (residency) {
-      json.AddInt("max_window_steps", *steps);
+      json.AddInt("max_window_steps", steps);
     } else {
       // steps_to_ceiling: the steps a new state directory runs before the
       // ceiling; `steps` and `max_steps` say the same (older scripts).
-      json.AddInt("steps_to_ceiling", *steps);
-      json.AddInt("steps", *steps);
-      json.AddInt("max_steps", *steps);
+      json.AddInt("steps_to_ceiling", steps);
+      json.AddInt("steps", steps);
+      json.AddInt("max_steps", steps);
     }
     json.Add("epsilon", epsilon);
     if (residency) {
       json.AddInt("window_steps", config->window_steps);
       json.Add("window_epsilon", *window_epsilon);
     }
-    if (paced && !residency) json.Add("hours", *steps * config->step_interval_seconds / 3600.0);
+    if (paced && !residency) json.Add("hours", steps * config->step_interval_seconds / 3600.0);
     const config::CapacityMargin margin = config::CapacityMarginOf(*config);
     if (margin.applies) {
       json.AddInt("pool_capacity", margin.capacity);
@@ -449,9 +435,8 @@ int RunPlan(const Parsed& p, bool json_output, std::ostream& out, std::ostream& 
     }
     if (paced) {
       // (ε, δ + β): the steps whose timing a record's claim covers.
-      json.Add("overrun_beta", privacy::OverrunBeta(residency ? config->window_steps : *steps));
-      json.Add("delta_plus_beta",
-               delta + privacy::OverrunBeta(residency ? config->window_steps : *steps));
+      json.Add("overrun_beta", planned->overrun_beta);
+      json.Add("delta_plus_beta", delta + planned->overrun_beta);
       json.AddString("on_overrun", config->on_overrun == config::OverrunAction::kStop
                                        ? "stop"
                                        : "catch_up");
@@ -476,23 +461,23 @@ int RunPlan(const Parsed& p, bool json_output, std::ostream& out, std::ostream& 
         << " steps: epsilon per record " << Human(*window_epsilon)
         << (*window_epsilon <= ceiling ? " (within the ceiling)" : " (OVER the ceiling: the "
             "daemon refuses to start)") << "\n"
-        << "  the longest affordable window is " << *steps << " steps (epsilon "
+        << "  the longest affordable window is " << steps << " steps (epsilon "
         << Human(epsilon) << ")\n";
   } else {
-    out << "  steps: the ceiling allows " << *steps << " steps (epsilon " << Human(epsilon)
+    out << "  steps: the ceiling allows " << steps << " steps (epsilon " << Human(epsilon)
         << " after them)";
     if (paced) {
-      out << ", about " << Human(*steps * config->step_interval_seconds / 3600.0)
+      out << ", about " << Human(steps * config->step_interval_seconds / 3600.0)
           << " hours at one step every " << Human(config->step_interval_seconds) << " s";
     }
     out << "\n";
-    if (*steps == 0) out << "  NOT ONE step fits under the ceiling: the daemon refuses to start\n";
+    if (steps == 0) out << "  NOT ONE step fits under the ceiling: the daemon refuses to start\n";
   }
   const config::CapacityMargin margin = config::CapacityMarginOf(*config);
   if (margin.applies) out << "  capacity: " << margin.text << "\n";
   if (paced) {
-    const int64_t timed_steps = residency ? config->window_steps : *steps;
-    const double beta = privacy::OverrunBeta(timed_steps);
+    const int64_t timed_steps = planned->timed_steps;
+    const double beta = planned->overrun_beta;
     out << "  overruns: the claim is (epsilon, delta + beta) = ("
         << Human(residency ? *window_epsilon : epsilon) << ", "
         << Human(delta + beta) << ") with beta = " << timed_steps << " x "

@@ -89,5 +89,14 @@ TEST(LowerHexTest, WritesTwoLowercaseDigitsPerByteAndTheCheckAcceptsOnlyThatForm
   EXPECT_TRUE(IsLowerHex("", 0));
 }
 
+TEST(SignificantDigitsTest, RoundsToTheDigitsAndDropsTrailingZeros) {
+  // What ShortestNumber would spell out in full (2.7600000000000004e-07).
+  EXPECT_EQ(SignificantDigits(276 * 1e-9, 6), "2.76e-07");
+  EXPECT_EQ(SignificantDigits(1e-5 + 276 * 1e-9, 6), "1.0276e-05");
+  EXPECT_EQ(SignificantDigits(3.997291234, 6), "3.99729");
+  EXPECT_EQ(SignificantDigits(0.5, 3), "0.5");
+  EXPECT_EQ(SignificantDigits(123456789.0, 4), "1.235e+08");
+}
+
 }  // namespace
 }  // namespace vipsd

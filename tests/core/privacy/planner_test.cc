@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/privacy/filter_weights.h"
 #include "core/privacy/rdp_accountant.h"
 
 namespace vipsd::privacy {
@@ -110,6 +111,32 @@ TEST(PlannerTest, RejectsInvalidParameters) {
   EXPECT_FALSE(EstimateEpsilon(AccountantKind::kRdp, 0.1, 1.0, 10, 1.0).ok());
   EXPECT_FALSE(NoiseMultiplierForEpsilon(AccountantKind::kRdp, 0.0, 0.1, 10, 1e-5).ok());
   EXPECT_FALSE(MaxStepsForEpsilon(AccountantKind::kRdp, -1.0, 0.1, 1.0, 1e-5).ok());
+}
+
+// PlanRun is what `vipsd-privacy plan` and `vipsd --check-config` both
+// state: the steps, the filter's split and β, each the planner's own answer.
+TEST(PlannerTest, PlanRunAnswersWithThePlannersFunctions) {
+  // Global, fixed schedule: the steps to the ceiling; β counts all of them.
+  auto global = PlanRun(/*fixed=*/true, /*residency=*/false, 4.0, 0.1, 2.0, 1e-5, 0);
+  ASSERT_TRUE(global.ok()) << global.status().ToString();
+  EXPECT_EQ(global->steps, *MaxStepsForEpsilon(AccountantKind::kFixed, 4.0, 0.1, 2.0, 1e-5));
+  EXPECT_GT(global->steps, 0);
+  EXPECT_EQ(global->timed_steps, global->steps);
+  EXPECT_DOUBLE_EQ(global->overrun_beta, global->steps * kBatchTailProbability);
+  EXPECT_TRUE(global->filter_weights.empty());
+  // Global, adaptive: the split a new directory gets, and the filter's steps.
+  auto adaptive = PlanRun(false, false, 4.0, 0.1, 2.0, 1e-5, 0);
+  ASSERT_TRUE(adaptive.ok()) << adaptive.status().ToString();
+  EXPECT_EQ(adaptive->filter_weights, *DesignFilterWeights(0.1, 2.0, 1e-5, 4.0, 0));
+  EXPECT_EQ(adaptive->steps, *FilterMaxSteps(4.0, 0.1, 2.0, 1e-5, adaptive->filter_weights));
+  // Residency: the longest affordable window; β counts the configured one.
+  auto residency = PlanRun(true, true, 2.0, 0.01, 1.1, 1e-6, 500);
+  ASSERT_TRUE(residency.ok()) << residency.status().ToString();
+  EXPECT_EQ(residency->steps, *MaxResidencyWindow(AccountantKind::kFixed, 2.0, 0.01, 1.1, 1e-6));
+  EXPECT_EQ(residency->timed_steps, 500);
+  EXPECT_DOUBLE_EQ(residency->overrun_beta, 500 * kBatchTailProbability);
+  // Bad settings are the planner's errors.
+  EXPECT_FALSE(PlanRun(true, false, 4.0, 0.1, -1.0, 1e-5, 0).ok());
 }
 
 }  // namespace
