@@ -65,8 +65,9 @@ Status CheckLedgerBelongs(const config::VipsdConfig& config, const ModelBundle& 
   if (state.mode != mode) {
     return FailedPreconditionError(
         config::KeyWhere(config, "privacy.accounting") + "the ledger " + ledger_path + " was written in " +
-        std::string(AccountingModeName(state.mode)) +
-        " mode; the accounting mode cannot change for a state directory (use a new one)");
+        std::string(AccountingModeName(state.mode)) + " mode, configured: " +
+        std::string(AccountingModeName(mode)) +
+        "; the accounting mode cannot change for a state directory (use a new one)");
   }
   const std::string unit(config::PrivacyUnitName(config.privacy_unit));
   const std::string field =

@@ -6,8 +6,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <string>
+#include <string_view>
 #include <vector>
 
+#include "core/base/log.h"
 #include "daemon/checkpoint.h"
 
 namespace vipsd::daemon {
@@ -160,14 +163,34 @@ TEST(StartupCheckTest, AStartRecordsDeltaAndRefusesToRaiseIt) {
   auto lowered = PrepareState(config, *bundle, fresh->state, "/s/ledger", true, true);
   ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
   EXPECT_EQ(lowered->state.delta, 1e-7);
-  // A ledger from before the record (0) takes the configured one.
+  // A ledger from before the record (0) takes the configured one, loudly:
+  // one warning naming the key and the value recorded.
   LedgerState old = fresh->state;
   old.delta = 0;
   old.next_step = 5;
   config.driver.delta = 1e-3;
+  std::vector<std::string> warnings;
+  SetLogSink([&warnings](LogLevel level, std::string_view, std::string_view message) {
+    if (level == LogLevel::kWarning) warnings.emplace_back(message);
+  });
   auto adopted = PrepareState(config, *bundle, old, "/s/ledger", true, true);
+  SetLogSink(nullptr);
   ASSERT_TRUE(adopted.ok()) << adopted.status().ToString();
   EXPECT_EQ(adopted->state.delta, 1e-3);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_THAT(warnings[0], HasSubstr("c.yaml"));
+  EXPECT_THAT(warnings[0], HasSubstr("privacy.delta"));
+  EXPECT_THAT(warnings[0], HasSubstr("does not record a delta"));
+  EXPECT_THAT(warnings[0], HasSubstr("recording 0.001"));
+  // A ledger that records one is not warned about.
+  warnings.clear();
+  SetLogSink([&warnings](LogLevel level, std::string_view, std::string_view message) {
+    if (level == LogLevel::kWarning) warnings.emplace_back(message);
+  });
+  auto recorded = PrepareState(config, *bundle, adopted->state, "/s/ledger", true, true);
+  SetLogSink(nullptr);
+  ASSERT_TRUE(recorded.ok()) << recorded.status().ToString();
+  EXPECT_TRUE(warnings.empty()) << warnings[0];
   // A non-private run neither checks nor records it.
   config.driver.noise_multiplier = 0;
   config.driver.delta = 0.5;
@@ -176,6 +199,35 @@ TEST(StartupCheckTest, AStartRecordsDeltaAndRefusesToRaiseIt) {
   auto plain = PrepareState(config, *bundle, never_private, "/s/ledger", true, true);
   ASSERT_TRUE(plain.ok()) << plain.status().ToString();
   EXPECT_EQ(plain->state.delta, 0);
+}
+
+// The accounting mode is the ledger's: another one is refused at start,
+// naming the key and both modes (a global ledger's charges are not a
+// residency window's, nor the other way round).
+TEST(StartupCheckTest, AStartRefusesAnotherAccountingModeNamingBoth) {
+  config::VipsdConfig config = Config();
+  config.model_type = "blr";
+  config.blr.dim = 2;
+  config.source_type = config::SourceType::kKafka;
+  config.state_directory = ::testing::TempDir() + "startup_mode";
+  config.accounting = config::Accounting::kGlobal;
+  auto bundle = BuildModel(config);
+  ASSERT_TRUE(bundle.ok()) << bundle.status().ToString();
+  auto global = PrepareState(config, *bundle, std::nullopt, "/s/ledger", true, /*dry_run=*/true);
+  ASSERT_TRUE(global.ok()) << global.status().ToString();
+  EXPECT_EQ(global->state.mode, AccountingMode::kGlobal);
+  config.accounting = config::Accounting::kResidency;
+  auto refused = PrepareState(config, *bundle, global->state, "/s/ledger", true, true);
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("c.yaml"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("privacy.accounting"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("global mode, configured: residency"));
+  // And back: a residency ledger refuses global accounting.
+  auto residency = PrepareState(config, *bundle, std::nullopt, "/s/ledger", true, true);
+  ASSERT_TRUE(residency.ok()) << residency.status().ToString();
+  config.accounting = config::Accounting::kGlobal;
+  refused = PrepareState(config, *bundle, residency->state, "/s/ledger", true, true);
+  EXPECT_THAT(refused.status().message(), HasSubstr("residency mode, configured: global"));
 }
 
 // The privacy unit is recorded by a new directory and cannot change for it:
