@@ -59,15 +59,20 @@ bool TimeWorstCaseStep(const config::VipsdConfig& config, bool check_only,
       "; overruns: beta is NOT bounded on this machine (the worst-case step does not fit with "
       "margin): the claim holds only for runs without an overrun";
   if (timing->fits) {
-    // The steps a record's claim covers, as `vipsd-privacy plan` counts them.
-    auto planned = privacy::PlanRun(
-        config.schedule.value_or(config::Schedule::kFixed) == config::Schedule::kFixed,
-        config.accounting == config::Accounting::kResidency, config.driver.epsilon_ceiling,
-        config.driver.sampling_rate, config.driver.noise_multiplier, config.driver.delta,
-        config.window_steps);
     beta = "; overruns: beta = " + ShortestNumber(privacy::kBatchTailProbability) +
            " per step (the chance of a batch above the one timed)";
-    if (planned.ok()) {
+    if (!check_only) {
+      // A start says where to read the total: the planner's search for the
+      // steps to a large ceiling takes seconds.
+      beta += "; `vipsd --check-config` and `vipsd-privacy plan` give beta x steps and delta + "
+              "beta for this file";
+    } else if (auto planned = privacy::PlanRun(
+                   config.schedule.value_or(config::Schedule::kFixed) == config::Schedule::kFixed,
+                   config.accounting == config::Accounting::kResidency,
+                   config.driver.epsilon_ceiling, config.driver.sampling_rate,
+                   config.driver.noise_multiplier, config.driver.delta, config.window_steps);
+               planned.ok()) {
+      // The steps a record's claim covers, as `vipsd-privacy plan` counts them.
       beta += " x " + std::to_string(planned->timed_steps) + " steps = " +
               SignificantDigits(planned->overrun_beta, 6) +
               ", so the claim is (epsilon, delta + beta) with delta + beta = " +
