@@ -30,6 +30,29 @@ config::VipsdConfig Config() {
   return config;
 }
 
+// Config() for a two-dimensional BLR with `source` and a state directory
+// named `name` under the test's temporary directory.
+config::VipsdConfig BlrConfig(const std::string& name, config::SourceType source) {
+  config::VipsdConfig config = Config();
+  config.model_type = "blr";
+  config.blr.dim = 2;
+  config.source_type = source;
+  config.state_directory = ::testing::TempDir() + name;
+  return config;
+}
+
+// The warnings vipsd::Log says while it lives.
+class WarningCapture {
+ public:
+  WarningCapture() {
+    SetLogSink([this](LogLevel level, std::string_view, std::string_view message) {
+      if (level == LogLevel::kWarning) lines.emplace_back(message);
+    });
+  }
+  ~WarningCapture() { SetLogSink(nullptr); }
+  std::vector<std::string> lines;
+};
+
 LedgerState State(ScheduleKind schedule, AccountingMode mode) {
   LedgerState state;
   state.run_id = std::string(32, 'c');
@@ -106,11 +129,7 @@ TEST(StartupCheckTest, AReloadMayLowerTheCeilingButNeverRaiseIt) {
 }
 
 TEST(StartupCheckTest, AStartRecordsTheCeilingAndRefusesToRaiseIt) {
-  config::VipsdConfig config = Config();
-  config.model_type = "blr";
-  config.blr.dim = 2;
-  config.source_type = config::SourceType::kKafka;
-  config.state_directory = ::testing::TempDir() + "startup_ceiling";
+  config::VipsdConfig config = BlrConfig("startup_ceiling", config::SourceType::kKafka);
   auto bundle = BuildModel(config);
   ASSERT_TRUE(bundle.ok()) << bundle.status().ToString();
   // A fresh directory records the configured ceiling.
@@ -138,11 +157,7 @@ TEST(StartupCheckTest, AStartRecordsTheCeilingAndRefusesToRaiseIt) {
 // private start and can only go down; an older ledger takes the configured
 // one (loudly).
 TEST(StartupCheckTest, AStartRecordsDeltaAndRefusesToRaiseIt) {
-  config::VipsdConfig config = Config();
-  config.model_type = "blr";
-  config.blr.dim = 2;
-  config.source_type = config::SourceType::kKafka;
-  config.state_directory = ::testing::TempDir() + "startup_delta";
+  config::VipsdConfig config = BlrConfig("startup_delta", config::SourceType::kKafka);
   config.driver.delta = 1e-6;
   auto bundle = BuildModel(config);
   ASSERT_TRUE(bundle.ok()) << bundle.status().ToString();
@@ -169,28 +184,25 @@ TEST(StartupCheckTest, AStartRecordsDeltaAndRefusesToRaiseIt) {
   old.delta = 0;
   old.next_step = 5;
   config.driver.delta = 1e-3;
-  std::vector<std::string> warnings;
-  SetLogSink([&warnings](LogLevel level, std::string_view, std::string_view message) {
-    if (level == LogLevel::kWarning) warnings.emplace_back(message);
-  });
-  auto adopted = PrepareState(config, *bundle, old, "/s/ledger", true, true);
-  SetLogSink(nullptr);
+  StatusOr<PreparedState> adopted = UnavailableError("not prepared");
+  {
+    WarningCapture warnings;
+    adopted = PrepareState(config, *bundle, old, "/s/ledger", true, true);
+    ASSERT_EQ(warnings.lines.size(), 1u);
+    EXPECT_THAT(warnings.lines[0], HasSubstr("c.yaml"));
+    EXPECT_THAT(warnings.lines[0], HasSubstr("privacy.delta"));
+    EXPECT_THAT(warnings.lines[0], HasSubstr("does not record a delta"));
+    EXPECT_THAT(warnings.lines[0], HasSubstr("recording 0.001"));
+  }
   ASSERT_TRUE(adopted.ok()) << adopted.status().ToString();
   EXPECT_EQ(adopted->state.delta, 1e-3);
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_THAT(warnings[0], HasSubstr("c.yaml"));
-  EXPECT_THAT(warnings[0], HasSubstr("privacy.delta"));
-  EXPECT_THAT(warnings[0], HasSubstr("does not record a delta"));
-  EXPECT_THAT(warnings[0], HasSubstr("recording 0.001"));
-  // A ledger that records one is not warned about.
-  warnings.clear();
-  SetLogSink([&warnings](LogLevel level, std::string_view, std::string_view message) {
-    if (level == LogLevel::kWarning) warnings.emplace_back(message);
-  });
-  auto recorded = PrepareState(config, *bundle, adopted->state, "/s/ledger", true, true);
-  SetLogSink(nullptr);
-  ASSERT_TRUE(recorded.ok()) << recorded.status().ToString();
-  EXPECT_TRUE(warnings.empty()) << warnings[0];
+  {
+    // A ledger that records one is not warned about.
+    WarningCapture warnings;
+    auto recorded = PrepareState(config, *bundle, adopted->state, "/s/ledger", true, true);
+    ASSERT_TRUE(recorded.ok()) << recorded.status().ToString();
+    EXPECT_TRUE(warnings.lines.empty()) << warnings.lines[0];
+  }
   // A non-private run neither checks nor records it.
   config.driver.noise_multiplier = 0;
   config.driver.delta = 0.5;
@@ -205,11 +217,7 @@ TEST(StartupCheckTest, AStartRecordsDeltaAndRefusesToRaiseIt) {
 // naming the key and both modes (a global ledger's charges are not a
 // residency window's, nor the other way round).
 TEST(StartupCheckTest, AStartRefusesAnotherAccountingModeNamingBoth) {
-  config::VipsdConfig config = Config();
-  config.model_type = "blr";
-  config.blr.dim = 2;
-  config.source_type = config::SourceType::kKafka;
-  config.state_directory = ::testing::TempDir() + "startup_mode";
+  config::VipsdConfig config = BlrConfig("startup_mode", config::SourceType::kKafka);
   config.accounting = config::Accounting::kGlobal;
   auto bundle = BuildModel(config);
   ASSERT_TRUE(bundle.ok()) << bundle.status().ToString();
@@ -234,11 +242,7 @@ TEST(StartupCheckTest, AStartRefusesAnotherAccountingModeNamingBoth) {
 // not the unit, not its field, not the cap; a record-level ledger refuses a
 // unit and the other way round.
 TEST(StartupCheckTest, AStartRecordsThePrivacyUnitAndRefusesAnyChangeOfIt) {
-  config::VipsdConfig config = Config();
-  config.model_type = "blr";
-  config.blr.dim = 2;
-  config.source_type = config::SourceType::kFile;
-  config.state_directory = ::testing::TempDir() + "startup_unit";
+  config::VipsdConfig config = BlrConfig("startup_unit", config::SourceType::kFile);
   config.privacy_unit = config::PrivacyUnit::kField;
   config.unit_field = "patient";
   config.driver.max_records_per_unit = 8;
