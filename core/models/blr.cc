@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numbers>
+#include <random>
 #include <string>
 
 #include "core/privacy/gaussian_mechanism.h"
@@ -32,73 +34,110 @@ bool IsPositiveFinite(double value) { return value > 0 && std::isfinite(value); 
 struct Posterior {
   Eigen::MatrixXd precision;         // P
   Eigen::MatrixXd data_covariance;   // Σ_data
-  Eigen::MatrixXd noise_covariance;  // the first-order spread of μ from A's noise
+  Eigen::MatrixXd noise_covariance;  // the spread of μ from the noise left in A
   Eigen::VectorXd mean;              // μ
 };
 
-// `noise_share`: also the noise covariance (O(d³)); the M-step's q(α)
-// update needs only μ and Σ_data.
+// Step 2's eigenvalue maps (blr.h): the kept signal λ(a), the precision
+// p(a) and the mean map φ(a) = f/p of one eigenvalue a of A.
+struct EigenvalueMap {
+  double threshold, noise_variance_s1, expected_alpha, eigenvalue_floor;
+
+  double Signal(double a) const {
+    return a > threshold ? 0.5 * (a + std::sqrt(std::max(a * a - threshold * threshold, 0.0)))
+                         : 0.0;
+  }
+  // f = λ/(λ + v1) (1 where λ = v1 = 0: an exact sum with no signal).
+  double Shrinkage(double lambda) const {
+    const double denominator = lambda + noise_variance_s1;
+    return denominator > 0 ? lambda / denominator : 1.0;
+  }
+  double Precision(double lambda) const {
+    return std::max(expected_alpha + Shrinkage(lambda) * lambda, eigenvalue_floor);
+  }
+  double Mean(double a) const {
+    const double lambda = Signal(a);
+    return Shrinkage(lambda) / Precision(lambda);
+  }
+};
+
+// Uniform in (0, 1) from the generator's bits, and a standard normal by
+// Box–Muller: both fixed by the standard (std::normal_distribution is not),
+// so every build derives the same noise share from the same state.
+double OpenUnit(std::mt19937_64& bits) {
+  return (static_cast<double>(bits() >> 11) + 0.5) * 0x1.0p-53;
+}
+double StandardNormal(std::mt19937_64& bits) {
+  const double radius = std::sqrt(-2.0 * std::log(OpenUnit(bits)));
+  return radius * std::cos(2.0 * std::numbers::pi * OpenUnit(bits));
+}
+
+// Step 3 (blr.h): the covariance of μ(A + E) − its mean over draws of E,
+// a symmetric matrix with one N(0, v2) entry per element of the packed
+// upper triangle (the mechanism's noise), each draw's mean map derived as
+// in step 2. The generator's seed is fixed: the noise share is a
+// deterministic function of (A, B, v1, v2, E[α]).
+StatusOr<Eigen::MatrixXd> NoiseShare(const Eigen::MatrixXd& statistic_s2,
+                                     const Eigen::VectorXd& statistic_s1,
+                                     double noise_variance_s2, const EigenvalueMap& map) {
+  const Eigen::Index d = statistic_s1.size();
+  const int draws = BlrNoiseShareDraws(d);
+  std::mt19937_64 bits(kNoiseShareSeed);
+  const double sd = std::sqrt(noise_variance_s2);
+  Eigen::MatrixXd means(d, draws);
+  Eigen::MatrixXd perturbed(d, d);
+  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> solver(d);
+  Eigen::VectorXd phi(d);
+  for (int k = 0; k < draws; ++k) {
+    perturbed = statistic_s2;
+    for (Eigen::Index j = 0; j < d; ++j) {
+      for (Eigen::Index i = 0; i <= j; ++i) {
+        const double e = sd * StandardNormal(bits);
+        perturbed(i, j) += e;
+        if (i != j) perturbed(j, i) += e;
+      }
+    }
+    solver.compute(perturbed);
+    if (solver.info() != Eigen::Success) {
+      return OutOfRangeError("blr: symmetric eigendecomposition did not converge");
+    }
+    for (Eigen::Index i = 0; i < d; ++i) phi[i] = map.Mean(solver.eigenvalues()[i]);
+    means.col(k) =
+        solver.eigenvectors() * phi.cwiseProduct(solver.eigenvectors().transpose() * statistic_s1);
+  }
+  const Eigen::VectorXd center = means.rowwise().mean();
+  means.colwise() -= center;
+  return Eigen::MatrixXd(means * means.transpose() / static_cast<double>(draws - 1));
+}
+
+// `noise_share`: also the noise covariance (draws of O(d³) each); the
+// M-step's q(α) update needs only μ and Σ_data.
 StatusOr<Posterior> DerivePosterior(const BlrModel::Spectrum& spectrum,
+                                    const Eigen::MatrixXd& statistic_s2,
                                     const Eigen::VectorXd& statistic_s1, double noise_variance_s1,
                                     double noise_variance_s2, double expected_alpha,
                                     double eigenvalue_floor, bool noise_share) {
   const Eigen::Index d = spectrum.values.size();
   const Eigen::VectorXd& a = spectrum.values;
   const Eigen::MatrixXd& v = spectrum.vectors;
-  const double threshold =
-      kSignalEdgeFraction * 2.0 * std::sqrt(static_cast<double>(d) * noise_variance_s2);
-  // Per eigenvalue a_i: λ_i, p_i, the mean map φ(a_i) = f_i / p_i (μ = V
-  // diag(φ) Vᵀ B) and its derivative φ'(a_i).
-  Eigen::VectorXd p(d), phi(d), phi_prime(d);
+  const EigenvalueMap map{
+      kSignalEdgeFraction * 2.0 * std::sqrt(static_cast<double>(d) * noise_variance_s2),
+      noise_variance_s1, expected_alpha, eigenvalue_floor};
+  Eigen::VectorXd p(d), phi(d);
   for (Eigen::Index i = 0; i < d; ++i) {
-    double lambda = 0, lambda_prime = 0;
-    if (a[i] > threshold) {
-      const double root = std::sqrt(std::max(a[i] * a[i] - threshold * threshold, 0.0));
-      lambda = 0.5 * (a[i] + root);
-      lambda_prime = root > 0 ? 0.5 * (1.0 + a[i] / root) : 0.0;
-    }
-    const double denominator = lambda + noise_variance_s1;
-    const double f = denominator > 0 ? lambda / denominator : 1.0;
-    const double g = f * lambda;  // λ²/(λ + v1)
-    const double pi = expected_alpha + g;
-    p[i] = std::max(pi, eigenvalue_floor);
-    phi[i] = f / p[i];
-    if (lambda > 0 && pi >= eigenvalue_floor) {
-      // f' = v1/(λ + v1)², g' = λ(λ + 2 v1)/(λ + v1)², φ' = (f' p − f g')/p².
-      const double f_prime = noise_variance_s1 / (denominator * denominator);
-      const double g_prime = lambda * (lambda + 2 * noise_variance_s1) / (denominator * denominator);
-      phi_prime[i] = lambda_prime * (f_prime * p[i] - f * g_prime) / (p[i] * p[i]);
-    } else {
-      phi_prime[i] = 0;
-    }
+    const double lambda = map.Signal(a[i]);
+    p[i] = map.Precision(lambda);
+    phi[i] = map.Shrinkage(lambda) / p[i];
   }
   Posterior out;
   out.precision = v * p.asDiagonal() * v.transpose();
   out.precision = 0.5 * (out.precision + out.precision.transpose()).eval();
   out.data_covariance = v * p.cwiseInverse().asDiagonal() * v.transpose();
   out.data_covariance = 0.5 * (out.data_covariance + out.data_covariance.transpose()).eval();
-  const Eigen::VectorXd b = v.transpose() * statistic_s1;  // B in the eigenbasis
-  out.mean = v * phi.cwiseProduct(b);
+  out.mean = v * phi.cwiseProduct(v.transpose() * statistic_s1);
   if (noise_share && noise_variance_s2 > 0) {
-    // First-order propagation of the noise E left in A through the mean map
-    // μ = Φ(A) B: dΦ[E] = V (D ∘ VᵀEV) Vᵀ with the divided differences D_ij
-    // = (φ(a_i) − φ(a_j))/(a_i − a_j) (D_ii = φ'(a_i)). With the entries of
-    // VᵀEV taken independent of variance v2 (exact for the off-diagonal
-    // ones of a rotation-invariant noise), δμ̃_i = Σ_j D_ij Ẽ_ij b_j has
-    //   Cov(δμ̃)_ii = v2 Σ_j D_ij² b_j²,  Cov(δμ̃)_ik = v2 D_ik² b_i b_k.
-    Eigen::MatrixXd divided(d, d);
-    for (Eigen::Index i = 0; i < d; ++i) {
-      for (Eigen::Index j = 0; j < d; ++j) {
-        const double gap = a[i] - a[j];
-        divided(i, j) = i == j || std::abs(gap) <= 1e-12 * (std::abs(a[i]) + std::abs(a[j]) + 1)
-                            ? 0.5 * (phi_prime[i] + phi_prime[j])
-                            : (phi[i] - phi[j]) / gap;
-      }
-    }
-    const Eigen::MatrixXd squared = divided.cwiseAbs2();
-    Eigen::MatrixXd spread = squared.cwiseProduct(b * b.transpose());
-    spread.diagonal() = squared * b.cwiseAbs2();
-    out.noise_covariance = noise_variance_s2 * (v * spread * v.transpose());
+    VIPSD_ASSIGN_OR_RETURN(out.noise_covariance,
+                           NoiseShare(statistic_s2, statistic_s1, noise_variance_s2, map));
     out.noise_covariance = 0.5 * (out.noise_covariance + out.noise_covariance.transpose()).eval();
   } else {
     out.noise_covariance = Eigen::MatrixXd::Zero(d, d);
@@ -198,7 +237,7 @@ Status BlrModel::SetState(Eigen::MatrixXd statistic_s2, Eigen::VectorXd statisti
                     noise_variance_s2, alpha_shape, alpha_rate, &decomposed);
   }
   VIPSD_ASSIGN_OR_RETURN(Posterior posterior,
-                         DerivePosterior(*spectrum, statistic_s1, noise_variance_s1,
+                         DerivePosterior(*spectrum, statistic_s2, statistic_s1, noise_variance_s1,
                                          noise_variance_s2, alpha_shape / alpha_rate,
                                          config_.eigenvalue_floor, /*noise_share=*/true));
   statistic_s2_ = std::move(statistic_s2);
@@ -325,15 +364,20 @@ Status BlrModel::MStep(const Eigen::VectorXd& statistic_sum, double sampling_rat
   }
   // q(α) from q(m) with the new statistics (and the current E[α]); then the
   // posterior again with the new E[α] (SetState), on the same spectrum.
+  // The evidence update (blr.h, "q(α)"): the γ = d − E[α] tr Σ_data
+  // directions the data determine, against the squared norm of the mean
+  // and the noise share N (taken from the current release: the share is
+  // derived once per step, in SetState).
   VIPSD_ASSIGN_OR_RETURN(const Spectrum spectrum, Decompose(statistic_s2));
   VIPSD_ASSIGN_OR_RETURN(Posterior posterior,
-                         DerivePosterior(spectrum, statistic_s1, noise_variance_s1,
+                         DerivePosterior(spectrum, statistic_s2, statistic_s1, noise_variance_s1,
                                          noise_variance_s2, expected_alpha(),
                                          config_.eigenvalue_floor, /*noise_share=*/false));
-  const double shape_target = config_.prior_shape + 0.5 * static_cast<double>(config_.dim);
+  const double determined = std::max(
+      static_cast<double>(config_.dim) - expected_alpha() * posterior.data_covariance.trace(), 0.0);
+  const double shape_target = config_.prior_shape + 0.5 * determined;
   const double rate_target =
-      config_.prior_rate +
-      0.5 * (posterior.mean.squaredNorm() + posterior.data_covariance.trace());
+      config_.prior_rate + 0.5 * (posterior.mean.squaredNorm() + noise_covariance_.trace());
   const double alpha_shape = keep * alpha_shape_ + rho * shape_target;
   const double alpha_rate = keep * alpha_rate_ + rho * rate_target;
   return SetState(std::move(statistic_s2), std::move(statistic_s1), noise_variance_s1,

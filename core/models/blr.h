@@ -78,17 +78,27 @@
 //     noise dominates a direction (λ_i ≪ v1) the posterior falls back to the
 //     prior there instead of reading noise as data.
 //  3. The noise E left in A moves μ = Φ(A) B, Φ(A) = V diag(φ(a_i)) Vᵀ,
-//     φ(a) = f/p. To first order δμ = V (D ∘ VᵀEV) Vᵀ B with the divided
-//     differences D_ij = (φ(a_i) − φ(a_j))/(a_i − a_j), D_ii = φ'(a_i)
-//     (the Fréchet derivative of a matrix function). Taking the entries of
-//     VᵀEV independent with variance v2, with b = VᵀB,
-//        Cov(Vᵀδμ)_ii = v2 Σ_j D_ij² b_j²,   Cov(Vᵀδμ)_ik = v2 D_ik² b_i b_k,
-//     and the released covariance is Σ = Σ_data + V Cov(Vᵀδμ) Vᵀ;
-//     "noise_covariance" in the release is that second term. (At v1 = 0
-//     and no threshold this is δμ = −Σ_data E μ.) φ jumps at the threshold,
-//     so an eigenvalue pair that straddles it widens the intervals: the
-//     direction may or may not be signal.
-//  q(α) = Gamma(a, b): â = a0 + d/2, b̂ = b0 + ½ (μᵀμ + tr Σ_data),
+//     φ(a) = f/p. Its spread is estimated by a parametric bootstrap: K
+//     draws of a symmetric E' with one N(0, v2) entry per element of the
+//     packed upper triangle (the mechanism's noise), μ_k = Φ(A + E') B with
+//     each draw's spectrum mapped as in steps 1–2, and the released
+//     covariance is Σ = Σ_data + Cov_k(μ_k); "noise_covariance" in the
+//     release is that second term. K = BlrNoiseShareDraws(d) (64 up to d =
+//     128, 16 at d = 1024), from a generator with a fixed seed, so the
+//     share is a deterministic function of the state. A first-order
+//     (Fréchet) propagation was used before: where eigenvalues lie closer
+//     together than the noise, or straddle the threshold, it overstated the
+//     spread 4–12× (BlrMStepTest.TheNoiseShareIsTheSpreadOfTheMeanUnderTheNoiseOfA).
+//  q(α) = Gamma(a, b) by the evidence (type-II) update: the directions the
+//     data determine, γ = Σ_i (1 − E[α]/p_i) = d − E[α] tr Σ_data, against
+//     the squared norm of the coefficients there, the mean's plus the noise
+//     share's: â = a0 + γ/2, b̂ = b0 + ½ (μᵀμ + tr N), N the current
+//     release's noise_covariance (one step behind: the share is derived
+//     once per step). Its fixed point is the variational update's (â = a0 +
+//     d/2, b̂ = b0 + ½ (μᵀμ + tr Σ_data + tr N): E[α] tr Σ_data = d − γ),
+//     but the d − γ directions the prior dominates no longer pull each
+//     step's target towards the current E[α], so a short private run gets
+//     nearer to it (docs/results.md, "Calibrated posteriors");
 //     a ← (1 − ρ) a + ρ â,  b ← (1 − ρ) b + ρ b̂,  E[α] = a / b,
 //  the posterior is derived again with the new E[α], and the E-step uses
 //  E[mmᵀ] = μμᵀ + Σ_data. All of this reads only the released sums, the
@@ -139,6 +149,16 @@ namespace vipsd::models {
 // c of the signal threshold (header): chosen on the Adult validation split
 // (docs/results.md, "Calibrated posteriors"); 1 is the spiked-Wigner edge.
 inline constexpr double kSignalEdgeFraction = 0.35;
+
+// The noise share's draws (header, step 3): 64 up to d = 128, then fewer so
+// that their cost stays near 64 eigendecompositions of 128 × 128 (O(d³)
+// each), never below 16 (at d = 1024, 16 decompositions of 1024 × 1024).
+inline int BlrNoiseShareDraws(int64_t dim) {
+  const double scaled = 64.0 * 128.0 * 128.0 * 128.0 / (static_cast<double>(dim) * dim * dim);
+  return scaled >= 64 ? 64 : scaled <= 16 ? 16 : static_cast<int>(scaled);
+}
+// Seed of its fixed generator (any constant: a public choice).
+inline constexpr uint64_t kNoiseShareSeed = 0x6e6f697365736861;  // "noisesha"
 
 struct BlrConfig {
   int64_t dim = 0;             // d ∈ [1, 1024]; Σ is d × d, the M-step costs O(d³)

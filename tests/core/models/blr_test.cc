@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <Eigen/Eigenvalues>
+#include <Eigen/QR>
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <random>
@@ -346,8 +348,12 @@ TEST(BlrMStepTest, MatchesTheHandWorkedTwoDimensionalCase) {
   };
   double m1, m2, s11, s12, s22;
   posterior(0.5, &m1, &m2, &s11, &s12, &s22);
-  const double rate_target = 4.0 + 0.5 * (m1 * m1 + m2 * m2 + s11 + s22);
-  const double shape = 0.75 * 2.0 + 0.25 * 3.0, rate = 0.75 * 4.0 + 0.25 * rate_target;
+  // The evidence update: γ = d − E[α] tr Σ directions determined, against
+  // μᵀμ (no noise share: an exact sum).
+  const double gamma = 2.0 - 0.5 * (s11 + s22);
+  const double shape_target = 2.0 + 0.5 * gamma;
+  const double rate_target = 4.0 + 0.5 * (m1 * m1 + m2 * m2);
+  const double shape = 0.75 * 2.0 + 0.25 * shape_target, rate = 0.75 * 4.0 + 0.25 * rate_target;
   EXPECT_NEAR(model->alpha_shape(), shape, 1e-15);
   EXPECT_NEAR(model->alpha_rate(), rate, 1e-13);
   // The released posterior: again with the new E[α]; no noise share.
@@ -418,6 +424,66 @@ TEST(BlrMStepTest, TheReleasedVarianceIsThatOfTheTruthGivenTheNoisySums) {
   // And the released variance is the closed form's, up to the noise in A.
   const double closed_form = 1.0 / (1.0 + lambda * lambda / (lambda + s1 * s1));
   EXPECT_NEAR(variance_sum / kDraws, closed_form, 0.1 * closed_form);
+}
+
+// Issue 50: the released noise share is the spread of the released mean
+// under the noise left in A. Independent oracle: Monte Carlo over fresh
+// noise E (the mechanism's: one N(0, v2) draw per entry of the packed upper
+// triangle, mirrored), the model restored at A + E each time. The spectrum
+// has eigenvalues on both sides of the signal threshold and pairs closer
+// together than the noise, where a first-order (Fréchet) propagation of E
+// through the mean map grows without bound: it overstated this spread
+// 2-7x per coefficient.
+TEST(BlrMStepTest, TheNoiseShareIsTheSpreadOfTheMeanUnderTheNoiseOfA) {
+  constexpr int kDim = 12, kDraws = 400;
+  const double v1 = 1.0, v2 = 4.0;  // threshold 0.35 · 2 · sqrt(12 · 4) ≈ 4.85
+  std::mt19937_64 gen(31);
+  std::normal_distribution<double> normal;
+  const Eigen::MatrixXd random = Eigen::MatrixXd::NullaryExpr(kDim, kDim, [&] { return normal(gen); });
+  const Eigen::MatrixXd basis = Eigen::HouseholderQR<Eigen::MatrixXd>(random).householderQ();
+  Eigen::VectorXd spectrum(kDim);
+  spectrum << 60, 40, 25, 16, 12, 9, 7, 6, 5, 4, 2, 1;
+  const Eigen::MatrixXd truth = basis * spectrum.asDiagonal() * basis.transpose();
+  const Eigen::VectorXd theta = Eigen::VectorXd::NullaryExpr(kDim, [&] { return normal(gen); });
+  const Eigen::VectorXd b = truth * theta;
+  auto arrays = [&](const Eigen::MatrixXd& a) {
+    const Eigen::MatrixXd symmetric = 0.5 * (a + a.transpose());
+    return std::vector<model::NamedArray>{
+        {"statistic_s1", {kDim}, std::vector<double>(b.data(), b.data() + kDim)},
+        {"statistic_s2", {kDim, kDim},
+         std::vector<double>(symmetric.data(), symmetric.data() + symmetric.size())},
+        {"noise_variance_s1", {}, {v1}},
+        {"noise_variance_s2", {}, {v2}},
+        {"alpha_shape", {}, {1.0}},
+        {"alpha_rate", {}, {1.0}}};
+  };
+  Eigen::VectorXd sum = Eigen::VectorXd::Zero(kDim), sum2 = Eigen::VectorXd::Zero(kDim);
+  Eigen::VectorXd stated = Eigen::VectorXd::Zero(kDim);
+  for (int k = 0; k < kDraws; ++k) {
+    Eigen::MatrixXd noisy = truth;
+    for (int i = 0; i < kDim; ++i) {
+      for (int j = i; j < kDim; ++j) noisy(j, i) = noisy(i, j) += std::sqrt(v2) * normal(gen);
+    }
+    auto model = MakeModel(kDim);
+    ASSERT_TRUE(model->RestoreCheckpoint(arrays(noisy)).ok());
+    sum += model->mean();
+    sum2 += model->mean().cwiseAbs2();
+    stated += model->noise_covariance().diagonal();
+  }
+  const Eigen::VectorXd measured = (sum2 - sum.cwiseAbs2() / kDraws) / (kDraws - 1);
+  stated /= kDraws;
+  std::vector<double> ratios;
+  for (int j = 0; j < kDim; ++j) {
+    const double ratio = stated[j] / measured[j];
+    ratios.push_back(ratio);
+    // Per coefficient (400 draws: the measured variance is within ±15 %).
+    EXPECT_GT(ratio, 0.5) << "coefficient " << j;
+    EXPECT_LT(ratio, 2.0) << "coefficient " << j;
+  }
+  std::sort(ratios.begin(), ratios.end());
+  const double median = 0.5 * (ratios[kDim / 2 - 1] + ratios[kDim / 2]);
+  EXPECT_GT(median, 0.75);
+  EXPECT_LT(median, 1.4);
 }
 
 // Issue 50: on a small synthetic logistic regression whose θ is known, the
