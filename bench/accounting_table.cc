@@ -9,7 +9,7 @@
 //      against the optimum over all real orders;
 //   4. the cost of the ceiling check the daemon runs before every step, and
 //      of one per-step RDP curve over each grid.
-// Every grid comes from core/privacy/rdp.h (RdpOrders); none is copied here.
+// Every grid comes from core/privacy/accounting/rdp.h (RdpOrders); none is copied here.
 // Usage: accounting_table   (no arguments; prints Markdown tables)
 #include <algorithm>
 #include <chrono>
@@ -19,12 +19,12 @@
 #include <utility>
 #include <vector>
 
-#include "core/privacy/filter_weights.h"
-#include "core/privacy/fixed_schedule.h"
-#include "core/privacy/planner.h"
-#include "core/privacy/rdp.h"
-#include "core/privacy/rdp_accountant.h"
-#include "core/privacy/strong_composition.h"
+#include "core/privacy/accounting/filter_weights.h"
+#include "core/privacy/accounting/fixed_schedule.h"
+#include "core/privacy/accounting/planner.h"
+#include "core/privacy/accounting/rdp.h"
+#include "core/privacy/accounting/rdp_accountant.h"
+#include "core/privacy/accounting/strong_composition.h"
 
 namespace {
 
@@ -135,7 +135,7 @@ double EpsilonAtRealOrder(double q, double sigma, double steps, double delta, do
 // The optimum over all real orders: a scan in ln(α − 1) with step 0.03 from
 // α = 1.001 to 301 (every row's optimum is far inside), then golden-section
 // search between the scan's neighbours of its minimum (the tests check the
-// same against the quadrature oracle, tests/core/privacy/rdp_order_grid_test.cc).
+// same against the quadrature oracle, tests/core/privacy/accounting/rdp_order_grid_test.cc).
 EpsilonAtOrder OptimumOverRealOrders(double q, double sigma, double steps, double delta) {
   auto at = [&](double u) { return EpsilonAtRealOrder(q, sigma, steps, delta, 1 + std::exp(u)); };
   const double first = std::log(0.001), step = 0.03;

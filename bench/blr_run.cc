@@ -9,7 +9,7 @@
 // (probit approximation, core/models/blr_eval.h). With --newton L2 it also
 // fits a non-private L2-penalised logistic regression by Newton's method on
 // the same training records (the baseline; L2 = 1/C of scikit-learn).
-// --target-epsilon E picks σ with the planner (core/privacy/planner.h, RDP):
+// --target-epsilon E picks σ with the planner (core/privacy/accounting/planner.h, RDP):
 // the smallest 3-digit σ whose ε after --steps steps at rate q is ≤ E.
 // --release-dir DIR writes the final release (manifest + .npy) for
 // `vipsd-eval DIR --test FILE`.
@@ -33,9 +33,9 @@
 #include "connectors/decode/blr_record_decoder.h"
 #include "core/models/blr.h"
 #include "core/models/blr_eval.h"
-#include "core/privacy/planner.h"
-#include "core/privacy/rdp_accountant.h"
-#include "core/privacy/secure_noise.h"
+#include "core/privacy/accounting/planner.h"
+#include "core/privacy/accounting/rdp_accountant.h"
+#include "core/privacy/mechanisms/secure_noise.h"
 #include "core/release/release.h"
 #include "core/svi/step_driver.h"
 

@@ -36,10 +36,10 @@
 
 #include "core/models/lda.h"
 #include "core/models/lda_eval.h"
-#include "core/privacy/fixed_schedule.h"
-#include "core/privacy/rdp_accountant.h"
-#include "core/privacy/strong_composition.h"
-#include "core/privacy/secure_noise.h"
+#include "core/privacy/accounting/fixed_schedule.h"
+#include "core/privacy/accounting/rdp_accountant.h"
+#include "core/privacy/accounting/strong_composition.h"
+#include "core/privacy/mechanisms/secure_noise.h"
 #include "core/svi/step_driver.h"
 #include "core/svi/step_randomness.h"
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "core/privacy/discrete_gaussian.h"
-#include "core/privacy/secure_noise.h"
+#include "core/privacy/mechanisms/discrete_gaussian.h"
+#include "core/privacy/mechanisms/secure_noise.h"
 
 namespace {
 

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "core/models/lda.h"
-#include "core/privacy/gaussian_mechanism.h"
-#include "core/privacy/secure_noise.h"
+#include "core/privacy/mechanisms/gaussian_mechanism.h"
+#include "core/privacy/mechanisms/secure_noise.h"
 #include "daemon/checkpoint.h"
 #include "daemon/model_setup.h"
 #include "daemon/work_exchange.h"

@@ -11,7 +11,7 @@
 // we own, not the daemon: it may print anything about its own data.
 //
 // σ: --sigma S, or --target-epsilon E to take the smallest σ (3 digits) that
-// keeps ε(q, σ, steps, δ) ≤ E under the RDP accountant (core/privacy/planner.h).
+// keeps ε(q, σ, steps, δ) ≤ E under the RDP accountant (core/privacy/accounting/planner.h).
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -28,9 +28,9 @@
 #include "connectors/decode/sbn_record_decoder.h"
 #include "core/models/sbn.h"
 #include "core/models/sbn_eval.h"
-#include "core/privacy/planner.h"
-#include "core/privacy/rdp_accountant.h"
-#include "core/privacy/secure_noise.h"
+#include "core/privacy/accounting/planner.h"
+#include "core/privacy/accounting/rdp_accountant.h"
+#include "core/privacy/mechanisms/secure_noise.h"
 #include "core/svi/step_driver.h"
 
 namespace {

@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "core/base/format.h"
-#include "core/privacy/privacy_unit.h"
+#include "core/privacy/mechanisms/privacy_unit.h"
 
 namespace vipsd::config::internal {
 

@@ -38,7 +38,7 @@
 #include "core/models/blr.h"
 #include "core/models/lda.h"
 #include "core/models/sbn.h"
-#include "core/privacy/privacy_unit.h"
+#include "core/privacy/mechanisms/privacy_unit.h"
 #include "core/svi/slot_windows.h"
 #include "core/svi/step_driver.h"
 

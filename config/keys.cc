@@ -4,7 +4,7 @@
 #include <cassert>
 
 #include "config/checks.h"
-#include "core/privacy/privacy_unit.h"
+#include "core/privacy/mechanisms/privacy_unit.h"
 
 namespace vipsd::config {
 namespace internal {
@@ -255,7 +255,7 @@ void AddPrivacy(std::vector<Key>& keys) {
                      .DerivedDefault()
                      .OnReload(Reload::kStateDirectory));
   // Shared work with a unit: the producers' key partitioner, which decides
-  // a unit's home partition (core/privacy/privacy_unit.h).
+  // a unit's home partition (core/privacy/mechanisms/privacy_unit.h).
   keys.push_back(Choice("privacy.unit_partitioner", VIPSD_MEMBER(unit_partitioner),
                         kUnitPartitioners)
                      .DerivedDefault()

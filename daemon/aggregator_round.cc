@@ -8,7 +8,7 @@
 //      tolerated_holders, the roster's fingerprint and the model.
 //   3. Every participant appends its share: its clipped grid sum plus its
 //      noise share N_Z(0, s²), s² = ⌈σ_g²/(n − t)⌉, masked with its pair
-//      pads (core/privacy/secure_aggregation.h). The masks cancel only in
+//      pads (core/privacy/mechanisms/secure_aggregation.h). The masks cancel only in
 //      the sum of ALL participants' shares.
 //   4. The sum is the noisy total; GaussianSumMechanism::ReleaseFederatedTotal
 //      scales it back, and the M-step runs on it (StepDriver::FinishReleased).
@@ -41,7 +41,7 @@
 #include <vector>
 
 #include "core/base/log.h"
-#include "core/privacy/distributed_noise.h"
+#include "core/privacy/mechanisms/distributed_noise.h"
 #include "daemon/coordinator.h"
 #include "daemon/federation.h"
 

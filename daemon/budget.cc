@@ -2,7 +2,7 @@
 
 #include <optional>
 
-#include "core/privacy/rdp_accountant.h"
+#include "core/privacy/accounting/rdp_accountant.h"
 
 namespace vipsd::daemon {
 

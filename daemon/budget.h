@@ -15,7 +15,7 @@
 #include <string>
 
 #include "core/base/status.h"
-#include "core/privacy/fixed_schedule.h"
+#include "core/privacy/accounting/fixed_schedule.h"
 #include "daemon/ledger.h"
 
 namespace vipsd::daemon {

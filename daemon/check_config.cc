@@ -6,7 +6,7 @@
 
 #include "config/where.h"
 #include "core/base/format.h"
-#include "core/privacy/planner.h"
+#include "core/privacy/accounting/planner.h"
 #include "daemon/kafka_io.h"
 #include "daemon/startup_check.h"
 #include "daemon/step_calibration.h"
@@ -52,7 +52,7 @@ bool TimeWorstCaseStep(const config::VipsdConfig& config, bool check_only,
     SayCheck(config, LogLevel::kError, where + timing->text);
     return false;
   }
-  // What a step's timing adds to δ (core/privacy/planner.h OverrunBeta):
+  // What a step's timing adds to δ (core/privacy/accounting/planner.h OverrunBeta):
   // bounded only when the worst-case step fits its slot with margin (a run
   // whose claim needs it was refused above without it).
   std::string beta =

@@ -39,8 +39,8 @@
 
 #include "config/config.h"
 #include "core/base/status.h"
-#include "core/privacy/gaussian_mechanism.h"
-#include "core/privacy/secure_aggregation.h"
+#include "core/privacy/mechanisms/gaussian_mechanism.h"
+#include "core/privacy/mechanisms/secure_aggregation.h"
 #include "core/svi/step_driver.h"
 #include "daemon/ingest.h"
 #include "daemon/ledger_keeper.h"

@@ -10,8 +10,8 @@
 
 #include "core/base/format.h"
 #include "core/base/log.h"
-#include "core/privacy/gaussian_mechanism.h"
-#include "core/privacy/secure_noise.h"
+#include "core/privacy/mechanisms/gaussian_mechanism.h"
+#include "core/privacy/mechanisms/secure_noise.h"
 #include "daemon/checkpoint.h"
 #include "daemon/coordinator.h"
 #include "daemon/ingest.h"

@@ -94,7 +94,7 @@
 #include "config/config.h"
 #include "core/base/status.h"
 #include "core/base/thread_annotations.h"
-#include "core/privacy/noise_source.h"
+#include "core/privacy/mechanisms/noise_source.h"
 #include "core/svi/record_pool.h"
 #include "core/svi/slot_windows.h"
 #include "core/svi/step_driver.h"

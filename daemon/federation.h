@@ -18,7 +18,7 @@
 
 #include "config/config.h"
 #include "core/base/status.h"
-#include "core/privacy/secure_aggregation.h"
+#include "core/privacy/mechanisms/secure_aggregation.h"
 
 namespace vipsd::daemon {
 

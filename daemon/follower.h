@@ -14,7 +14,7 @@
 #include <memory>
 
 #include "config/config.h"
-#include "core/privacy/noise_source.h"
+#include "core/privacy/mechanisms/noise_source.h"
 #include "daemon/daemon.h"
 #include "daemon/ingest.h"
 #include "daemon/io.h"

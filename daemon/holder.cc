@@ -7,7 +7,7 @@
 
 #include "core/base/format.h"
 #include "core/base/log.h"
-#include "core/privacy/distributed_noise.h"
+#include "core/privacy/mechanisms/distributed_noise.h"
 #include "core/svi/step_driver.h"
 #include "daemon/federation.h"
 #include "daemon/publisher.h"
@@ -290,7 +290,7 @@ Status Holder::OnPlan(const FederatedPlan& plan) {
 std::optional<Status> Holder::Admit(const FederatedPlan& plan) {
   const std::string& id = config_.federation.holder_id;
   // The pads are bound to the aggregator's run and the roster
-  // (core/privacy/secure_aggregation.h), and this state directory serves one
+  // (core/privacy/mechanisms/secure_aggregation.h), and this state directory serves one
   // run: its rounds, counted from 1 by that run's ledger, are the only
   // ones its last masked round refers to. Another run (another job with the
   // same key files, or an aggregator whose state was reset) is refused.

@@ -11,8 +11,8 @@
 //   accountant, its own ceiling, a step key of its own that the aggregator
 //   never learns), sums its sampled records on the noise grid, adds its
 //   noise share N_Z(0, s²) with s² = ⌈σ_g²/(n − t)⌉
-//   (core/privacy/distributed_noise.h), masks the result with its pair pads
-//   for the round (core/privacy/secure_aggregation.h), COMMITS its ledger —
+//   (core/privacy/mechanisms/distributed_noise.h), masks the result with its pair pads
+//   for the round (core/privacy/mechanisms/secure_aggregation.h), COMMITS its ledger —
 //   the charge, the cuts and the round, which is its last masked round —
 //   and only then appends the masked share.
 //
@@ -64,9 +64,9 @@
 
 #include "config/config.h"
 #include "core/base/status.h"
-#include "core/privacy/gaussian_mechanism.h"
-#include "core/privacy/noise_source.h"
-#include "core/privacy/secure_aggregation.h"
+#include "core/privacy/mechanisms/gaussian_mechanism.h"
+#include "core/privacy/mechanisms/noise_source.h"
+#include "core/privacy/mechanisms/secure_aggregation.h"
 #include "daemon/daemon.h"
 #include "daemon/follower.h"
 #include "daemon/ingest.h"

@@ -18,8 +18,8 @@
 
 #include "connectors/file/file_util.h"
 #include "core/base/format.h"
-#include "core/privacy/filter_weights.h"
-#include "core/privacy/privacy_unit.h"
+#include "core/privacy/accounting/filter_weights.h"
+#include "core/privacy/mechanisms/privacy_unit.h"
 #include "core/release/release.h"
 
 namespace vipsd::daemon {

@@ -49,8 +49,8 @@
 #include <string>
 
 #include "core/base/status.h"
-#include "core/privacy/rdp_accountant.h"
-#include "core/privacy/residency_accountant.h"
+#include "core/privacy/accounting/rdp_accountant.h"
+#include "core/privacy/accounting/residency_accountant.h"
 #include "core/svi/slot_windows.h"
 
 namespace vipsd::daemon {
@@ -115,7 +115,7 @@ struct LedgerState {
   int64_t max_records_per_unit = 0;
   // A federated holder's directory: the aggregator run (32 lowercase hex:
   // the aggregator's run id) whose rounds it masks — its pads are bound to
-  // it (core/privacy/secure_aggregation.h) and the directory serves no
+  // it (core/privacy/mechanisms/secure_aggregation.h) and the directory serves no
   // other; recorded with its first round. Empty otherwise. Version 7 only.
   std::string federation_run;
   // The slot clock and the cuts of every input stream.

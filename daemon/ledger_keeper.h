@@ -46,7 +46,7 @@
 
 #include "config/config.h"
 #include "core/base/status.h"
-#include "core/privacy/fixed_schedule.h"
+#include "core/privacy/accounting/fixed_schedule.h"
 #include "core/svi/step_driver.h"
 #include "daemon/budget.h"
 #include "daemon/checkpoint.h"

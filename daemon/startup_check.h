@@ -31,9 +31,9 @@
 
 #include "config/config.h"
 #include "core/base/status.h"
-#include "core/privacy/noise_source.h"
-#include "core/privacy/rdp_accountant.h"
-#include "core/privacy/residency_accountant.h"
+#include "core/privacy/mechanisms/noise_source.h"
+#include "core/privacy/accounting/rdp_accountant.h"
+#include "core/privacy/accounting/residency_accountant.h"
 #include "core/svi/slot_windows.h"
 #include "daemon/ledger.h"
 #include "daemon/ledger_replica.h"

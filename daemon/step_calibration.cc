@@ -1,6 +1,6 @@
 #include "daemon/step_calibration.h"
 
-#include "core/privacy/planner.h"
+#include "core/privacy/accounting/planner.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -20,9 +20,9 @@
 
 #include "core/base/format.h"
 #include "core/model/model.h"
-#include "core/privacy/fixed_schedule.h"
-#include "core/privacy/rdp_accountant.h"
-#include "core/privacy/secure_noise.h"
+#include "core/privacy/accounting/fixed_schedule.h"
+#include "core/privacy/accounting/rdp_accountant.h"
+#include "core/privacy/mechanisms/secure_noise.h"
 #include "core/svi/step_driver.h"
 #include "core/svi/step_randomness.h"
 #include "daemon/model_setup.h"

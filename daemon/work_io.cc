@@ -4,7 +4,7 @@
 #include <charconv>
 
 #include "core/base/log.h"
-#include "core/privacy/gaussian_mechanism.h"
+#include "core/privacy/mechanisms/gaussian_mechanism.h"
 
 namespace vipsd::daemon {
 namespace {

@@ -58,7 +58,7 @@ struct LocalStream {
 // StepDriver::SumStreams call, so the driver's threads share all of them;
 // `sink` gets each stream's sum in that order (PRIVATE). Unit level: only
 // the units whose home partition a stream is count there
-// (core/privacy/privacy_unit.h), with the topic's partition count taken
+// (core/privacy/mechanisms/privacy_unit.h), with the topic's partition count taken
 // from the plan, so that every process agrees.
 Status SumLocalStreams(Ingest& ingest, svi::StepDriver& driver, const WorkPlan& plan,
                        const std::vector<LocalStream>& streams, const svi::PartialSink& sink);

@@ -7,7 +7,7 @@
 
 #include "core/base/format.h"
 #include "core/base/log.h"
-#include "core/privacy/secure_noise.h"
+#include "core/privacy/mechanisms/secure_noise.h"
 #include "daemon/checkpoint.h"
 #include "daemon/startup_check.h"
 

@@ -33,8 +33,8 @@
 
 #include "config/config.h"
 #include "core/base/status.h"
-#include "core/privacy/gaussian_mechanism.h"
-#include "core/privacy/noise_source.h"
+#include "core/privacy/mechanisms/gaussian_mechanism.h"
+#include "core/privacy/mechanisms/noise_source.h"
 #include "core/svi/step_driver.h"
 #include "daemon/checkpoint.h"
 #include "daemon/daemon.h"

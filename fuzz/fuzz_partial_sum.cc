@@ -12,7 +12,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/privacy/gaussian_mechanism.h"
+#include "core/privacy/mechanisms/gaussian_mechanism.h"
 #include "fuzz/fuzz_util.h"
 
 using namespace vipsd;

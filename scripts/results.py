@@ -8,7 +8,7 @@ in its cache, OUT/runs/NAME.json: delete a file to re-run it). Runs go through
 the project's own benchmark binaries (bench/lda_svi_run, bench/blr_run,
 bench/sbn_run) and take ε from the daemon's accounting code (the fixed-schedule
 accountant: min(PLD, RDP); the paper's strong-composition baseline from
-core/privacy/strong_composition). Each figure's caption names the command.
+core/privacy/accounting/strong_composition). Each figure's caption names the command.
 
 Data (never committed; ../shared/data):
   lda  Wikipedia paragraphs, prepared by scripts/prepare_wikipedia.py:

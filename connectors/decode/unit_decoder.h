@@ -18,7 +18,7 @@
 #include <string>
 
 #include "connectors/decode/record_decoder.h"
-#include "core/privacy/privacy_unit.h"
+#include "core/privacy/mechanisms/privacy_unit.h"
 
 namespace vipsd::connectors {
 

@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "core/base/status.h"
-#include "core/privacy/block_layout.h"
+#include "core/privacy/mechanisms/block_layout.h"
 
 namespace vipsd::model {
 

@@ -9,7 +9,7 @@
 #include <random>
 #include <string>
 
-#include "core/privacy/gaussian_mechanism.h"
+#include "core/privacy/mechanisms/gaussian_mechanism.h"
 
 namespace vipsd::models {
 namespace {

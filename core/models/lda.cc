@@ -11,7 +11,7 @@
 
 #include "core/base/parallel.h"
 #include "core/models/digamma.h"
-#include "core/privacy/gaussian_mechanism.h"
+#include "core/privacy/mechanisms/gaussian_mechanism.h"
 
 namespace vipsd::models {
 namespace {

@@ -12,7 +12,7 @@
 #include <set>
 
 #include "core/base/format.h"
-#include "core/privacy/privacy_unit.h"
+#include "core/privacy/mechanisms/privacy_unit.h"
 
 namespace vipsd::release {
 namespace {

@@ -56,7 +56,7 @@ struct StreamCandidates {
   std::string stream;
   std::vector<const model::Record*> records;
   std::vector<int64_t> offsets;
-  // Unit-level shared work (privacy/privacy_unit.h, home partition): when
+  // Unit-level shared work (privacy/mechanisms/privacy_unit.h, home partition): when
   // partition_count > 0 this stream is partition `partition` of a topic
   // with partition_count partitions, and a unit's records here are
   // candidates only if it is the unit's home (UnitHomePartition of the

@@ -11,8 +11,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/privacy/gaussian_mechanism.h"
-#include "core/privacy/privacy_unit.h"
+#include "core/privacy/mechanisms/gaussian_mechanism.h"
+#include "core/privacy/mechanisms/privacy_unit.h"
 
 namespace vipsd::svi {
 namespace {

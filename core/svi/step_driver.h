@@ -63,9 +63,9 @@
 
 #include "core/base/status.h"
 #include "core/model/model.h"
-#include "core/privacy/gaussian_mechanism.h"
-#include "core/privacy/noise_source.h"
-#include "core/privacy/rdp_accountant.h"
+#include "core/privacy/mechanisms/gaussian_mechanism.h"
+#include "core/privacy/mechanisms/noise_source.h"
+#include "core/privacy/accounting/rdp_accountant.h"
 #include "core/svi/record_pool.h"
 #include "core/svi/step_randomness.h"
 
@@ -84,7 +84,7 @@ struct DriverConfig {
   // When false the driver still charges the accountant every step but does
   // not refuse steps at epsilon_ceiling: the caller enforces a different
   // budget before calling Step (the daemon's residency mode checks the
-  // per-record window, privacy/residency_accountant.h).
+  // per-record window, privacy/accounting/residency_accountant.h).
   bool enforce_ceiling = true;
   // The privacy unit (docs/privacy_accounting.md "The privacy unit"). 0:
   // every record is its own unit (record-level privacy). C > 0: unit-level:

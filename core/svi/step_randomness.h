@@ -61,7 +61,7 @@
 #include <vector>
 
 #include "core/base/status.h"
-#include "core/privacy/noise_source.h"
+#include "core/privacy/mechanisms/noise_source.h"
 
 namespace vipsd::svi {
 

@@ -13,8 +13,8 @@
 #include <thread>
 #include <utility>
 
-#include "core/privacy/privacy_unit.h"
-#include "core/privacy/secure_noise.h"
+#include "core/privacy/mechanisms/privacy_unit.h"
+#include "core/privacy/mechanisms/secure_noise.h"
 #include "daemon/worker.h"
 #include "tests/testing/memory_ledger_log.h"
 #include "tests/testing/work_fixture.h"

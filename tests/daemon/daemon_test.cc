@@ -28,9 +28,9 @@
 
 #include "connectors/file/file_util.h"
 #include "core/base/format.h"
-#include "core/privacy/filter_weights.h"
-#include "core/privacy/fixed_schedule.h"
-#include "core/privacy/planner.h"
+#include "core/privacy/accounting/filter_weights.h"
+#include "core/privacy/accounting/fixed_schedule.h"
+#include "core/privacy/accounting/planner.h"
 #include "daemon/ledger.h"
 #include "tests/testing/fake_io.h"
 #include "tests/testing/memory_ledger_log.h"

@@ -12,7 +12,7 @@
 
 #include "connectors/file/file_util.h"
 #include "config/config.h"
-#include "core/privacy/distributed_noise.h"
+#include "core/privacy/mechanisms/distributed_noise.h"
 #include "daemon/model_setup.h"
 #include "daemon/work_exchange.h"
 #include "tools/privacy/privacy_cli.h"

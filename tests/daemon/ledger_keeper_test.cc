@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/privacy/fixed_schedule.h"
+#include "core/privacy/accounting/fixed_schedule.h"
 #include "tests/testing/test_metrics.h"
 
 namespace vipsd::daemon {

@@ -7,7 +7,7 @@
 #include <functional>
 
 #include "core/base/format.h"
-#include "core/privacy/filter_weights.h"
+#include "core/privacy/accounting/filter_weights.h"
 #include "core/release/release.h"
 #include "tests/testing/ledger_text.h"
 

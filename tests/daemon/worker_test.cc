@@ -11,8 +11,8 @@
 #include <random>
 #include <thread>
 
-#include "core/privacy/gaussian_mechanism.h"
-#include "core/privacy/secure_noise.h"
+#include "core/privacy/mechanisms/gaussian_mechanism.h"
+#include "core/privacy/mechanisms/secure_noise.h"
 #include "daemon/checkpoint.h"
 #include "tests/testing/work_fixture.h"
 

@@ -35,7 +35,7 @@
 #include "connectors/file/file_util.h"
 #include "connectors/kafka/kafka_producer.h"
 #include "connectors/kafka/mock_cluster.h"
-#include "core/privacy/fixed_schedule.h"
+#include "core/privacy/accounting/fixed_schedule.h"
 #include "daemon/budget.h"
 #include "daemon/ledger.h"
 #include "daemon/work_exchange.h"

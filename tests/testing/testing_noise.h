@@ -11,7 +11,7 @@
 #include <span>
 #include <string>
 
-#include "core/privacy/noise_source.h"
+#include "core/privacy/mechanisms/noise_source.h"
 
 namespace vipsd::testing {
 

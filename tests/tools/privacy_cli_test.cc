@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "core/privacy/filter_weights.h"
-#include "core/privacy/fixed_schedule.h"
-#include "core/privacy/planner.h"
-#include "core/privacy/rdp_accountant.h"
-#include "core/privacy/residency_accountant.h"
+#include "core/privacy/accounting/filter_weights.h"
+#include "core/privacy/accounting/fixed_schedule.h"
+#include "core/privacy/accounting/planner.h"
+#include "core/privacy/accounting/rdp_accountant.h"
+#include "core/privacy/accounting/residency_accountant.h"
 
 namespace vipsd::tools {
 namespace {

@@ -15,11 +15,11 @@
 #include "core/base/format.h"
 #include "core/base/log.h"
 #include "core/models/sbn.h"
-#include "core/privacy/block_layout.h"
-#include "core/privacy/distributed_noise.h"
-#include "core/privacy/filter_weights.h"
-#include "core/privacy/planner.h"
-#include "core/privacy/rdp.h"
+#include "core/privacy/mechanisms/block_layout.h"
+#include "core/privacy/mechanisms/distributed_noise.h"
+#include "core/privacy/accounting/filter_weights.h"
+#include "core/privacy/accounting/planner.h"
+#include "core/privacy/accounting/rdp.h"
 
 namespace vipsd::tools {
 namespace {

@@ -20,7 +20,7 @@
 
 #include "config/config.h"
 #include "core/base/status.h"
-#include "core/privacy/distributed_noise.h"
+#include "core/privacy/mechanisms/distributed_noise.h"
 
 namespace vipsd::tools {
 
@@ -31,7 +31,7 @@ int RunPrivacyCli(std::span<const std::string> args, std::ostream& out, std::ost
 // A federated configuration's noise shares (docs/federation.md): n =
 // federation.holders, t = tolerated_holders, σ and the model's statistic
 // layout — of which only the number of blocks enters the integer noise
-// parameters (core/privacy/gaussian_mechanism.h: S_b = (2^g + 2^(g−10))²
+// parameters (core/privacy/mechanisms/gaussian_mechanism.h: S_b = (2^g + 2^(g−10))²
 // with g = GridExponent(B)), so the layout is rebuilt from the model type
 // without the model's data (a test holds it to the daemon's own layout).
 StatusOr<privacy::DistributedNoise> FederatedNoiseOf(const config::VipsdConfig& config);

@@ -1,4 +1,4 @@
-// The unit's home partition (core/privacy/privacy_unit.h) against
+// The unit's home partition (core/privacy/mechanisms/privacy_unit.h) against
 // librdkafka's own partitioners, the independent oracle: murmur2 against
 // rd_kafka_msg_partitioner_murmur2 (the Java client's default), crc32
 // against rd_kafka_msg_partitioner_consistent (librdkafka's default), for
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/privacy/privacy_unit.h"
+#include "core/privacy/mechanisms/privacy_unit.h"
 
 namespace vipsd::privacy {
 namespace {

@@ -12,8 +12,8 @@
 
 #include "core/models/lda.h"
 #include "core/models/lda_eval.h"
-#include "core/privacy/rdp_accountant.h"
-#include "core/privacy/secure_noise.h"
+#include "core/privacy/accounting/rdp_accountant.h"
+#include "core/privacy/mechanisms/secure_noise.h"
 #include "core/svi/step_driver.h"
 #include "tests/testing/testing_noise.h"
 

@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/privacy/block_layout.h"
-#include "core/privacy/gaussian_mechanism.h"
+#include "core/privacy/mechanisms/block_layout.h"
+#include "core/privacy/mechanisms/gaussian_mechanism.h"
 
 namespace vipsd::models {
 namespace {

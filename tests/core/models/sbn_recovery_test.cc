@@ -12,9 +12,9 @@
 
 #include "core/models/sbn.h"
 #include "core/models/sbn_eval.h"
-#include "core/privacy/planner.h"
-#include "core/privacy/rdp_accountant.h"
-#include "core/privacy/secure_noise.h"
+#include "core/privacy/accounting/planner.h"
+#include "core/privacy/accounting/rdp_accountant.h"
+#include "core/privacy/mechanisms/secure_noise.h"
 #include "core/svi/step_driver.h"
 #include "tests/testing/testing_noise.h"
 

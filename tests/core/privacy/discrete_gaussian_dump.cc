@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 
-#include "core/privacy/discrete_gaussian.h"
+#include "core/privacy/mechanisms/discrete_gaussian.h"
 
 int main() {
   using vipsd::privacy::Rational;

@@ -3,7 +3,7 @@
 
 vipsd releases an integer sum plus discrete Gaussian noise N_Z(0, sigma_g^2)
 on a grid, with sigma_g^2 = ceil(sigma^2 * S * (1 + 2^-40)) + 100 for an
-integer L2 sensitivity sqrt(S) (core/privacy/gaussian_mechanism.h), and its
+integer L2 sensitivity sqrt(S) (core/privacy/mechanisms/gaussian_mechanism.h), and its
 accountant charges the Poisson-subsampled *continuous* Gaussian with noise
 multiplier sigma. This script computes, from the discrete Gaussian's exact
 pmf and without any vipsd code, the privacy-loss distribution of the

@@ -25,7 +25,7 @@ installed from PyPI into a virtual environment by scripts/oracle_venv.sh
     as wrap-around), so the optimistic epsilon is read at delta + 2e-15,
     which keeps it a lower bound.
   dp_accounting, RDP: RdpAccountant on vipsd's own order grid (GridV3 of
-    core/privacy/rdp.cc, rebuilt here from its rule: 323 orders) with the
+    core/privacy/accounting/rdp.cc, rebuilt here from its rule: 323 orders) with the
     same improved conversion (Balle et al. 2020); orders above 1024 are
     evaluated only when a monotonicity bound says they could hold the minimum (each
     integer order costs dp_accounting a Python loop of that length).
@@ -61,7 +61,7 @@ Assertions, for every case of the grid:
       1.1e-7 of the closed form; vipsd's planner PLD (grid 2^-14) is
       measured between 6.3e-5 relative below it (small q, where 2^-14 is
       the finer grid) and 1e-9 above. The daemon's fixed schedule uses
-      the grid 2^-10, documented (core/privacy/fixed_schedule.h,
+      the grid 2^-10, documented (core/privacy/accounting/fixed_schedule.h,
       docs/privacy_accounting.md 5a) as within about 1e-4 of the finer
       one where one step's loss spans many grid points; the tolerance is
       ten times that, plus 0.1 % of epsilon. Where it does not (small q),
@@ -162,7 +162,7 @@ def vipsd_epsilon(cli, accountant, q, sigma, steps, delta):
 
 
 def vipsd_orders():
-    """GridV3 of core/privacy/rdp.cc (DefaultRdpOrders), from its rule."""
+    """GridV3 of core/privacy/accounting/rdp.cc (DefaultRdpOrders), from its rule."""
     grid = [1.0 + (k * k) / 2116.0 for k in range(3, 47)]
     grid += [i / 20.0 for i in range(41, 91)]
     grid += [1.0 + (k * k) / 4900.0 for k in range(131, 211)]

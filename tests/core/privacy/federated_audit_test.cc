@@ -28,12 +28,12 @@
 #include <string>
 #include <vector>
 
-#include "core/privacy/analytic_gaussian.h"
-#include "core/privacy/block_layout.h"
-#include "core/privacy/distributed_noise.h"
-#include "core/privacy/gaussian_mechanism.h"
-#include "core/privacy/secure_aggregation.h"
-#include "core/privacy/secure_noise.h"
+#include "core/privacy/accounting/analytic_gaussian.h"
+#include "core/privacy/mechanisms/block_layout.h"
+#include "core/privacy/mechanisms/distributed_noise.h"
+#include "core/privacy/mechanisms/gaussian_mechanism.h"
+#include "core/privacy/mechanisms/secure_aggregation.h"
+#include "core/privacy/mechanisms/secure_noise.h"
 #include "tests/testing/privacy_audit.h"
 #include "tests/testing/testing_noise.h"
 

@@ -15,7 +15,7 @@
 //
 // The same source is built twice (tests/CMakeLists.txt):
 //   * privacy_audit_test: the production code; asserts ε_lb < ε claimed;
-//   * privacy_audit_no_clip_test: with core/privacy/block_layout.cc and
+//   * privacy_audit_no_clip_test: with core/privacy/mechanisms/block_layout.cc and
 //     core/models/blr.cc compiled with VIPSD_AUDIT_BUILD_WITHOUT_CLIPPING,
 //     which removes clipping and BLR's ||x|| <= 1 refusal (the two places
 //     that enforce the bounds); asserts ε_lb > ε claimed — the audit is
@@ -34,9 +34,9 @@
 
 #include "core/models/blr.h"
 #include "core/models/lda.h"
-#include "core/privacy/block_layout.h"
-#include "core/privacy/rdp_accountant.h"
-#include "core/privacy/secure_noise.h"
+#include "core/privacy/mechanisms/block_layout.h"
+#include "core/privacy/accounting/rdp_accountant.h"
+#include "core/privacy/mechanisms/secure_noise.h"
 #include "core/svi/step_driver.h"
 #include "core/svi/step_randomness.h"
 #include "tests/testing/privacy_audit.h"

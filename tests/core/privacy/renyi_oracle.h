@@ -1,7 +1,7 @@
 // The independent oracle of the RDP tests: numerical integration (Boost's
 // adaptive Gauss–Kronrod) of the Rényi divergence between μ0 = N(0, σ²) and
 // μ = (1 − q)N(0, σ²) + qN(1, σ²), in both directions. It shares no code
-// with the series in core/privacy/rdp.cc. Test-only; header-only so that
+// with the series in core/privacy/accounting/rdp.cc. Test-only; header-only so that
 // rdp_test and rdp_order_grid_test use the same integrator.
 #pragma once
 

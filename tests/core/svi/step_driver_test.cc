@@ -10,8 +10,8 @@
 #include <map>
 
 #include "core/models/lda.h"
-#include "core/privacy/rdp_accountant.h"
-#include "core/privacy/secure_noise.h"
+#include "core/privacy/accounting/rdp_accountant.h"
+#include "core/privacy/mechanisms/secure_noise.h"
 #include "tests/testing/testing_noise.h"
 
 namespace vipsd::svi {

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "core/privacy/secure_noise.h"
+#include "core/privacy/mechanisms/secure_noise.h"
 
 namespace vipsd::svi {
 namespace {

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "core/privacy/block_layout.h"
-#include "core/privacy/rdp_accountant.h"
+#include "core/privacy/mechanisms/block_layout.h"
+#include "core/privacy/accounting/rdp_accountant.h"
 #include "core/svi/step_driver.h"
 #include "core/svi/step_randomness.h"
 #include "tests/testing/testing_noise.h"
