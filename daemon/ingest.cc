@@ -490,6 +490,54 @@ bool Ingest::DeadLetter(const InputRecord& record, connectors::RejectReason reas
   }
 }
 
+void Ingest::DecodeBatch(std::vector<InputRecord>& records, const std::vector<bool>& duplicate,
+                         TimestampPolicy policy,
+                         std::vector<std::optional<model::Record>>* decoded,
+                         std::vector<std::pair<size_t, connectors::RejectReason>>* rejected) {
+  for (size_t i = 0; i < records.size(); ++i) {
+    metrics_->records_consumed_total(records[i].topic).Increment();
+    if (duplicate[i]) continue;
+    // A timestamp the cuts may not trust: the record would decide a cut
+    // (core/svi/slot_windows.h) with a time its producer chose, or none.
+    const connectors::TimestampType type = records[i].timestamp_type;
+    if ((policy == TimestampPolicy::kLogAppendTime &&
+         type != connectors::TimestampType::kLogAppendTime) ||
+        (policy == TimestampPolicy::kAny &&
+         (type == connectors::TimestampType::kNone || records[i].timestamp_ms < 0))) {
+      rejected->emplace_back(i, connectors::RejectReason::kUntrustedTimestamp);
+      if (!untrusted_logged_) {
+        // Once per run: a topic without LogAppendTime sends every record
+        // here. The topic and the timestamp type are configuration, not
+        // content.
+        untrusted_logged_ = true;
+        Log(LogLevel::kWarning, kComponent,
+            "topic " + records[i].topic + ": a message " +
+                (type == connectors::TimestampType::kCreateTime
+                     ? std::string("with a producer's timestamp (CreateTime)")
+                     : std::string("without a timestamp")) +
+                " was dead-lettered (untrusted_timestamp): slot cuts trust only the broker's "
+                "append times. Create the topic with message.timestamp.type=LogAppendTime, or "
+                "set source.timestamps: create_time (a weaker claim, SECURITY.md); "
+                "vipsd_records_rejected_total{reason=\"untrusted_timestamp\"} counts them");
+      }
+      continue;
+    }
+    if (records[i].oversize) {
+      rejected->emplace_back(i, connectors::RejectReason::kRecordTooLarge);
+      continue;
+    }
+    connectors::RecordDecodeResult result =
+        decoder_->DecodeKeyed(records[i].payload, records[i].key);
+    if (auto* failure = std::get_if<connectors::DecodeFailure>(&result)) {
+      rejected->emplace_back(i, failure->reason);  // the bytes go to the dead-letter topic
+    } else {
+      (*decoded)[i] = std::move(std::get<model::Record>(result));
+      records[i].payload.clear();  // the decoded record is all the pool keeps
+      records[i].payload.shrink_to_fit();
+    }
+  }
+}
+
 Status Ingest::IngestBatch(PollBatch& batch) {
   std::vector<InputRecord>& records = batch.records;
   // Re-delivered records (a rebalance or a restart re-reads from an earlier
@@ -517,48 +565,7 @@ Status Ingest::IngestBatch(PollBatch& batch) {
   }
   std::vector<std::optional<model::Record>> decoded(records.size());
   std::vector<std::pair<size_t, connectors::RejectReason>> rejected;
-  for (size_t i = 0; i < records.size(); ++i) {
-    metrics_->records_consumed_total(records[i].topic).Increment();
-    if (duplicate[i]) continue;
-    // A timestamp the cuts may not trust: the record would decide a cut
-    // (core/svi/slot_windows.h) with a time its producer chose, or none.
-    const connectors::TimestampType type = records[i].timestamp_type;
-    if ((policy == TimestampPolicy::kLogAppendTime &&
-         type != connectors::TimestampType::kLogAppendTime) ||
-        (policy == TimestampPolicy::kAny &&
-         (type == connectors::TimestampType::kNone || records[i].timestamp_ms < 0))) {
-      rejected.emplace_back(i, connectors::RejectReason::kUntrustedTimestamp);
-      if (!untrusted_logged_) {
-        // Once per run: a topic without LogAppendTime sends every record
-        // here. The topic and the timestamp type are configuration, not
-        // content.
-        untrusted_logged_ = true;
-        Log(LogLevel::kWarning, kComponent,
-            "topic " + records[i].topic + ": a message " +
-                (type == connectors::TimestampType::kCreateTime
-                     ? std::string("with a producer's timestamp (CreateTime)")
-                     : std::string("without a timestamp")) +
-                " was dead-lettered (untrusted_timestamp): slot cuts trust only the broker's "
-                "append times. Create the topic with message.timestamp.type=LogAppendTime, or "
-                "set source.timestamps: create_time (a weaker claim, SECURITY.md); "
-                "vipsd_records_rejected_total{reason=\"untrusted_timestamp\"} counts them");
-      }
-      continue;
-    }
-    if (records[i].oversize) {
-      rejected.emplace_back(i, connectors::RejectReason::kRecordTooLarge);
-      continue;
-    }
-    connectors::RecordDecodeResult result =
-        decoder_->DecodeKeyed(records[i].payload, records[i].key);
-    if (auto* failure = std::get_if<connectors::DecodeFailure>(&result)) {
-      rejected.emplace_back(i, failure->reason);  // the bytes go to the dead-letter topic
-    } else {
-      decoded[i] = std::move(std::get<model::Record>(result));
-      records[i].payload.clear();  // the decoded record is all the pool keeps
-      records[i].payload.shrink_to_fit();
-    }
-  }
+  DecodeBatch(records, duplicate, policy, &decoded, &rejected);
   // Dead letters are delivered before any offset of the batch is marked
   // done, so a crash never skips a rejected record.
   for (const auto& [index, reason] : rejected) {

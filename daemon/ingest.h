@@ -208,6 +208,14 @@ class Ingest {
  private:
   void Loop() EXCLUDES(mutex_);
   Status IngestBatch(PollBatch& batch) EXCLUDES(mutex_);
+  // Decodes every record of `records` not marked in `duplicate` into
+  // `decoded` (its payload then freed), or lists it in `rejected` with its
+  // reason (an untrusted timestamp under `policy`, oversize, undecodable).
+  // Ingest thread only.
+  void DecodeBatch(std::vector<InputRecord>& records, const std::vector<bool>& duplicate,
+                   TimestampPolicy policy, std::vector<std::optional<model::Record>>* decoded,
+                   std::vector<std::pair<size_t, connectors::RejectReason>>* rejected)
+      EXCLUDES(mutex_);
   // Dead-letters rejected record `index` of `records`; false when stopping.
   bool DeadLetter(const InputRecord& record, connectors::RejectReason reason) EXCLUDES(mutex_);
   uint32_t StreamIdLocked(const std::string& stream) REQUIRES(mutex_);

@@ -214,10 +214,10 @@ std::string ManifestJsonUnchecked(const Release& release,
   return j;
 }
 
-}  // namespace
-
-Status Validate(const Release& release) {
-  const ReleaseMetadata& m = release.metadata;
+// Validate's parts, in the order their checks run (the first error found is
+// the one returned).
+// The header and the mechanism's parameters.
+Status ValidateHeader(const ReleaseMetadata& m) {
   if (m.schema_version != kSchemaVersion) {
     return FieldError("schema_version", std::to_string(kSchemaVersion));
   }
@@ -250,6 +250,12 @@ Status Validate(const Release& release) {
   if (!AllOf(m.conversion, 64, IsLowerName)) {
     return FieldError("conversion", "1-64 characters of [a-z0-9_] (\"none\" if non-private)");
   }
+  return Status::Ok();
+}
+
+// The keyed maps (clip bounds, dimensions, hyperparameters) and the
+// provenance fingerprints and sources.
+Status ValidateShapeAndProvenance(const ReleaseMetadata& m) {
   std::set<std::string_view> keys;
   for (const auto& [block, bound] : m.clip_bounds) {
     if (!AllOf(block, 64, IsKeyName) || !keys.insert(block).second) {
@@ -297,6 +303,12 @@ Status Validate(const Release& release) {
       return FieldError("hyperparameters." + name, "a finite number > 0");
     }
   }
+  return Status::Ok();
+}
+
+// The privacy unit, the noise description, the time, and what a release
+// that claims privacy must carry.
+Status ValidateUnitAndClaim(const ReleaseMetadata& m) {
   if (m.privacy_unit != "record" && m.privacy_unit != "key" && m.privacy_unit != "field") {
     return FieldError("privacy_unit", "record, key or field");
   }
@@ -331,6 +343,16 @@ Status Validate(const Release& release) {
       if (!(bound > 0)) return FieldError("clip_bounds." + block, "> 0 when is_private");
     }
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status Validate(const Release& release) {
+  const ReleaseMetadata& m = release.metadata;
+  VIPSD_RETURN_IF_ERROR(ValidateHeader(m));
+  VIPSD_RETURN_IF_ERROR(ValidateShapeAndProvenance(m));
+  VIPSD_RETURN_IF_ERROR(ValidateUnitAndClaim(m));
   if (release.arrays.empty()) {
     return InvalidArgumentError("release: at least one array is required");
   }

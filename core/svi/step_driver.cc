@@ -173,6 +173,104 @@ Status SampleUnits(const StepKey& key, const std::vector<StreamCandidates>& stre
   return Status::Ok();
 }
 
+// Record-level step 2: record o of stream s is in the batch iff
+// word(s, o, kSampleNonce) < ⌊q·2^64⌋ (every record at q = 1); its E-step
+// seed is word(s, o, kEStepSeedNonce). Both depend on the step key and the
+// record's own position only.
+Status SampleRecords(const StepKey& key, const std::vector<StreamCandidates>& streams, double q,
+                     std::vector<Batch>& batches) {
+  const uint64_t threshold = q >= 1.0 ? 0 : SampleThreshold(q);
+  std::vector<uint64_t> sample_words, seed_words;
+  std::vector<int64_t> sampled_offsets;
+  for (size_t s = 0; s < streams.size(); ++s) {
+    const StreamCandidates& stream = streams[s];
+    const auto stream_key = DeriveStreamKey(key, stream.stream);
+    Batch& batch = batches[s];
+    sampled_offsets.clear();
+    if (q >= 1.0) {
+      batch.records = stream.records;
+      sampled_offsets = stream.offsets;
+    } else {
+      VIPSD_RETURN_IF_ERROR(KeyedWords(stream_key, kSampleNonce, stream.offsets, sample_words));
+      for (size_t i = 0; i < stream.records.size(); ++i) {
+        if (sample_words[i] < threshold) {
+          batch.records.push_back(stream.records[i]);
+          sampled_offsets.push_back(stream.offsets[i]);
+        }
+      }
+    }
+    VIPSD_RETURN_IF_ERROR(KeyedWords(stream_key, kEStepSeedNonce, sampled_offsets, seed_words));
+    batch.seeds.swap(seed_words);
+  }
+  return Status::Ok();
+}
+
+// The E-step's work list (SumStreams, steps 3 + 4): every batch's
+// contributions in chunks of kChunkRecords, streams in order; a stream with
+// an empty batch has one empty chunk, so that its (zero) partial still
+// reaches the sink.
+struct Chunk {
+  size_t stream;
+  size_t begin, end;  // contributions of batches[stream]
+  bool last_of_stream;
+};
+std::vector<Chunk> ChunksOf(const std::vector<Batch>& batches) {
+  std::vector<Chunk> chunks;
+  for (size_t s = 0; s < batches.size(); ++s) {
+    const size_t n = batches[s].contributions();
+    if (n == 0) {
+      chunks.push_back({s, 0, 0, true});
+      continue;
+    }
+    for (size_t begin = 0; begin < n; begin += kChunkRecords) {
+      const size_t end = std::min(n, begin + kChunkRecords);
+      chunks.push_back({s, begin, end, end == n});
+    }
+  }
+  return chunks;
+}
+
+// Steps 3 + 4 for contributions [begin, end) of one batch: each one's
+// statistic (a unit's: its records' statistics summed) is added to `sum`,
+// which clips it to the block bounds.
+struct ContributionScratch {
+  model::SparseStatistic statistic, unit_sum, merged_sum;
+};
+void SumContributions(const model::Model& model, const Batch& batch, size_t begin, size_t end,
+                      model::EStepScratch& scratch, ContributionScratch& work,
+                      privacy::GaussianSumMechanism& sum) {
+  model::SparseStatistic& statistic = work.statistic;
+  for (size_t c = begin; c < end; ++c) {
+    if (batch.ends.empty()) {
+      model::RecordRng rng(batch.seeds[c]);
+      statistic.Clear();
+      // A record the model rejects (malformed) or whose statistic is not
+      // finite is not summed; that is a PRIVATE fact and is not reported.
+      if (model.EStep(*batch.records[c], rng, scratch, statistic).ok()) {
+        (void)sum.AddSparse(statistic.indices, statistic.values);
+      }
+      continue;
+    }
+    // A unit: its records' statistics summed, the sum clipped once.
+    work.unit_sum.Clear();
+    for (size_t i = c == 0 ? 0 : batch.ends[c - 1]; i < batch.ends[c]; ++i) {
+      model::RecordRng rng(batch.seeds[i]);
+      statistic.Clear();
+      if (model.EStep(*batch.records[i], rng, scratch, statistic).ok()) {
+#ifdef VIPSD_AUDIT_BUILD_PER_RECORD_UNIT_CLIPPING
+        // TEST-ONLY (tests/CMakeLists.txt, privacy_audit_per_record_unit_test):
+        // each record clipped on its own, the violation the unit audit
+        // must detect. Never in a vipsd build.
+        (void)sum.AddSparse(statistic.indices, statistic.values);
+#else
+        AddSparseTo(statistic, work.unit_sum, work.merged_sum);
+#endif
+      }
+    }
+    (void)sum.AddSparse(work.unit_sum.indices, work.unit_sum.values);
+  }
+}
+
 // Hands step `step`'s contributions to `observer` (StepDriver::set_sample_observer).
 void ReportContributions(const SampleObserver& observer, int64_t step,
                          const std::vector<StreamCandidates>& streams,
@@ -427,29 +525,7 @@ Status StepDriver::SumStreams(const StepKey& key, const std::vector<StreamCandid
   if (config_.max_records_per_unit > 0) {
     VIPSD_RETURN_IF_ERROR(SampleUnits(key, streams, q, config_.max_records_per_unit, batches));
   } else {
-    const uint64_t threshold = q >= 1.0 ? 0 : SampleThreshold(q);
-    std::vector<uint64_t> sample_words, seed_words;
-    std::vector<int64_t> sampled_offsets;
-    for (size_t s = 0; s < streams.size(); ++s) {
-      const StreamCandidates& stream = streams[s];
-      const auto stream_key = DeriveStreamKey(key, stream.stream);
-      Batch& batch = batches[s];
-      sampled_offsets.clear();
-      if (q >= 1.0) {
-        batch.records = stream.records;
-        sampled_offsets = stream.offsets;
-      } else {
-        VIPSD_RETURN_IF_ERROR(KeyedWords(stream_key, kSampleNonce, stream.offsets, sample_words));
-        for (size_t i = 0; i < stream.records.size(); ++i) {
-          if (sample_words[i] < threshold) {
-            batch.records.push_back(stream.records[i]);
-            sampled_offsets.push_back(stream.offsets[i]);
-          }
-        }
-      }
-      VIPSD_RETURN_IF_ERROR(KeyedWords(stream_key, kEStepSeedNonce, sampled_offsets, seed_words));
-      batch.seeds.swap(seed_words);
-    }
+    VIPSD_RETURN_IF_ERROR(SampleRecords(key, streams, q, batches));
   }
   if (on_sample_) ReportContributions(on_sample_, next_step_, streams, batches);
   if (phases != nullptr) phases->sample += Lap(clock);
@@ -461,23 +537,7 @@ Status StepDriver::SumStreams(const StepKey& key, const std::vector<StreamCandid
   // goes to the sink when the stream's last chunk is merged. Chunk
   // boundaries do not depend on the thread count, so neither does the
   // result. Memory stays bounded (a few accumulators per worker).
-  struct Chunk {
-    size_t stream;
-    size_t begin, end;  // contributions of batches[stream]
-    bool last_of_stream;
-  };
-  std::vector<Chunk> chunks;
-  for (size_t s = 0; s < streams.size(); ++s) {
-    const size_t n = batches[s].contributions();
-    if (n == 0) {
-      chunks.push_back({s, 0, 0, true});
-      continue;
-    }
-    for (size_t begin = 0; begin < n; begin += kChunkRecords) {
-      const size_t end = std::min(n, begin + kChunkRecords);
-      chunks.push_back({s, begin, end, end == n});
-    }
-  }
+  const std::vector<Chunk> chunks = ChunksOf(batches);
   const privacy::BlockLayout& layout = model_->statistic_layout();
   const privacy::SumKind kind = privacy::SumKindFor(config_.noise_multiplier);
   if (current_ == nullptr || current_->kind() != kind) {
@@ -502,7 +562,7 @@ Status StepDriver::SumStreams(const StepKey& key, const std::vector<StreamCandid
   Status merge_status = Status::Ok();                                   // guarded by mutex
   auto worker = [&]() {
     auto scratch = model_->NewScratch();
-    model::SparseStatistic statistic, unit_sum, merged_sum;
+    ContributionScratch sums;
     for (;;) {
       size_t index;
       std::unique_ptr<privacy::GaussianSumMechanism> sum;
@@ -521,35 +581,7 @@ Status StepDriver::SumStreams(const StepKey& key, const std::vector<StreamCandid
       if (!sum) sum = std::make_unique<privacy::GaussianSumMechanism>(layout, kind);
       const Chunk& chunk = chunks[index];
       const Batch& batch = batches[chunk.stream];
-      for (size_t c = chunk.begin; c < chunk.end; ++c) {
-        if (batch.ends.empty()) {
-          model::RecordRng rng(batch.seeds[c]);
-          statistic.Clear();
-          // A record the model rejects (malformed) or whose statistic is not
-          // finite is not summed; that is a PRIVATE fact and is not reported.
-          if (model_->EStep(*batch.records[c], rng, *scratch, statistic).ok()) {
-            (void)sum->AddSparse(statistic.indices, statistic.values);
-          }
-          continue;
-        }
-        // A unit: its records' statistics summed, the sum clipped once.
-        unit_sum.Clear();
-        for (size_t i = c == 0 ? 0 : batch.ends[c - 1]; i < batch.ends[c]; ++i) {
-          model::RecordRng rng(batch.seeds[i]);
-          statistic.Clear();
-          if (model_->EStep(*batch.records[i], rng, *scratch, statistic).ok()) {
-#ifdef VIPSD_AUDIT_BUILD_PER_RECORD_UNIT_CLIPPING
-            // TEST-ONLY (tests/CMakeLists.txt, privacy_audit_per_record_unit_test):
-            // each record clipped on its own, the violation the unit audit
-            // must detect. Never in a vipsd build.
-            (void)sum->AddSparse(statistic.indices, statistic.values);
-#else
-            AddSparseTo(statistic, unit_sum, merged_sum);
-#endif
-          }
-        }
-        (void)sum->AddSparse(unit_sum.indices, unit_sum.values);
-      }
+      SumContributions(*model_, batch, chunk.begin, chunk.end, *scratch, sums, *sum);
       std::unique_lock<std::mutex> lock(mutex);
       finished[index] = std::move(sum);
       if (merging) continue;  // the merging worker will pick this chunk up

@@ -727,33 +727,38 @@ AccurateCoefficient AccurateCentredCoefficient(const StepPmf& pmf, const AngleTa
   return coefficient;
 }
 
-struct Composition {
-  std::vector<double> mass;  // window masses, clamped at 0
-  Real fft_error = 0;        // bound on the ℓ1 error of `mass` (before clamping)
+// ComposeSpectra's first pass, in double precision: per coefficient k,
+// Σ_j T_j ln R_jk (R = |Â| + e₂), and the power Π Â_jk^{T_j} as
+// log-magnitude and phase, with the rounding bounds the assembly needs.
+struct DoubleSpectra {
+  std::vector<double> log_r_total;
+  std::vector<double> power_log;
+  std::vector<double> power_phase;
+  std::vector<double> power_eval;  // relative rounding of Σ T ln Â
+  std::vector<char> power_zero;
+  std::vector<std::vector<double>> log_r;
+  std::vector<double> spectral_error;  // e₂_j = ‖Â_j − A_j‖₂
 };
-
-// Computes the T-fold compositions (product of spectra) on a cyclic grid of
-// n points; output w corresponds to composed index window_first + w.
-Composition ComposeSpectra(const std::vector<Group>& groups, int64_t n, int64_t window_first) {
+DoubleSpectra ComputeDoubleSpectra(const std::vector<Group>& groups, int64_t n, double kappa,
+                                   Eigen::FFT<double>& fft) {
   const double ud = kDoubleRoundoff;
-  const int64_t half = n / 2;
-  const int log2n = std::bit_width(static_cast<uint64_t>(n)) - 1;
-  const double kappa = kFftUlpsPerLevel * (log2n + 2) * ud;
-  const size_t bins = static_cast<size_t>(half + 1);
+  const size_t bins = static_cast<size_t>(n / 2 + 1);
   const double two_pi = 2 * std::acos(-1.0);
-
-  Eigen::FFT<double> fft;
-  fft.SetFlag(Eigen::FFT<double>::HalfSpectrum);
-
-  // Per coefficient: Σ_j T_j ln R_jk (R = |Â| + e₂), and the double-precision
-  // power Π Â_jk^{T_j} as log-magnitude and phase.
-  std::vector<double> log_r_total(bins, 0.0);
-  std::vector<double> power_log(bins, 0.0);
-  std::vector<double> power_phase(bins, 0.0);
-  std::vector<double> power_eval(bins, 0.0);  // relative rounding of Σ T ln Â
-  std::vector<char> power_zero(bins, 0);
-  std::vector<std::vector<double>> log_r(groups.size());
-  std::vector<double> spectral_error(groups.size());  // e₂_j = ‖Â_j − A_j‖₂
+  DoubleSpectra out;
+  out.log_r_total.assign(bins, 0.0);
+  out.power_log.assign(bins, 0.0);
+  out.power_phase.assign(bins, 0.0);
+  out.power_eval.assign(bins, 0.0);
+  out.power_zero.assign(bins, 0);
+  out.log_r.resize(groups.size());
+  out.spectral_error.resize(groups.size());
+  std::vector<double>& log_r_total = out.log_r_total;
+  std::vector<double>& power_log = out.power_log;
+  std::vector<double>& power_phase = out.power_phase;
+  std::vector<double>& power_eval = out.power_eval;
+  std::vector<char>& power_zero = out.power_zero;
+  std::vector<std::vector<double>>& log_r = out.log_r;
+  std::vector<double>& spectral_error = out.spectral_error;
 
   std::vector<double> signal(static_cast<size_t>(n));
   std::vector<std::complex<double>> spectrum(bins);
@@ -821,9 +826,16 @@ Composition ComposeSpectra(const std::vector<Group>& groups, int64_t n, int64_t 
                                 4 * ud * (std::abs(log_ratio) + std::abs(theta) + std::abs(log_atom)));
     }
   }
+  return out;
+}
 
-  // Choose the coefficients to recompute in long double: the largest
-  // Π R^T, as many as the work budget allows.
+// ComposeSpectra's choice of the coefficients to recompute in long double:
+// the largest Π R^T, as many as the work budget allows, and only those whose
+// potential error is above 1e-15.
+std::vector<char> ChooseAccurate(const std::vector<Group>& groups, const DoubleSpectra& spectra,
+                                 size_t bins) {
+  const std::vector<double>& log_r_total = spectra.log_r_total;
+  const std::vector<double>& spectral_error = spectra.spectral_error;
   Real total_steps_error = 0;
   for (size_t g = 0; g < groups.size(); ++g) {
     total_steps_error += static_cast<Real>(groups[g].steps) * spectral_error[g];
@@ -844,6 +856,53 @@ Composition ComposeSpectra(const std::vector<Group>& groups, int64_t n, int64_t 
   for (size_t i = 0; i < candidates; ++i) {
     if (log_r_total[order[i]] >= worth) accurate[order[i]] = 1;
   }
+  return accurate;
+}
+
+// The inverse transform's output as window masses, clamped at 0: output r
+// holds composed index S ≡ Σ T_j first_j + r (mod n), window entry w holds
+// window_first + w.
+std::vector<double> WindowMasses(const std::vector<double>& output,
+                                 const std::vector<Group>& groups, int64_t n,
+                                 int64_t window_first) {
+  Int128 base = 0;
+  for (const Group& group : groups) base += static_cast<Int128>(group.steps) * group.pmf.first;
+  const int64_t shift = static_cast<int64_t>(((base - window_first) % n + n) % n);
+  std::vector<double> mass(static_cast<size_t>(n), 0.0);
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t w = (r + shift) % n;
+    mass[static_cast<size_t>(w)] = std::max(0.0, output[static_cast<size_t>(r)]);
+  }
+  return mass;
+}
+
+struct Composition {
+  std::vector<double> mass;  // window masses, clamped at 0
+  Real fft_error = 0;        // bound on the ℓ1 error of `mass` (before clamping)
+};
+
+// Computes the T-fold compositions (product of spectra) on a cyclic grid of
+// n points; output w corresponds to composed index window_first + w.
+Composition ComposeSpectra(const std::vector<Group>& groups, int64_t n, int64_t window_first) {
+  const double ud = kDoubleRoundoff;
+  const int64_t half = n / 2;
+  const int log2n = std::bit_width(static_cast<uint64_t>(n)) - 1;
+  const double kappa = kFftUlpsPerLevel * (log2n + 2) * ud;
+  const size_t bins = static_cast<size_t>(half + 1);
+  const double two_pi = 2 * std::acos(-1.0);
+
+  Eigen::FFT<double> fft;
+  fft.SetFlag(Eigen::FFT<double>::HalfSpectrum);
+
+  const DoubleSpectra spectra = ComputeDoubleSpectra(groups, n, kappa, fft);
+  const std::vector<double>& log_r_total = spectra.log_r_total;
+  const std::vector<double>& power_log = spectra.power_log;
+  const std::vector<double>& power_phase = spectra.power_phase;
+  const std::vector<double>& power_eval = spectra.power_eval;
+  const std::vector<char>& power_zero = spectra.power_zero;
+  const std::vector<std::vector<double>>& log_r = spectra.log_r;
+  const std::vector<double>& spectral_error = spectra.spectral_error;
+  const std::vector<char> accurate = ChooseAccurate(groups, spectra, bins);
 
   // Assemble Ŷ and the error bound ‖Ŷ − Y‖₂ over the full spectrum.
   std::vector<std::complex<double>> power(bins);
@@ -935,15 +994,7 @@ Composition ComposeSpectra(const std::vector<Group>& groups, int64_t n, int64_t 
 
   std::vector<double> output(static_cast<size_t>(n));
   fft.inv(output.data(), power.data(), static_cast<Eigen::DenseIndex>(n));
-  // Output r holds composed index S ≡ Σ T_j first_j + r (mod n).
-  Int128 base = 0;
-  for (const Group& group : groups) base += static_cast<Int128>(group.steps) * group.pmf.first;
-  const int64_t shift = static_cast<int64_t>(((base - window_first) % n + n) % n);
-  composition.mass.assign(static_cast<size_t>(n), 0.0);
-  for (int64_t r = 0; r < n; ++r) {
-    const int64_t w = (r + shift) % n;
-    composition.mass[static_cast<size_t>(w)] = std::max(0.0, output[static_cast<size_t>(r)]);
-  }
+  composition.mass = WindowMasses(output, groups, n, window_first);
   return composition;
 }
 
@@ -970,6 +1021,69 @@ Real DyadicFloor(double x) {
   int exponent = 0;
   std::frexp(x, &exponent);  // x = f·2^exponent, f ∈ [0.5, 1)
   return ldexpl(1.0L, exponent - 1);
+}
+
+// One step PMF per group of identical steps, on the grid of `spacing`.
+std::vector<Group> BuildGroups(const std::vector<GroupSpec>& specs,
+                               const std::vector<PairModel>& pairs,
+                               const std::vector<StepRange>& ranges, Real spacing, Mode mode,
+                               PldDiscretization method) {
+  std::vector<Group> groups;
+  for (size_t g = 0; g < specs.size(); ++g) {
+    Group group;
+    group.pmf = BuildStepPmf(pairs[g], ranges[g], spacing, mode, method);
+    group.steps = specs[g].steps;
+    groups.push_back(std::move(group));
+  }
+  return groups;
+}
+
+// ComposeDirection's result once the grid fits: the composed masses (the
+// FFT composition, one step's PMF, or nothing when every step is at +∞) and
+// the bounds on what they leave out or round.
+DirectionResult AssembleDirection(const std::vector<Group>& groups, Real spacing,
+                                  int64_t window_first, int64_t window_size, bool use_fft,
+                                  Real aliasing, Mode mode) {
+  DirectionResult result;
+  result.grid_spacing = static_cast<double>(spacing);
+  result.window_first = window_first;
+  Real fft_error = 0;
+  if (window_size == 0) {
+    result.mass.assign(1, 0.0);
+  } else if (!use_fft) {
+    const StepPmf& pmf = groups.front().pmf;
+    result.mass.resize(pmf.mass.size());
+    for (size_t i = 0; i < pmf.mass.size(); ++i) result.mass[i] = static_cast<double>(pmf.mass[i]);
+    fft_error = 2 * kDoubleRoundoff * pmf.total;  // narrowing to double
+  } else {
+    Composition composition = ComposeSpectra(groups, window_size, window_first);
+    result.mass = std::move(composition.mass);
+    fft_error = composition.fft_error;
+  }
+
+  // Hybrid argument: replacing the exact per-step PMF by the computed one,
+  // one step at a time, changes δ(ε) by at most η per step times the mass of
+  // the other steps (≤ (1 + η)^T).
+  Real rounding = 0;
+  Real infinity_log = 0;  // ln P(no step at +∞)
+  for (const Group& group : groups) {
+    rounding += static_cast<Real>(group.steps) * group.pmf.error;
+    infinity_log += static_cast<Real>(group.steps) * log1pl(-group.pmf.infinity_mass);
+  }
+  rounding *= expl(rounding) * (1 + 1e-9L);
+  const Real infinity_mass =
+      mode == Mode::kUpper ? -expm1l(infinity_log) * (1 + 16 * kRealRoundoff) : 0;
+
+  result.report.grid_spacing = result.grid_spacing;
+  result.report.grid_points = static_cast<int64_t>(result.mass.size());
+  result.report.infinity_mass = RoundUpToDouble(infinity_mass);
+  result.report.aliasing_bound = RoundUpToDouble(aliasing);
+  result.report.fft_error = RoundUpToDouble(fft_error);
+  result.report.rounding_error = RoundUpToDouble(rounding);
+  // D(ε) is a sum of non-negative terms each within a few ulps.
+  result.relative = static_cast<double>(result.mass.size() + 16) * kDoubleRoundoff;
+  result.additive = RoundUpToDouble((infinity_mass + aliasing + fft_error + rounding) * (1 + 1e-12L));
+  return result;
 }
 
 StatusOr<DirectionResult> ComposeDirection(const std::vector<GroupSpec>& specs, bool remove,
@@ -1004,13 +1118,7 @@ StatusOr<DirectionResult> ComposeDirection(const std::vector<GroupSpec>& specs, 
       spacing *= static_cast<Real>(std::bit_ceil(static_cast<uint64_t>(ceill(needed / kMaxGridPoints))));
       continue;
     }
-    groups.clear();
-    for (size_t g = 0; g < specs.size(); ++g) {
-      Group group;
-      group.pmf = BuildStepPmf(pairs[g], ranges[g], spacing, mode, options.method);
-      group.steps = specs[g].steps;
-      groups.push_back(std::move(group));
-    }
+    groups = BuildGroups(specs, pairs, ranges, spacing, mode, options.method);
     Int128 full_first = 0;
     Int128 full_last = 0;
     Real composed_variance = 0;
@@ -1091,46 +1199,7 @@ StatusOr<DirectionResult> ComposeDirection(const std::vector<GroupSpec>& specs, 
 
   if (!fits) return InternalError("PLD accountant: the loss grid did not fit after coarsening");
 
-  DirectionResult result;
-  result.grid_spacing = static_cast<double>(spacing);
-  result.window_first = window_first;
-  Real fft_error = 0;
-  if (window_size == 0) {
-    result.mass.assign(1, 0.0);
-  } else if (!use_fft) {
-    const StepPmf& pmf = groups.front().pmf;
-    result.mass.resize(pmf.mass.size());
-    for (size_t i = 0; i < pmf.mass.size(); ++i) result.mass[i] = static_cast<double>(pmf.mass[i]);
-    fft_error = 2 * kDoubleRoundoff * pmf.total;  // narrowing to double
-  } else {
-    Composition composition = ComposeSpectra(groups, window_size, window_first);
-    result.mass = std::move(composition.mass);
-    fft_error = composition.fft_error;
-  }
-
-  // Hybrid argument: replacing the exact per-step PMF by the computed one,
-  // one step at a time, changes δ(ε) by at most η per step times the mass of
-  // the other steps (≤ (1 + η)^T).
-  Real rounding = 0;
-  Real infinity_log = 0;  // ln P(no step at +∞)
-  for (const Group& group : groups) {
-    rounding += static_cast<Real>(group.steps) * group.pmf.error;
-    infinity_log += static_cast<Real>(group.steps) * log1pl(-group.pmf.infinity_mass);
-  }
-  rounding *= expl(rounding) * (1 + 1e-9L);
-  const Real infinity_mass =
-      mode == Mode::kUpper ? -expm1l(infinity_log) * (1 + 16 * kRealRoundoff) : 0;
-
-  result.report.grid_spacing = result.grid_spacing;
-  result.report.grid_points = static_cast<int64_t>(result.mass.size());
-  result.report.infinity_mass = RoundUpToDouble(infinity_mass);
-  result.report.aliasing_bound = RoundUpToDouble(aliasing);
-  result.report.fft_error = RoundUpToDouble(fft_error);
-  result.report.rounding_error = RoundUpToDouble(rounding);
-  // D(ε) is a sum of non-negative terms each within a few ulps.
-  result.relative = static_cast<double>(result.mass.size() + 16) * kDoubleRoundoff;
-  result.additive = RoundUpToDouble((infinity_mass + aliasing + fft_error + rounding) * (1 + 1e-12L));
-  return result;
+  return AssembleDirection(groups, spacing, window_first, window_size, use_fft, aliasing, mode);
 }
 
 Status ValidateGroup(const PldStepGroup& group) {
