@@ -108,16 +108,15 @@ bool FitsInt64(const json& value) {
           value.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX));
 }
 
-}  // namespace
+// An error in the manifest `where` (<label>/manifest.json).
+Status BadManifest(const std::string& where, const std::string& what) {
+  return InvalidArgumentError(where + ": " + what);
+}
 
-StatusOr<release::Release> DecodeReleaseFiles(
-    std::string_view manifest_bytes,
-    const std::function<StatusOr<std::string>(const std::string&)>& read_file,
-    const std::string& label) {
-  const std::string where = label + "/" + std::string(release::kManifestFileName);
-  auto bad = [&where](const std::string& what) {
-    return InvalidArgumentError(where + ": " + what);
-  };
+// The manifest's JSON: at most 1 MiB, nested at most kMaxManifestDepth
+// deep, valid, without duplicate keys, an object.
+StatusOr<json> ParseManifest(std::string_view manifest_bytes, const std::string& where) {
+  auto bad = [&where](const std::string& what) { return BadManifest(where, what); };
   if (manifest_bytes.size() > kMaxManifestBytes) return bad("larger than 1 MiB");
   if (MaxDepth(manifest_bytes) > kMaxManifestDepth) {
     return bad("nested deeper than " + std::to_string(kMaxManifestDepth) + " levels");
@@ -136,10 +135,16 @@ StatusOr<release::Release> DecodeReleaseFiles(
     return true;
   };
   // nlohmann refuses NaN/Infinity tokens and invalid UTF-8.
-  const json manifest = json::parse(manifest_bytes, check, /*allow_exceptions=*/false);
+  json manifest = json::parse(manifest_bytes, check, /*allow_exceptions=*/false);
   if (manifest.is_discarded()) return bad("not valid JSON (UTF-8, no NaN or Infinity)");
   if (duplicate) return bad("a key appears twice in one object");
   if (!manifest.is_object()) return bad("not a JSON object");
+  return manifest;
+}
+
+// Format, schema version and the JSON type of every documented field.
+Status CheckManifestFields(const json& manifest, const std::string& where) {
+  auto bad = [&where](const std::string& what) { return BadManifest(where, what); };
   if (!manifest.contains("format") || manifest["format"] != release::kFormatName) {
     return bad("format is not \"vipsd-release\"");
   }
@@ -160,9 +165,13 @@ StatusOr<release::Release> DecodeReleaseFiles(
     }
   }
   if (!FitsInt64(manifest["step"])) return bad("field step is out of range");
+  return Status::Ok();
+}
 
-  release::Release result;
-  release::ReleaseMetadata& m = result.metadata;
+// The metadata of a manifest that passed CheckManifestFields.
+Status ReadMetadata(const json& manifest, const std::string& where,
+                    release::ReleaseMetadata& m) {
+  auto bad = [&where](const std::string& what) { return BadManifest(where, what); };
   m.schema_version = manifest["schema_version"].get<int>();
   m.release_id = manifest["release_id"].get<std::string>();
   m.model_type = manifest["model_type"].get<std::string>();
@@ -215,6 +224,79 @@ StatusOr<release::Release> DecodeReleaseFiles(
   m.is_private = manifest["is_private"].get<bool>();
   m.noise_description = manifest["noise_description"].get<std::string>();
   m.created_at_utc = manifest["created_at_utc"].get<std::string>();
+  return Status::Ok();
+}
+
+// The array of entry `at` of the manifest's `arrays`, read with `read_file`
+// and checked against the entry; `names` collects the names seen so far.
+StatusOr<release::ReleaseArray> ReadArray(
+    const json& entry, const std::string& at, std::set<std::string>& names,
+    const std::function<StatusOr<std::string>(const std::string&)>& read_file,
+    const std::string& label, const std::string& where) {
+  auto bad = [&where](const std::string& what) { return BadManifest(where, what); };
+  if (!entry.is_object()) return bad(at + " is not an object");
+  for (const auto& [key, kind] : {std::pair<const char*, Kind>{"name", Kind::kString},
+                                  {"dtype", Kind::kString},
+                                  {"file", Kind::kString},
+                                  {"bytes", Kind::kInteger},
+                                  {"blake2b", Kind::kString}}) {
+    if (!entry.contains(key) || !HasKind(entry[key], kind)) {
+      return bad(at + ": missing or mistyped " + key);
+    }
+  }
+  if (!entry.contains("shape") || !entry["shape"].is_array()) {
+    return bad(at + ": missing or mistyped shape");
+  }
+  const std::string name = entry["name"].get<std::string>();
+  if (!IsArrayName(name) || !names.insert(name).second) {
+    return bad(at + ": bad or repeated name");
+  }
+  // The file name is derived, never trusted: no path leaves the release.
+  if (entry["file"] != release::ArrayFileName(name)) {
+    return bad(at + ": file is not " + release::ArrayFileName(name));
+  }
+  if (entry["dtype"] != "<f8") return bad(at + ": dtype is not '<f8'");
+  std::vector<int64_t> shape;
+  for (const json& dim : entry["shape"]) {
+    if (!FitsInt64(dim) || dim.get<int64_t>() < 0) {
+      return bad(at + ": shape is not a list of integers >= 0");
+    }
+    shape.push_back(dim.get<int64_t>());
+  }
+  if (!FitsInt64(entry["bytes"])) return bad(at + ": bytes is out of range");
+  const std::string hash = entry["blake2b"].get<std::string>();
+  if (!IsLowerHex64(hash)) return bad(at + ": blake2b is not 64 lowercase hex characters");
+  const std::string file = label + "/" + release::ArrayFileName(name);
+  VIPSD_ASSIGN_OR_RETURN(std::string bytes, read_file(release::ArrayFileName(name)));
+  if (static_cast<int64_t>(bytes.size()) != entry["bytes"].get<int64_t>()) {
+    return InvalidArgumentError(file + ": " + std::to_string(bytes.size()) +
+                                " bytes, the manifest says " +
+                                std::to_string(entry["bytes"].get<int64_t>()));
+  }
+  if (release::Blake2bHex(bytes) != hash) {
+    return InvalidArgumentError(file + ": BLAKE2b-256 does not match the manifest");
+  }
+  auto array = release::DecodeNpy(bytes, name);
+  if (!array.ok()) return InvalidArgumentError(label + "/" + std::string(array.status().message()));
+  if (array->shape != shape) {
+    return InvalidArgumentError(file + ": the shape differs from the manifest's");
+  }
+  return std::move(*array);
+}
+
+}  // namespace
+
+StatusOr<release::Release> DecodeReleaseFiles(
+    std::string_view manifest_bytes,
+    const std::function<StatusOr<std::string>(const std::string&)>& read_file,
+    const std::string& label) {
+  const std::string where = label + "/" + std::string(release::kManifestFileName);
+  auto bad = [&where](const std::string& what) { return BadManifest(where, what); };
+  VIPSD_ASSIGN_OR_RETURN(const json manifest, ParseManifest(manifest_bytes, where));
+  VIPSD_RETURN_IF_ERROR(CheckManifestFields(manifest, where));
+
+  release::Release result;
+  VIPSD_RETURN_IF_ERROR(ReadMetadata(manifest, where, result.metadata));
 
   if (!manifest.contains("arrays") || !manifest["arrays"].is_array() ||
       manifest["arrays"].empty()) {
@@ -224,54 +306,9 @@ StatusOr<release::Release> DecodeReleaseFiles(
   size_t index = 0;
   for (const json& entry : manifest["arrays"]) {
     const std::string at = "arrays[" + std::to_string(index++) + "]";
-    if (!entry.is_object()) return bad(at + " is not an object");
-    for (const auto& [key, kind] : {std::pair<const char*, Kind>{"name", Kind::kString},
-                                    {"dtype", Kind::kString},
-                                    {"file", Kind::kString},
-                                    {"bytes", Kind::kInteger},
-                                    {"blake2b", Kind::kString}}) {
-      if (!entry.contains(key) || !HasKind(entry[key], kind)) {
-        return bad(at + ": missing or mistyped " + key);
-      }
-    }
-    if (!entry.contains("shape") || !entry["shape"].is_array()) {
-      return bad(at + ": missing or mistyped shape");
-    }
-    const std::string name = entry["name"].get<std::string>();
-    if (!IsArrayName(name) || !names.insert(name).second) {
-      return bad(at + ": bad or repeated name");
-    }
-    // The file name is derived, never trusted: no path leaves the release.
-    if (entry["file"] != release::ArrayFileName(name)) {
-      return bad(at + ": file is not " + release::ArrayFileName(name));
-    }
-    if (entry["dtype"] != "<f8") return bad(at + ": dtype is not '<f8'");
-    std::vector<int64_t> shape;
-    for (const json& dim : entry["shape"]) {
-      if (!FitsInt64(dim) || dim.get<int64_t>() < 0) {
-        return bad(at + ": shape is not a list of integers >= 0");
-      }
-      shape.push_back(dim.get<int64_t>());
-    }
-    if (!FitsInt64(entry["bytes"])) return bad(at + ": bytes is out of range");
-    const std::string hash = entry["blake2b"].get<std::string>();
-    if (!IsLowerHex64(hash)) return bad(at + ": blake2b is not 64 lowercase hex characters");
-    const std::string file = label + "/" + release::ArrayFileName(name);
-    VIPSD_ASSIGN_OR_RETURN(std::string bytes, read_file(release::ArrayFileName(name)));
-    if (static_cast<int64_t>(bytes.size()) != entry["bytes"].get<int64_t>()) {
-      return InvalidArgumentError(file + ": " + std::to_string(bytes.size()) +
-                                  " bytes, the manifest says " +
-                                  std::to_string(entry["bytes"].get<int64_t>()));
-    }
-    if (release::Blake2bHex(bytes) != hash) {
-      return InvalidArgumentError(file + ": BLAKE2b-256 does not match the manifest");
-    }
-    auto array = release::DecodeNpy(bytes, name);
-    if (!array.ok()) return InvalidArgumentError(label + "/" + std::string(array.status().message()));
-    if (array->shape != shape) {
-      return InvalidArgumentError(file + ": the shape differs from the manifest's");
-    }
-    result.arrays.push_back(std::move(*array));
+    VIPSD_ASSIGN_OR_RETURN(release::ReleaseArray array,
+                           ReadArray(entry, at, names, read_file, label, where));
+    result.arrays.push_back(std::move(array));
   }
   // The writer's rules (ranges, names, privacy claims) on what was read.
   const Status valid = release::Validate(result);

@@ -313,134 +313,12 @@ void KafkaSource::OnRebalance(RdKafka::KafkaConsumer* consumer, int err_code,
     return;
   }
   if (err == RdKafka::ERR__ASSIGN_PARTITIONS) {
-    assigned_once_ = true;
-    int64_t resumed = 0;
-    // Where the group's committed offsets stand: a partition that resumes
-    // below them re-reads records some member already pooled or
-    // dead-lettered (SourceMessage::below_committed).
-    if (options_.resume_offset) RecordCommittedOffsets(consumer, refs);
-    if (options_.resume_offset) {
-      for (size_t i = 0; i < partitions.size(); ++i) {
-        const std::optional<int64_t> resume =
-            options_.resume_offset(refs[i].topic, refs[i].partition);
-        if (!resume.has_value()) continue;
-        partitions[i]->set_offset(ClampResumeOffset(refs[i], std::max<int64_t>(*resume, 0)));
-        ++resumed;
-      }
-    }
-    RdKafka::ErrorCode assign_err = RdKafka::ERR_NO_ERROR;
-    std::string assign_text;
-    if (cooperative) {
-      std::unique_ptr<RdKafka::Error> error(consumer->incremental_assign(partitions));
-      if (error != nullptr) {
-        assign_err = error->code();
-        assign_text = error->str();
-      }
-    } else {
-      assign_err = consumer->assign(partitions);
-    }
-    if (assign_err != RdKafka::ERR_NO_ERROR) {
-      CountError(ErrorName(assign_err), "partition assignment failed: " +
-                                            ErrorDescription(assign_err) + " " + assign_text);
-      return;
-    }
-    if (!cooperative) assignment_.clear();
-    assignment_.insert(refs.begin(), refs.end());
-    // Re-apply the wanted pause state: librdkafka keeps a partition's pause
-    // flag across unassign/assign, whatever was asked while it was away.
-    {
-      PartitionList pause_list, resume_list;
-      for (const TopicPartitionRef& ref : refs) {
-        (paused_.count(ref) ? pause_list : resume_list)
-            .items.push_back(RdKafka::TopicPartition::create(ref.topic, ref.partition));
-      }
-      if (!pause_list.items.empty()) (void)consumer->pause(pause_list.items);
-      if (!resume_list.items.empty()) (void)consumer->resume(resume_list.items);
-    }
-    {
-      MutexLock lock(&stats_mutex_);
-      stats_.partitions_assigned += static_cast<int64_t>(refs.size());
-      stats_.resume_offsets_applied += resumed;
-      stats_.assigned_now = static_cast<int64_t>(assignment_.size());
-    }
-    // A cooperative rebalance often ends with an empty incremental
-    // assignment for members that keep what they had: nothing to report.
-    if (!refs.empty()) {
-      std::string names;
-      for (const TopicPartitionRef& ref : refs) names += " " + Describe(ref);
-      Log(LogLevel::kInfo, kComponent,
-          std::string(cooperative ? "incrementally " : "") + "assigned " +
-              std::to_string(refs.size()) + " partition(s):" + names);
-      if (options_.on_assigned) options_.on_assigned(refs);
-    }
-    UpdateLag();
+    AssignPartitions(consumer, cooperative, partitions, refs);
     return;
   }
 
   if (err == RdKafka::ERR__REVOKE_PARTITIONS) {
-    const bool lost = consumer->assignment_lost();
-    if (!lost) {
-      (void)CommitStored("on revoke");
-    } else {
-      Log(LogLevel::kWarning, kComponent,
-          "assignment lost (e.g. session timed out): stored offsets of the lost partitions "
-          "are not committed; their records will be read again");
-    }
-    if (options_.on_revoked && !refs.empty()) options_.on_revoked(refs);
-    RdKafka::ErrorCode unassign_err = RdKafka::ERR_NO_ERROR;
-    if (cooperative) {
-      // Only what the consumer holds: partitions declined while closing
-      // (above) are still in the group's assignment, which a leave revokes
-      // whole, but no longer in the consumer's; unassigning one of them
-      // fails (_INVALID_ARG) and librdkafka 2.0 then never finishes the
-      // rebalance, so close() waits for ever (seen on Apache Kafka 4.1 with
-      // cooperative-sticky: a member that never exited after SIGTERM).
-      std::vector<RdKafka::TopicPartition*> held;
-      PartitionList current;
-      if (consumer->assignment(current.items) == RdKafka::ERR_NO_ERROR) {
-        const std::vector<TopicPartitionRef> now = Refs(current.items);
-        const std::set<TopicPartitionRef> holding(now.begin(), now.end());
-        for (RdKafka::TopicPartition* tp : partitions) {
-          if (holding.count({tp->topic(), tp->partition()}) > 0) held.push_back(tp);
-        }
-      } else {
-        held = partitions;
-      }
-      if (held.size() != partitions.size()) {
-        Log(LogLevel::kInfo, kComponent,
-            std::to_string(partitions.size() - held.size()) +
-                " revoked partition(s) were no longer held by this consumer (declined while "
-                "closing); unassigning the " + std::to_string(held.size()) + " it holds");
-      }
-      std::unique_ptr<RdKafka::Error> error(consumer->incremental_unassign(held));
-      if (error != nullptr) unassign_err = error->code();
-    } else {
-      unassign_err = consumer->unassign();
-    }
-    if (unassign_err != RdKafka::ERR_NO_ERROR) {
-      CountError(ErrorName(unassign_err),
-                 "partition revocation failed: " + ErrorDescription(unassign_err));
-    }
-    if (cooperative) {
-      for (const TopicPartitionRef& ref : refs) assignment_.erase(ref);
-    } else {
-      assignment_.clear();
-    }
-    for (const TopicPartitionRef& ref : refs) {
-      positions_.erase(ref);
-      committed_at_assign_.erase(ref);
-    }
-    {
-      MutexLock lock(&stats_mutex_);
-      stats_.partitions_revoked += static_cast<int64_t>(refs.size());
-      stats_.assigned_now = static_cast<int64_t>(assignment_.size());
-    }
-    if (!refs.empty()) {
-      Log(LogLevel::kInfo, kComponent,
-          std::string(lost ? "lost " : "revoked ") + std::to_string(refs.size()) +
-              " partition(s)");
-    }
-    UpdateLag();
+    RevokePartitions(consumer, cooperative, partitions, refs);
     return;
   }
 
@@ -459,6 +337,140 @@ void KafkaSource::OnRebalance(RdKafka::KafkaConsumer* consumer, int err_code,
   {
     MutexLock lock(&stats_mutex_);
     stats_.assigned_now = 0;
+  }
+  UpdateLag();
+}
+
+void KafkaSource::AssignPartitions(RdKafka::KafkaConsumer* consumer, bool cooperative,
+                                   std::vector<RdKafka::TopicPartition*>& partitions,
+                                   const std::vector<TopicPartitionRef>& refs) {
+  assigned_once_ = true;
+  int64_t resumed = 0;
+  // Where the group's committed offsets stand: a partition that resumes
+  // below them re-reads records some member already pooled or
+  // dead-lettered (SourceMessage::below_committed).
+  if (options_.resume_offset) RecordCommittedOffsets(consumer, refs);
+  if (options_.resume_offset) {
+    for (size_t i = 0; i < partitions.size(); ++i) {
+      const std::optional<int64_t> resume =
+          options_.resume_offset(refs[i].topic, refs[i].partition);
+      if (!resume.has_value()) continue;
+      partitions[i]->set_offset(ClampResumeOffset(refs[i], std::max<int64_t>(*resume, 0)));
+      ++resumed;
+    }
+  }
+  RdKafka::ErrorCode assign_err = RdKafka::ERR_NO_ERROR;
+  std::string assign_text;
+  if (cooperative) {
+    std::unique_ptr<RdKafka::Error> error(consumer->incremental_assign(partitions));
+    if (error != nullptr) {
+      assign_err = error->code();
+      assign_text = error->str();
+    }
+  } else {
+    assign_err = consumer->assign(partitions);
+  }
+  if (assign_err != RdKafka::ERR_NO_ERROR) {
+    CountError(ErrorName(assign_err), "partition assignment failed: " +
+                                          ErrorDescription(assign_err) + " " + assign_text);
+    return;
+  }
+  if (!cooperative) assignment_.clear();
+  assignment_.insert(refs.begin(), refs.end());
+  // Re-apply the wanted pause state: librdkafka keeps a partition's pause
+  // flag across unassign/assign, whatever was asked while it was away.
+  {
+    PartitionList pause_list, resume_list;
+    for (const TopicPartitionRef& ref : refs) {
+      (paused_.count(ref) ? pause_list : resume_list)
+          .items.push_back(RdKafka::TopicPartition::create(ref.topic, ref.partition));
+    }
+    if (!pause_list.items.empty()) (void)consumer->pause(pause_list.items);
+    if (!resume_list.items.empty()) (void)consumer->resume(resume_list.items);
+  }
+  {
+    MutexLock lock(&stats_mutex_);
+    stats_.partitions_assigned += static_cast<int64_t>(refs.size());
+    stats_.resume_offsets_applied += resumed;
+    stats_.assigned_now = static_cast<int64_t>(assignment_.size());
+  }
+  // A cooperative rebalance often ends with an empty incremental
+  // assignment for members that keep what they had: nothing to report.
+  if (!refs.empty()) {
+    std::string names;
+    for (const TopicPartitionRef& ref : refs) names += " " + Describe(ref);
+    Log(LogLevel::kInfo, kComponent,
+        std::string(cooperative ? "incrementally " : "") + "assigned " +
+            std::to_string(refs.size()) + " partition(s):" + names);
+    if (options_.on_assigned) options_.on_assigned(refs);
+  }
+  UpdateLag();
+}
+
+void KafkaSource::RevokePartitions(RdKafka::KafkaConsumer* consumer, bool cooperative,
+                                   std::vector<RdKafka::TopicPartition*>& partitions,
+                                   const std::vector<TopicPartitionRef>& refs) {
+  const bool lost = consumer->assignment_lost();
+  if (!lost) {
+    (void)CommitStored("on revoke");
+  } else {
+    Log(LogLevel::kWarning, kComponent,
+        "assignment lost (e.g. session timed out): stored offsets of the lost partitions "
+        "are not committed; their records will be read again");
+  }
+  if (options_.on_revoked && !refs.empty()) options_.on_revoked(refs);
+  RdKafka::ErrorCode unassign_err = RdKafka::ERR_NO_ERROR;
+  if (cooperative) {
+    // Only what the consumer holds: partitions declined while closing
+    // (above) are still in the group's assignment, which a leave revokes
+    // whole, but no longer in the consumer's; unassigning one of them
+    // fails (_INVALID_ARG) and librdkafka 2.0 then never finishes the
+    // rebalance, so close() waits for ever (seen on Apache Kafka 4.1 with
+    // cooperative-sticky: a member that never exited after SIGTERM).
+    std::vector<RdKafka::TopicPartition*> held;
+    PartitionList current;
+    if (consumer->assignment(current.items) == RdKafka::ERR_NO_ERROR) {
+      const std::vector<TopicPartitionRef> now = Refs(current.items);
+      const std::set<TopicPartitionRef> holding(now.begin(), now.end());
+      for (RdKafka::TopicPartition* tp : partitions) {
+        if (holding.count({tp->topic(), tp->partition()}) > 0) held.push_back(tp);
+      }
+    } else {
+      held = partitions;
+    }
+    if (held.size() != partitions.size()) {
+      Log(LogLevel::kInfo, kComponent,
+          std::to_string(partitions.size() - held.size()) +
+              " revoked partition(s) were no longer held by this consumer (declined while "
+              "closing); unassigning the " + std::to_string(held.size()) + " it holds");
+    }
+    std::unique_ptr<RdKafka::Error> error(consumer->incremental_unassign(held));
+    if (error != nullptr) unassign_err = error->code();
+  } else {
+    unassign_err = consumer->unassign();
+  }
+  if (unassign_err != RdKafka::ERR_NO_ERROR) {
+    CountError(ErrorName(unassign_err),
+               "partition revocation failed: " + ErrorDescription(unassign_err));
+  }
+  if (cooperative) {
+    for (const TopicPartitionRef& ref : refs) assignment_.erase(ref);
+  } else {
+    assignment_.clear();
+  }
+  for (const TopicPartitionRef& ref : refs) {
+    positions_.erase(ref);
+    committed_at_assign_.erase(ref);
+  }
+  {
+    MutexLock lock(&stats_mutex_);
+    stats_.partitions_revoked += static_cast<int64_t>(refs.size());
+    stats_.assigned_now = static_cast<int64_t>(assignment_.size());
+  }
+  if (!refs.empty()) {
+    Log(LogLevel::kInfo, kComponent,
+        std::string(lost ? "lost " : "revoked ") + std::to_string(refs.size()) +
+            " partition(s)");
   }
   UpdateLag();
 }
@@ -488,58 +500,8 @@ StatusOr<std::vector<SourceMessage>> KafkaSource::Poll(size_t max_messages,
     }
     const RdKafka::ErrorCode err = message->err();
     if (err == RdKafka::ERR_NO_ERROR) {
-      SourceMessage m;
-      m.topic = message->topic_name();
-      m.partition = message->partition();
-      m.offset = message->offset();
-      const size_t key_bytes = message->key_len();
-      size_t total = key_bytes + message->len();
-      // Headers through the C API: it iterates without copying values.
-      rd_kafka_headers_t* headers = nullptr;
-      if (rd_kafka_message_headers(message->c_ptr(), &headers) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        headers = nullptr;
-      }
-      const char* name = nullptr;
-      const void* value = nullptr;
-      size_t value_size = 0;
-      for (size_t i = 0; headers != nullptr &&
-                         rd_kafka_header_get_all(headers, i, &name, &value, &value_size) ==
-                             RD_KAFKA_RESP_ERR_NO_ERROR;
-           ++i) {
-        total += std::string_view(name).size() + value_size;
-      }
-      m.oversize = total > options_.max_record_bytes;
-      const RdKafka::MessageTimestamp stamp = message->timestamp();
-      m.timestamp_ms = stamp.timestamp;
-      m.timestamp_type =
-          stamp.type == RdKafka::MessageTimestamp::MSG_TIMESTAMP_LOG_APPEND_TIME
-              ? TimestampType::kLogAppendTime
-          : stamp.type == RdKafka::MessageTimestamp::MSG_TIMESTAMP_CREATE_TIME
-              ? TimestampType::kCreateTime
-              : TimestampType::kNone;
-      if (const auto committed = committed_at_assign_.find({m.topic, m.partition});
-          committed != committed_at_assign_.end()) {
-        m.below_committed = m.offset < committed->second;
-      }
-      if (key_bytes > 0 && key_bytes <= options_.max_record_bytes) {
-        m.key.assign(static_cast<const char*>(message->key_pointer()), key_bytes);
-      }
-      if (!m.oversize) {
-        if (message->len() > 0) {
-          m.payload.assign(static_cast<const char*>(message->payload()), message->len());
-        }
-        for (size_t i = 0; headers != nullptr &&
-                           rd_kafka_header_get_all(headers, i, &name, &value, &value_size) ==
-                               RD_KAFKA_RESP_ERR_NO_ERROR;
-             ++i) {
-          m.headers.emplace_back(name, value == nullptr
-                                           ? std::string()
-                                           : std::string(static_cast<const char*>(value),
-                                                         value_size));
-        }
-      } else {
-        ++oversize;
-      }
+      SourceMessage m = ToSourceMessage(*message);
+      if (m.oversize) ++oversize;
       if (const auto position = positions_.find({m.topic, m.partition});
           position != positions_.end() && m.offset > position->second) {
         NoteGap(position->first, position->second, m.offset);
@@ -591,6 +553,60 @@ StatusOr<std::vector<SourceMessage>> KafkaSource::Poll(size_t max_messages,
     return result;
   }
   return out;
+}
+
+SourceMessage KafkaSource::ToSourceMessage(RdKafka::Message& message) const {
+  SourceMessage m;
+  m.topic = message.topic_name();
+  m.partition = message.partition();
+  m.offset = message.offset();
+  const size_t key_bytes = message.key_len();
+  size_t total = key_bytes + message.len();
+  // Headers through the C API: it iterates without copying values.
+  rd_kafka_headers_t* headers = nullptr;
+  if (rd_kafka_message_headers(message.c_ptr(), &headers) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    headers = nullptr;
+  }
+  const char* name = nullptr;
+  const void* value = nullptr;
+  size_t value_size = 0;
+  for (size_t i = 0; headers != nullptr &&
+                     rd_kafka_header_get_all(headers, i, &name, &value, &value_size) ==
+                         RD_KAFKA_RESP_ERR_NO_ERROR;
+       ++i) {
+    total += std::string_view(name).size() + value_size;
+  }
+  m.oversize = total > options_.max_record_bytes;
+  const RdKafka::MessageTimestamp stamp = message.timestamp();
+  m.timestamp_ms = stamp.timestamp;
+  m.timestamp_type =
+      stamp.type == RdKafka::MessageTimestamp::MSG_TIMESTAMP_LOG_APPEND_TIME
+          ? TimestampType::kLogAppendTime
+      : stamp.type == RdKafka::MessageTimestamp::MSG_TIMESTAMP_CREATE_TIME
+          ? TimestampType::kCreateTime
+          : TimestampType::kNone;
+  if (const auto committed = committed_at_assign_.find({m.topic, m.partition});
+      committed != committed_at_assign_.end()) {
+    m.below_committed = m.offset < committed->second;
+  }
+  if (key_bytes > 0 && key_bytes <= options_.max_record_bytes) {
+    m.key.assign(static_cast<const char*>(message.key_pointer()), key_bytes);
+  }
+  if (!m.oversize) {
+    if (message.len() > 0) {
+      m.payload.assign(static_cast<const char*>(message.payload()), message.len());
+    }
+    for (size_t i = 0; headers != nullptr &&
+                       rd_kafka_header_get_all(headers, i, &name, &value, &value_size) ==
+                           RD_KAFKA_RESP_ERR_NO_ERROR;
+         ++i) {
+      m.headers.emplace_back(name, value == nullptr
+                                       ? std::string()
+                                       : std::string(static_cast<const char*>(value),
+                                                     value_size));
+    }
+  }
+  return m;
 }
 
 void KafkaSource::NoteGap(const TopicPartitionRef& ref, int64_t position, int64_t offset) {

@@ -121,6 +121,7 @@
 
 namespace RdKafka {
 class KafkaConsumer;
+class Message;
 class TopicPartition;
 }  // namespace RdKafka
 
@@ -259,6 +260,18 @@ class KafkaSource {
   // forward-declared here).
   void OnRebalance(RdKafka::KafkaConsumer* consumer, int err,
                    std::vector<RdKafka::TopicPartition*>& partitions);
+  // OnRebalance's two halves: an assignment (not while closing), with the
+  // resume offsets set in `partitions`, and a revocation (lost or not).
+  // `refs` names `partitions`.
+  void AssignPartitions(RdKafka::KafkaConsumer* consumer, bool cooperative,
+                        std::vector<RdKafka::TopicPartition*>& partitions,
+                        const std::vector<TopicPartitionRef>& refs);
+  void RevokePartitions(RdKafka::KafkaConsumer* consumer, bool cooperative,
+                        std::vector<RdKafka::TopicPartition*>& partitions,
+                        const std::vector<TopicPartitionRef>& refs);
+  // Poll's copy of a message (not an error event) out of librdkafka's
+  // buffer: an oversize one without payload or headers (see above).
+  SourceMessage ToSourceMessage(RdKafka::Message& message) const;
   int64_t ClampResumeOffset(const TopicPartitionRef& ref, int64_t offset);
   void RecordCommittedOffsets(RdKafka::KafkaConsumer* consumer,
                               const std::vector<TopicPartitionRef>& refs);

@@ -43,6 +43,102 @@ std::string Printable(std::string_view s) {
   return out;
 }
 
+// One entry of the manifest's `arrays`, checked for its form.
+struct ManifestArray {
+  std::string name;
+  std::string file;
+  std::vector<int64_t> shape;
+  std::string blake2b;
+  uint64_t bytes = 0;
+};
+
+// Checks format, schema_version and release_id of a manifest that is a JSON
+// object. Returns why the release is dropped, or nothing if they hold.
+std::optional<std::string> CheckManifestHeader(const nlohmann::json& manifest,
+                                               const std::string& release_id) {
+  const auto string_field = [&manifest](const char* key) -> std::optional<std::string> {
+    const auto it = manifest.find(key);
+    if (it == manifest.end() || !it->is_string()) return std::nullopt;
+    return it->get<std::string>();
+  };
+  if (string_field("format") != std::string(release::kFormatName)) {
+    return "manifest format is not \"vipsd-release\"";
+  }
+  const auto version = manifest.find("schema_version");
+  if (version == manifest.end() || !version->is_number_integer() ||
+      version->get<int64_t>() != kSupportedSchema) {
+    return "manifest schema_version is not 1";
+  }
+  if (string_field("release_id") != release_id) {
+    return "manifest release_id differs from vipsd-release-id";
+  }
+  return std::nullopt;
+}
+
+// Reads arrays[index] of the manifest into `array`; `listed` collects the
+// file names (a repeated one is refused). Returns why the release is
+// dropped, or nothing if the entry is well-formed.
+std::optional<std::string> ReadManifestArray(const nlohmann::json& entry, size_t index,
+                                             std::set<std::string>& listed,
+                                             ManifestArray& array) {
+  const std::string where = "arrays[" + std::to_string(index) + "]";
+  if (!entry.is_object()) return "manifest " + where + " is not an object";
+  const auto name = entry.find("name");
+  const auto file = entry.find("file");
+  const auto dtype = entry.find("dtype");
+  const auto shape = entry.find("shape");
+  const auto bytes = entry.find("bytes");
+  const auto hash = entry.find("blake2b");
+  if (name == entry.end() || !name->is_string() || file == entry.end() || !file->is_string() ||
+      dtype == entry.end() || !dtype->is_string() || shape == entry.end() ||
+      !shape->is_array() || bytes == entry.end() || !bytes->is_number_unsigned() ||
+      hash == entry.end() || !hash->is_string()) {
+    return "manifest " + where + ": missing or mistyped name/file/dtype/shape/bytes/blake2b";
+  }
+  array.name = name->get<std::string>();
+  array.file = file->get<std::string>();
+  const std::string& file_name = array.file;
+  if (!IsArrayName(array.name) || file_name != release::ArrayFileName(array.name) ||
+      !listed.insert(file_name).second) {
+    return "manifest " + where + ": bad or repeated name, or file is not <name>.npy";
+  }
+  if (dtype->get<std::string>() != release::kNpyDtype) {
+    return "manifest " + where + " (" + file_name + "): dtype is not '<f8'";
+  }
+  for (const nlohmann::json& dim : *shape) {
+    if (!dim.is_number_unsigned()) {
+      return "manifest " + where + " (" + file_name + "): shape is not a list of integers >= 0";
+    }
+    array.shape.push_back(dim.get<int64_t>());
+  }
+  array.blake2b = hash->get<std::string>();
+  if (!IsHex256(array.blake2b)) {
+    return "manifest " + where + " (" + file_name + "): blake2b is not 64 hex characters";
+  }
+  array.bytes = bytes->get<uint64_t>();
+  return std::nullopt;
+}
+
+// Checks the concatenated chunks of `array`'s file against its entry: hash,
+// a strict .npy of its shape, finite values. Returns why the release is
+// dropped, or nothing if they match.
+std::optional<std::string> CheckArrayContent(const ManifestArray& array,
+                                             const std::string& content) {
+  const std::string& file_name = array.file;
+  if (release::Blake2bHex(content) != array.blake2b) {
+    return file_name + ": BLAKE2b-256 does not match the manifest";
+  }
+  StatusOr<release::ReleaseArray> decoded = release::DecodeNpy(content, array.name);
+  if (!decoded.ok()) return decoded.status().message();
+  if (decoded->shape != array.shape) {
+    return file_name + ": .npy shape differs from the manifest's";
+  }
+  for (double v : decoded->data) {
+    if (!std::isfinite(v)) return file_name + ": contains non-finite values";
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 ReleaseAssembler::ReleaseAssembler(ReleaseAssemblerOptions options) : options_(options) {}
@@ -175,6 +271,27 @@ void ReleaseAssembler::Evict(const std::string& keep, std::vector<Status>& error
   }
 }
 
+std::optional<std::string> ReleaseAssembler::JoinChunks(const std::string& file_name,
+                                                        const FileChunks& chunks,
+                                                        uint64_t expected_bytes,
+                                                        std::string& content) {
+  for (size_t i = 0; i < chunks.chunk_count; ++i) {
+    if (chunks.chunks.count(i) == 0) {
+      return file_name + ": chunk " + std::to_string(i) + " of " +
+             std::to_string(chunks.chunk_count) + " missing";
+    }
+  }
+  size_t total = 0;
+  for (const auto& [i, piece] : chunks.chunks) total += piece.size();
+  if (total != expected_bytes) {
+    return file_name + ": " + std::to_string(total) + " bytes, manifest says " +
+           std::to_string(expected_bytes);
+  }
+  content.reserve(total);
+  for (const auto& [i, piece] : chunks.chunks) content += piece;
+  return std::nullopt;
+}
+
 ReleaseAssembler::AddResult ReleaseAssembler::Complete(const std::string& release_id,
                                                        std::string_view manifest_bytes) {
   AddResult result;
@@ -190,22 +307,7 @@ ReleaseAssembler::AddResult ReleaseAssembler::Complete(const std::string& releas
   if (manifest.is_discarded() || !manifest.is_object()) {
     return fail("manifest.json is not a JSON object");
   }
-  const auto string_field = [&manifest](const char* key) -> std::optional<std::string> {
-    const auto it = manifest.find(key);
-    if (it == manifest.end() || !it->is_string()) return std::nullopt;
-    return it->get<std::string>();
-  };
-  if (string_field("format") != std::string(release::kFormatName)) {
-    return fail("manifest format is not \"vipsd-release\"");
-  }
-  const auto version = manifest.find("schema_version");
-  if (version == manifest.end() || !version->is_number_integer() ||
-      version->get<int64_t>() != kSupportedSchema) {
-    return fail("manifest schema_version is not 1");
-  }
-  if (string_field("release_id") != release_id) {
-    return fail("manifest release_id differs from vipsd-release-id");
-  }
+  if (const auto why = CheckManifestHeader(manifest, release_id)) return fail(*why);
   const auto arrays = manifest.find("arrays");
   if (arrays == manifest.end() || !arrays->is_array() || arrays->empty()) {
     return fail("manifest 'arrays' is not a non-empty list");
@@ -219,72 +321,19 @@ ReleaseAssembler::AddResult ReleaseAssembler::Complete(const std::string& releas
   encoded.release_id = release_id;
   std::set<std::string> listed;
   for (size_t index = 0; index < arrays->size(); ++index) {
-    const nlohmann::json& entry = (*arrays)[index];
-    const std::string where = "arrays[" + std::to_string(index) + "]";
-    if (!entry.is_object()) return fail("manifest " + where + " is not an object");
-    const auto name = entry.find("name");
-    const auto file = entry.find("file");
-    const auto dtype = entry.find("dtype");
-    const auto shape = entry.find("shape");
-    const auto bytes = entry.find("bytes");
-    const auto hash = entry.find("blake2b");
-    if (name == entry.end() || !name->is_string() || file == entry.end() || !file->is_string() ||
-        dtype == entry.end() || !dtype->is_string() || shape == entry.end() ||
-        !shape->is_array() || bytes == entry.end() || !bytes->is_number_unsigned() ||
-        hash == entry.end() || !hash->is_string()) {
-      return fail("manifest " + where + ": missing or mistyped name/file/dtype/shape/bytes/blake2b");
+    ManifestArray array;
+    if (const auto why = ReadManifestArray((*arrays)[index], index, listed, array)) {
+      return fail(*why);
     }
-    const std::string array_name = name->get<std::string>();
-    const std::string file_name = file->get<std::string>();
-    if (!IsArrayName(array_name) || file_name != release::ArrayFileName(array_name) ||
-        !listed.insert(file_name).second) {
-      return fail("manifest " + where + ": bad or repeated name, or file is not <name>.npy");
-    }
-    if (dtype->get<std::string>() != release::kNpyDtype) {
-      return fail("manifest " + where + " (" + file_name + "): dtype is not '<f8'");
-    }
-    std::vector<int64_t> expected_shape;
-    for (const nlohmann::json& dim : *shape) {
-      if (!dim.is_number_unsigned()) {
-        return fail("manifest " + where + " (" + file_name + "): shape is not a list of integers >= 0");
-      }
-      expected_shape.push_back(dim.get<int64_t>());
-    }
-    const std::string expected_hash = hash->get<std::string>();
-    if (!IsHex256(expected_hash)) {
-      return fail("manifest " + where + " (" + file_name + "): blake2b is not 64 hex characters");
-    }
-    const uint64_t expected_bytes = bytes->get<uint64_t>();
+    const std::string& file_name = array.file;
 
     const auto chunks_it = files.find(file_name);
     if (chunks_it == files.end()) return fail(file_name + ": no chunk received");
-    const FileChunks& chunks = chunks_it->second;
-    for (size_t i = 0; i < chunks.chunk_count; ++i) {
-      if (chunks.chunks.count(i) == 0) {
-        return fail(file_name + ": chunk " + std::to_string(i) + " of " +
-                    std::to_string(chunks.chunk_count) + " missing");
-      }
-    }
-    size_t total = 0;
-    for (const auto& [i, piece] : chunks.chunks) total += piece.size();
-    if (total != expected_bytes) {
-      return fail(file_name + ": " + std::to_string(total) + " bytes, manifest says " +
-                  std::to_string(expected_bytes));
-    }
     std::string content;
-    content.reserve(total);
-    for (const auto& [i, piece] : chunks.chunks) content += piece;
-    if (release::Blake2bHex(content) != expected_hash) {
-      return fail(file_name + ": BLAKE2b-256 does not match the manifest");
+    if (const auto why = JoinChunks(file_name, chunks_it->second, array.bytes, content)) {
+      return fail(*why);
     }
-    StatusOr<release::ReleaseArray> decoded = release::DecodeNpy(content, array_name);
-    if (!decoded.ok()) return fail(decoded.status().message());
-    if (decoded->shape != expected_shape) {
-      return fail(file_name + ": .npy shape differs from the manifest's");
-    }
-    for (double v : decoded->data) {
-      if (!std::isfinite(v)) return fail(file_name + ": contains non-finite values");
-    }
+    if (const auto why = CheckArrayContent(array, content)) return fail(*why);
     encoded.files.push_back({file_name, std::move(content)});
   }
   for (const auto& [file_name, chunks] : files) {

@@ -106,6 +106,12 @@ class ReleaseAssembler {
   AddResult AddChunk(const std::string& release_id, const std::string& file, size_t chunk,
                      size_t chunk_count, std::string_view value);
   AddResult Complete(const std::string& release_id, std::string_view manifest);
+  // Concatenates the chunks of `file_name` into `content` if all of them
+  // are there and they hold `expected_bytes`. Returns why the release is
+  // dropped, or nothing.
+  static std::optional<std::string> JoinChunks(const std::string& file_name,
+                                               const FileChunks& chunks, uint64_t expected_bytes,
+                                               std::string& content);
   void Drop(const std::string& release_id);
   void Evict(const std::string& keep, std::vector<Status>& errors);
 
