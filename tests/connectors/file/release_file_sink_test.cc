@@ -21,7 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-// Debian's interpreter: python3-numpy is installed for it (docs/architecture.md).
+// Debian's interpreter: scripts/setup.sh installs python3-numpy for it.
 constexpr char kPython[] = "/usr/bin/python3";
 
 std::string Decoder() { return std::string(VIPSD_SOURCE_DIR) + "/tools/decode_release.py"; }
