@@ -95,6 +95,16 @@ void Coordinator::TakeShare(const Context& context, const FederatedPlan& plan, i
                             std::map<std::string, FederatedShare>* shares,
                             std::map<std::string, std::string>* declined, SlotOutputs* out) {
   auto kind = WorkMessageKindOf(bytes);
+  if (!kind.ok() && kind.status().code() == StatusCode::kFailedPrecondition &&
+      !warned_old_message_) {
+    // A holder running an older vipsd: its joins are never planned. Said
+    // once per run (it asks again every few seconds); the version is public.
+    warned_old_message_ = true;
+    out->log_lines.emplace_back(LogLevel::kWarning,
+                                work_.Describe() + " offset " + std::to_string(offset) + ": " +
+                                    kind.status().ToString() +
+                                    "; ignored, and no round names its sender (said once per run)");
+  }
   if (!kind.ok() || *kind != WorkMessageKind::kFederatedShare) return;
   auto share = DecodeFederatedShare(bytes);
   if (!share.ok()) {

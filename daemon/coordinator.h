@@ -228,6 +228,9 @@ class Coordinator {
   // Each holder's incarnation from its last join (FederatedPlan::incarnations).
   std::map<std::string, std::string> incarnations_;
   bool round_unplanned_ = false;
+  // A federated message of an older vipsd (an old holder's joins and
+  // shares) was logged: said once per run, as it repeats every few seconds.
+  bool warned_old_message_ = false;
 };
 
 }  // namespace vipsd::daemon

@@ -567,6 +567,18 @@ Status Holder::Run() {
         }
         continue;
       }
+      if (!kind.ok() && kind.status().code() == StatusCode::kFailedPrecondition &&
+          !warned_old_message_) {
+        // A process of the federation running an older vipsd (an old
+        // aggregator's plans are never answered). Said once per run: such
+        // messages repeat every round.
+        warned_old_message_ = true;
+        Log(LogLevel::kWarning, kComponent,
+            work_.Describe() + " offset " + std::to_string(offset) + ": " +
+                kind.status().ToString() +
+                "; ignored: this holder answers only plans of its own version (said once per "
+                "run)");
+      }
       if (!kind.ok() || *kind != WorkMessageKind::kFederatedPlan) continue;
       auto plan = DecodeFederatedPlan(bytes);
       if (!plan.ok()) {

@@ -157,6 +157,7 @@ class Holder final : public WorkFollower {
   std::chrono::steady_clock::time_point last_join_{};  // when the last join left
   std::chrono::steady_clock::time_point last_plan_{};  // when the last plan arrived
   bool halted_ = false;           // its ceiling was reached: it no longer joins
+  bool warned_old_message_ = false;  // an older vipsd's plan was logged (once per run)
   std::string stopped_;           // why it stopped for the run ("" while it takes part)
   // This process's rounds by outcome (status.json; the metrics count them
   // too), and what Observe has yet to count.

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -19,6 +20,7 @@
 #include <gtest/gtest.h>
 
 #include "config/config.h"
+#include "core/base/log.h"
 #include "daemon/checkpoint.h"
 #include "daemon/federation.h"
 #include "daemon/ledger.h"
@@ -227,6 +229,45 @@ TEST(HolderTest, ItsJoinCarriesItsTermsAndStopsOnceAPlanNamesIt) {
   ASSERT_FALSE(left.empty());
   EXPECT_EQ(left.back().share.kind, ShareKind::kLeave);
   EXPECT_TRUE(f.result.ok()) << f.result.ToString();
+}
+
+TEST(HolderTest, AMessageOfAnOlderVipsdIsIgnoredAndSaidOnce) {
+  // An aggregator of an older vipsd (VFP2 plans): the holder cannot follow
+  // them, says so once (they repeat every round), and answers the plans of
+  // its own version as before.
+  std::mutex mutex;
+  std::vector<std::string> warnings;
+  SetLogSink([&](LogLevel level, std::string_view, std::string_view message) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (level == LogLevel::kWarning) warnings.emplace_back(message);
+  });
+  {
+    HolderFixture f("older");
+    f.Start();
+    const FederatedShare join = f.Join();
+    {
+      // Straight into the log: the exchange's Append refuses what this
+      // version cannot decode, as the Kafka one does.
+      std::lock_guard<std::mutex> lock(f.work->mutex);
+      f.work->plans.push_back("VFP2 an older aggregator's plan");
+      f.work->plans.push_back("VFP2 and its next one");
+    }
+    f.Append(f.Plan(1, join.incarnation));
+    auto answered = f.Receive(5s, ShareKind::kShare);
+    ASSERT_FALSE(answered.empty());
+    EXPECT_EQ(answered.back().share.kind, ShareKind::kShare);
+    f.Stop();
+  }
+  SetLogSink(nullptr);
+  int said = 0;
+  for (const std::string& line : warnings) {
+    if (line.find("a federated message of an older vipsd (VFP2/VFS2") == std::string::npos) continue;
+    ++said;
+    EXPECT_NE(line.find("answers only plans of its own version (said once per run)"),
+              std::string::npos)
+        << line;
+  }
+  EXPECT_EQ(said, 1);
 }
 
 TEST(HolderTest, ItsShareLeavesAtThePlansTimePlusItsDelayHoweverLongTheRoundTook) {

@@ -1418,6 +1418,19 @@ TEST_F(DaemonKafkaTest, JoinsAreCheckedBeforeAnyChargeAndARestartedHolderCostsAt
   ASSERT_TRUE(WaitFor([&] { return aggregator.Log().find("step=2 slot=") != std::string::npos; },
                       120s))
       << aggregator.Log();
+  // Two messages of an older vipsd's holder (VFS2), keyed by the job, on
+  // the partition the holders' shares go to (1): the aggregator ignores
+  // them and says so once.
+  ASSERT_TRUE(connectors::WriteFileDurably(
+                  dir_ + "/old.txt",
+                  "joinjob\tVFS2 an older holder's join\njoinjob\tVFS2 its next one\n", false,
+                  0600)
+                  .ok());
+  int kcat_code = 0;
+  const std::string kcat_out = Shell("kcat -P -b " + bootstrap_ +
+                                         " -t joinwork -p 1 -K '\t' -l " + dir_ + "/old.txt 2>&1",
+                                     &kcat_code);
+  ASSERT_EQ(kcat_code, 0) << kcat_out;
   holders["h1"]->Kill(SIGKILL);
   EXPECT_EQ(holders["h1"]->Wait(10s), -1);
   holders["h1"] = std::make_unique<VipsdProcess>(holder_config("h1"), dir_ + "/vipsd-h1b.log");
@@ -1432,6 +1445,11 @@ TEST_F(DaemonKafkaTest, JoinsAreCheckedBeforeAnyChargeAndARestartedHolderCostsAt
         << log;
   }
   EXPECT_EQ(log.find("h3 declined"), std::string::npos) << log;
+  const std::string older = "a federated message of an older vipsd (VFP2/VFS2";
+  const size_t old_message = log.find(older);
+  EXPECT_NE(old_message, std::string::npos) << log;
+  EXPECT_EQ(log.find(older, old_message + 1), std::string::npos) << "said once: " << log;
+  EXPECT_NE(log.find("no round names its sender (said once per run)"), std::string::npos) << log;
   // The kill and the restart together cost at most one abandoned round.
   size_t abandoned = 0;
   for (size_t at = log.find("abandoned ("); at != std::string::npos;
