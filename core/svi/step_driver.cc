@@ -530,11 +530,9 @@ Status StepDriver::SumStreams(const StepKey& key, const std::vector<StreamCandid
   if (on_sample_) ReportContributions(on_sample_, next_step_, streams, batches);
   if (phases != nullptr) phases->sample += Lap(clock);
 
-  // 3 + 4. E-step, clip and sum, in parallel over fixed chunks. The chunk
-  // list runs through the streams in order; a stream with an empty batch has
-  // one empty chunk so that its (zero) partial still reaches the sink. Chunk
-  // sums are merged in chunk order into the current stream's partial, which
-  // goes to the sink when the stream's last chunk is merged. Chunk
+  // 3 + 4. E-step, clip and sum, in parallel over fixed chunks (ChunksOf).
+  // Chunk sums are merged in chunk order into the current stream's partial,
+  // which goes to the sink when the stream's last chunk is merged. Chunk
   // boundaries do not depend on the thread count, so neither does the
   // result. Memory stays bounded (a few accumulators per worker).
   const std::vector<Chunk> chunks = ChunksOf(batches);
