@@ -433,11 +433,22 @@ Status KafkaProducer::Close(std::chrono::milliseconds timeout) {
   const int timeout_ms =
       static_cast<int>(std::clamp<int64_t>(timeout.count(), 0, INT32_MAX));
   (void)producer_->flush(timeout_ms);
-  const int left = producer_->outq_len();
+  // Serve the delivery reports that are already queued, then count the
+  // messages that still have none. outq_len() is not used: it also counts
+  // librdkafka's own events and requests (a connection error on the reply
+  // queue, the idempotent producer's InitProducerId), so a producer that
+  // never produced could fail its Close by a race with its own connect.
+  while (producer_->poll(0) > 0) {
+  }
+  size_t left = 0;
+  {
+    MutexLock lock(&state_mutex_);
+    for (const auto& [id, batch] : batches_) left += batch->pending;
+  }
   Status status;
   if (left > 0) {
     status = UnavailableError("kafka producer: " + std::to_string(left) +
-                              " message(s)/request(s) not delivered at close");
+                              " message(s) not delivered at close");
     Log(LogLevel::kWarning, kComponent, status.message());
   }
   producer_.reset();

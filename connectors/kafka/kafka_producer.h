@@ -39,8 +39,8 @@
 // messages); Close waits for a running call. stats() never blocks on Kafka.
 //
 // Lifecycle (librdkafka's rules): callback objects outlive the handle;
-// Close(timeout) flushes, then checks outq_len() and reports what was not
-// delivered, then destroys the handle. Close is idempotent; the destructor
+// Close(timeout) flushes, serves the queued delivery reports and reports the
+// messages still without one, then destroys the handle. Close is idempotent; the destructor
 // runs Close(0) if it was not called. Calls after Close are
 // FAILED_PRECONDITION. A fatal librdkafka error (e.g. an idempotence
 // sequence error) is sticky: every later call returns it; recreate the
@@ -142,8 +142,10 @@ class KafkaProducer {
   // `timeout`; nothing is produced either way.
   Status WarmTopic(const std::string& topic, std::chrono::milliseconds timeout);
 
-  // flush(timeout), then outq_len(): UNAVAILABLE "N message(s)/request(s)
-  // not delivered" if anything is left, then the handle is destroyed.
+  // flush(timeout), then the queued delivery reports are served: UNAVAILABLE
+  // "N message(s) not delivered" if a produced message still has no report
+  // (librdkafka's own requests and events are not counted), then the handle
+  // is destroyed.
   Status Close(std::chrono::milliseconds timeout);
 
   KafkaProducerStats stats() const;

@@ -82,7 +82,31 @@ TEST(KafkaProducerTest, RejectsInvalidOptionsNamingTheProperty) {
   const Status status = (*producer)->PublishRelease("releases", bad, std::chrono::seconds(1));
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("manifest.json"));
+  // Nothing was produced: Close succeeds although the client's connection
+  // error is on its reply queue by now (librdkafka's outq_len() counts it).
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_TRUE((*producer)->Close(std::chrono::milliseconds(0)).ok());
+}
+
+TEST(KafkaProducerTest, CloseCountsAMessageStillInFlight) {
+  auto cluster = NewCluster();
+  ASSERT_NE(cluster, nullptr);
+  ASSERT_TRUE(cluster->CreateTopic("out", 1).ok());
+  auto producer = NewProducer(*cluster);
+  ASSERT_NE(producer, nullptr);
+  const std::vector<OutMessage> warm = {Message("out", "k0", "warm")};
+  ASSERT_TRUE(producer->ProduceAndWait(warm, std::chrono::seconds(10)).ok());
+  // The broker answers after 3 s: the message leaves the client's queue (the
+  // timeout's purge cannot withdraw it) and has no report when Close runs.
+  ASSERT_EQ(rd_kafka_mock_broker_set_rtt(cluster->mock_handle(), 1, 3000),
+            RD_KAFKA_RESP_ERR_NO_ERROR);
+  const std::vector<OutMessage> slow_message = {Message("out", "k1", "slow")};
+  const Status slow = producer->ProduceAndWait(slow_message, std::chrono::milliseconds(300));
+  EXPECT_EQ(slow.code(), StatusCode::kUnavailable);
+  const Status closed = producer->Close(std::chrono::milliseconds(0));
+  EXPECT_EQ(closed.code(), StatusCode::kUnavailable);
+  EXPECT_THAT(closed.message(), HasSubstr("1 message(s) not delivered at close"));
+  EXPECT_TRUE(producer->Close(std::chrono::milliseconds(0)).ok());  // idempotent
 }
 
 TEST(KafkaProducerTest, ProduceAndWaitDeliversKeysValuesAndHeaders) {
