@@ -22,9 +22,9 @@
 #include "core/models/lda.h"
 #include "core/privacy/mechanisms/gaussian_mechanism.h"
 #include "core/privacy/mechanisms/secure_noise.h"
-#include "daemon/checkpoint.h"
-#include "daemon/model_setup.h"
-#include "daemon/work_exchange.h"
+#include "daemon/io/work_exchange.h"
+#include "daemon/setup/model_setup.h"
+#include "daemon/state/checkpoint.h"
 
 namespace {
 

@@ -16,9 +16,9 @@
 // (config/README.md lists the files).
 //
 // Two run modes follow from source.type:
-//   file   — the offline run (daemon/offline_run.h): read a JSON Lines file
+//   file   — the offline run (daemon/service/offline_run.h): read a JSON Lines file
 //            into the pool, step until max_steps/max_epochs or the ceiling.
-//   kafka  — the daemon (daemon/daemon.h): consume topics, step on a
+//   kafka  — the daemon (daemon/service/daemon.h): consume topics, step on a
 //            schedule, run until stopped.
 //
 // Thread-safety: parsing is pure; a VipsdConfig is a value. Failure: a
@@ -52,7 +52,7 @@ enum class Accounting { kGlobal, kResidency };
 // privacy filter.
 enum class Schedule { kFixed, kAdaptive };
 enum class CeilingAction { kHalt, kExit };
-// schedule.on_overrun (daemon/daemon.h): what a step that ran past the next
+// schedule.on_overrun (daemon/service/daemon.h): what a step that ran past the next
 // slot's deadline, or one overrun more than schedule.max_overruns, does.
 // kStop: stepping stops for the run (the release topic shows one event);
 // kCatchUp: its outputs leave at the next public boundary and the next
@@ -198,7 +198,7 @@ struct VipsdConfig {
   KafkaSettings kafka;
   std::string state_directory;            // ledger, checkpoint
   // kafka: the ledger of record also on this one-partition topic
-  // (daemon/ledger_replica.h), entries keyed by ledger_key (default: the
+  // (daemon/state/ledger_replica.h), entries keyed by ledger_key (default: the
   // consumer group id). "" = the local file only.
   std::string ledger_topic;
   std::string ledger_key;
@@ -207,7 +207,7 @@ struct VipsdConfig {
   double standby_takeover_seconds = 0;
   // kafka, with ledger_topic: the process that owns the job coordinates
   // and the standbys (standby_takeover_seconds > 0) work for it — plans and
-  // partial sums on this two-partition topic (daemon/work_exchange.h).
+  // partial sums on this two-partition topic (daemon/io/work_exchange.h).
   // "" = no shared work.
   std::string work_topic;
   // With work_topic: whether this process reads input partitions (joins the

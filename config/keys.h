@@ -49,7 +49,7 @@ enum class Reload {
   // σ: live, but a change between 0 and > 0 is refused as kPrivacyMode.
   kLiveWithinPrivacyMode,
   kRestart,  // refused: a restart applies it
-  // Refused: the state directory keeps it for good (daemon/ledger.h), so
+  // Refused: the state directory keeps it for good (daemon/state/ledger.h), so
   // it needs a restart with a new state directory.
   kStateDirectory,
   // As kStateDirectory, and one privacy mode per state directory: private

@@ -1,7 +1,7 @@
 // SourceMessage: one record as a source hands it over — a Kafka message or
 // a line of a JSON Lines file — with its stream position. The one record
 // type at the connector seam: the Kafka consumer fills it, the daemon's
-// InputSource returns it (daemon/io.h: InputRecord is this type), the
+// InputSource returns it (daemon/io/io.h: InputRecord is this type), the
 // dead-letter message is made from it.
 //
 // Privacy: key, payload and headers are private record content: never

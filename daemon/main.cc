@@ -3,10 +3,10 @@
 //   vipsd --config FILE [--check-config]
 //   vipsd status --state DIR [--delta D] [--json]
 //
-// source.type: file  → the offline run (daemon/offline_run.h);
-// source.type: kafka → the daemon (daemon/daemon.h), until SIGTERM/SIGINT,
+// source.type: file  → the offline run (daemon/service/offline_run.h);
+// source.type: kafka → the daemon (daemon/service/daemon.h), until SIGTERM/SIGINT,
 //                      reloading on SIGHUP; with kafka.embedded: true it
-//                      first starts an in-process Kafka (daemon/embedded.h).
+//                      first starts an in-process Kafka (daemon/io/embedded.h).
 // Runs in the foreground (systemd Type=notify; never self-daemonises).
 #include <pthread.h>
 #include <signal.h>
@@ -20,12 +20,12 @@
 
 #include "config/config.h"
 #include "core/base/log.h"
-#include "daemon/check_config.h"
-#include "daemon/daemon.h"
-#include "daemon/federation.h"
-#include "daemon/offline_run.h"
-#include "daemon/service.h"
-#include "daemon/state_status.h"
+#include "daemon/service/check_config.h"
+#include "daemon/service/daemon.h"
+#include "daemon/service/offline_run.h"
+#include "daemon/service/service.h"
+#include "daemon/setup/federation.h"
+#include "daemon/state/state_status.h"
 
 #ifndef VIPSD_VERSION
 #define VIPSD_VERSION "unknown"

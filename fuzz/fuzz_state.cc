@@ -6,8 +6,8 @@
 #include <string>
 
 #include "core/release/release.h"
-#include "daemon/checkpoint.h"
-#include "daemon/ledger.h"
+#include "daemon/state/checkpoint.h"
+#include "daemon/state/ledger.h"
 #include "fuzz/fuzz_util.h"
 
 using namespace vipsd;

@@ -1,4 +1,4 @@
-// The shared-work messages (daemon/work_exchange.h: plans and partials on
+// The shared-work messages (daemon/io/work_exchange.h: plans and partials on
 // the work topic, written by other vipsd processes) on arbitrary bytes: as
 // given (the checksum must refuse nearly all of them) and re-signed behind
 // a valid magic so that the field parser is reached. A decoded plan or
@@ -11,7 +11,7 @@
 // (0, 1] and a sum. The first byte picks plan, partial or release.
 #include <string>
 
-#include "daemon/work_exchange.h"
+#include "daemon/io/work_exchange.h"
 #include "fuzz/fuzz_util.h"
 
 using namespace vipsd;

@@ -1,6 +1,6 @@
 // KafkaPartitionReader: reads an offset range of one partition (no consumer
 // group membership, no commits): for logs the daemon reads as a whole, such
-// as the ledger topic (daemon/ledger_replica.h).
+// as the ledger topic (daemon/state/ledger_replica.h).
 //
 // Read(from, to) consumes from `from` (the partition stays assigned between
 // calls unless Pause() unassigned it; a read that does not continue the

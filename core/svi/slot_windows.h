@@ -9,7 +9,7 @@
 //   window(s, k) = [cut(s, k − M), cut(s, k))
 // where M = window_slots, or [origin(s), cut(s, k)) when the window is "all".
 //
-// The cut rule (the daemon applies it, daemon/ingest.h SlotTargets; this
+// The cut rule (the daemon applies it, daemon/parts/ingest.h SlotTargets; this
 // class records the result). A record's TIME is its Kafka timestamp in
 // milliseconds; with source.timestamps: log_append_time only broker-set
 // ones (LogAppendTime) are accepted, so it is when the broker appended it.

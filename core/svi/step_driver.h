@@ -63,9 +63,9 @@
 
 #include "core/base/status.h"
 #include "core/model/model.h"
+#include "core/privacy/accounting/rdp_accountant.h"
 #include "core/privacy/mechanisms/gaussian_mechanism.h"
 #include "core/privacy/mechanisms/noise_source.h"
-#include "core/privacy/accounting/rdp_accountant.h"
 #include "core/svi/record_pool.h"
 #include "core/svi/step_randomness.h"
 
@@ -149,7 +149,7 @@ using SampleObserver = std::function<void(int64_t step, const Contributions& con
 // reads its RDP accountant (the filter's ceiling check, the ε spent) and
 // charges one composition per step through Charge, never by writing to the
 // accountant itself: a daemon's budget lives in its ledger, whose keeper
-// (daemon/ledger_keeper.h) is the only writer of it. A bare RdpAccountant
+// (daemon/parts/ledger_keeper.h) is the only writer of it. A bare RdpAccountant
 // serves the offline tools and the tests (Create's accountant overload).
 class ChargeBook {
  public:
@@ -226,7 +226,7 @@ class StepDriver {
   const model::Model& model() const { return *model_; }
   // Called by Finish with every released (noisy: public) sum, its step and
   // the q, ρ_t and σ its M-step uses (what Advance-like replays need), e.g. to
-  // hand it to replicas or to a plan (daemon/coordinator.h). Called before
+  // hand it to replicas or to a plan (daemon/step/coordinator.h). Called before
   // that M-step runs, which may still fail (Finish returns its error): an
   // observer that needs the M-stepped model waits for Finish's result.
   using ReleaseObserver =

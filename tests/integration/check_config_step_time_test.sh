@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `vipsd --check-config` times a worst-case step on synthetic records
-# (daemon/step_calibration.h) and states the figure against the slot; a
+# (daemon/setup/step_calibration.h) and states the figure against the slot; a
 # 10 ms slot is shorter than the step's CPU time spread over its threads,
 # so --check-config and a start both refuse it (exit 2), naming the key, its
 # line and the measured figures, before any Kafka client starts; with

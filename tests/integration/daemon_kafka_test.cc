@@ -36,9 +36,9 @@
 #include "connectors/kafka/kafka_producer.h"
 #include "connectors/kafka/mock_cluster.h"
 #include "core/privacy/accounting/fixed_schedule.h"
-#include "daemon/budget.h"
-#include "daemon/ledger.h"
-#include "daemon/work_exchange.h"
+#include "daemon/io/work_exchange.h"
+#include "daemon/state/budget.h"
+#include "daemon/state/ledger.h"
 
 namespace vipsd {
 namespace {
@@ -179,7 +179,7 @@ class DaemonKafkaTest : public ::testing::Test {
          << extra_schedule
          // A pool sized for the test's records: the default (100,000) makes
          // the worst-case step longer than the 0.2 s slot, which a start
-         // refuses (daemon/step_calibration.h).
+         // refuses (daemon/setup/step_calibration.h).
          << "pool:\n  capacity: 10000\n"
          << "source:\n  type: kafka\n"
          << (input_topic_.empty() ? "" : "  topics: [" + input_topic_ + "]\n")

@@ -37,8 +37,8 @@
 
 #include "connectors/kafka/kafka_producer.h"
 #include "connectors/kafka/mock_cluster.h"
-#include "daemon/daemon.h"
-#include "daemon/kafka_io.h"
+#include "daemon/io/kafka_io.h"
+#include "daemon/service/daemon.h"
 
 namespace vipsd::daemon {
 namespace {

@@ -12,7 +12,7 @@
 #include <iostream>
 #include <string>
 
-#include "daemon/metrics.h"
+#include "daemon/io/metrics.h"
 
 int main(int argc, char** argv) {
   using namespace vipsd::daemon;

@@ -9,7 +9,8 @@ layering docs/development.md describes: core is pure computation and never
 includes config, connectors, daemon or tools; inside core, base is at the
 bottom, and the two halves of core/privacy (mechanisms: what touches the
 statistics and the noise; accounting: what computes epsilon) never include
-each other. Exits 1 naming every include that breaks a rule, and fails too
+each other; the daemon's folders (state, io, parts, setup, step, service)
+include only the ones below them. Exits 1 naming every include that breaks a rule, and fails too
 when a folder it expects is gone (a rename must update the rules) or a rule
 names nothing (so that a mistyped prefix cannot pass vacuously).
 """
@@ -18,6 +19,7 @@ import re
 import sys
 
 PRIVACY = ("core/privacy/mechanisms/", "core/privacy/accounting/")
+OUTSIDE_DAEMON = ("core/", "config/", "connectors/")
 # folder -> folders (prefixes) its files may include, besides itself
 RULES = {
     "core/base/": (),
@@ -31,7 +33,17 @@ RULES = {
     # Outside core: nothing includes the daemon or the tools but themselves.
     "connectors/": ("core/",),
     "config/": ("core/", "connectors/file/"),
-    "daemon/": ("core/", "config/", "connectors/"),
+    # The daemon's folders, bottom to top (daemon/README.md); main.cc, in
+    # daemon/ itself, may use them all.
+    "daemon/state/": OUTSIDE_DAEMON,
+    "daemon/io/": OUTSIDE_DAEMON + ("daemon/state/",),
+    "daemon/parts/": OUTSIDE_DAEMON + ("daemon/state/", "daemon/io/"),
+    "daemon/setup/": OUTSIDE_DAEMON + ("daemon/state/", "daemon/io/", "daemon/parts/"),
+    "daemon/step/": OUTSIDE_DAEMON + ("daemon/state/", "daemon/io/", "daemon/parts/",
+                                      "daemon/setup/"),
+    "daemon/service/": OUTSIDE_DAEMON + ("daemon/state/", "daemon/io/", "daemon/parts/",
+                                         "daemon/setup/", "daemon/step/"),
+    "daemon/": OUTSIDE_DAEMON,
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+/[^"]+)"', re.M)
 

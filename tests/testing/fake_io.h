@@ -1,5 +1,5 @@
 // TEST-ONLY honest in-memory fakes of the daemon's input and output
-// (daemon/io.h), as docs/style.md "Tests" asks (fakes before mocks): FakeTopic is a
+// (daemon/io/io.h), as docs/style.md "Tests" asks (fakes before mocks): FakeTopic is a
 // partitioned log that outlives daemon instances, like Kafka's; FakeSource
 // reads it as a consumer group member would (resume offsets, the group's
 // committed offsets, pause/resume, end of partition), stamps each message
@@ -27,9 +27,9 @@
 #include <vector>
 
 #include "connectors/file/file_util.h"
-#include "daemon/io.h"
-#include "daemon/ledger.h"
-#include "daemon/run_control.h"
+#include "daemon/io/io.h"
+#include "daemon/parts/run_control.h"
+#include "daemon/state/ledger.h"
 
 namespace vipsd::daemon {
 

@@ -1,4 +1,4 @@
-// TEST-ONLY edits of a ledger's text (daemon/ledger.h, docs/ledger_format.md)
+// TEST-ONLY edits of a ledger's text (daemon/state/ledger.h, docs/ledger_format.md)
 // that keep it checksum-valid, so that a test reaches the checks behind the
 // checksum: the body is every byte before the last line, which is
 // `blake2b <hex of the body>`; a section is `section NAME LENGTH\n` followed

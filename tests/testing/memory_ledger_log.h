@@ -1,4 +1,4 @@
-// TEST-ONLY: the ledger topic (daemon/ledger_replica.h) in memory, an
+// TEST-ONLY: the ledger topic (daemon/state/ledger_replica.h) in memory, an
 // ordered log shared by several replicas (the processes).
 #pragma once
 
@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/ledger_replica.h"
+#include "daemon/state/ledger_replica.h"
 
 namespace vipsd::daemon {
 

@@ -1,4 +1,4 @@
-// TEST-ONLY: the work topic (daemon/work_exchange.h) in memory — two
+// TEST-ONLY: the work topic (daemon/io/work_exchange.h) in memory — two
 // totally ordered logs, plans and partial sums, shared by every end made
 // from one MemoryWorkTopic. An end reads the log its role needs (a worker
 // the plans, the coordinator the partials) from the log's end when it was
@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "daemon/work_exchange.h"
+#include "daemon/io/work_exchange.h"
 
 namespace vipsd::daemon {
 

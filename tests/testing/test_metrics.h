@@ -4,7 +4,7 @@
 #include <memory>
 #include <utility>
 
-#include "daemon/metrics.h"
+#include "daemon/io/metrics.h"
 
 namespace vipsd::daemon {
 

@@ -13,9 +13,9 @@
 #include <gtest/gtest.h>
 
 #include "config/config.h"
-#include "daemon/metrics.h"
-#include "daemon/model_setup.h"
-#include "daemon/startup_check.h"
+#include "daemon/io/metrics.h"
+#include "daemon/setup/model_setup.h"
+#include "daemon/setup/startup_check.h"
 #include "tests/testing/fake_io.h"
 #include "tests/testing/memory_work_exchange.h"
 #include "tests/testing/test_metrics.h"

@@ -77,7 +77,7 @@ StatusOr<double> NoiseMultiplierForEpsilon(AccountantKind kind, double target_ep
 // What a step's timing adds to δ (SECURITY.md "Overruns"). The worst-case
 // step is timed at the batch B that Poisson sampling exceeds with
 // probability below kBatchTailProbability per step, whatever the data
-// (daemon/step_calibration.h). When that step fits its slot with margin on
+// (daemon/setup/step_calibration.h). When that step fits its slot with margin on
 // the calibrated machine, an overrun needs a batch above B: over T steps
 // with probability at most β = T · kBatchTailProbability (a union bound), and
 // the run is (ε, δ + β)-DP with the overrun's event counted as a failure.

@@ -15,7 +15,7 @@ namespace {
 constexpr size_t kCurveCacheSize = 8;
 
 // Step counters stay at most 2^53 (exact as doubles; far from int64
-// overflow), the bound every ledger counter obeys (daemon/ledger.h).
+// overflow), the bound every ledger counter obeys (daemon/state/ledger.h).
 constexpr int64_t kMaxSteps = int64_t{1} << 53;
 
 Status ValidateResidency(int64_t max_residency_steps) {
