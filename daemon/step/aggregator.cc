@@ -115,10 +115,9 @@ StatusOr<svi::StepResult> Aggregator::Step(int64_t slot, const SlotTargets& targ
 }
 
 StepFailure Aggregator::Classify(const Status& error) const {
+  // A round holds no window, so nothing it returns is an overflow (an
+  // OUT_OF_RANGE comes from the M-step: a failed step).
   if (round_unplanned_ || error.code() == StatusCode::kCancelled) return StepFailure::kQuiet;
-  // As the shared step's (Coordinator::Classify); a round itself holds no
-  // window, so it does not return OUT_OF_RANGE for one.
-  if (error.code() == StatusCode::kOutOfRange) return StepFailure::kWindowOverflow;
   return StepFailure::kFailed;
 }
 

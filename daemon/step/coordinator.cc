@@ -30,6 +30,7 @@ StatusOr<svi::StepResult> Coordinator::Step(int64_t slot, const SlotTargets& tar
   // computed wherever the consumer group put them.
   if (parts_.driver == nullptr) return FailedPreconditionError("coordinator: no parts bound");
   cuts_.clear();
+  window_overflow_ = false;
   Context context;
   static_cast<StepParts&>(context) = parts_;
   context.model_step = model_step;
@@ -46,14 +47,11 @@ StatusOr<svi::StepResult> Coordinator::Step(int64_t slot, const SlotTargets& tar
 }
 
 StepFailure Coordinator::Classify(const Status& error) const {
-  switch (error.code()) {
-    case StatusCode::kOutOfRange:
-      return StepFailure::kWindowOverflow;
-    case StatusCode::kCancelled:
-      return StepFailure::kQuiet;
-    default:
-      return StepFailure::kFailed;
-  }
+  // Only a window that a process cannot hold stops stepping as an overflow;
+  // an OUT_OF_RANGE from the M-step (a sum that is not finite) is a failed
+  // step, as in one process.
+  if (window_overflow_) return StepFailure::kWindowOverflow;
+  return error.code() == StatusCode::kCancelled ? StepFailure::kQuiet : StepFailure::kFailed;
 }
 
 StatusOr<WorkPlan> Coordinator::AppendPlan(const Context& context,
@@ -296,6 +294,7 @@ Status Coordinator::Gather(const Context& context, WorkPlan& plan,
       }
     }
     if (!overflowing.empty()) {
+      window_overflow_ = true;
       return OutOfRangeError("the window of " + overflowing +
                              " does not fit this process's pool.capacity = " +
                              std::to_string(config.pool_capacity) +
@@ -471,6 +470,7 @@ Status Coordinator::MergePartial(
     }
   }
   if (partial->overflow) {
+    window_overflow_ = true;
     return OutOfRangeError("the window of " + partial->streams.front().name +
                            " does not fit the pool.capacity of the process holding it (" +
                            partial->instance + "; no release; the step was charged)");

@@ -167,6 +167,9 @@ class Coordinator final : public SlotStep {
   // Every partial below this offset of the partial log has been read
   // (WorkPlan::partials_read).
   int64_t partials_read_ = 0;
+  // The last Step failed because a process could not hold a partition's
+  // window (Classify: kWindowOverflow).
+  bool window_overflow_ = false;
 };
 
 }  // namespace vipsd::daemon

@@ -565,6 +565,24 @@ TEST(CoordinatorTest, APartitionNoProcessCanHoldStopsStepping) {
   // Charged and its number consumed: an overcount, never an undercount.
   EXPECT_EQ(coordinator.driver->next_step(), 2);
   EXPECT_EQ(coordinator.keeper->state().accountant.steps(), 1);
+  // The slot loop stops stepping as one process's overflow stops it.
+  EXPECT_EQ(coordinator.coordinator->Classify(result.status()), StepFailure::kWindowOverflow);
+}
+
+TEST(CoordinatorTest, OnlyAWindowNoProcessCanHoldIsAnOverflow) {
+  WorkFixture f("coordinator_classify");
+  MemoryLog ledger_log;
+  CoordinatorProcess coordinator(f, ledger_log, {0, 1});
+  SlotOutputs out;
+  ASSERT_TRUE(coordinator.Step(f, &out).ok());
+  // An OUT_OF_RANGE from the M-step (a statistic sum that is not finite)
+  // after a step whose windows all fitted is a failed step: said as such,
+  // its charge recorded, stepping not stopped for pool.capacity.
+  EXPECT_EQ(coordinator.coordinator->Classify(OutOfRangeError("blr statistics are not finite")),
+            StepFailure::kFailed);
+  EXPECT_EQ(coordinator.coordinator->Classify(CancelledError("stopping")), StepFailure::kQuiet);
+  EXPECT_EQ(coordinator.coordinator->Classify(UnavailableError("no partial")),
+            StepFailure::kFailed);
 }
 
 TEST(CoordinatorTest, ACoordinatorThatLostTheJobStopsWaitingForPartials) {
