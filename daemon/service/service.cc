@@ -86,6 +86,13 @@ class Service {
   std::optional<int> StandBy(LedgerReplica& replica);
   bool StopRequested();
   SourceFactory KafkaInputs();
+  // The service's Kafka clients, made once the brokers answer
+  // (RetryWhileUnavailable: a stop signal meanwhile gives CANCELLED).
+  StatusOr<std::unique_ptr<WorkExchange>> WorkExchangeUntilAvailable(WorkRole role);
+  StatusOr<std::unique_ptr<OutputSink>> OutputUntilAvailable();
+  // The exit code after a client could not be made, said: 0 when a stop
+  // signal ended the wait, else ExitCodeFor.
+  int ExitAfter(const std::string& what, const Status& status);
   // federation.role: holder — the Holder in place of a daemon.
   int RunHolder();
   int RunUntilStopped();
@@ -174,23 +181,17 @@ bool Service::StopRequested() {
     if (signal < 0) return stopping_;
     if (signal == SIGINT || signal == SIGTERM) {
       Log(LogLevel::kInfo, "main",
-          std::string("signal ") + strsignal(signal) + " while standing by: stopping");
+          std::string("signal ") + strsignal(signal) + " before the run: stopping");
       stopping_ = true;
     }  // SIGHUP while standing by: the configuration is read at take-over
   }
 }
 
 int Service::RunHolder() {
-  auto exchange = NewKafkaWorkExchange(config_, bootstrap_, WorkRole::kWorker);
-  if (!exchange.ok()) {
-    Log(LogLevel::kError, "main", "work topic: " + exchange.status().ToString());
-    return ExitCodeFor(exchange.status());
-  }
-  auto output = NewDaemonOutput(config_, bootstrap_);
-  if (!output.ok()) {
-    Log(LogLevel::kError, "main", "output: " + output.status().ToString());
-    return ExitCodeFor(output.status());
-  }
+  auto exchange = WorkExchangeUntilAvailable(WorkRole::kWorker);
+  if (!exchange.ok()) return ExitAfter("work topic", exchange.status());
+  auto output = OutputUntilAvailable();
+  if (!output.ok()) return ExitAfter("output", output.status());
   auto holder = Holder::Create(config_, KafkaInputs(), std::move(*output), metrics_.get(),
                                std::move(*exchange), options_);
   if (!holder.ok()) {
@@ -232,6 +233,27 @@ SourceFactory Service::KafkaInputs() {
   };
 }
 
+StatusOr<std::unique_ptr<WorkExchange>> Service::WorkExchangeUntilAvailable(WorkRole role) {
+  return RetryWhileUnavailable<std::unique_ptr<WorkExchange>>(
+      "work topic", [this, role] { return NewKafkaWorkExchange(config_, bootstrap_, role); },
+      [this] { return StopRequested(); });
+}
+
+StatusOr<std::unique_ptr<OutputSink>> Service::OutputUntilAvailable() {
+  return RetryWhileUnavailable<std::unique_ptr<OutputSink>>(
+      "output", [this] { return NewDaemonOutput(config_, bootstrap_); },
+      [this] { return StopRequested(); });
+}
+
+int Service::ExitAfter(const std::string& what, const Status& status) {
+  if (status.code() == StatusCode::kCancelled) {
+    Log(LogLevel::kInfo, "main", "stopped while waiting for the brokers (" + what + ")");
+    return 0;
+  }
+  Log(LogLevel::kError, "main", what + ": " + status.ToString());
+  return ExitCodeFor(status);
+}
+
 std::optional<int> Service::StandBy(LedgerReplica& replica) {
   const bool shared = !config_.work_topic.empty();
   std::ostringstream seconds;
@@ -254,16 +276,10 @@ std::optional<int> Service::StandBy(LedgerReplica& replica) {
   Status worker_result = Status::Ok();
   if (shared) {
     if (config_.work_partitions) metrics_->standby().Set(0);  // working, not idle
-    auto exchange = NewKafkaWorkExchange(config_, bootstrap_, WorkRole::kWorker);
-    if (!exchange.ok()) {
-      Log(LogLevel::kError, "main", "work topic: " + exchange.status().ToString());
-      return ExitCodeFor(exchange.status());
-    }
-    auto worker_output = NewDaemonOutput(config_, bootstrap_);
-    if (!worker_output.ok()) {
-      Log(LogLevel::kError, "main", "output: " + worker_output.status().ToString());
-      return ExitCodeFor(worker_output.status());
-    }
+    auto exchange = WorkExchangeUntilAvailable(WorkRole::kWorker);
+    if (!exchange.ok()) return ExitAfter("work topic", exchange.status());
+    auto worker_output = OutputUntilAvailable();
+    if (!worker_output.ok()) return ExitAfter("output", worker_output.status());
     auto created = Worker::Create(config_, KafkaInputs(), std::move(*worker_output),
                                   metrics_.get(), std::move(*exchange), options_);
     if (!created.ok()) {
@@ -307,11 +323,8 @@ std::optional<int> Service::StandBy(LedgerReplica& replica) {
 }
 
 std::optional<int> Service::Claim() {
-  auto output = NewDaemonOutput(config_, bootstrap_);
-  if (!output.ok()) {
-    Log(LogLevel::kError, "main", "output: " + output.status().ToString());
-    return ExitCodeFor(output.status());
-  }
+  auto output = OutputUntilAvailable();
+  if (!output.ok()) return ExitAfter("output", output.status());
   DaemonHooks hooks;
   if (config_.kafka.embedded) {
     hooks.after_release = [this](const release::Release& release) {
@@ -329,28 +342,21 @@ std::optional<int> Service::Claim() {
   for (;;) {
     std::unique_ptr<LedgerReplica> replica;
     if (!config_.ledger_topic.empty()) {
-      auto made = NewKafkaLedgerReplica(config_, bootstrap_);
-      if (!made.ok()) {
-        Log(LogLevel::kError, "main", "ledger topic: " + made.status().ToString());
-        return ExitCodeFor(made.status());
-      }
+      auto made = RetryWhileUnavailable<std::unique_ptr<LedgerReplica>>(
+          "ledger topic", [this] { return NewKafkaLedgerReplica(config_, bootstrap_); },
+          [this] { return StopRequested(); });
+      if (!made.ok()) return ExitAfter("ledger topic", made.status());
       replica = std::move(*made);
     }
     if (standby) {
       if (auto exit = StandBy(*replica)) return exit;
     }
-    if (!output.ok()) output = NewDaemonOutput(config_, bootstrap_);
-    if (!output.ok()) {
-      Log(LogLevel::kError, "main", "output: " + output.status().ToString());
-      return ExitCodeFor(output.status());
-    }
+    if (!output.ok()) output = OutputUntilAvailable();
+    if (!output.ok()) return ExitAfter("output", output.status());
     std::unique_ptr<WorkExchange> exchange;
     if (shared) {
-      auto made = NewKafkaWorkExchange(config_, bootstrap_, WorkRole::kCoordinator);
-      if (!made.ok()) {
-        Log(LogLevel::kError, "main", "work topic: " + made.status().ToString());
-        return ExitCodeFor(made.status());
-      }
+      auto made = WorkExchangeUntilAvailable(WorkRole::kCoordinator);
+      if (!made.ok()) return ExitAfter("work topic", made.status());
       exchange = std::move(*made);
     }
     auto daemon = Daemon::Create(config_, KafkaInputs(), std::move(*output), metrics_.get(),

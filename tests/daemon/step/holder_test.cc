@@ -40,6 +40,32 @@ constexpr int64_t kShareDelayMs = 1000;
 
 int64_t NowMs() { return static_cast<int64_t>(std::floor(WallNow() * 1000)); }
 
+// A source whose fetches stall: every poll reports the assignment and
+// nothing else (no record, no end reached); the bounds are the log's.
+class StalledSource final : public InputSource {
+ public:
+  explicit StalledSource(std::unique_ptr<InputSource> inner) : inner_(std::move(inner)) {}
+  StatusOr<PollBatch> Poll(size_t max_records, std::chrono::milliseconds timeout) override {
+    VIPSD_ASSIGN_OR_RETURN(PollBatch batch, inner_->Poll(max_records, timeout));
+    PollBatch stalled;
+    stalled.assignment = batch.assignment;
+    std::this_thread::sleep_for(std::min(timeout, 5ms));
+    return stalled;
+  }
+  Status MarkDone(const InputRecord& record) override { return inner_->MarkDone(record); }
+  Status Pause(const std::set<std::string>& s) override { return inner_->Pause(s); }
+  Status Resume(const std::set<std::string>& s) override { return inner_->Resume(s); }
+  StatusOr<std::map<std::string, StreamBounds>> ObserveBounds(double as_of) override {
+    return inner_->ObserveBounds(as_of);
+  }
+  Status Commit() override { return inner_->Commit(); }
+  int64_t Lag() const override { return inner_->Lag(); }
+  Status Close() override { return inner_->Close(); }
+
+ private:
+  std::unique_ptr<InputSource> inner_;
+};
+
 // One holder, h1 of the roster {h1, h2}, reading nine documents from a fake
 // topic; `extra_pool` adds lines to the pool section (its capacity).
 struct HolderFixture {
@@ -97,15 +123,19 @@ struct HolderFixture {
 
   ~HolderFixture() { Stop(); }
 
-  void Start(std::chrono::milliseconds round_delay = 0ms) {
+  // `stalled_input`: the source reports its partitions but never delivers a
+  // record or reaches an end (a broker that stopped answering fetches).
+  void Start(std::chrono::milliseconds round_delay = 0ms, bool stalled_input = false) {
     DaemonOptions options;
     options.allow_fixed_seed_noise = true;
     options.test_holder_round_delay = round_delay;
     auto log = topic;
-    SourceFactory sources = [log](ResumeOffsetFn resume) -> StatusOr<std::unique_ptr<InputSource>> {
+    SourceFactory sources = [log, stalled_input](
+                                ResumeOffsetFn resume) -> StatusOr<std::unique_ptr<InputSource>> {
       // As a Kafka consumer, it reports the partitions the group gave it.
-      return std::unique_ptr<InputSource>(
-          new FakeSource(log, std::move(resume), std::set<int32_t>{0, 1}));
+      auto source = std::make_unique<FakeSource>(log, std::move(resume), std::set<int32_t>{0, 1});
+      if (!stalled_input) return std::unique_ptr<InputSource>(std::move(source));
+      return std::unique_ptr<InputSource>(new StalledSource(std::move(source)));
     };
     auto created = Holder::Create(config, std::move(sources),
                                   std::make_unique<FakeSink>(std::make_shared<SinkLog>()),
@@ -372,6 +402,45 @@ TEST(HolderTest, AWindowOverCapacityDeclinesAtTheShareTimeOnceAndStopsTheRun) {
   for (const auto& message : f.Receive(4s)) {
     EXPECT_NE(message.share.kind, ShareKind::kJoin);
   }
+}
+
+TEST(HolderTest, InputNotReadToTheCutByTheShareTimeDeclinesOnceUnchargedAndStopsTheRun) {
+  // Issue 49 item 4, the other data-dependent failure: how fast the input is
+  // read. The decline leaves at the share time with the fixed reason (which
+  // failure it was stays in the holder's log), nothing is charged, and the
+  // holder asks to join no more this run.
+  std::mutex mutex;
+  std::vector<std::string> errors;
+  SetLogSink([&](LogLevel level, std::string_view, std::string_view message) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (level == LogLevel::kError) errors.emplace_back(message);
+  });
+  {
+    HolderFixture f("stalled");
+    f.Start(0ms, /*stalled_input=*/true);
+    const FederatedShare join = f.Join();
+    const FederatedPlan plan = f.Plan(1, join.incarnation);
+    f.Append(plan);
+    auto answered = f.Receive(5s, ShareKind::kDecline);
+    ASSERT_FALSE(answered.empty());
+    EXPECT_EQ(answered.back().share.kind, ShareKind::kDecline);
+    EXPECT_EQ(answered.back().share.reason, "this holder stopped for this run");
+    EXPECT_GE(answered.back().at_ms - plan.issued_ms, kShareDelayMs);
+    EXPECT_EQ(f.StepsCharged(), 0);
+    EXPECT_EQ(f.metrics->federation_holder_stopped().Value(), 1);
+    f.Append(f.Plan(2, join.incarnation, /*named=*/false));
+    for (const auto& message : f.Receive(3s)) {
+      EXPECT_NE(message.share.kind, ShareKind::kJoin);
+    }
+    f.Stop();
+  }
+  SetLogSink(nullptr);
+  int said = 0;
+  for (const std::string& line : errors) {
+    said += line.find("its input was not read to the slot's cut by its share time "
+                      "(nothing charged)") != std::string::npos;
+  }
+  EXPECT_EQ(said, 1);
 }
 
 TEST(HolderTest, APlanOfOtherTermsStopsTheHolderNamingTheKeyBeforeAnythingIsCharged) {
