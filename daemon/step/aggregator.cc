@@ -204,8 +204,14 @@ void Aggregator::TakeShare(const FederatedPlan& plan, int64_t offset, const std:
       participants_.erase(share->holder);
       joining_.erase(share->holder);
     }
-    if (plan.step != 0 && std::binary_search(plan.participants.begin(),
-                                             plan.participants.end(), share->holder) &&
+    // Only the incarnation the plan names can end the round: a leave of
+    // another (an earlier process of the same holder that stopped late)
+    // would abandon a charged round for nothing.
+    const auto named = std::lower_bound(plan.participants.begin(), plan.participants.end(),
+                                        share->holder);
+    if (plan.step != 0 && named != plan.participants.end() && *named == share->holder &&
+        plan.incarnations[static_cast<size_t>(named - plan.participants.begin())] ==
+            share->incarnation &&
         shares->count(share->holder) == 0) {
       (*declined)[share->holder] = "it stopped";
     }

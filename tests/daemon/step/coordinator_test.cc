@@ -15,6 +15,8 @@
 
 #include "core/privacy/mechanisms/privacy_unit.h"
 #include "core/privacy/mechanisms/secure_noise.h"
+#include "daemon/setup/federation.h"
+#include "daemon/step/aggregator.h"
 #include "daemon/step/worker.h"
 #include "tests/testing/memory_ledger_log.h"
 #include "tests/testing/work_fixture.h"
@@ -23,6 +25,7 @@ namespace vipsd::daemon {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using namespace std::chrono_literals;
 
 // The coordinator's process: its ledger (claimed on an in-memory ledger
@@ -600,6 +603,82 @@ TEST(CoordinatorTest, ACoordinatorThatLostTheJobStopsWaitingForPartials) {
   EXPECT_EQ(result.status().code(), StatusCode::kCancelled) << result.status().ToString();
   EXPECT_TRUE(coordinator.fenced);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
+}
+
+// A federation's aggregator (daemon/step/aggregator.h) on the coordinator's
+// process (ledger, driver, model; it reads no partition), with holders h1
+// and h2 whose messages the test appends to the share log.
+struct AggregatorRounds {
+  WorkFixture f{"aggregator_leave"};
+  MemoryLog ledger_log;
+  std::unique_ptr<CoordinatorProcess> process;
+  std::unique_ptr<Aggregator> aggregator;
+  MemoryWorkExchange holders{f.work, WorkRole::kWorker};
+  std::string terms;
+
+  AggregatorRounds() {
+    auto h1 = WriteNewHolderKey(f.dir + "/h1.key");
+    auto h2 = WriteNewHolderKey(f.dir + "/h2.key");
+    EXPECT_TRUE(h1.ok() && h2.ok());
+    f.config.federation.role = config::FederationRole::kAggregator;
+    f.config.federation.tolerated_holders = 1;  // a round needs both
+    f.config.federation.round_timeout_seconds = 1;
+    f.config.federation.holders = {{"h1", h1.ok() ? *h1 : ""}, {"h2", h2.ok() ? *h2 : ""}};
+    process = std::make_unique<CoordinatorProcess>(f, ledger_log, std::set<int32_t>{});
+    aggregator = std::make_unique<Aggregator>(
+        std::make_unique<MemoryWorkExchange>(f.work, WorkRole::kCoordinator), &process->control);
+    EXPECT_TRUE(aggregator->Configure(f.config.federation).ok());
+    StepParts parts;
+    parts.config = &f.config;
+    parts.driver = process->driver.get();
+    parts.ingest = process->ingest.get();
+    parts.keeper = process->keeper.get();
+    parts.bundle = &process->bundle;
+    parts.on_fenced = [](const Status&) {};
+    aggregator->Bind(std::move(parts));
+    terms = FederationTerms(f.config, process->bundle.record_settings);
+  }
+  void Send(const std::string& holder, const std::string& incarnation, ShareKind kind) {
+    FederatedShare share;
+    share.job = f.config.ledger_key;
+    share.step = 1;  // a join or leave names no round; the format wants one
+    share.holder = holder;
+    share.incarnation = incarnation;
+    share.kind = kind;
+    if (kind == ShareKind::kJoin) share.terms = terms;
+    ASSERT_TRUE(holders.Append(EncodeFederatedShare(share)).ok());
+  }
+  // A round with both holders joined, during which `holder` of
+  // `incarnation` sends a leave.
+  StatusOr<svi::StepResult> RoundWithALeave(int64_t slot, const std::string& incarnation) {
+    Send("h1", std::string(32, 'a'), ShareKind::kJoin);
+    Send("h2", std::string(32, 'b'), ShareKind::kJoin);
+    std::thread leave([&] {
+      std::this_thread::sleep_for(300ms);
+      Send("h1", incarnation, ShareKind::kLeave);
+    });
+    SlotOutputs out;
+    auto result = aggregator->Step(slot, process->targets, 0, &out);
+    leave.join();
+    return result;
+  }
+};
+
+TEST(AggregatorTest, OnlyTheNamedIncarnationsLeaveAbandonsARound) {
+  AggregatorRounds rounds;
+  // h1's leave from an earlier incarnation: the round waits for the shares
+  // of the incarnations it named (none come: it times out).
+  auto stale = rounds.RoundWithALeave(1, std::string(32, '0'));
+  EXPECT_EQ(stale.status().code(), StatusCode::kUnavailable) << stale.status().ToString();
+  EXPECT_THAT(stale.status().message(), HasSubstr("no share from h1, h2 within"));
+  EXPECT_THAT(stale.status().message(), Not(HasSubstr("it stopped")));
+  // The named incarnation's leave ends the round at once, as a decline.
+  auto named = rounds.RoundWithALeave(2, std::string(32, 'a'));
+  EXPECT_EQ(named.status().code(), StatusCode::kUnavailable) << named.status().ToString();
+  EXPECT_THAT(named.status().message(), HasSubstr("h1 declined: it stopped"));
+  EXPECT_EQ(rounds.aggregator->Classify(named.status()), StepFailure::kFailed);
+  // Both rounds were charged (abandoned, never released).
+  EXPECT_EQ(rounds.process->keeper->state().accountant.steps(), 2);
 }
 
 }  // namespace
