@@ -184,6 +184,31 @@ class FakeSource : public InputSource {
   std::function<void(double)> before_observe_;
 };
 
+// A source that hands every call to `inner`; a test derives from it to
+// change one behaviour (a late first poll, fetches that stall).
+class ForwardingSource : public InputSource {
+ public:
+  explicit ForwardingSource(std::unique_ptr<InputSource> inner) : inner_(std::move(inner)) {}
+  StatusOr<PollBatch> Poll(size_t max_records, std::chrono::milliseconds timeout) override {
+    return inner_->Poll(max_records, timeout);
+  }
+  Status MarkDone(const InputRecord& record) override { return inner_->MarkDone(record); }
+  Status Pause(const std::set<std::string>& s) override { return inner_->Pause(s); }
+  Status Resume(const std::set<std::string>& s) override { return inner_->Resume(s); }
+  Status Rewind(const std::string& stream, int64_t offset) override {
+    return inner_->Rewind(stream, offset);
+  }
+  StatusOr<std::map<std::string, StreamBounds>> ObserveBounds(double as_of) override {
+    return inner_->ObserveBounds(as_of);
+  }
+  Status Commit() override { return inner_->Commit(); }
+  int64_t Lag() const override { return inner_->Lag(); }
+  Status Close() override { return inner_->Close(); }
+
+ private:
+  std::unique_ptr<InputSource> inner_;
+};
+
 struct Published {
   release::EncodedRelease release;
   double publish_time = 0;  // the deadline the daemon passed

@@ -107,26 +107,16 @@ struct CoordinatorProcess {
 };
 
 // A source whose first poll comes `delay` late: its process sums later.
-class SlowStart final : public InputSource {
+class SlowStart final : public ForwardingSource {
  public:
   SlowStart(std::unique_ptr<InputSource> inner, std::chrono::milliseconds delay)
-      : inner_(std::move(inner)), delay_(delay) {}
+      : ForwardingSource(std::move(inner)), delay_(delay) {}
   StatusOr<PollBatch> Poll(size_t max_records, std::chrono::milliseconds timeout) override {
     if (delay_ > 0ms) std::this_thread::sleep_for(std::exchange(delay_, 0ms));
-    return inner_->Poll(max_records, timeout);
+    return ForwardingSource::Poll(max_records, timeout);
   }
-  Status MarkDone(const InputRecord& record) override { return inner_->MarkDone(record); }
-  Status Pause(const std::set<std::string>& s) override { return inner_->Pause(s); }
-  Status Resume(const std::set<std::string>& s) override { return inner_->Resume(s); }
-  StatusOr<std::map<std::string, StreamBounds>> ObserveBounds(double as_of) override {
-    return inner_->ObserveBounds(as_of);
-  }
-  Status Commit() override { return inner_->Commit(); }
-  int64_t Lag() const override { return inner_->Lag(); }
-  Status Close() override { return inner_->Close(); }
 
  private:
-  std::unique_ptr<InputSource> inner_;
   std::chrono::milliseconds delay_;
 };
 

@@ -42,28 +42,16 @@ int64_t NowMs() { return static_cast<int64_t>(std::floor(WallNow() * 1000)); }
 
 // A source whose fetches stall: every poll reports the assignment and
 // nothing else (no record, no end reached); the bounds are the log's.
-class StalledSource final : public InputSource {
+class StalledSource final : public ForwardingSource {
  public:
-  explicit StalledSource(std::unique_ptr<InputSource> inner) : inner_(std::move(inner)) {}
+  using ForwardingSource::ForwardingSource;
   StatusOr<PollBatch> Poll(size_t max_records, std::chrono::milliseconds timeout) override {
-    VIPSD_ASSIGN_OR_RETURN(PollBatch batch, inner_->Poll(max_records, timeout));
+    VIPSD_ASSIGN_OR_RETURN(PollBatch batch, ForwardingSource::Poll(max_records, timeout));
     PollBatch stalled;
     stalled.assignment = batch.assignment;
     std::this_thread::sleep_for(std::min(timeout, 5ms));
     return stalled;
   }
-  Status MarkDone(const InputRecord& record) override { return inner_->MarkDone(record); }
-  Status Pause(const std::set<std::string>& s) override { return inner_->Pause(s); }
-  Status Resume(const std::set<std::string>& s) override { return inner_->Resume(s); }
-  StatusOr<std::map<std::string, StreamBounds>> ObserveBounds(double as_of) override {
-    return inner_->ObserveBounds(as_of);
-  }
-  Status Commit() override { return inner_->Commit(); }
-  int64_t Lag() const override { return inner_->Lag(); }
-  Status Close() override { return inner_->Close(); }
-
- private:
-  std::unique_ptr<InputSource> inner_;
 };
 
 // One holder, h1 of the roster {h1, h2}, reading nine documents from a fake
