@@ -7,11 +7,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 
 #include "config/config.h"
+#include "daemon/setup/federation.h"
 
 namespace vipsd::daemon {
 namespace {
@@ -178,6 +180,70 @@ TEST(StepCalibrationTest, TheMarginIsRequiredOfAPrivateRunThatStopsAtOverruns) {
                                     ? "a private run that stops at an overrun "
                                       "(schedule.on_overrun: stop) is refused"
                                     : "schedule.on_overrun: catch_up shows how late they are"),
+              std::string::npos)
+        << timing->text;
+  }
+}
+
+// The federated holder example with its share delay and overrun action
+// set (and the demo vocabulary).
+config::VipsdConfig HolderExampleWith(double share_delay, const std::string& overrun) {
+  const std::string source = VIPSD_SOURCE_DIR;
+  std::ifstream in(source + "/config/examples/federation/holder.yaml");
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  std::string text = buffer.str();
+  auto replace = [&](const std::string& from, const std::string& to) {
+    const size_t at = text.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    text.replace(at, from.size(), to);
+  };
+  replace("vocabulary: ../demo/vocab.txt",
+          "vocabulary: " + source + "/config/examples/demo/vocab.txt");
+  char delay[64];
+  std::snprintf(delay, sizeof delay, "share_delay_seconds: %.6f", share_delay);
+  replace("share_delay_seconds: 4", delay);
+  // The aggregator's timeout past the share time, as the schema requires.
+  std::snprintf(delay, sizeof delay, "round_timeout_seconds: %.6f", share_delay + 10);
+  replace("round_timeout_seconds: 8", delay);
+  const std::string key = ::testing::TempDir() + "step_calibration_holder.key";
+  std::filesystem::remove(key);
+  EXPECT_TRUE(WriteNewHolderKey(key).ok());
+  replace("secret_key: {file: holder.key}", "secret_key: {file: " + key + "}");
+  replace("schedule:\n", "schedule:\n  on_overrun: " + overrun + "\n");
+  auto config = config::ParseConfig(text, "holder.yaml");
+  EXPECT_TRUE(config.ok()) << config.status().ToString();
+  return config.ok() ? *config : config::VipsdConfig{};
+}
+
+// A holder's share leaves at its share time or never, so its claim always
+// needs the margin: a share delay its worst-case round fits only without
+// margin is refused whatever schedule.on_overrun says, naming the key to
+// raise; a long one fits. Its budget is federation.share_delay_seconds,
+// not the slot's.
+TEST(StepCalibrationTest, AHolderNeedsTheMarginWithinItsShareDelayWhateverItsOverrunAction) {
+  auto first = CalibrateWorstCaseStep(HolderExampleWith(600, "stop"));
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_TRUE(first->margin_required);
+  EXPECT_TRUE(first->fits) << first->text;
+  EXPECT_FALSE(first->refused) << first->text;
+  EXPECT_DOUBLE_EQ(first->budget_seconds, 600);
+  EXPECT_EQ(first->budget_key, "federation.share_delay_seconds");
+  EXPECT_NE(first->text.find("a round gives its share 600 s (federation.share_delay_seconds)"),
+            std::string::npos)
+      << first->text;
+  const double delay = 1.05 * first->fastest_seconds;
+  for (const std::string overrun : {"stop", "catch_up"}) {
+    SCOPED_TRACE(overrun);
+    auto timing = CalibrateWorstCaseStep(HolderExampleWith(delay, overrun));
+    ASSERT_TRUE(timing.ok()) << timing.status().ToString();
+    if (timing->fits || timing->refused_idle) {
+      GTEST_SKIP() << "the machine's speed changed between the timings: " << timing->text;
+    }
+    EXPECT_TRUE(timing->margin_required);
+    EXPECT_TRUE(timing->refused) << timing->text;
+    EXPECT_NE(timing->text.find("raise federation.share_delay_seconds (below the aggregator's "
+                                "round_timeout_seconds)"),
               std::string::npos)
         << timing->text;
   }

@@ -431,6 +431,59 @@ TEST(HolderTest, InputNotReadToTheCutByTheShareTimeDeclinesOnceUnchargedAndStops
   EXPECT_EQ(said, 1);
 }
 
+TEST(HolderTest, ABudgetWarningIsRecordedWithItsRoundsCommitAndSaidOncePerLevel) {
+  // A holder warns of its own budget as one vipsd does: the first round
+  // whose charge crosses a warn_at fraction records the level in its ledger
+  // with that round's commit, shows it on the metric and says it once; a
+  // later round below the next fraction says nothing more.
+  std::mutex mutex;
+  std::vector<std::string> warnings;
+  SetLogSink([&](LogLevel level, std::string_view, std::string_view message) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (level == LogLevel::kWarning) warnings.emplace_back(message);
+  });
+  double level_after[2] = {-1, -1};
+  {
+    HolderFixture f("warning");
+    // One round at q = 0.5, σ = 1 spends far more than 1e-6 of a ceiling of
+    // 1000 and far less than half of it.
+    f.config.warn_at = {1e-6, 0.5};
+    f.Start();
+    const FederatedShare join = f.Join();
+    for (int64_t round = 1; round <= 2; ++round) {
+      f.Append(f.Plan(round, join.incarnation));
+      auto answered = f.Receive(5s, ShareKind::kShare);
+      ASSERT_FALSE(answered.empty());
+      ASSERT_EQ(answered.back().share.kind, ShareKind::kShare);
+      for (int i = 0; i < 100 && f.metrics->steps_total().Value() < round; ++i) {
+        std::this_thread::sleep_for(10ms);
+      }
+      std::ifstream in(f.config.state_directory + "/ledger", std::ios::binary);
+      const std::string bytes((std::istreambuf_iterator<char>(in)),
+                              std::istreambuf_iterator<char>());
+      auto state = Ledger::Decode(bytes, "ledger");
+      ASSERT_TRUE(state.ok()) << state.status().ToString();
+      EXPECT_EQ(state->accountant.steps(), round);
+      level_after[round - 1] = state->warning_level;
+      EXPECT_EQ(f.metrics->privacy_budget_warning_level().Value(), 1e-6);
+      EXPECT_LT(f.metrics->privacy_epsilon_spent().Value(), 500);
+    }
+    f.Stop();
+  }
+  SetLogSink(nullptr);
+  EXPECT_EQ(level_after[0], 1e-6);
+  EXPECT_EQ(level_after[1], 1e-6);
+  int said = 0;
+  for (const std::string& line : warnings) {
+    if (line.find("privacy budget warning") == std::string::npos) continue;
+    ++said;
+    EXPECT_NE(line.find("of ceiling=1000 crossed warn_at=1e-06 for this holder's records"),
+              std::string::npos)
+        << line;
+  }
+  EXPECT_EQ(said, 1);
+}
+
 TEST(HolderTest, APlanOfOtherTermsStopsTheHolderNamingTheKeyBeforeAnythingIsCharged) {
   HolderFixture f("mismatch");
   f.Start();
