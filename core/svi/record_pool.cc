@@ -39,6 +39,35 @@ int64_t RecordPool::EvictBelow(const std::map<uint32_t, int64_t>& low) {
   return evicted;
 }
 
+int64_t RecordPool::DropStream(uint32_t stream) {
+  const auto it = streams_.find(stream);
+  if (it == streams_.end()) return 0;
+  const auto dropped = static_cast<int64_t>(it->second.records.size());
+  streams_.erase(it);
+  size_ -= dropped;
+  return dropped;
+}
+
+StatusOr<StreamCandidates> RecordPool::CandidatesIn(uint32_t stream, const std::string& name,
+                                                    int64_t low, int64_t high) const {
+  StreamCandidates candidates;
+  candidates.stream = name;
+  const auto it = streams_.find(stream);
+  if (it == streams_.end()) return candidates;
+  const Stream& records = it->second;
+  for (size_t i = 0; i < records.offsets.size(); ++i) {
+    if (i > 0 && records.offsets[i] <= records.offsets[i - 1]) {
+      return InternalError("record pool: stream " + name + " holds offset " +
+                           std::to_string(records.offsets[i]) + " after " +
+                           std::to_string(records.offsets[i - 1]));
+    }
+    if (records.offsets[i] < low || records.offsets[i] >= high) continue;
+    candidates.records.push_back(&records.records[i]);
+    candidates.offsets.push_back(records.offsets[i]);
+  }
+  return candidates;
+}
+
 StatusOr<std::vector<StreamCandidates>> RecordPool::Candidates(
     std::span<const std::string> stream_names) const {
   std::vector<StreamCandidates> streams;

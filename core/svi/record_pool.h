@@ -4,10 +4,15 @@
 // every step Poisson-samples its batch from Candidates(). Records never
 // leave it except as input to the E-step.
 //
+// Every step path samples from a RecordPool: one vipsd's step, a shared-work
+// coordinator's and worker's own partitions, a federated holder's round.
 // Which records are here is decided outside, per record, by the step's
-// window (svi/slot_windows.h): the daemon adds a record when its slot's cut
+// window (svi/slot_windows.h): one vipsd adds a record when its slot's cut
 // passes it and evicts it (EvictBelow) when the window's lower edge passes
-// it. No rule here looks at record contents, at how many records there are,
+// it; a process that sums partitions for a plan (daemon/step/work_io.h)
+// adds a partition's records below the plan's cut when it sums it and
+// evicts below the plan's window start, or drops the partition when a plan
+// reads it again from an earlier offset (DropStream). No rule here looks at record contents, at how many records there are,
 // or at arrival order across streams: there is deliberately no capacity
 // eviction (a count-based rule would make one record's presence change
 // another's membership — add/remove adjacency would become substitution).
@@ -80,6 +85,10 @@ class RecordPool {
   // without an entry keep all their records). Returns how many were removed.
   int64_t EvictBelow(const std::map<uint32_t, int64_t>& low);
 
+  // Removes every record of `stream` (read again from an earlier offset).
+  // Returns how many were removed.
+  int64_t DropStream(uint32_t stream);
+
   int64_t size() const { return size_; }
 
   // The step's candidates: each stream's records (stream_names[index]) in
@@ -88,6 +97,12 @@ class RecordPool {
   // name.
   StatusOr<std::vector<StreamCandidates>> Candidates(
       std::span<const std::string> stream_names) const;
+
+  // One stream's candidates among offsets [low, high), named `name` (a
+  // partition's window in a plan). INTERNAL if the stream's offsets are not
+  // strictly increasing (added out of order).
+  StatusOr<StreamCandidates> CandidatesIn(uint32_t stream, const std::string& name, int64_t low,
+                                          int64_t high) const;
 
   // Every record with its origin and candidate count, stream by stream
   // (index order), each in offset order. For checks and tests.

@@ -305,20 +305,7 @@ bool Ingest::Overflowing(const std::string& stream) {
   return AssignedLocked(stream) && !CompleteLocked(stream);
 }
 
-svi::StreamCandidates Ingest::Candidates(const std::string& stream, int64_t low, int64_t high) {
-  svi::StreamCandidates candidates;
-  candidates.stream = stream;
-  MutexLock lock(&mutex_);
-  for (const Staged& staged : staging_[StreamIdLocked(stream)]) {
-    if (staged.offset >= high) break;
-    if (staged.offset < low) continue;
-    candidates.records.push_back(&staged.record);
-    candidates.offsets.push_back(staged.offset);
-  }
-  return candidates;
-}
-
-void Ingest::DropBelow(const std::string& stream, int64_t low) {
+bool Ingest::DropBelow(const std::string& stream, int64_t low) {
   MutexLock lock(&mutex_);
   const uint32_t id = StreamIdLocked(stream);
   std::deque<Staged>& staged = staging_[id];
@@ -337,10 +324,11 @@ void Ingest::DropBelow(const std::string& stream, int64_t low) {
     kept_from_[id] = low;
     rewinds_[id] = low;
     rewinding_.insert(id);
-    return;
+    return true;
   }
   while (!staged.empty() && staged.front().offset < low) staged.pop_front();
   kept_from_[id] = std::max(kept_from_[id], low);
+  return false;
 }
 
 int64_t Ingest::records_pooled() const {

@@ -28,16 +28,14 @@
 // everything below a cut has been read (Progress) and hands it over in
 // offset order (Admit).
 //
-// Privacy: staged records are private; they leave only through Admit and
-// Candidates (to the step thread). Counters (records pooled, rejected,
+// Privacy: staged records are private; they leave only through Admit, into
+// the step thread's RecordPool (core/svi/record_pool.h), the one pool every
+// step path samples from. Counters (records pooled, rejected,
 // offsets read) are stream volume.
 //
 // Thread-safety: Start/Stop/Join and every query may be called from any
 // thread; the ingest thread is the only one that polls the source. State
-// shared with the step thread is guarded by mutex_. Candidates() returns
-// pointers into the staging deques: they stay valid until the step thread
-// itself removes those records (AdvanceTo, DropBelow, Admit) — the ingest
-// thread only appends (std::deque::push_back keeps references).
+// shared with the step thread is guarded by mutex_.
 #pragma once
 
 #include <condition_variable>
@@ -180,7 +178,7 @@ class Ingest {
 
   // Shared work: whether this process read `stream` up to its target (its
   // cut; SetTargets), holds it now, or cannot complete it (its window fills
-  // pool.capacity); the staged candidates of [low, high).
+  // pool.capacity).
   bool Complete(const std::string& stream) EXCLUDES(mutex_);
   // The stream's target (its cut once Complete).
   int64_t Target(const std::string& stream) EXCLUDES(mutex_);
@@ -190,8 +188,6 @@ class Ingest {
   // stream, as for a file.
   bool AssignmentReported() const EXCLUDES(mutex_);
   bool Overflowing(const std::string& stream) EXCLUDES(mutex_);
-  svi::StreamCandidates Candidates(const std::string& stream, int64_t low, int64_t high)
-      EXCLUDES(mutex_);
   // Worker: drops staged records of `stream` below `low` (never a candidate
   // again). A `low` below an earlier one whose records were read and dropped
   // (the window start went back: the plans of a coordinator that was then
@@ -199,8 +195,8 @@ class Ingest {
   // there) reads the stream again from `low`: its staged records are
   // dropped, and the ingest thread seeks the source there (records fetched
   // before the seek are discarded), so that a window is never summed with
-  // records missing.
-  void DropBelow(const std::string& stream, int64_t low) EXCLUDES(mutex_);
+  // records missing; true then (the caller's pool drops the stream too).
+  bool DropBelow(const std::string& stream, int64_t low) EXCLUDES(mutex_);
 
   int64_t records_pooled() const EXCLUDES(mutex_);
   int64_t records_rejected() const EXCLUDES(mutex_);

@@ -28,7 +28,9 @@ StatusOr<svi::StepResult> Coordinator::Step(int64_t slot, const SlotTargets& tar
                                             int64_t model_step, SlotOutputs* out) {
   // Exactly svi::StepDriver::Step, with the partial sums of the partitions
   // computed wherever the consumer group put them.
-  if (parts_.driver == nullptr) return FailedPreconditionError("coordinator: no parts bound");
+  if (parts_.driver == nullptr || parts_.pool == nullptr) {
+    return FailedPreconditionError("coordinator: no parts bound");
+  }
   cuts_.clear();
   window_overflow_ = false;
   Context context;
@@ -305,7 +307,7 @@ Status Coordinator::Gather(const Context& context, WorkPlan& plan,
       // This process's own partitions go into the total without being
       // encoded: one SumStreams call over all of them.
       VIPSD_RETURN_IF_ERROR(SumLocalStreams(
-          ingest, *context.driver, plan, ready,
+          ingest, *context.pool, *context.driver, plan, ready,
           [&](size_t index, privacy::GaussianSumMechanism& partial) -> Status {
             if (!ordered) return total_->Merge(std::move(partial));
             auto& sum = float_sums[ready[index].stream->name];

@@ -3,7 +3,8 @@
 // (daemon/step/worker.h: the coordinator's steps) and a federated holder
 // (daemon/step/holder.h: the aggregator's rounds): its configuration and
 // options, the model, its noise source, its own ingest of the input
-// partitions it holds (with the sink its dead letters go to), the work
+// partitions it holds (with the sink its dead letters go to), the pool its
+// sums sample from (core/svi/record_pool.h, as every step's), the work
 // topic, and the run control that stops them. Neither releases anything;
 // a holder keeps a ledger of its own, a worker none.
 //
@@ -15,6 +16,7 @@
 
 #include "config/config.h"
 #include "core/privacy/mechanisms/noise_source.h"
+#include "core/svi/record_pool.h"
 #include "daemon/io/io.h"
 #include "daemon/io/metrics.h"
 #include "daemon/parts/ingest.h"
@@ -53,6 +55,9 @@ class WorkFollower {
   RunControl control_;
   WorkIo work_;
   Ingest ingest_;
+  // Each partition's records below the cut it last summed, down to the
+  // window's start: filled by SumLocalStreams, evicted by DropLocalBelow.
+  svi::RecordPool pool_;
 };
 
 }  // namespace vipsd::daemon

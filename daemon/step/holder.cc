@@ -187,7 +187,7 @@ bool Holder::CutWindows(const FederatedPlan& plan, int64_t deadline_ms, WorkPlan
     targets.streams[name] = {end, floor};
     local->streams.push_back({name, window.low, floor, end});
     ingest_.SetResumeOffset(name, window.low);
-    ingest_.DropBelow(name, window.low);
+    DropLocalBelow(ingest_, pool_, name, window.low);
   }
   ingest_.SetTargets(targets);
   for (;;) {
@@ -452,7 +452,7 @@ Status Holder::PlayRound(const FederatedPlan& plan) {
   ++commits_unobserved_;
   ++rounds_charged_unobserved_;
   for (const WorkStream& stream : local.streams) {
-    ingest_.DropBelow(stream.name, state.windows.ResumeOffset(stream.name));
+    DropLocalBelow(ingest_, pool_, stream.name, state.windows.ResumeOffset(stream.name));
   }
   if (!result.ok()) {
     return StopForRun(plan, share_at, "its share failed: " + result.ToString() + " (charged)",
@@ -489,7 +489,7 @@ Status Holder::MaskedShare(const FederatedPlan& plan, svi::StepDriver& driver,
     sum_->Reset();
   }
   if (!ready.empty()) {
-    VIPSD_RETURN_IF_ERROR(SumLocalStreams(ingest_, driver, local, ready,
+    VIPSD_RETURN_IF_ERROR(SumLocalStreams(ingest_, pool_, driver, local, ready,
                                           [&](size_t, privacy::GaussianSumMechanism& partial) {
                                             return sum_->Merge(std::move(partial));
                                           }));

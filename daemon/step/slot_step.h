@@ -45,8 +45,10 @@ struct StepParts {
   Ingest* ingest = nullptr;
   LedgerKeeper* keeper = nullptr;
   ModelBundle* bundle = nullptr;
-  // The pool the daemon admits a slot's window into (the solo step's
-  // candidates).
+  // The pool every step samples from: the daemon admits a slot's window
+  // into it (the solo step's candidates); a coordinator its own
+  // partitions' windows as it sums them (SumLocalStreams). The daemon
+  // evicts it as its windows move (AdvanceWindow).
   svi::RecordPool* pool = nullptr;
   // Whether this process's noise is private (not fixed-seed): a federated
   // round refuses shares drawn otherwise, so that a release stated private

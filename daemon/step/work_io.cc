@@ -45,16 +45,41 @@ std::optional<std::vector<std::pair<int64_t, std::string>>> WorkIo::Poll(
   return std::nullopt;
 }
 
-Status SumLocalStreams(Ingest& ingest, svi::StepDriver& driver, const WorkPlan& plan,
-                       const std::vector<LocalStream>& streams, const svi::PartialSink& sink) {
+void DropLocalBelow(Ingest& ingest, svi::RecordPool& pool, const std::string& stream,
+                    int64_t low) {
+  const uint32_t id = ingest.StreamId(stream);
+  if (ingest.DropBelow(stream, low)) {
+    pool.DropStream(id);
+  } else {
+    pool.EvictBelow({{id, low}});
+  }
+  ingest.SetPoolSize(pool.size());
+}
+
+Status SumLocalStreams(Ingest& ingest, svi::RecordPool& pool, svi::StepDriver& driver,
+                       const WorkPlan& plan, const std::vector<LocalStream>& streams,
+                       const svi::PartialSink& sink) {
+  // Into the pool first: the candidates' pointers are valid until the
+  // pool's next change.
+  for (size_t i = 0; i < streams.size(); ++i) {
+    const WorkStream& stream = *streams[i].stream;
+    if (i > 0 && !(streams[i - 1].stream->name < stream.name)) {
+      return InternalError("local partial sums must be listed by partition name, each once");
+    }
+    for (auto& [id, taken] : ingest.Admit({{stream.name, streams[i].cut}})) {
+      for (Staged& staged : taken) pool.Add(std::move(staged.record), {id, staged.offset});
+    }
+    pool.EvictBelow({{ingest.StreamId(stream.name), stream.low}});
+  }
+  ingest.SetPoolSize(pool.size());
   std::vector<svi::StreamCandidates> candidates;
   candidates.reserve(streams.size());
   for (const LocalStream& local : streams) {
     const WorkStream& stream = *local.stream;
-    if (!candidates.empty() && !(candidates.back().stream < stream.name)) {
-      return InternalError("local partial sums must be listed by partition name, each once");
-    }
-    candidates.push_back(ingest.Candidates(stream.name, stream.low, local.cut));
+    VIPSD_ASSIGN_OR_RETURN(
+        svi::StreamCandidates window,
+        pool.CandidatesIn(ingest.StreamId(stream.name), stream.name, stream.low, local.cut));
+    candidates.push_back(std::move(window));
     if (driver.config().max_records_per_unit == 0) continue;
     // "topic:partition"; the topic's partitions are the plan's streams
     // named "topic:*".

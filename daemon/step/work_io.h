@@ -1,6 +1,7 @@
 // The work topic (daemon/io/work_exchange.h) as both shared-work roles use it:
 // appending with retry, polling with logged failures, and a process's own
-// partial sums from the records its ingest staged.
+// partial sums, sampled from its RecordPool (core/svi/record_pool.h) as one
+// vipsd's step is.
 //
 // Privacy: a partial sum is an un-noised sum of private records; it leaves
 // the process only on the work topic (the cluster's trust boundary).
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "core/base/status.h"
+#include "core/svi/record_pool.h"
 #include "core/svi/step_driver.h"
 #include "daemon/io/work_exchange.h"
 #include "daemon/parts/ingest.h"
@@ -54,14 +56,24 @@ struct LocalStream {
 };
 
 // The clipped, un-noised partial sums of `streams` (sorted by name, each
-// once) from the records `ingest` staged, with the plan's key: one
+// once), with the plan's key: each stream's staged records below its cut
+// move from `ingest` into `pool` (the one pool every step path samples
+// from), and its candidates are the pool's records in [low, cut); one
 // StepDriver::SumStreams call, so the driver's threads share all of them;
 // `sink` gets each stream's sum in that order (PRIVATE). Unit level: only
 // the units whose home partition a stream is count there
 // (core/privacy/mechanisms/privacy_unit.h), with the topic's partition count taken
 // from the plan, so that every process agrees.
-Status SumLocalStreams(Ingest& ingest, svi::StepDriver& driver, const WorkPlan& plan,
-                       const std::vector<LocalStream>& streams, const svi::PartialSink& sink);
+Status SumLocalStreams(Ingest& ingest, svi::RecordPool& pool, svi::StepDriver& driver,
+                       const WorkPlan& plan, const std::vector<LocalStream>& streams,
+                       const svi::PartialSink& sink);
+
+// A plan starts `stream`'s window at `low`: its records below leave `ingest`
+// and `pool` for good (Ingest::DropBelow); when the window went back below
+// where an earlier plan started it, the stream is read again, and the pool
+// drops all of it.
+void DropLocalBelow(Ingest& ingest, svi::RecordPool& pool, const std::string& stream,
+                    int64_t low);
 
 // The model a plan carries (CheckpointStore bytes; public: post-processing
 // of releases), checked against this process's model: INVALID_ARGUMENT

@@ -126,7 +126,7 @@ Status Worker::AdoptPlan(WorkPlan plan) {
     // A partition this process gets later resumes at its window's start;
     // records below it are never a candidate again.
     ingest_.SetResumeOffset(stream.name, stream.low);
-    ingest_.DropBelow(stream.name, stream.low);
+    DropLocalBelow(ingest_, pool_, stream.name, stream.low);
     targets.streams[stream.name] = {stream.high, stream.floor};
   }
   ingest_.SetTargets(targets);
@@ -379,7 +379,7 @@ void Worker::WorkOnPlan() {
   if (presummed_ != nullptr) presummed_->Reset();
   std::vector<std::string> encoded(presum ? 1 : ready.size());
   const Status summed = SumLocalStreams(
-      ingest_, *driver_, *plan_, ready,
+      ingest_, pool_, *driver_, *plan_, ready,
       [&](size_t index, privacy::GaussianSumMechanism& partial) -> Status {
         if (!presum) {
           VIPSD_ASSIGN_OR_RETURN(encoded[index], partial.EncodeUnreleased());

@@ -105,5 +105,43 @@ TEST(RecordPoolTest, CandidatesAreGroupedByStreamAndSortedByName) {
   EXPECT_EQ(unnamed.Candidates(names).status().code(), StatusCode::kInvalidArgument);
 }
 
+// A partition's window for a plan (a shared-work or federated process's
+// own sum): exactly the records of that stream in [low, high), pointers
+// into the pool; none when the pool holds no part of it. Dropping a stream
+// (read again from an earlier offset) removes it whole; out-of-order adds
+// are refused, not sampled.
+TEST(RecordPoolTest, CandidatesInAreOneStreamsRecordsInTheRange) {
+  RecordPool pool;
+  for (int64_t offset = 10; offset < 20; ++offset) {
+    pool.Add(Doc(static_cast<int32_t>(offset)), {0, offset});
+    pool.Add(Doc(static_cast<int32_t>(100 + offset)), {1, offset});
+  }
+  auto window = pool.CandidatesIn(1, "docs:1", 12, 15);
+  ASSERT_TRUE(window.ok()) << window.status().ToString();
+  EXPECT_EQ(window->stream, "docs:1");
+  EXPECT_EQ(window->offsets, (std::vector<int64_t>{12, 13, 14}));
+  ASSERT_EQ(window->records.size(), 3u);
+  EXPECT_EQ(window->records[0]->word_ids[0], 112);
+  const model::Record* held = nullptr;
+  pool.ForEach([&](const model::Record& record, const RecordOrigin& origin, int64_t) {
+    if (origin.stream == 1 && origin.offset == 12) held = &record;
+  });
+  EXPECT_EQ(window->records[0], held);
+  auto outside = pool.CandidatesIn(0, "docs:0", 20, 30);
+  ASSERT_TRUE(outside.ok());
+  EXPECT_TRUE(outside->records.empty());
+  auto unknown = pool.CandidatesIn(5, "docs:5", 0, 100);
+  ASSERT_TRUE(unknown.ok());
+  EXPECT_TRUE(unknown->offsets.empty());
+  EXPECT_EQ(pool.DropStream(1), 10);
+  EXPECT_EQ(pool.DropStream(1), 0);
+  EXPECT_EQ(pool.size(), 10);
+  auto dropped = pool.CandidatesIn(1, "docs:1", 0, 100);
+  ASSERT_TRUE(dropped.ok());
+  EXPECT_TRUE(dropped->records.empty());
+  pool.Add(Doc(0), {0, 15});  // below the stream's last offset
+  EXPECT_EQ(pool.CandidatesIn(0, "docs:0", 0, 100).status().code(), StatusCode::kInternal);
+}
+
 }  // namespace
 }  // namespace vipsd::svi

@@ -175,11 +175,17 @@ TEST(IngestTest, AdvancingTheWindowDropsStagedRecordsBelowItsStart) {
   f.Start();
   ASSERT_TRUE(f.ReadUpTo({{"docs:0", 5}}));
   f.ingest->AdvanceTo({{"docs:0", 3}});
-  const svi::StreamCandidates candidates = f.ingest->Candidates("docs:0", 0, 5);
-  EXPECT_EQ(candidates.offsets, (std::vector<int64_t>{3, 4}));
-  EXPECT_EQ(candidates.stream, "docs:0");
-  const svi::StreamCandidates part = f.ingest->Candidates("docs:0", 3, 4);
-  EXPECT_EQ(part.offsets, (std::vector<int64_t>{3}));
+  // Admitting takes what is below the cut, in offset order, once.
+  auto first = f.ingest->Admit({{"docs:0", 4}});
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].first, f.ingest->StreamId("docs:0"));
+  ASSERT_EQ(first[0].second.size(), 1u);
+  EXPECT_EQ(first[0].second[0].offset, 3);
+  auto rest = f.ingest->Admit({{"docs:0", 5}});
+  ASSERT_EQ(rest.size(), 1u);
+  ASSERT_EQ(rest[0].second.size(), 1u);
+  EXPECT_EQ(rest[0].second[0].offset, 4);
+  EXPECT_TRUE(f.ingest->Admit({{"docs:0", 5}}).empty());
 }
 
 TEST(IngestTest, AFatalSourceErrorStopsTheRunWithTheError) {

@@ -39,6 +39,7 @@ struct CoordinatorProcess {
   std::shared_ptr<SinkLog> log = std::make_shared<SinkLog>();
   FakeSink sink{log};
   std::unique_ptr<Ingest> ingest;
+  svi::RecordPool pool;  // as the daemon's (StepParts::pool)
   std::unique_ptr<Coordinator> coordinator;
   bool fenced = false;
   SlotTargets targets;
@@ -97,6 +98,7 @@ struct CoordinatorProcess {
     parts.ingest = ingest.get();
     parts.keeper = keeper.get();
     parts.bundle = &bundle;
+    parts.pool = &pool;
     parts.on_fenced = [this](const Status&) { fenced = true; };
     coordinator->Bind(std::move(parts));
     auto result = coordinator->Step(1, targets, model_step, out);
@@ -541,6 +543,67 @@ INSTANTIATE_TEST_SUITE_P(Models, CoordinatorDeltaTest, ::testing::Values("lda", 
                          [](const ::testing::TestParamInfo<std::string>& param_info) {
                            return param_info.param;
                          });
+
+// One pool whatever the mode (core/svi/record_pool.h): a process's own
+// partitions are summed from its RecordPool, the records moving there out
+// of ingest's staging as it sums them; they count as held for
+// pool.capacity, a window's start evicts them, and a window that goes back
+// below an earlier start reads the partition again into an emptied pool
+// stream, so that its sum is the same.
+TEST(CoordinatorTest, AProcessSumsItsOwnPartitionsFromItsPool) {
+  WorkFixture f("coordinator_pool");
+  MemoryLog ledger_log;
+  CoordinatorProcess p(f, ledger_log, {0, 1});
+  auto complete = [&](const std::string& stream) {
+    for (int i = 0; i < 1000 && !p.ingest->Complete(stream); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return p.ingest->Complete(stream);
+  };
+  ASSERT_TRUE(complete("docs:0") && complete("docs:1"));
+  auto held = [&] {
+    return p.ingest->Progress({}, [](const std::string&) { return int64_t{0}; }).held;
+  };
+  EXPECT_EQ(p.pool.size(), 0);
+  EXPECT_EQ(held(), 9);  // staged
+  auto ticket = p.driver->Begin();
+  ASSERT_TRUE(ticket.ok()) << ticket.status().ToString();
+  WorkPlan plan;
+  plan.key = ticket->key;
+  plan.streams = {{"docs:0", 0, 5, 5}, {"docs:1", 0, 4, 4}};
+  auto sum = [&](const std::vector<LocalStream>& streams) {
+    std::vector<std::string> sums(streams.size());
+    const Status summed = SumLocalStreams(
+        *p.ingest, p.pool, *p.driver, plan, streams,
+        [&](size_t index, privacy::GaussianSumMechanism& partial) -> Status {
+          VIPSD_ASSIGN_OR_RETURN(sums[index], partial.EncodeUnreleased());
+          return Status::Ok();
+        });
+    EXPECT_TRUE(summed.ok()) << summed.ToString();
+    return sums;
+  };
+  const std::vector<std::string> both = sum({{&plan.streams[0], 5}, {&plan.streams[1], 4}});
+  EXPECT_EQ(p.pool.size(), 9);
+  EXPECT_EQ(held(), 9);  // pooled now
+  EXPECT_NE(both[0], both[1]);
+  EXPECT_EQ(sum({{&plan.streams[0], 5}, {&plan.streams[1], 4}}), both);  // summed again
+  DropLocalBelow(*p.ingest, p.pool, "docs:0", 2);
+  EXPECT_EQ(p.pool.size(), 7);
+  EXPECT_EQ(held(), 7);
+  p.pool.ForEach([](const model::Record&, const svi::RecordOrigin& origin, int64_t) {
+    EXPECT_TRUE(origin.stream != 0 || origin.offset >= 2) << origin.offset;
+  });
+  // The window goes back to 0: docs:0 is read again, and summed whole once.
+  DropLocalBelow(*p.ingest, p.pool, "docs:0", 0);
+  EXPECT_EQ(p.pool.size(), 4);
+  ASSERT_TRUE(complete("docs:0"));
+  const std::vector<std::string> again = sum({{&plan.streams[0], 5}});
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0], both[0]);
+  EXPECT_EQ(p.pool.size(), 9);
+  EXPECT_EQ(held(), 9);
+  p.driver->Abandon(*ticket);
+}
 
 TEST(CoordinatorTest, APartitionNoProcessCanHoldStopsStepping) {
   WorkFixture f("coordinator_overflow");
