@@ -37,7 +37,7 @@ int64_t UniformFilterSteps(const std::vector<double>& orders, double q, double s
   int64_t bad = 1;
   auto fits = [&](int64_t steps) {
     return !accountant
-                ->CheckCeiling(q, sigma, steps, delta, ceiling, RdpConversion::kImproved,
+                ->CheckCeiling({q, sigma}, steps, {ceiling, delta}, RdpConversion::kImproved,
                                Adaptivity::kAdaptiveFilter)
                 ->would_exceed;
   };
@@ -71,7 +71,7 @@ void StepsTable() {
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   const std::vector<double>& old_grid = RdpOrders(RdpOrderGrid::kV1);
   for (const Row& r : rows) {
-    auto fixed = FixedScheduleAccountant::Create(r.q, r.sigma);
+    auto fixed = FixedScheduleAccountant::Create({r.q, r.sigma});
     const int64_t fixed_steps = *fixed->MaxSteps(r.delta, r.ceiling, int64_t{1} << 40);
     const int64_t rdp_steps =
         *MaxStepsForEpsilon(AccountantKind::kRdp, r.ceiling, r.q, r.sigma, r.delta);
@@ -115,10 +115,10 @@ void PaperTable() {
               "fixed-schedule charge | strong composition |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
-    auto rdp = EstimateEpsilon(AccountantKind::kRdp, r.q, r.sigma, r.steps, r.delta);
-    auto pld = EstimateEpsilon(AccountantKind::kPld, r.q, r.sigma, r.steps, r.delta);
-    auto fixed = EstimateEpsilon(AccountantKind::kFixed, r.q, r.sigma, r.steps, r.delta);
-    auto strong = EstimateEpsilon(AccountantKind::kStrong, r.q, r.sigma, r.steps, r.delta);
+    auto rdp = EstimateEpsilon(AccountantKind::kRdp, {r.q, r.sigma}, r.steps, r.delta);
+    auto pld = EstimateEpsilon(AccountantKind::kPld, {r.q, r.sigma}, r.steps, r.delta);
+    auto fixed = EstimateEpsilon(AccountantKind::kFixed, {r.q, r.sigma}, r.steps, r.delta);
+    auto strong = EstimateEpsilon(AccountantKind::kStrong, {r.q, r.sigma}, r.steps, r.delta);
     std::printf("| %s | %.4g | %.3g | %lld | %.0e | %.4f | %.4f | %.4f | %.4f | %.4f |\n",
                 r.name, r.q, r.sigma, static_cast<long long>(r.steps), r.delta, rdp->epsilon,
                 *rdp->epsilon_classic, pld->epsilon, fixed->epsilon, strong->epsilon);
@@ -214,7 +214,7 @@ void CheckCostTable() {
   std::printf("| check | microseconds per step |\n|---|---|\n");
   // Fixed schedule: ε(n + 1) of a step count not seen before (a PLD
   // composition and an RDP conversion), and the memoised repeat.
-  auto fixed = FixedScheduleAccountant::Create(0.1, 2.0);
+  auto fixed = FixedScheduleAccountant::Create({0.1, 2.0});
   const double fresh =
       MicrosPerCall(20, [&](int i) { (void)fixed->Epsilon(1000 + i, 1e-5); });
   const double repeat =
@@ -225,7 +225,7 @@ void CheckCostTable() {
   // on a background thread; the next check finds it memoised if the step
   // (here a 40 ms sleep standing in for the E-step) took longer than the
   // PLD composition.
-  auto prefetched = FixedScheduleAccountant::Create(0.1, 2.0);
+  auto prefetched = FixedScheduleAccountant::Create({0.1, 2.0});
   (void)prefetched->Epsilon(2000, 1e-5);
   double check_total = 0;
   constexpr int kPrefetchSteps = 10;
@@ -241,9 +241,9 @@ void CheckCostTable() {
   auto weights = DesignFilterWeights(0.1, 2.0, 1e-5, 4.0, 0);
   RdpAccountant filter;
   (void)filter.SetFilterWeights(*weights);
-  (void)filter.Compose(0.1, 2.0, 100);
+  (void)filter.Compose({0.1, 2.0}, 100);
   const double adaptive = MicrosPerCall(2000, [&](int) {
-    (void)filter.CheckCeiling(0.1, 2.0, 1, 1e-5, 4.0, RdpConversion::kImproved,
+    (void)filter.CheckCeiling({0.1, 2.0}, 1, {4.0, 1e-5}, RdpConversion::kImproved,
                               Adaptivity::kAdaptiveFilter);
   });
   std::printf("| adaptive filter, cached step curve | %.2f |\n", adaptive);

@@ -100,8 +100,8 @@ Status WriteRelease(const std::string& directory, const models::BlrModel& model,
   m.rho = rho;
   m.epsilon_spent = is_private ? epsilon : 0;
   m.delta = is_private ? driver.delta : 0;
-  m.noise_multiplier = driver.noise_multiplier;
-  m.sampling_rate = driver.sampling_rate;
+  m.noise_multiplier = driver.mechanism.noise_multiplier;
+  m.sampling_rate = driver.mechanism.sampling_rate;
   m.accountant = is_private ? "rdp" : "none";
   // One (q, σ) for every step, charged by the RDP accountant (its improved
   // conversion): the release format requires both names of a private one.
@@ -167,7 +167,7 @@ int main(int argc, char** argv) {
   if (!model.ok()) return Fail(model.status());
 
   svi::DriverConfig driver_config;
-  driver_config.sampling_rate = std::stod(get("--q", "0.01"));
+  driver_config.mechanism.sampling_rate = std::stod(get("--q", "0.01"));
   driver_config.tau0 = std::stod(get("--tau0", "1"));
   driver_config.kappa = std::stod(get("--kappa", "0.7"));
   driver_config.threads = std::stoi(get("--threads", "1"));
@@ -177,11 +177,11 @@ int main(int argc, char** argv) {
   if (args.count("--target-epsilon")) {
     auto planned = privacy::NoiseMultiplierForEpsilon(
         privacy::AccountantKind::kRdp, std::stod(args["--target-epsilon"]),
-        driver_config.sampling_rate, steps, driver_config.delta);
+        driver_config.mechanism.sampling_rate, steps, driver_config.delta);
     if (!planned.ok()) return Fail(planned.status());
     sigma = *planned;
   }
-  driver_config.noise_multiplier = sigma;
+  driver_config.mechanism.noise_multiplier = sigma;
   // The ceiling is the planned budget (a hair above, against the planner's
   // own rounding); the run stops early only if the plan was wrong.
   driver_config.epsilon_ceiling =
@@ -233,7 +233,7 @@ int main(int argc, char** argv) {
       {"model", "blr"},
       {"steps", ran},
       {"stopped_at_ceiling", ceiling},
-      {"sampling_rate", driver_config.sampling_rate},
+      {"sampling_rate", driver_config.mechanism.sampling_rate},
       {"sigma", sigma},
       // A non-private run (σ = 0) has no finite ε: null, never 0.
       {"epsilon", sigma > 0 ? nlohmann::json(epsilon) : nlohmann::json(nullptr)},

@@ -164,8 +164,8 @@ int main(int argc, char** argv) {
   const double batch = args.count("--q") ? std::stod(args["--q"]) * static_cast<double>(train.size())
                                           : std::stod(get("--batch", "256"));
   vipsd::svi::DriverConfig driver_config;
-  driver_config.sampling_rate = std::min(1.0, batch / static_cast<double>(train.size()));
-  driver_config.noise_multiplier = sigma;
+  driver_config.mechanism.sampling_rate = std::min(1.0, batch / static_cast<double>(train.size()));
+  driver_config.mechanism.noise_multiplier = sigma;
   driver_config.tau0 = std::stod(get("--tau0", "64"));
   driver_config.kappa = std::stod(get("--kappa", "0.7"));
   driver_config.threads = std::stoi(get("--threads", "1"));
@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
   const double cpu = CpuSeconds() - cpu_start - excluded_cpu;
   // Expected documents processed: q·D per step (the realised count is not
   // observable through the driver, by design).
-  const double docs = static_cast<double>(ran) * driver_config.sampling_rate *
+  const double docs = static_cast<double>(ran) * driver_config.mechanism.sampling_rate *
                       static_cast<double>(train.size());
   const double tokens_per_doc =
       static_cast<double>(train_tokens) / static_cast<double>(train.size());
@@ -254,7 +254,7 @@ int main(int argc, char** argv) {
   nlohmann::json out = {
       {"steps", ran},
       {"stopped_at_ceiling", ceiling},
-      {"sampling_rate", driver_config.sampling_rate},
+      {"sampling_rate", driver_config.mechanism.sampling_rate},
       {"threads", driver_config.threads},
       {"sigma", sigma},
       {"train_wall_s", wall},
@@ -280,12 +280,14 @@ int main(int argc, char** argv) {
     // same class the daemon, the planner and the manifests use; and what
     // the RDP accountant alone and the paper's strong-composition baseline
     // would say for the same (q, σ, T).
-    auto fixed = vipsd::privacy::FixedScheduleAccountant::Create(driver_config.sampling_rate, sigma);
+    auto fixed = vipsd::privacy::FixedScheduleAccountant::Create(
+        {driver_config.mechanism.sampling_rate, sigma});
     auto charged = fixed->Epsilon(ran, driver_config.delta);
     out["epsilon"] = charged->epsilon;
     out["epsilon_pld"] = charged->pld;
     out["epsilon_rdp"] = charged->rdp;
-    auto strong = vipsd::privacy::StrongCompositionEpsilon(driver_config.sampling_rate, sigma,
+    auto strong = vipsd::privacy::StrongCompositionEpsilon(driver_config.mechanism.sampling_rate,
+                                                           sigma,
                                                            std::max<int64_t>(ran, 1),
                                                            driver_config.delta);
     out["epsilon_strong_composition"] = strong.ok() ? strong->epsilon : -1.0;

@@ -183,7 +183,7 @@ void BM_PlanShipping(benchmark::State& state) {
       p.delta_base = 1;
       p.delta_base_offset = 0;
       p.delta_step = 1;
-      p.delta_sampling_rate = 0.1;
+      p.delta_mechanism.sampling_rate = 0.1;
       p.delta_rho = 0.5;
     } else {
       checkpoint.arrays = model->CheckpointArrays();
@@ -200,8 +200,8 @@ void BM_PlanShipping(benchmark::State& state) {
     auto decoded = vipsd::daemon::DecodeWorkPlan(bytes);
     if (delta) {
       auto applied = GaussianSumMechanism::DecodeReleased(layout, decoded->delta_sum);
-      benchmark::DoNotOptimize(model->MStep(*applied, decoded->delta_sampling_rate,
-                                            decoded->delta_rho, 0.0));
+      benchmark::DoNotOptimize(model->MStep(*applied, {decoded->delta_mechanism.sampling_rate,
+                                                       0.0}, decoded->delta_rho));
     } else {
       auto restored = vipsd::daemon::CheckpointStore::Decode(decoded->model, "plan");
       benchmark::DoNotOptimize(model->RestoreCheckpoint(restored->arrays));

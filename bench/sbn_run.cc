@@ -109,7 +109,8 @@ int main(int argc, char** argv) {
     const double batch = std::stod(get("--batch", "100"));
     const int64_t steps = std::stoll(get("--steps", "100"));
     svi::DriverConfig driver_config;
-    driver_config.sampling_rate = std::min(1.0, batch / static_cast<double>(train->size()));
+    driver_config.mechanism.sampling_rate = std::min(1.0,
+                                                     batch / static_cast<double>(train->size()));
     driver_config.tau0 = std::stod(get("--tau0", "1"));
     driver_config.kappa = std::stod(get("--kappa", "0.7"));
     driver_config.threads = std::stoi(get("--threads", "1"));
@@ -118,14 +119,13 @@ int main(int argc, char** argv) {
     double target_epsilon = 0;
     if (args.count("--target-epsilon")) {
       target_epsilon = std::stod(args["--target-epsilon"]);
-      auto planned = privacy::NoiseMultiplierForEpsilon(privacy::AccountantKind::kRdp,
-                                                        target_epsilon,
-                                                        driver_config.sampling_rate, steps,
-                                                        driver_config.delta);
+      auto planned = privacy::NoiseMultiplierForEpsilon(
+          privacy::AccountantKind::kRdp, target_epsilon, driver_config.mechanism.sampling_rate,
+          steps, driver_config.delta);
       if (!planned.ok()) return Fail(planned.status().ToString());
       sigma = *planned;
     }
-    driver_config.noise_multiplier = sigma;
+    driver_config.mechanism.noise_multiplier = sigma;
     driver_config.epsilon_ceiling = target_epsilon > 0 ? target_epsilon * (1 + 1e-9) : 1e9;
 
     std::unique_ptr<privacy::NoiseSource> noise;
@@ -202,8 +202,9 @@ int main(int argc, char** argv) {
         {"K", sbn.hidden},
         {"train_records", train->size()},
         {"test_records", test->size()},
-        {"sampling_rate", driver_config.sampling_rate},
-        {"expected_batch", driver_config.sampling_rate * static_cast<double>(train->size())},
+        {"sampling_rate", driver_config.mechanism.sampling_rate},
+        {"expected_batch",
+         driver_config.mechanism.sampling_rate * static_cast<double>(train->size())},
         {"steps", ran},
         {"stopped_at_ceiling", ceiling},
         {"tau0", driver_config.tau0},

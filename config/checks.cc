@@ -60,10 +60,10 @@ void CheckNormRule(Section& blr, VipsdConfig& config) {
 
 // A file run stops at max_steps, max_epochs or the privacy ceiling.
 void CheckOfflineStop(Section& schedule, VipsdConfig& config) {
-  if (config.max_epochs / config.driver.sampling_rate > 1e12) {
+  if (config.max_epochs / config.driver.mechanism.sampling_rate > 1e12) {
     schedule.ErrorAt("max_epochs",
                      "max_epochs / privacy.sampling_rate is " +
-                         ShortestNumber(config.max_epochs / config.driver.sampling_rate) +
+                         ShortestNumber(config.max_epochs / config.driver.mechanism.sampling_rate) +
                          " steps; at most 1e12 steps are allowed (one epoch is 1/q steps)");
   }
   if (config.max_steps == 0 && config.max_epochs == 0 && !config.is_private()) {
@@ -371,7 +371,7 @@ void CheckWholeFile(const VipsdConfig& config, Diagnostics* diag) {
         "in its partition by one slot (SECURITY.md); create the input topics with "
         "message.timestamp.type=LogAppendTime and use log_append_time (the default)"));
   }
-  if (config.driver.noise_multiplier < 0.5) {
+  if (config.driver.mechanism.noise_multiplier < 0.5) {
     diag->warnings.push_back(
         At(config, "privacy.noise_multiplier",
            "warning: below 0.5 each step spends a large epsilon (one step at q = 1 costs more "

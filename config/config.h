@@ -231,7 +231,7 @@ struct VipsdConfig {
   // start-up and by --check-config).
   std::vector<std::string> warnings;
 
-  bool is_private() const { return driver.noise_multiplier > 0; }
+  bool is_private() const { return driver.mechanism.noise_multiplier > 0; }
   bool federated() const { return federation.role != FederationRole::kNone; }
   // Line of `key` in the file, or 0 if it was not given.
   int line_of(const std::string& key) const;

@@ -214,11 +214,12 @@ Key NumberList(std::string path, Get get, bool (*rule)(double), std::string rule
 
 void AddPrivacy(std::vector<Key>& keys) {
   keys.push_back(SectionRow("privacy").Required());
-  keys.push_back(Number("privacy.noise_multiplier", VIPSD_MEMBER(driver.noise_multiplier),
+  keys.push_back(Number("privacy.noise_multiplier", VIPSD_MEMBER(driver.mechanism.noise_multiplier),
                         NoiseMultiplier, "a number in [0, 1024] (0 = non-private)")
                      .Required()
                      .OnReload(Reload::kLiveWithinPrivacyMode));
-  keys.push_back(Number("privacy.sampling_rate", VIPSD_MEMBER(driver.sampling_rate), Fraction,
+  keys.push_back(Number("privacy.sampling_rate", VIPSD_MEMBER(driver.mechanism.sampling_rate),
+                        Fraction,
                         "a number in (0, 1]")
                      .Required()
                      .Live());

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "core/base/status.h"
+#include "core/privacy/accounting/sampled_gaussian.h"
 #include "core/privacy/mechanisms/block_layout.h"
 
 namespace vipsd::model {
@@ -134,14 +135,15 @@ class Model {
                        SparseStatistic& out) const = 0;
 
   // Global update from the step's noisy (or, non-private mode, exact) sum
-  // in original units, layout order. `noise_multiplier` is the σ of the
-  // mechanism that released the sum (GaussianRelease::noise_multiplier; 0
-  // for an exact sum): with the layout's bounds it gives each block's
+  // in original units, layout order, with ρ_t. `released_by` is the step's
+  // sampling rate q and the σ of the mechanism that released the sum
+  // (GaussianRelease::noise_multiplier; 0 for an exact sum): with the
+  // layout's bounds σ gives each block's
   // per-coordinate noise std (privacy::NoiseStdPerBlock), which a
   // noise-aware model folds into its posterior (docs/models.md,
   // "Noise-aware posteriors"). Public, like the sum.
-  virtual Status MStep(const Eigen::VectorXd& statistic_sum, double sampling_rate, double rho,
-                       double noise_multiplier) = 0;
+  virtual Status MStep(const Eigen::VectorXd& statistic_sum,
+                       const privacy::SampledGaussian& released_by, double rho) = 0;
 
   // The released parameters.
   virtual std::vector<NamedArray> ReleaseArrays() const = 0;

@@ -337,8 +337,10 @@ Status BlrModel::EStep(const model::Record& record, model::RecordRng& /*rng*/,
   return Status::Ok();
 }
 
-Status BlrModel::MStep(const Eigen::VectorXd& statistic_sum, double sampling_rate, double rho,
-                       double noise_multiplier) {
+Status BlrModel::MStep(const Eigen::VectorXd& statistic_sum,
+                       const privacy::SampledGaussian& released_by, double rho) {
+  const double sampling_rate = released_by.sampling_rate;
+  const double noise_multiplier = released_by.noise_multiplier;
   const auto dim = static_cast<size_t>(config_.dim);
   VIPSD_RETURN_IF_ERROR(model::CheckMStepInputs("blr", statistic_sum, layout_, sampling_rate, rho,
                                                 noise_multiplier));

@@ -195,8 +195,8 @@ class BlrModel final : public model::Model {
   // or ρ ∉ (0, 1]; OUT_OF_RANGE for a non-finite sum or if the updated state
   // is not finite / not positive definite (cannot happen for finite input
   // short of overflow).
-  Status MStep(const Eigen::VectorXd& statistic_sum, double sampling_rate, double rho,
-               double noise_multiplier) override;
+  Status MStep(const Eigen::VectorXd& statistic_sum, const privacy::SampledGaussian& released_by,
+               double rho) override;
   std::vector<model::NamedArray> ReleaseArrays() const override;
   std::vector<model::NamedArray> CheckpointArrays() const override;
   Status RestoreCheckpoint(std::span<const model::NamedArray> arrays) override;

@@ -422,8 +422,10 @@ Status LdaModel::EStep(const model::Record& record, model::RecordRng& rng,
   return Status::Ok();
 }
 
-Status LdaModel::MStep(const Eigen::VectorXd& statistic_sum, double sampling_rate, double rho,
-                       double noise_multiplier) {
+Status LdaModel::MStep(const Eigen::VectorXd& statistic_sum,
+                       const privacy::SampledGaussian& released_by, double rho) {
+  const double sampling_rate = released_by.sampling_rate;
+  const double noise_multiplier = released_by.noise_multiplier;
   VIPSD_RETURN_IF_ERROR(model::CheckMStepInputs("lda", statistic_sum, layout_, sampling_rate, rho,
                                                 noise_multiplier));
   VIPSD_ASSIGN_OR_RETURN(const std::vector<double> noise_std,

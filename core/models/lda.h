@@ -113,8 +113,8 @@ class LdaModel final : public model::Model {
   std::unique_ptr<model::EStepScratch> NewScratch() const override;
   Status EStep(const model::Record& record, model::RecordRng& rng,
                model::EStepScratch& scratch, model::SparseStatistic& out) const override;
-  Status MStep(const Eigen::VectorXd& statistic_sum, double sampling_rate, double rho,
-               double noise_multiplier) override;
+  Status MStep(const Eigen::VectorXd& statistic_sum, const privacy::SampledGaussian& released_by,
+               double rho) override;
   std::vector<model::NamedArray> ReleaseArrays() const override;
   // "lambda" and the noise scalars (header, "M-step").
   std::vector<model::NamedArray> CheckpointArrays() const override;

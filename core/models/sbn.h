@@ -288,8 +288,8 @@ class SbnModel final : public model::Model {
   // for a non-finite sum or if the update fails (not finite / Cholesky
   // fails; cannot happen for finite input short of overflow). On error the
   // model is unchanged.
-  Status MStep(const Eigen::VectorXd& statistic_sum, double sampling_rate, double rho,
-               double noise_multiplier) override;
+  Status MStep(const Eigen::VectorXd& statistic_sum, const privacy::SampledGaussian& released_by,
+               double rho) override;
   std::vector<model::NamedArray> ReleaseArrays() const override;
   std::vector<model::NamedArray> CheckpointArrays() const override;
   // Exactly the six checkpoint arrays (any order), shapes as documented,

@@ -300,10 +300,10 @@ void ReportContributions(const SampleObserver& observer, int64_t step,
 }  // namespace
 
 Status ValidateDriverConfig(const DriverConfig& c) {
-  if (!(c.sampling_rate > 0 && c.sampling_rate <= 1)) {
+  if (!(c.mechanism.sampling_rate > 0 && c.mechanism.sampling_rate <= 1)) {
     return InvalidArgumentError("sampling_rate must be in (0, 1]");
   }
-  if (!(c.noise_multiplier >= 0) || !std::isfinite(c.noise_multiplier)) {
+  if (!(c.mechanism.noise_multiplier >= 0) || !std::isfinite(c.mechanism.noise_multiplier)) {
     return InvalidArgumentError("noise_multiplier must be finite and >= 0 (0 = non-private)");
   }
   if (!(c.tau0 >= 0) || !std::isfinite(c.tau0)) {
@@ -314,7 +314,7 @@ Status ValidateDriverConfig(const DriverConfig& c) {
   if (c.max_records_per_unit < 0 || c.max_records_per_unit > privacy::kMaxRecordsPerUnit) {
     return InvalidArgumentError("max_records_per_unit must be in [0, 1000000] (0 = record-level)");
   }
-  if (c.noise_multiplier > 0) {
+  if (c.mechanism.noise_multiplier > 0) {
     if (!(c.delta > 0 && c.delta < 1)) return InvalidArgumentError("delta must be in (0, 1)");
     if (!(c.epsilon_ceiling > 0) || !std::isfinite(c.epsilon_ceiling)) {
       return InvalidArgumentError("epsilon_ceiling must be finite and > 0");
@@ -334,8 +334,8 @@ class AccountantBook final : public ChargeBook {
  public:
   explicit AccountantBook(privacy::RdpAccountant* accountant) : accountant_(accountant) {}
   const privacy::RdpAccountant& accountant() const override { return *accountant_; }
-  Status Charge(double sampling_rate, double noise_multiplier) override {
-    return accountant_->Compose(sampling_rate, noise_multiplier, 1);
+  Status Charge(const privacy::SampledGaussian& step) override {
+    return accountant_->Compose(step, 1);
   }
 
  private:
@@ -349,7 +349,7 @@ Status ValidateDriverInputs(model::Model* model, privacy::NoiseSource* noise, bo
   }
   VIPSD_RETURN_IF_ERROR(ValidateDriverConfig(config));
   if (next_step < 1) return InvalidArgumentError("the first step number must be >= 1");
-  if (config.noise_multiplier > 0) {
+  if (config.mechanism.noise_multiplier > 0) {
     if (!has_book) {
       return InvalidArgumentError("a private driver (noise_multiplier > 0) needs an accountant");
     }
@@ -400,7 +400,7 @@ StepDriver::StepDriver(model::Model* model, privacy::NoiseSource* noise,
 
 Status StepDriver::Reconfigure(const DriverConfig& config) {
   VIPSD_RETURN_IF_ERROR(ValidateDriverConfig(config));
-  if ((config.noise_multiplier > 0) != (config_.noise_multiplier > 0)) {
+  if ((config.mechanism.noise_multiplier > 0) != (config_.mechanism.noise_multiplier > 0)) {
     return InvalidArgumentError(
         "noise_multiplier cannot switch between 0 (non-private) and > 0 on a running driver");
   }
@@ -438,7 +438,7 @@ StatusOr<StepResult> StepDriver::Step(const std::vector<StreamCandidates>& strea
   if (config_.threads > 1) DrawNoiseAhead();
   StepPhaseSeconds phases = ticket.result.phase_seconds;
   const privacy::BlockLayout& layout = model_->statistic_layout();
-  const privacy::SumKind kind = privacy::SumKindFor(config_.noise_multiplier);
+  const privacy::SumKind kind = privacy::SumKindFor(config_.mechanism.noise_multiplier);
   if (total_ == nullptr || total_->kind() != kind) {
     total_ = std::make_unique<privacy::GaussianSumMechanism>(layout, kind);
   } else {
@@ -467,23 +467,20 @@ StatusOr<StepResult> StepDriver::Step(const std::vector<StreamCandidates>& strea
 }
 
 StatusOr<StepTicket> StepDriver::Begin() {
-  const bool is_private = config_.noise_multiplier > 0;
-  const double q = config_.sampling_rate;
-  const double sigma = config_.noise_multiplier;
+  const bool is_private = config_.mechanism.is_private();
+  const privacy::SampledGaussian& step = config_.mechanism;
   StepTicket ticket;
   StepResult& result = ticket.result;
   result.step = next_step_;
-  result.sampling_rate = q;
-  result.noise_multiplier = sigma;
+  result.mechanism = step;
   auto clock = std::chrono::steady_clock::now();
   // 1. Ceiling check and charge, on public parameters only.
   if (is_private) {
     if (config_.enforce_ceiling) {
       VIPSD_ASSIGN_OR_RETURN(
-          auto check, book_->accountant().CheckCeiling(q, sigma, 1, config_.delta,
-                                                       config_.epsilon_ceiling,
-                                                       privacy::RdpConversion::kImproved,
-                                                       config_.adaptivity));
+          auto check, book_->accountant().CheckCeiling(
+                          step, 1, {config_.epsilon_ceiling, config_.delta},
+                          privacy::RdpConversion::kImproved, config_.adaptivity));
       if (check.would_exceed) {
         result.outcome = StepResult::Outcome::kRefusedCeiling;
         result.epsilon_refused = check.epsilon_after;
@@ -495,7 +492,7 @@ StatusOr<StepTicket> StepDriver::Begin() {
         return ticket;
       }
     }
-    VIPSD_RETURN_IF_ERROR(book_->Charge(q, sigma));
+    VIPSD_RETURN_IF_ERROR(book_->Charge(step));
     VIPSD_ASSIGN_OR_RETURN(auto spent, book_->accountant().GetEpsilon(
                                            config_.delta, privacy::RdpConversion::kImproved,
                                            config_.adaptivity));
@@ -508,7 +505,7 @@ StatusOr<StepTicket> StepDriver::Begin() {
 
 Status StepDriver::SumStreams(const StepKey& key, const std::vector<StreamCandidates>& streams,
                               const PartialSink& sink, StepPhaseSeconds* phases) {
-  const double q = config_.sampling_rate;
+  const double q = config_.mechanism.sampling_rate;
   auto clock = std::chrono::steady_clock::now();
 
   // 2. Poisson sampling, per record (or per unit), from the keyed words.
@@ -537,7 +534,7 @@ Status StepDriver::SumStreams(const StepKey& key, const std::vector<StreamCandid
   // result. Memory stays bounded (a few accumulators per worker).
   const std::vector<Chunk> chunks = ChunksOf(batches);
   const privacy::BlockLayout& layout = model_->statistic_layout();
-  const privacy::SumKind kind = privacy::SumKindFor(config_.noise_multiplier);
+  const privacy::SumKind kind = privacy::SumKindFor(config_.mechanism.noise_multiplier);
   if (current_ == nullptr || current_->kind() != kind) {
     current_ = std::make_unique<privacy::GaussianSumMechanism>(layout, kind);
   } else {
@@ -626,7 +623,7 @@ StatusOr<StepResult> StepDriver::Finish(const StepTicket& ticket,
     return FailedPreconditionError("Finish: the ticket is not this driver's admitted step " +
                                    std::to_string(next_step_));
   }
-  const bool is_private = config_.noise_multiplier > 0;
+  const bool is_private = config_.mechanism.noise_multiplier > 0;
   StepResult result = ticket.result;
   auto clock = std::chrono::steady_clock::now();
   StatusOr<privacy::GaussianRelease> release = UnavailableError("no release");
@@ -637,7 +634,7 @@ StatusOr<StepResult> StepDriver::Finish(const StepTicket& ticket,
     if (!prepared.ok()) return prepared.status();
     release = total.Release(std::move(*prepared));
   } else {
-    release = total.Release(*noise_, config_.noise_multiplier);
+    release = total.Release(*noise_, config_.mechanism.noise_multiplier);
   }
   if (!release.ok()) return release.status();
   result.phase_seconds.noise = Lap(clock);
@@ -652,11 +649,11 @@ StatusOr<StepResult> StepDriver::MStepOn(StepResult result,
   // The observer first: what it does with the sum (a coordinator encodes it
   // for the next plan) overlaps the M-step.
   if (on_release_) {
-    on_release_(release.noisy_sum, next_step_, config_.sampling_rate, result.rho,
-                release.noise_multiplier);
+    on_release_(release.noisy_sum, next_step_,
+                {config_.mechanism.sampling_rate, release.noise_multiplier}, result.rho);
   }
-  VIPSD_RETURN_IF_ERROR(model_->MStep(release.noisy_sum, config_.sampling_rate, result.rho,
-                                      release.noise_multiplier));
+  VIPSD_RETURN_IF_ERROR(model_->MStep(release.noisy_sum, {config_.mechanism.sampling_rate,
+                                                          release.noise_multiplier}, result.rho));
   result.phase_seconds.mstep = Lap(clock);
   ++next_step_;
   return result;
@@ -668,7 +665,7 @@ StatusOr<StepResult> StepDriver::FinishReleased(const StepTicket& ticket,
     return FailedPreconditionError("FinishReleased: the ticket is not this driver's admitted step " +
                                    std::to_string(next_step_));
   }
-  if (config_.noise_multiplier <= 0 || noise_ahead_.valid()) {
+  if (config_.mechanism.noise_multiplier <= 0 || noise_ahead_.valid()) {
     return FailedPreconditionError(
         "FinishReleased: only for a private driver without noise drawn ahead");
   }
@@ -679,10 +676,10 @@ StatusOr<StepResult> StepDriver::FinishReleased(const StepTicket& ticket,
 }
 
 void StepDriver::DrawNoiseAhead() {
-  if (config_.noise_multiplier <= 0 || noise_ahead_.valid()) return;
+  if (config_.mechanism.noise_multiplier <= 0 || noise_ahead_.valid()) return;
   const privacy::BlockLayout* layout = &model_->statistic_layout();
   privacy::NoiseSource* noise = noise_;
-  const double sigma = config_.noise_multiplier;
+  const double sigma = config_.mechanism.noise_multiplier;
   // On the step's threads (schedule.threads): a coordinator that reads no
   // partition has them free, and the draws are the same however many.
   const int threads = config_.threads;
@@ -705,9 +702,8 @@ Status StepDriver::Advance(const Eigen::VectorXd& released_sum, int64_t step) {
                                    ", but this replica's next step is " +
                                    std::to_string(next_step_));
   }
-  VIPSD_RETURN_IF_ERROR(model_->MStep(released_sum, config_.sampling_rate,
-                                      StepSize(config_.tau0, config_.kappa, next_step_),
-                                      config_.noise_multiplier));
+  VIPSD_RETURN_IF_ERROR(model_->MStep(released_sum, config_.mechanism,
+                                      StepSize(config_.tau0, config_.kappa, next_step_)));
   ++next_step_;
   return Status::Ok();
 }

@@ -64,6 +64,7 @@
 #include "core/base/status.h"
 #include "core/model/model.h"
 #include "core/privacy/accounting/rdp_accountant.h"
+#include "core/privacy/accounting/sampled_gaussian.h"
 #include "core/privacy/mechanisms/gaussian_mechanism.h"
 #include "core/privacy/mechanisms/noise_source.h"
 #include "core/svi/record_pool.h"
@@ -72,8 +73,8 @@
 namespace vipsd::svi {
 
 struct DriverConfig {
-  double sampling_rate = 0;     // q ∈ (0, 1]
-  double noise_multiplier = 0;  // σ ≥ 0; 0 = non-private
+  // q ∈ (0, 1] and σ ≥ 0 (0 = non-private): what each step is charged for.
+  privacy::SampledGaussian mechanism;
   double tau0 = 1;              // τ0 ≥ 0
   double kappa = 0.7;           // κ ∈ (0.5, 1]
   int threads = 1;              // [1, 256]
@@ -121,8 +122,7 @@ struct StepResult {
   double rho = 0;             // ρ_t (0 if refused)
   // The (q, σ) this step was charged and run with: the one record of them
   // for the step (its release states them, whatever a later reload sets).
-  double sampling_rate = 0;
-  double noise_multiplier = 0;
+  privacy::SampledGaussian mechanism;
   double epsilon_spent = 0;   // ε after this step (private mode)
   double epsilon_refused = 0; // ε the refused step would have reached
   StepPhaseSeconds phase_seconds;  // PRIVATE (timing); zero for a refused step
@@ -156,7 +156,7 @@ class ChargeBook {
   virtual ~ChargeBook() = default;
   virtual const privacy::RdpAccountant& accountant() const = 0;
   // One step of (q, σ), composed once. A failure charges nothing.
-  virtual Status Charge(double sampling_rate, double noise_multiplier) = 0;
+  virtual Status Charge(const privacy::SampledGaussian& step) = 0;
 };
 
 class StepDriver {
@@ -225,13 +225,13 @@ class StepDriver {
 
   const model::Model& model() const { return *model_; }
   // Called by Finish with every released (noisy: public) sum, its step and
-  // the q, ρ_t and σ its M-step uses (what Advance-like replays need), e.g. to
+  // the (q, σ) and ρ_t its M-step uses (what Advance-like replays need), e.g. to
   // hand it to replicas or to a plan (daemon/step/coordinator.h). Called before
   // that M-step runs, which may still fail (Finish returns its error): an
   // observer that needs the M-stepped model waits for Finish's result.
   using ReleaseObserver =
-      std::function<void(const Eigen::VectorXd& released_sum, int64_t step, double sampling_rate,
-                         double rho, double noise_multiplier)>;
+      std::function<void(const Eigen::VectorXd& released_sum, int64_t step,
+                         const privacy::SampledGaussian& mechanism, double rho)>;
   void set_release_observer(ReleaseObserver observer) {
     on_release_ = std::move(observer);
   }

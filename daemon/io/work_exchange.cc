@@ -173,9 +173,9 @@ std::string EncodeWorkPlan(const WorkPlan& plan) {
   w.I64(plan.delta_base);
   w.I64(plan.delta_base_offset);
   w.I64(plan.delta_step);
-  w.F64(plan.delta_sampling_rate);
+  w.F64(plan.delta_mechanism.sampling_rate);
   w.F64(plan.delta_rho);
-  w.F64(plan.delta_noise_multiplier);
+  w.F64(plan.delta_mechanism.noise_multiplier);
   w.I64(plan.plan_offset);
   w.Str(plan.record_settings);
   w.I64(plan.partials_read);
@@ -201,9 +201,9 @@ std::string EncodeWorkRelease(const WorkRelease& release) {
   Writer w(kReleaseMagic);
   PutHeader(w, release.job, release.epoch, release.owner, release.step, release.slot);
   w.I64(release.delta_step);
-  w.F64(release.delta_sampling_rate);
+  w.F64(release.delta_mechanism.sampling_rate);
   w.F64(release.delta_rho);
-  w.F64(release.delta_noise_multiplier);
+  w.F64(release.delta_mechanism.noise_multiplier);
   w.Str(release.delta_sum);
   return w.Finish();
 }
@@ -302,8 +302,8 @@ StatusOr<WorkPlan> DecodeWorkPlan(std::string_view bytes) {
       }
       (void)(r.Str(&plan.model) && r.Str(&plan.delta_sum) && r.I64(&plan.delta_base) &&
              r.I64(&plan.delta_base_offset) && r.I64(&plan.delta_step) &&
-             r.F64(&plan.delta_sampling_rate) && r.F64(&plan.delta_rho) &&
-             r.F64(&plan.delta_noise_multiplier) && r.I64(&plan.plan_offset) &&
+             r.F64(&plan.delta_mechanism.sampling_rate) && r.F64(&plan.delta_rho) &&
+             r.F64(&plan.delta_mechanism.noise_multiplier) && r.I64(&plan.plan_offset) &&
              r.Str(&plan.record_settings) &&
              r.I64(&plan.partials_read) && r.I64(&plan.delta_release_offset));
     }
@@ -322,10 +322,8 @@ StatusOr<WorkPlan> DecodeWorkPlan(std::string_view bytes) {
     valid = valid && plan.model.empty() && plan.plan_offset == -1 && plan.delta_base >= 1 &&
             plan.delta_base_offset >= 0 && plan.delta_base <= plan.delta_step &&
             plan.delta_step < plan.step &&
-            std::isfinite(plan.delta_sampling_rate) && plan.delta_sampling_rate > 0 &&
-            plan.delta_sampling_rate <= 1 && std::isfinite(plan.delta_rho) &&
-            plan.delta_rho > 0 && plan.delta_rho <= 1 &&
-            std::isfinite(plan.delta_noise_multiplier) && plan.delta_noise_multiplier >= 0 &&
+            privacy::ValidateSampledGaussian(plan.delta_mechanism, /*require_noise=*/false).ok() &&
+            std::isfinite(plan.delta_rho) && plan.delta_rho > 0 && plan.delta_rho <= 1 &&
             (plan.delta_sum.empty() ? plan.delta_release_offset > plan.delta_base_offset
                                     : plan.delta_release_offset == -1);
   }
@@ -374,19 +372,19 @@ StatusOr<WorkRelease> DecodeWorkRelease(std::string_view bytes) {
   WorkRelease release;
   (void)(GetHeader(r, &release.job, &release.epoch, &release.owner, &release.step,
                    &release.slot) &&
-         r.I64(&release.delta_step) && r.F64(&release.delta_sampling_rate) &&
-         r.F64(&release.delta_rho) && r.F64(&release.delta_noise_multiplier) &&
+         r.I64(&release.delta_step) && r.F64(&release.delta_mechanism.sampling_rate) &&
+         r.F64(&release.delta_rho) && r.F64(&release.delta_mechanism.noise_multiplier) &&
          r.Str(&release.delta_sum));
   VIPSD_RETURN_IF_ERROR(r.Done());
   // The plan of `step` ran the released step (delta_step ≥ step: a step
   // number is never reused), with q and ρ in (0, 1].
   const bool valid = release.step >= 1 && release.slot >= 0 &&
                      release.delta_step >= release.step && !release.delta_sum.empty() &&
-                     std::isfinite(release.delta_sampling_rate) &&
-                     release.delta_sampling_rate > 0 && release.delta_sampling_rate <= 1 &&
+                     privacy::ValidateSampledGaussian(release.delta_mechanism,
+                                                      /*require_noise=*/false)
+                         .ok() &&
                      std::isfinite(release.delta_rho) && release.delta_rho > 0 &&
-                     release.delta_rho <= 1 && std::isfinite(release.delta_noise_multiplier) &&
-                     release.delta_noise_multiplier >= 0;
+                     release.delta_rho <= 1;
   if (!valid) return DataLossError("work topic: a release with out-of-range fields");
   return release;
 }
@@ -405,8 +403,8 @@ bool IsSortedUnique(const std::vector<std::string>& names) {
 std::string EncodeFederatedPlan(const FederatedPlan& plan) {
   Writer w(kFederatedPlanMagic);
   PutHeader(w, plan.job, plan.epoch, plan.owner, plan.step, plan.slot);
-  w.F64(plan.sampling_rate);
-  w.F64(plan.noise_multiplier);
+  w.F64(plan.mechanism.sampling_rate);
+  w.F64(plan.mechanism.noise_multiplier);
   w.I64(plan.cut_time_ms);
   w.U64(plan.participants.size());
   for (const std::string& id : plan.participants) w.Str(id);
@@ -426,8 +424,8 @@ StatusOr<FederatedPlan> DecodeFederatedPlan(std::string_view bytes) {
   FederatedPlan plan;
   uint64_t count = 0, tolerated = 0;
   if (GetHeader(r, &plan.job, &plan.epoch, &plan.owner, &plan.step, &plan.slot) &&
-      r.F64(&plan.sampling_rate) && r.F64(&plan.noise_multiplier) && r.I64(&plan.cut_time_ms) &&
-      r.U64(&count)) {
+      r.F64(&plan.mechanism.sampling_rate) && r.F64(&plan.mechanism.noise_multiplier) &&
+      r.I64(&plan.cut_time_ms) && r.U64(&count)) {
     if (count > 4096 || count > r.remaining() / 8) {
       return DataLossError("work topic: a federated plan with too many participants");
     }
@@ -445,9 +443,8 @@ StatusOr<FederatedPlan> DecodeFederatedPlan(std::string_view bytes) {
            r.I64(&plan.due_ms));
   }
   VIPSD_RETURN_IF_ERROR(r.Done());
-  const bool valid = plan.step >= 1 && plan.slot >= 0 && std::isfinite(plan.sampling_rate) &&
-                     plan.sampling_rate > 0 && plan.sampling_rate <= 1 &&
-                     std::isfinite(plan.noise_multiplier) && plan.noise_multiplier > 0 &&
+  const bool valid = plan.step >= 1 && plan.slot >= 0 &&
+                     privacy::ValidateSampledGaussian(plan.mechanism, true).ok() &&  // σ > 0
                      !plan.participants.empty() && IsSortedUnique(plan.participants) &&
                      tolerated < plan.participants.size() && IsRunId(plan.run) &&
                      plan.issued_ms > 0 && plan.due_ms > plan.issued_ms &&

@@ -64,6 +64,7 @@
 #include <vector>
 
 #include "core/base/status.h"
+#include "core/privacy/accounting/sampled_gaussian.h"
 #include "core/svi/step_randomness.h"
 
 namespace vipsd::daemon {
@@ -120,9 +121,9 @@ struct WorkPlan {
   int64_t delta_base = -1;
   int64_t delta_base_offset = -1;
   int64_t delta_step = 0;
-  double delta_sampling_rate = 0;
+  // q of that step and σ of its release (0: an exact sum).
+  privacy::SampledGaussian delta_mechanism;
   double delta_rho = 0;
-  double delta_noise_multiplier = 0;  // σ of that release (0: exact sum)
   // Whether the plan follows from an earlier plan's model by a released sum
   // (inline or by reference) rather than carrying the model or nothing.
   bool has_delta() const { return !delta_sum.empty() || delta_release_offset >= 0; }
@@ -160,9 +161,9 @@ struct WorkRelease {
   int64_t step = 0;  // the plan whose step released the sum (WorkPlan::step)
   int64_t slot = 0;
   int64_t delta_step = 0;  // the released step (the model's step after it)
-  double delta_sampling_rate = 0;
+  // q of that step and σ of its release (0: an exact sum).
+  privacy::SampledGaussian delta_mechanism;
   double delta_rho = 0;
-  double delta_noise_multiplier = 0;  // σ of that release (0: exact sum)
   std::string delta_sum;  // GaussianSumMechanism::EncodeReleased (public)
 };
 
@@ -207,9 +208,9 @@ struct FederatedPlan {
   std::string owner;
   int64_t step = 0;  // the round: pads are keyed by it, so it never repeats
   int64_t slot = 0;
-  double sampling_rate = 0;     // q the aggregator charged
-  double noise_multiplier = 0;  // σ the release is charged at
-  int64_t cut_time_ms = 0;      // records stamped at or before it are the slot's
+  // q the aggregator charged, σ the release is charged at.
+  privacy::SampledGaussian mechanism;
+  int64_t cut_time_ms = 0;  // records stamped at or before it are the slot's
   // Holder ids, sorted, each once: exactly these shares are summed.
   std::vector<std::string> participants;
   // Each participant's incarnation (the run id of its state directory, from

@@ -30,8 +30,7 @@ LedgerKeeper::LedgerKeeper(Ledger ledger, LedgerState state,
 Status LedgerKeeper::UseFixedSchedule(bool is_private) {
   if (state_.schedule != ScheduleKind::kFixed || !is_private) return Status::Ok();
   VIPSD_ASSIGN_OR_RETURN(fixed_schedule_,
-                         privacy::FixedScheduleAccountant::Create(state_.fixed_sampling_rate,
-                                                                  state_.fixed_noise_multiplier));
+                         privacy::FixedScheduleAccountant::Create(state_.fixed_step));
   return Status::Ok();
 }
 
@@ -58,8 +57,10 @@ void LedgerKeeper::PrefetchNextCheck(double delta) const {
   if (fixed_schedule_.has_value()) fixed_schedule_->Prefetch(CheckedSteps(), delta);
 }
 
-bool LedgerKeeper::AdmitsStep(double sampling_rate, double noise_multiplier, double delta,
-                              double ceiling, double* epsilon_after, double* window_epsilon) {
+bool LedgerKeeper::AdmitsStep(const privacy::SampledGaussian& step,
+                              const privacy::EpsilonDelta& ceiling, double* epsilon_after,
+                              double* window_epsilon) {
+  const double delta = ceiling.delta;
   *window_epsilon = 0;
   *epsilon_after = 0;
   auto refuse = [&](const Status& error) {
@@ -82,18 +83,17 @@ bool LedgerKeeper::AdmitsStep(double sampling_rate, double noise_multiplier, dou
     if (next != steps) fixed_schedule_->Prefetch(next, delta);
     *epsilon_after = at->epsilon;
     *window_epsilon = at->epsilon;
-    return at->epsilon <= ceiling;
+    return at->epsilon <= ceiling.epsilon;
   }
   if (state_.mode == AccountingMode::kResidency) {
-    auto check = state_.residency->CheckCeiling(sampling_rate, noise_multiplier, delta, ceiling,
+    auto check = state_.residency->CheckCeiling(step, ceiling,
                                                 privacy::Adaptivity::kAdaptiveFilter);
     if (!check.ok()) return refuse(check.status());
     *epsilon_after = check->epsilon_after;
     *window_epsilon = check->epsilon_after;
     return !check->would_exceed;
   }
-  auto check = state_.accountant.CheckCeiling(sampling_rate, noise_multiplier, 1, delta, ceiling,
-                                              privacy::RdpConversion::kImproved,
+  auto check = state_.accountant.CheckCeiling(step, 1, ceiling, privacy::RdpConversion::kImproved,
                                               privacy::Adaptivity::kAdaptiveFilter);
   if (!check.ok()) return refuse(check.status());
   *epsilon_after = check->epsilon_after;
@@ -132,8 +132,8 @@ Status LedgerKeeper::BindFederationRun(const std::string& run) {
   return Apply(LedgerEdit::BindFederationRun(run));
 }
 
-Status LedgerKeeper::Charge(double sampling_rate, double noise_multiplier) {
-  return Apply(LedgerEdit::Charge(sampling_rate, noise_multiplier));
+Status LedgerKeeper::Charge(const privacy::SampledGaussian& step) {
+  return Apply(LedgerEdit::Charge(step));
 }
 
 void LedgerKeeper::RecordCharged(bool is_private, bool secure_noise, int64_t step) {
@@ -147,8 +147,7 @@ Status LedgerKeeper::RecordStep(const svi::StepResult& result, bool is_private, 
                                 double window_epsilon) {
   RecordCharged(is_private, secure_noise, result.step);
   if (!is_private || state_.mode != AccountingMode::kResidency) return Status::Ok();
-  return Apply(LedgerEdit::ResidencyStep(result.sampling_rate, result.noise_multiplier,
-                                         window_epsilon));
+  return Apply(LedgerEdit::ResidencyStep(result.mechanism, window_epsilon));
 }
 
 Status LedgerKeeper::Commit(int64_t next_step) {

@@ -89,7 +89,7 @@ class LedgerKeeper final : public svi::ChargeBook {
   // svi::ChargeBook: the driver's step 1 reads the live RDP accountant and
   // charges one step through the keeper.
   const privacy::RdpAccountant& accountant() const override { return state_.accountant; }
-  Status Charge(double sampling_rate, double noise_multiplier) override;
+  Status Charge(const privacy::SampledGaussian& step) override;
   // Called after every edit applied, with the state after it (tests replay
   // the edits: DaemonHooks::ledger_edit).
   void set_edit_observer(std::function<void(const LedgerEdit&, const LedgerState&)> observer) {
@@ -102,12 +102,12 @@ class LedgerKeeper final : public svi::ChargeBook {
   }
 
   // The ceiling check before a step, on public parameters only: whether one
-  // more step of (q, σ) keeps ε within `ceiling` at `delta` — the fixed
+  // more step of `step` keeps ε within `ceiling` at its δ — the fixed
   // schedule's ε of the steps it would complete, the residency window's, or
   // (adaptive, global) the RDP filter's (the driver checks that one again
   // as it charges). `epsilon_after` is the ε the step would reach,
   // `window_epsilon` the residency window's (0 in global mode).
-  bool AdmitsStep(double sampling_rate, double noise_multiplier, double delta, double ceiling,
+  bool AdmitsStep(const privacy::SampledGaussian& step, const privacy::EpsilonDelta& ceiling,
                   double* epsilon_after, double* window_epsilon);
   // Fixed schedule: starts the next step's check (a PLD composition that can
   // take a large share of a short slot) in the background, so that the first

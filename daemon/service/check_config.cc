@@ -69,8 +69,9 @@ bool TimeWorstCaseStep(const config::VipsdConfig& config, bool check_only,
     } else if (auto planned = privacy::PlanRun(
                    config.schedule.value_or(config::Schedule::kFixed) == config::Schedule::kFixed,
                    config.accounting == config::Accounting::kResidency,
-                   config.driver.epsilon_ceiling, config.driver.sampling_rate,
-                   config.driver.noise_multiplier, config.driver.delta, config.window_steps);
+                   config.driver.epsilon_ceiling, config.driver.mechanism.sampling_rate,
+                   config.driver.mechanism.noise_multiplier, config.driver.delta,
+                   config.window_steps);
                planned.ok()) {
       // The steps a record's claim covers, as `vipsd-privacy plan` counts them.
       beta += " x " + std::to_string(planned->timed_steps) + " steps = " +

@@ -124,8 +124,8 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::Create(const config::VipsdConfig& conf
     // validated against overflow by the configuration) bound this run.
     int64_t limit = config.max_steps;
     if (config.max_epochs > 0) {
-      const auto epochs =
-          static_cast<int64_t>(std::ceil(config.max_epochs / config.driver.sampling_rate));
+      const auto epochs = static_cast<int64_t>(
+          std::ceil(config.max_epochs / config.driver.mechanism.sampling_rate));
       limit = limit > 0 ? std::min(limit, epochs) : epochs;
     }
     daemon->step_limit_ = limit;
@@ -199,8 +199,8 @@ void Daemon::UpdateBudgetMetrics() {
   metrics_->SetPrivacyBudget(spent, config_.is_private() ? config_.driver.epsilon_ceiling : 0,
                              config_.is_private() ? config_.driver.delta : 0);
   // (q, σ) as the next step runs them: the driver's (one home for both).
-  metrics_->noise_multiplier().Set(driver_->config().noise_multiplier);
-  metrics_->sampling_rate().Set(driver_->config().sampling_rate);
+  metrics_->noise_multiplier().Set(driver_->config().mechanism.noise_multiplier);
+  metrics_->sampling_rate().Set(driver_->config().mechanism.sampling_rate);
   metrics_->step_interval_seconds().Set(config_.step_interval_seconds);
   metrics_->pool_capacity().Set(static_cast<double>(config_.pool_capacity));
   metrics_->privacy_halted().Set(halted_ ? 1 : 0);
@@ -885,14 +885,13 @@ StatusOr<release::Release> Daemon::BuildRelease(double publish_time) const {
   facts.noise_is_private = noise_->is_private();
   facts.noise_description = noise_->description();
   // The step's own (q, σ); before any step in this process, the configured.
-  facts.noise_multiplier = model_step_result_.has_value() ? model_step_result_->noise_multiplier
-                                                          : driver_->config().noise_multiplier;
-  facts.sampling_rate = model_step_result_.has_value() ? model_step_result_->sampling_rate
-                                                       : driver_->config().sampling_rate;
+  facts.mechanism = model_step_result_.has_value() ? model_step_result_->mechanism
+                                                   : driver_->config().mechanism;
   // The grid and the discrete noise (public: functions of the layout and σ).
-  if (facts.noise_multiplier > 0) {
+  if (facts.mechanism.noise_multiplier > 0) {
     auto discrete =
-        privacy::DiscreteNoiseFor(bundle_.model->statistic_layout(), facts.noise_multiplier);
+        privacy::DiscreteNoiseFor(bundle_.model->statistic_layout(),
+                                  facts.mechanism.noise_multiplier);
     if (discrete.ok()) {
       facts.noise_description += "; " + privacy::DescribeDiscreteNoise(*discrete);
     }

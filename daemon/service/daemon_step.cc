@@ -31,8 +31,8 @@ bool Daemon::RunStep(int64_t slot, SlotOutputs* out) {
   }
   double epsilon_after = 0, window_epsilon = 0;
   if (config_.is_private() &&
-      !keeper_->AdmitsStep(driver_->config().sampling_rate, driver_->config().noise_multiplier,
-                           config_.driver.delta, config_.driver.epsilon_ceiling, &epsilon_after,
+      !keeper_->AdmitsStep(driver_->config().mechanism,
+                           {config_.driver.epsilon_ceiling, config_.driver.delta}, &epsilon_after,
                            &window_epsilon)) {
     OnCeiling(epsilon_after, out);
     return false;

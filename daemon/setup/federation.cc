@@ -39,8 +39,9 @@ std::string RosterFingerprint(const std::vector<privacy::RosterEntry>& roster) {
 
 std::string FederationTerms(const config::VipsdConfig& config, const std::string& record_settings) {
   std::string terms = record_settings;
-  terms += "privacy.sampling_rate: " + ShortestNumber(config.driver.sampling_rate) + "\n";
-  terms += "privacy.noise_multiplier: " + ShortestNumber(config.driver.noise_multiplier) + "\n";
+  terms += "privacy.sampling_rate: " + ShortestNumber(config.driver.mechanism.sampling_rate) + "\n";
+  terms += "privacy.noise_multiplier: " +
+           ShortestNumber(config.driver.mechanism.noise_multiplier) + "\n";
   terms += std::string("privacy.noise: ") +
            (config.noise_mode == config::NoiseMode::kSecure ? "secure" : "fixed_seed") + "\n";
   auto roster = RosterOf(config.federation);

@@ -240,8 +240,9 @@ std::string ConfigFingerprint(const config::VipsdConfig& c) {
          << " seed=" << c.sbn.init_seed << " clip=" << f.count << "," << f.z << "," << f.y << ","
          << f.xi << "," << f.xi_z << "," << f.y_z << "," << f.xi_zz;
   }
-  text << " q=" << c.driver.sampling_rate << " sigma=" << c.driver.noise_multiplier
-       << " tau0=" << c.driver.tau0 << " kappa=" << c.driver.kappa << " delta=" << c.driver.delta
+  text << " q=" << c.driver.mechanism.sampling_rate
+       << " sigma=" << c.driver.mechanism.noise_multiplier << " tau0=" << c.driver.tau0
+       << " kappa=" << c.driver.kappa << " delta=" << c.driver.delta
        << " ceiling=" << c.driver.epsilon_ceiling
        << " accounting=" << (c.accounting == config::Accounting::kGlobal ? "global" : "residency")
        << " window=" << c.window_steps;
@@ -264,8 +265,8 @@ release::Release MakeRelease(const ModelBundle& bundle, const config::VipsdConfi
   m.rho = facts.rho;
   m.epsilon_spent = is_private ? facts.epsilon_spent : 0.0;
   m.delta = is_private ? config.driver.delta : 0.0;
-  m.noise_multiplier = facts.noise_multiplier;
-  m.sampling_rate = facts.sampling_rate;
+  m.noise_multiplier = facts.mechanism.noise_multiplier;
+  m.sampling_rate = facts.mechanism.sampling_rate;
   m.accountant = !is_private ? "none" : facts.accountant;
   m.schedule = !is_private ? "none" : facts.schedule;
   m.conversion = !is_private ? "none" : facts.conversion;

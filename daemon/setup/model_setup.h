@@ -30,6 +30,7 @@
 #include "connectors/decode/record_decoder.h"
 #include "core/base/status.h"
 #include "core/model/model.h"
+#include "core/privacy/accounting/sampled_gaussian.h"
 #include "core/release/release.h"
 #include "core/text/vocabulary.h"
 
@@ -86,8 +87,7 @@ struct ReleaseFacts {
   std::string conversion;
   bool noise_is_private = false;  // the noise source's own claim
   std::string noise_description;
-  double noise_multiplier = 0;  // σ of the step (a reload may change it)
-  double sampling_rate = 0;     // q of the step
+  privacy::SampledGaussian mechanism;  // (q, σ) of the step (a reload may change them)
   // Unix seconds stamped as created_at_utc: the release's public deadline
   // (never the moment its step finished); 0 = now.
   double created_at = 0;

@@ -144,13 +144,12 @@ StatusOr<privacy::CeilingCheck> ResidencyWindowCheck(const config::VipsdConfig& 
     const std::vector<double>& orders =
         state.residency.has_value() ? state.residency->orders() : state.accountant.orders();
     return privacy::ResidencyAccountant::CheckConfiguration(
-        config.window_steps, config.driver.sampling_rate, config.driver.noise_multiplier,
-        config.driver.delta, config.driver.epsilon_ceiling, AccountingAdaptivity(), orders,
+        config.window_steps, config.driver.mechanism,
+        {config.driver.epsilon_ceiling, config.driver.delta}, AccountingAdaptivity(), orders,
         state.accountant.filter_weights());
   }
   VIPSD_ASSIGN_OR_RETURN(auto fixed,
-                         privacy::FixedScheduleAccountant::Create(config.driver.sampling_rate,
-                                                                  config.driver.noise_multiplier));
+                         privacy::FixedScheduleAccountant::Create(config.driver.mechanism));
   VIPSD_ASSIGN_OR_RETURN(const auto at, fixed.Epsilon(config.window_steps, config.driver.delta));
   privacy::CeilingCheck check;
   check.epsilon_after = at.epsilon;
@@ -178,17 +177,17 @@ StatusOr<ScheduleKind> ResolveSchedule(const config::VipsdConfig& config,
         "ledger's, or use a new state directory)");
   }
   if (ledger->schedule == ScheduleKind::kFixed && config.is_private()) {
-    if (config.driver.sampling_rate != ledger->fixed_sampling_rate) {
+    if (config.driver.mechanism.sampling_rate != ledger->fixed_step.sampling_rate) {
       return FailedPreconditionError(
           config::KeyWhere(config, "privacy.sampling_rate") + "schedule fixed pins it to " +
-          ShortestNumber(ledger->fixed_sampling_rate) + " for this state directory (ledger " +
-          ledger_path + "); got " + ShortestNumber(config.driver.sampling_rate));
+          ShortestNumber(ledger->fixed_step.sampling_rate) + " for this state directory (ledger " +
+          ledger_path + "); got " + ShortestNumber(config.driver.mechanism.sampling_rate));
     }
-    if (config.driver.noise_multiplier != ledger->fixed_noise_multiplier) {
+    if (config.driver.mechanism.noise_multiplier != ledger->fixed_step.noise_multiplier) {
       return FailedPreconditionError(
           config::KeyWhere(config, "privacy.noise_multiplier") + "schedule fixed pins it to " +
-          ShortestNumber(ledger->fixed_noise_multiplier) + " for this state directory (ledger " +
-          ledger_path + "); got " + ShortestNumber(config.driver.noise_multiplier));
+          ShortestNumber(ledger->fixed_step.noise_multiplier) +
+          " for this state directory (ledger " + ledger_path + "); got " + ShortestNumber(config.driver.mechanism.noise_multiplier));
     }
   }
   return ledger->schedule;
@@ -202,19 +201,18 @@ Status CheckFirstStepFits(const config::VipsdConfig& config, const LedgerState& 
   if (!config.is_private() || state.next_step != 1 || state.mode == AccountingMode::kResidency) {
     return Status::Ok();  // residency: the window check covers it (M ≥ 1)
   }
-  const double q = config.driver.sampling_rate;
-  const double sigma = config.driver.noise_multiplier;
+  const double q = config.driver.mechanism.sampling_rate;
+  const double sigma = config.driver.mechanism.noise_multiplier;
   double first = 0;
   if (state.schedule == ScheduleKind::kFixed) {
-    VIPSD_ASSIGN_OR_RETURN(auto fixed, privacy::FixedScheduleAccountant::Create(q, sigma));
+    VIPSD_ASSIGN_OR_RETURN(auto fixed, privacy::FixedScheduleAccountant::Create({q, sigma}));
     VIPSD_ASSIGN_OR_RETURN(auto at, fixed.Epsilon(1, config.driver.delta));
     first = at.epsilon;
   } else {
     VIPSD_ASSIGN_OR_RETURN(auto check,
-                           state.accountant.CheckCeiling(q, sigma, 1, config.driver.delta,
-                                                         config.driver.epsilon_ceiling,
-                                                         privacy::RdpConversion::kImproved,
-                                                         AccountingAdaptivity()));
+                           state.accountant.CheckCeiling(
+                               {q, sigma}, 1, {config.driver.epsilon_ceiling, config.driver.delta},
+                               privacy::RdpConversion::kImproved, AccountingAdaptivity()));
     first = check.epsilon_after;
   }
   if (first > config.driver.epsilon_ceiling) {
@@ -271,8 +269,8 @@ StatusOr<LedgerState> FreshState(const config::VipsdConfig& config, const ModelB
     state.max_records_per_unit = config.driver.max_records_per_unit;
   }
   if (schedule == ScheduleKind::kFixed) {
-    state.fixed_sampling_rate = config.driver.sampling_rate;
-    state.fixed_noise_multiplier = config.driver.noise_multiplier;
+    state.fixed_step.sampling_rate = config.driver.mechanism.sampling_rate;
+    state.fixed_step.noise_multiplier = config.driver.mechanism.noise_multiplier;
   }
   if (source_kind == SourceKind::kKafka) {
     const double start = config.start_time > 0 ? config.start_time : WallNow();
@@ -291,8 +289,8 @@ StatusOr<LedgerState> FreshState(const config::VipsdConfig& config, const ModelB
     VIPSD_ASSIGN_OR_RETURN(
         auto weights,
         privacy::DesignFilterWeights(
-            config.driver.sampling_rate, config.driver.noise_multiplier, config.driver.delta,
-            config.driver.epsilon_ceiling,
+            config.driver.mechanism.sampling_rate, config.driver.mechanism.noise_multiplier,
+            config.driver.delta, config.driver.epsilon_ceiling,
             mode == AccountingMode::kResidency ? config.window_steps : 0));
     VIPSD_RETURN_IF_ERROR(state.accountant.SetFilterWeights(weights));
     if (state.residency.has_value()) {
@@ -389,8 +387,8 @@ Status AdjustToConfiguration(const config::VipsdConfig& config, SourceKind sourc
       return InvalidArgumentError(
           config::KeyWhere(config, "schedule.window_steps") + "a record that is a candidate in " +
           std::to_string(config.window_steps) + " steps at sampling_rate " +
-          ShortestNumber(config.driver.sampling_rate) + " and noise_multiplier " +
-          ShortestNumber(config.driver.noise_multiplier) + " would spend epsilon " +
+          ShortestNumber(config.driver.mechanism.sampling_rate) + " and noise_multiplier " +
+          ShortestNumber(config.driver.mechanism.noise_multiplier) + " would spend epsilon " +
           FixedDecimal(check.epsilon_after, 4) + " > epsilon_ceiling " +
           ShortestNumber(config.driver.epsilon_ceiling) + " (delta " +
           ShortestNumber(config.driver.delta) + ", schedule " +

@@ -151,7 +151,8 @@ int64_t CheckStepsFor(const config::VipsdConfig& config) {
     int64_t steps = kCalibrationCheckSteps;
     const auto rdp = privacy::MaxStepsForEpsilon(
         privacy::AccountantKind::kRdp, config.driver.epsilon_ceiling,
-        config.driver.sampling_rate, config.driver.noise_multiplier, config.driver.delta);
+        config.driver.mechanism.sampling_rate, config.driver.mechanism.noise_multiplier,
+        config.driver.delta);
     if (rdp.ok()) steps = std::min(steps, 2 * std::max<int64_t>(*rdp, 1));
     if (config.max_steps > 0) steps = std::min(steps, config.max_steps);
     return std::max<int64_t>(steps, 1);
@@ -185,8 +186,8 @@ Status TimeStepRuns(const config::VipsdConfig& config, const std::vector<model::
   // that each run's CPU is the step's alone.
   std::optional<privacy::FixedScheduleAccountant> fixed;
   if (out->check_steps > 0) {
-    VIPSD_ASSIGN_OR_RETURN(fixed, privacy::FixedScheduleAccountant::Create(
-                                      config.driver.sampling_rate, config.driver.noise_multiplier));
+    VIPSD_ASSIGN_OR_RETURN(fixed,
+                           privacy::FixedScheduleAccountant::Create(config.driver.mechanism));
   }
   const auto check_start = std::chrono::steady_clock::now();
   Status checked = Status::Ok();
@@ -291,7 +292,7 @@ void JudgeAndDescribe(const config::VipsdConfig& config, StepCalibration* out) {
   JudgeStepTiming(*out);
   out->text = "a step on " + std::to_string(out->batch_bound) +
               " records (the batch Poisson sampling at q = " +
-              ShortestNumber(config.driver.sampling_rate) + " from pool.capacity " +
+              ShortestNumber(config.driver.mechanism.sampling_rate) + " from pool.capacity " +
               std::to_string(config.pool_capacity) + " exceeds with probability < 1e-9" +
               (out->timed_records < out->batch_bound
                    ? "; timed on " + std::to_string(out->timed_records) + " and scaled"
@@ -348,7 +349,7 @@ StatusOr<StepCalibration> CalibrateWorstCaseStep(const config::VipsdConfig& conf
     return FailedPreconditionError("the worst-case step is timed for a Kafka source only");
   }
   StepCalibration out;
-  int64_t bound = BatchBound(config.pool_capacity, config.driver.sampling_rate);
+  int64_t bound = BatchBound(config.pool_capacity, config.driver.mechanism.sampling_rate);
   if (config.driver.max_records_per_unit > 0) {
     bound = std::min<int64_t>(config.pool_capacity,
                               bound * std::max<int64_t>(1, config.driver.max_records_per_unit));
@@ -366,7 +367,7 @@ StatusOr<StepCalibration> CalibrateWorstCaseStep(const config::VipsdConfig& conf
   const std::vector<model::Record> records =
       SyntheticRecords(config, *bundle.model, out.timed_records);
   svi::DriverConfig driver_config = config.driver;
-  driver_config.sampling_rate = 1;
+  driver_config.mechanism.sampling_rate = 1;
   driver_config.max_records_per_unit = 0;  // one record per synthetic unit: the same work
   driver_config.epsilon_ceiling = 1e300;
   driver_config.enforce_ceiling = false;
@@ -374,8 +375,9 @@ StatusOr<StepCalibration> CalibrateWorstCaseStep(const config::VipsdConfig& conf
   privacy::RdpAccountant accountant;
   VIPSD_ASSIGN_OR_RETURN(auto driver,
                          svi::StepDriver::Create(bundle.model.get(), noise.get(),
-                                                 driver_config.noise_multiplier > 0 ? &accountant
-                                                                                    : nullptr,
+                                                 driver_config.mechanism.is_private()
+                                                     ? &accountant
+                                                     : nullptr,
                                                  driver_config));
   out.check_steps = CheckStepsFor(config);
   VIPSD_RETURN_IF_ERROR(TimeStepRuns(config, records, *driver, &out));

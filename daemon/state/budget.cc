@@ -23,8 +23,7 @@ StatusOr<SpentBudget> LedgerSpent(const LedgerState& state, double delta,
   if (fixed_schedule) {
     std::optional<privacy::FixedScheduleAccountant> built;
     if (fixed == nullptr) {
-      VIPSD_ASSIGN_OR_RETURN(built, privacy::FixedScheduleAccountant::Create(
-                                        state.fixed_sampling_rate, state.fixed_noise_multiplier));
+      VIPSD_ASSIGN_OR_RETURN(built, privacy::FixedScheduleAccountant::Create(state.fixed_step));
       fixed = &*built;
     }
     VIPSD_ASSIGN_OR_RETURN(const privacy::ScheduleEpsilon at,

@@ -182,8 +182,8 @@ std::string Ledger::Encode(const LedgerState& state) {
   out += "mode " + std::string(AccountingModeName(state.mode)) + "\n";
   out += "schedule " + std::string(ScheduleKindName(state.schedule));
   if (state.schedule == ScheduleKind::kFixed) {
-    out += " " + HexDouble(state.fixed_sampling_rate) + " " +
-           HexDouble(state.fixed_noise_multiplier);
+    out += " " + HexDouble(state.fixed_step.sampling_rate) + " " +
+           HexDouble(state.fixed_step.noise_multiplier);
   } else if (!state.accountant.filter_weights().empty()) {
     out += " weighted";
   }
@@ -320,10 +320,10 @@ Status DecodeLines(Reader& reader, int version, LedgerState& state, bool* weight
     if (state.schedule == ScheduleKind::kFixed) {
       std::string q, sigma;
       if (!(words >> q >> sigma)) return reader.Bad("bad schedule line");
-      if (!ParseHexDouble(q, &state.fixed_sampling_rate) ||
-          !ParseHexDouble(sigma, &state.fixed_noise_multiplier) ||
-          !(state.fixed_sampling_rate > 0 && state.fixed_sampling_rate <= 1) ||
-          !(state.fixed_noise_multiplier > 0)) {
+      if (!ParseHexDouble(q, &state.fixed_step.sampling_rate) ||
+          !ParseHexDouble(sigma, &state.fixed_step.noise_multiplier) ||
+          !(state.fixed_step.sampling_rate > 0 && state.fixed_step.sampling_rate <= 1) ||
+          !(state.fixed_step.noise_multiplier > 0)) {
         return reader.Bad("bad schedule values (q must be in (0, 1], sigma finite and > 0)");
       }
     } else if (words >> value) {

@@ -84,8 +84,7 @@ struct LedgerState {
   AccountingMode mode = AccountingMode::kGlobal;
   // kFixed pins (q, σ) for every private step of the directory.
   ScheduleKind schedule = ScheduleKind::kAdaptive;
-  double fixed_sampling_rate = 0;     // kFixed only
-  double fixed_noise_multiplier = 0;  // kFixed only
+  privacy::SampledGaussian fixed_step;  // kFixed only
   NoiseHistory noise;
   // Highest budget-warning fraction already announced (so a restart does not
   // repeat warnings); public.

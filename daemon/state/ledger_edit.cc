@@ -32,19 +32,17 @@ LedgerEdit LedgerEdit::LowerCeiling(double epsilon_ceiling) {
   return {.kind = Kind::kLowerCeiling, .value = epsilon_ceiling};
 }
 
-LedgerEdit LedgerEdit::Charge(double sampling_rate, double noise_multiplier) {
-  return {.kind = Kind::kCharge, .sampling_rate = sampling_rate,
-          .noise_multiplier = noise_multiplier};
+LedgerEdit LedgerEdit::Charge(const privacy::SampledGaussian& step) {
+  return {.kind = Kind::kCharge, .step = step};
 }
 
 LedgerEdit LedgerEdit::NoteNoise(int64_t step, Noise noise) {
   return {.kind = Kind::kNoteNoise, .count = step, .noise = noise};
 }
 
-LedgerEdit LedgerEdit::ResidencyStep(double sampling_rate, double noise_multiplier,
+LedgerEdit LedgerEdit::ResidencyStep(const privacy::SampledGaussian& step,
                                      double window_epsilon) {
-  return {.kind = Kind::kResidencyStep, .value = window_epsilon, .sampling_rate = sampling_rate,
-          .noise_multiplier = noise_multiplier};
+  return {.kind = Kind::kResidencyStep, .value = window_epsilon, .step = step};
 }
 
 LedgerEdit LedgerEdit::WarningLevel(double level) {
@@ -116,7 +114,7 @@ Status ApplyLedgerEdit(const LedgerEdit& edit, LedgerState* state) {
       state->epsilon_ceiling = edit.value;
       return Status::Ok();
     case LedgerEdit::Kind::kCharge:
-      return state->accountant.Compose(edit.sampling_rate, edit.noise_multiplier, 1);
+      return state->accountant.Compose(edit.step, 1);
     case LedgerEdit::Kind::kNoteNoise: {
       NoiseHistory& noise = state->noise;
       switch (edit.noise) {
@@ -134,7 +132,7 @@ Status ApplyLedgerEdit(const LedgerEdit& edit, LedgerState* state) {
     }
     case LedgerEdit::Kind::kResidencyStep:
       if (!state->residency.has_value()) return Refuse(edit, "the ledger is not in residency mode");
-      return state->residency->RecordStep(edit.sampling_rate, edit.noise_multiplier, edit.value);
+      return state->residency->RecordStep(edit.step, edit.value);
     case LedgerEdit::Kind::kWarningLevel:
       if (!(edit.value > state->warning_level) || edit.value > 1) {
         return Refuse(edit, "a warning level only rises, up to 1");

@@ -31,9 +31,9 @@ struct LedgerEdit {
     kSetWindowSlots,     // schedule.window_steps: `count` (only ever shortened)
     kSetResidencySteps,  // residency mode's window M: `count` (only ever lowered)
     kLowerCeiling,       // privacy.epsilon_ceiling: `value` (only ever lowered)
-    kCharge,             // one private step of (sampling_rate, noise_multiplier) composed
+    kCharge,             // one private step of `step` composed
     kNoteNoise,          // step `count` was charged with noise `noise` (the noise history)
-    kResidencyStep,      // a step of (sampling_rate, noise_multiplier) closing a window at ε `value`
+    kResidencyStep,      // a step of `step` closing a window at ε `value`
     kWarningLevel,       // the highest budget-warning fraction announced: `value`
     kBindFederationRun,  // a holder's pads are bound to the aggregator run `stream`
     kSetNextStep,        // the driver's counter, written with a commit: `count`
@@ -45,8 +45,7 @@ struct LedgerEdit {
   int64_t slot = 0;
   int64_t count = 0;
   double value = 0;
-  double sampling_rate = 0;
-  double noise_multiplier = 0;
+  privacy::SampledGaussian step{};
   Noise noise = Noise::kPrivate;
   std::map<std::string, int64_t> cuts{};
 
@@ -57,10 +56,9 @@ struct LedgerEdit {
   static LedgerEdit SetWindowSlots(int64_t window_slots);
   static LedgerEdit SetResidencySteps(int64_t max_residency_steps);
   static LedgerEdit LowerCeiling(double epsilon_ceiling);
-  static LedgerEdit Charge(double sampling_rate, double noise_multiplier);
+  static LedgerEdit Charge(const privacy::SampledGaussian& step);
   static LedgerEdit NoteNoise(int64_t step, Noise noise);
-  static LedgerEdit ResidencyStep(double sampling_rate, double noise_multiplier,
-                                  double window_epsilon);
+  static LedgerEdit ResidencyStep(const privacy::SampledGaussian& step, double window_epsilon);
   static LedgerEdit WarningLevel(double level);
   static LedgerEdit BindFederationRun(const std::string& run);
   static LedgerEdit SetNextStep(int64_t next_step);

@@ -99,8 +99,8 @@ void ReportLedger(const LedgerState& state, std::optional<double> delta,
                                                        state.max_records_per_unit));
   report.String("schedule", std::string(ScheduleKindName(state.schedule)));
   if (state.schedule == ScheduleKind::kFixed) {
-    report.Number("sampling_rate", state.fixed_sampling_rate);
-    report.Number("noise_multiplier", state.fixed_noise_multiplier);
+    report.Number("sampling_rate", state.fixed_step.sampling_rate);
+    report.Number("noise_multiplier", state.fixed_step.noise_multiplier);
   }
   report.Integer("next_step", state.next_step);
   report.Integer("private_steps", state.noise.private_steps);

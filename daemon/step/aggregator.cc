@@ -258,8 +258,8 @@ StatusOr<svi::StepResult> Aggregator::Round(const svi::StepTicket& ticket, int64
   plan.owner = keeper.replica()->owner();
   plan.step = ticket.result.step;
   plan.slot = slot;
-  plan.sampling_rate = ticket.result.sampling_rate;
-  plan.noise_multiplier = ticket.result.noise_multiplier;
+  plan.mechanism.sampling_rate = ticket.result.mechanism.sampling_rate;
+  plan.mechanism.noise_multiplier = ticket.result.mechanism.noise_multiplier;
   plan.cut_time_ms = targets.cut_time_ms;
   plan.participants.assign(participants_.begin(), participants_.end());
   for (const std::string& id : plan.participants) plan.incarnations.push_back(incarnations_[id]);
@@ -352,7 +352,7 @@ StatusOr<svi::StepResult> Aggregator::Round(const svi::StepTicket& ticket, int64
   const privacy::BlockLayout& layout = parts_.bundle->model->statistic_layout();
   VIPSD_ASSIGN_OR_RETURN(
       privacy::DistributedNoise noise,
-      privacy::DistributedNoiseFor(layout, plan.noise_multiplier,
+      privacy::DistributedNoiseFor(layout, plan.mechanism.noise_multiplier,
                                    static_cast<uint32_t>(plan.participants.size()), plan.tolerated));
   VIPSD_ASSIGN_OR_RETURN(
       privacy::GaussianRelease release,

@@ -68,7 +68,7 @@ StatusOr<WorkPlan> Coordinator::AppendPlan(const Context& context,
   plan.owner = keeper.replica()->owner();
   plan.step = ticket.result.step;
   plan.slot = slot;
-  plan.sampling_rate = ticket.result.sampling_rate;  // what the step was charged at
+  plan.sampling_rate = ticket.result.mechanism.sampling_rate;  // what the step was charged at
   plan.is_private = config.is_private();
   plan.key = ticket.key;
   plan.record_settings = context.bundle->record_settings;
@@ -121,9 +121,9 @@ StatusOr<WorkPlan> Coordinator::AppendPlan(const Context& context,
       plan.delta_base = last_plan_->step;
       plan.delta_base_offset = last_plan_->offset;
       plan.delta_step = released->step;
-      plan.delta_sampling_rate = released->sampling_rate;
+      plan.delta_mechanism.sampling_rate = released->sampling_rate;
       plan.delta_rho = released->rho;
-      plan.delta_noise_multiplier = released->noise_multiplier;
+      plan.delta_mechanism.noise_multiplier = released->noise_multiplier;
     }
   }
   if (!plan.has_delta()) {
@@ -261,7 +261,8 @@ Status Coordinator::Gather(const Context& context, WorkPlan& plan,
     return seconds;
   };
   const privacy::BlockLayout& layout = context.bundle->model->statistic_layout();
-  const privacy::SumKind kind = privacy::SumKindFor(context.driver->config().noise_multiplier);
+  const privacy::SumKind kind =
+      privacy::SumKindFor(context.driver->config().mechanism.noise_multiplier);
   if (total_ == nullptr || total_->kind() != kind) {
     total_ = std::make_unique<privacy::GaussianSumMechanism>(layout, kind);
   } else {
@@ -386,16 +387,19 @@ void Coordinator::ObserveRelease(const Context& context, const WorkPlan& plan, b
     header.slot = plan.slot;
     context.driver->set_release_observer(
         [this, header, workers, pending, layout](const Eigen::VectorXd& sum, int64_t step,
-                                                  double q, double rho, double sigma) {
+                                                  const privacy::SampledGaussian& mechanism,
+                                                  double rho) {
+          const double q = mechanism.sampling_rate;
+          const double sigma = mechanism.noise_multiplier;
           if (released_encoded_.valid()) released_encoded_.wait();  // it reads released_sum_
           released_sum_ = sum;
           released_offset_ = -1;
           *pending = Released{header.step, step, q, rho, sigma};
           WorkRelease release = header;
           release.delta_step = step;
-          release.delta_sampling_rate = q;
+          release.delta_mechanism.sampling_rate = q;
           release.delta_rho = rho;
-          release.delta_noise_multiplier = sigma;
+          release.delta_mechanism.noise_multiplier = sigma;
           released_encoded_ = std::async(
               std::launch::async,
               [this, layout, workers, release = std::move(release)]() mutable

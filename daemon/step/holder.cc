@@ -245,8 +245,8 @@ void Holder::PrepareBudgetCheck() {
   // Public: a function of (q, σ, δ) and the number of rounds charged.
   if (halted_) return;
   double epsilon_after = 0, window_epsilon = 0;
-  (void)keeper_->AdmitsStep(config_.driver.sampling_rate, config_.driver.noise_multiplier,
-                            config_.driver.delta, config_.driver.epsilon_ceiling, &epsilon_after,
+  (void)keeper_->AdmitsStep(config_.driver.mechanism,
+                            {config_.driver.epsilon_ceiling, config_.driver.delta}, &epsilon_after,
                             &window_epsilon);
 }
 
@@ -373,8 +373,8 @@ Status Holder::PlayRound(const FederatedPlan& plan) {
                                                  driver_config, plan.step));
   // Its own budget, on public parameters, before anything is read.
   double epsilon_after = 0, window_epsilon = 0;
-  if (!keeper_->AdmitsStep(driver_config.sampling_rate, driver_config.noise_multiplier,
-                           driver_config.delta, driver_config.epsilon_ceiling, &epsilon_after,
+  if (!keeper_->AdmitsStep(driver_config.mechanism,
+                           {driver_config.epsilon_ceiling, driver_config.delta}, &epsilon_after,
                            &window_epsilon)) {
     if (!halted_) {
       Log(LogLevel::kWarning, kComponent,
@@ -496,7 +496,7 @@ Status Holder::MaskedShare(const FederatedPlan& plan, svi::StepDriver& driver,
   }
   VIPSD_ASSIGN_OR_RETURN(const privacy::DistributedNoise shares,
                          privacy::DistributedNoiseFor(
-                             layout, plan.noise_multiplier,
+                             layout, plan.mechanism.noise_multiplier,
                              static_cast<uint32_t>(plan.participants.size()), plan.tolerated));
   VIPSD_ASSIGN_OR_RETURN(const std::vector<int64_t> values, sum_->ReleaseShare(*noise_, shares));
   masked->resize(values.size());
@@ -521,8 +521,8 @@ Status Holder::Run() {
   if (!source.ok()) return source.status();
   ingest_.Start(std::move(*source));
   // As one vipsd: what it is configured to charge, and its record so far.
-  metrics_->noise_multiplier().Set(config_.driver.noise_multiplier);
-  metrics_->sampling_rate().Set(config_.driver.sampling_rate);
+  metrics_->noise_multiplier().Set(config_.driver.mechanism.noise_multiplier);
+  metrics_->sampling_rate().Set(config_.driver.mechanism.sampling_rate);
   metrics_->SetAccountingMode(keeper_->state().mode);
   metrics_->SetPrivacyUnit(config_.privacy_unit, config_.driver.max_records_per_unit);
   ++commits_unobserved_;  // the one Create made

@@ -96,7 +96,7 @@ Status Worker::AdoptPlan(WorkPlan plan) {
       driver_config.enforce_ceiling = false;  // a worker never charges
       // The plan's q is what the accountant charged: a reload on one
       // process must not change another's sample.
-      driver_config.sampling_rate = plan.sampling_rate;
+      driver_config.mechanism.sampling_rate = plan.sampling_rate;
       auto driver = svi::StepDriver::Create(bundle_.model.get(), noise_.get(),
                                             &unused_accountant_, driver_config, plan.step);
       restored = driver.status();
@@ -165,9 +165,7 @@ StatusOr<std::string> Worker::ReleasedSumOf(const WorkPlan& plan) {
   VIPSD_ASSIGN_OR_RETURN(WorkRelease release, DecodeWorkRelease(bytes));
   if (release.job != plan.job || release.epoch != plan.epoch || release.owner != plan.owner ||
       release.step != plan.delta_base || release.delta_step != plan.delta_step ||
-      release.delta_sampling_rate != plan.delta_sampling_rate ||
-      release.delta_rho != plan.delta_rho ||
-      release.delta_noise_multiplier != plan.delta_noise_multiplier) {
+      release.delta_mechanism != plan.delta_mechanism || release.delta_rho != plan.delta_rho) {
     return DataLossError(work_.Describe() + " offset " +
                          std::to_string(plan.delta_release_offset) +
                          " is not the released sum the plan of step " +
@@ -186,8 +184,7 @@ Status Worker::ApplyDelta(const WorkPlan& plan) {
                                                     released));
   plan_model_of_ = PlanKey{};  // changed from here on, until it is the plan's
   applied_ahead_.reset();
-  VIPSD_RETURN_IF_ERROR(bundle_.model->MStep(sum, plan.delta_sampling_rate, plan.delta_rho,
-                                             plan.delta_noise_multiplier));
+  VIPSD_RETURN_IF_ERROR(bundle_.model->MStep(sum, plan.delta_mechanism, plan.delta_rho));
   model_header_.step = plan.delta_step;
   plan_model_of_ = KeyOf(plan);
   return Status::Ok();
@@ -207,8 +204,8 @@ Status Worker::TakeModel(const WorkPlan& plan) {
       if (ahead.epoch == plan.epoch && ahead.owner == plan.owner &&
           ahead.base_step == plan.delta_base &&
           ahead.delta_step == plan.delta_step &&
-          ahead.sampling_rate == plan.delta_sampling_rate && ahead.rho == plan.delta_rho &&
-          ahead.noise_multiplier == plan.delta_noise_multiplier && plan.delta_sum.empty() && ahead.offset == plan.delta_release_offset) {
+          ahead.mechanism == plan.delta_mechanism && ahead.rho == plan.delta_rho &&
+          plan.delta_sum.empty() && ahead.offset == plan.delta_release_offset) {
         ahead_seconds_ = ahead.seconds;
         applied_ahead_.reset();
         plan_model_of_ = KeyOf(plan);
@@ -291,8 +288,7 @@ void Worker::ApplyReleasesAhead(const std::vector<std::pair<int64_t, std::string
     }
     plan_model_of_ = PlanKey{};  // changed from here on
     const Status stepped =
-        bundle_.model->MStep(*sum, release->delta_sampling_rate, release->delta_rho,
-                             release->delta_noise_multiplier);
+        bundle_.model->MStep(*sum, release->delta_mechanism, release->delta_rho);
     if (!stepped.ok()) {
       applied_ahead_.reset();
       Log(LogLevel::kWarning, kComponent,
@@ -303,9 +299,8 @@ void Worker::ApplyReleasesAhead(const std::vector<std::pair<int64_t, std::string
     }
     model_header_.step = release->delta_step;
     applied_ahead_ = AppliedAhead{
-        release->epoch, release->owner, release->step, release->delta_step,
-        release->delta_sampling_rate,
-        release->delta_rho, release->delta_noise_multiplier, offset,
+        release->epoch,           release->owner,     release->step, release->delta_step,
+        release->delta_mechanism, release->delta_rho, offset,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
   }
 }

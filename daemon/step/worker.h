@@ -139,9 +139,8 @@ class Worker final : public WorkFollower {
     std::string owner;
     int64_t base_step = 0;
     int64_t delta_step = 0;
-    double sampling_rate = 0;
+    privacy::SampledGaussian mechanism;
     double rho = 0;
-    double noise_multiplier = 0;
     int64_t offset = -1;  // of the WorkRelease in the plan log
     double seconds = 0;
   };

@@ -42,8 +42,8 @@ TEST(ConfigTest, ExampleParsesWithItsValues) {
   ASSERT_TRUE(config.ok()) << config.status().message();
   EXPECT_EQ(config->lda.num_topics, 20);
   EXPECT_EQ(config->lda.resample_length, 500);
-  EXPECT_DOUBLE_EQ(config->driver.noise_multiplier, 1.0);
-  EXPECT_DOUBLE_EQ(config->driver.sampling_rate, 0.01);
+  EXPECT_DOUBLE_EQ(config->driver.mechanism.noise_multiplier, 1.0);
+  EXPECT_DOUBLE_EQ(config->driver.mechanism.sampling_rate, 0.01);
   EXPECT_DOUBLE_EQ(config->driver.epsilon_ceiling, 3.0);
   EXPECT_DOUBLE_EQ(config->driver.tau0, 64);
   EXPECT_EQ(config->driver.threads, 2);

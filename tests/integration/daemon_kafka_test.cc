@@ -487,7 +487,7 @@ TEST_F(DaemonKafkaTest, HaltsBeforeTheCeilingAndARestartGrantsNoBudget) {
   // The default schedule of a new state directory is fixed: ε by the
   // fixed-schedule accountant, the same the planner uses.
   EXPECT_EQ(state.schedule, daemon::ScheduleKind::kFixed);
-  const auto fixed = privacy::FixedScheduleAccountant::Create(0.2, 1.5);
+  const auto fixed = privacy::FixedScheduleAccountant::Create({0.2, 1.5});
   ASSERT_TRUE(fixed.ok());
   EXPECT_LE(fixed->Epsilon(state.accountant.steps(), 1e-5)->epsilon, 3.0);
   EXPECT_GT(fixed->Epsilon(state.accountant.steps() + 1, 1e-5)->epsilon, 3.0);

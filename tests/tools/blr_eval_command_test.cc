@@ -43,7 +43,7 @@ class BlrEvalCommandTest : public ::testing::Test {
     EXPECT_TRUE(model.ok());
     Eigen::VectorXd sum(9);
     sum << 2.0, -1.0, 0.5, 3.0, 0.2, 2.0, 0.1, 0.3, 1.5;
-    EXPECT_TRUE((*model)->MStep(sum, 0.1, 0.8, sigma).ok());
+    EXPECT_TRUE((*model)->MStep(sum, {0.1, sigma}, 0.8).ok());
     release::Release r;
     auto& m = r.metadata;
     m.release_id = "step-7";

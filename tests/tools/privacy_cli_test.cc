@@ -62,7 +62,7 @@ TEST(PrivacyCliTest, EpsilonHumanReadable) {
                     "--steps", "100", "--delta", "1e-3", "--accountant", "rdp"});
   ASSERT_EQ(run.code, 0) << run.err;
   EXPECT_TRUE(run.err.empty());
-  auto expected = privacy::EstimateEpsilon(privacy::AccountantKind::kRdp, 0.004, 1, 100, 1e-3);
+  auto expected = privacy::EstimateEpsilon(privacy::AccountantKind::kRdp, {0.004, 1}, 100, 1e-3);
   ASSERT_TRUE(expected.ok());
   char line[64];
   std::snprintf(line, sizeof(line), "epsilon = %.6g at delta = 0.001", expected->epsilon);
@@ -75,7 +75,7 @@ TEST(PrivacyCliTest, EpsilonJsonHasTheDocumentedKeys) {
   CliResult run = RunCli({"epsilon", "--sampling-rate=0.02", "--noise-multiplier=1.24",
                     "--steps=50", "--delta=1e-5", "--json", "--accountant=rdp"});
   ASSERT_EQ(run.code, 0) << run.err;
-  auto expected = privacy::EstimateEpsilon(privacy::AccountantKind::kRdp, 0.02, 1.24, 50, 1e-5);
+  auto expected = privacy::EstimateEpsilon(privacy::AccountantKind::kRdp, {0.02, 1.24}, 50, 1e-5);
   ASSERT_TRUE(expected.ok());
   // Exact round trip of every number.
   EXPECT_EQ(JsonNumber(run.out, "epsilon"), expected->epsilon);
@@ -150,7 +150,7 @@ TEST(PrivacyCliTest, TheDefaultIsTheDaemonsFixedScheduleChargeAndFilterItsAdapti
                           "--steps", "150", "--delta", "1e-5", "--json"});
   ASSERT_EQ(run.code, 0) << run.err;
   EXPECT_EQ(JsonString(run.out, "accountant"), "fixed");
-  auto fixed = privacy::FixedScheduleAccountant::Create(0.1, 2);
+  auto fixed = privacy::FixedScheduleAccountant::Create({0.1, 2});
   ASSERT_TRUE(fixed.ok());
   const auto at = fixed->Epsilon(150, 1e-5);
   EXPECT_EQ(JsonNumber(run.out, "epsilon"), at->epsilon);
@@ -161,7 +161,7 @@ TEST(PrivacyCliTest, TheDefaultIsTheDaemonsFixedScheduleChargeAndFilterItsAdapti
   ASSERT_EQ(run.code, 0) << run.err;
   // The filter with the split designed for 150 steps.
   privacy::RdpAccountant filter;
-  ASSERT_TRUE(filter.Compose(0.1, 2, 150).ok());
+  ASSERT_TRUE(filter.Compose({0.1, 2}, 150).ok());
   const double uniform = filter.GetEpsilon(1e-5, privacy::RdpConversion::kImproved,
                                            privacy::Adaptivity::kAdaptiveFilter)->epsilon;
   auto weights = privacy::ConcentratedFilterWeights(privacy::DefaultRdpOrders(), 0.1, 2, 1e-5, 150);
@@ -182,7 +182,7 @@ TEST(PrivacyCliTest, PlanReadsTheConfigurationAndAnswersWithTheDaemonsAccountant
   CliResult run = RunCli({"plan", "--config", examples + "demo.yaml", "--json"});
   ASSERT_EQ(run.code, 0) << run.err;
   EXPECT_EQ(JsonString(run.out, "schedule"), "fixed");
-  auto fixed = privacy::FixedScheduleAccountant::Create(0.1, 2);
+  auto fixed = privacy::FixedScheduleAccountant::Create({0.1, 2});
   const int64_t steps = *fixed->MaxSteps(1e-5, 4, int64_t{1} << 40);
   EXPECT_EQ(JsonNumber(run.out, "max_steps"), steps);
   EXPECT_EQ(JsonNumber(run.out, "epsilon"), fixed->Epsilon(steps, 1e-5)->epsilon);
@@ -226,7 +226,7 @@ TEST(PrivacyCliTest, PlanReadsTheConfigurationAndAnswersWithTheDaemonsAccountant
   auto weights = privacy::DesignFilterWeights(0.01, 1.1, 1e-6, 2.0, 500);
   ASSERT_TRUE(weights.ok());
   auto check = privacy::ResidencyAccountant::CheckConfiguration(
-      500, 0.01, 1.1, 1e-6, 2.0, privacy::Adaptivity::kAdaptiveFilter, *weights);
+      500, {0.01, 1.1}, {2.0, 1e-6}, privacy::Adaptivity::kAdaptiveFilter, *weights);
   ASSERT_TRUE(check.ok());
   EXPECT_EQ(JsonNumber(run.out, "window_epsilon"), check->epsilon_after);
   EXPECT_EQ(JsonNumber(run.out, "max_window_steps"),

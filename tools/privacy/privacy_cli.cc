@@ -281,7 +281,7 @@ StatusOr<privacy::DistributedNoise> FederatedNoiseOf(const config::VipsdConfig& 
   }
   VIPSD_ASSIGN_OR_RETURN(auto layout, privacy::BlockLayout::Create(std::move(specs)));
   return privacy::DistributedNoiseFor(
-      layout, config.driver.noise_multiplier,
+      layout, config.driver.mechanism.noise_multiplier,
       static_cast<uint32_t>(config.federation.holders.size()),
       static_cast<uint32_t>(config.federation.tolerated_holders));
 }
@@ -323,8 +323,8 @@ int RunPlan(const Parsed& p, bool json_output, std::ostream& out, std::ostream& 
                               "to plan");
     return kExitUsage;
   }
-  const double q = config->driver.sampling_rate;
-  const double sigma = config->driver.noise_multiplier;
+  const double q = config->driver.mechanism.sampling_rate;
+  const double sigma = config->driver.mechanism.noise_multiplier;
   const double delta = config->driver.delta;
   const double ceiling = config->driver.epsilon_ceiling;
   const bool fixed = config->schedule.value_or(config::Schedule::kFixed) == config::Schedule::kFixed;
@@ -338,13 +338,13 @@ int RunPlan(const Parsed& p, bool json_output, std::ostream& out, std::ostream& 
   if (!planned.ok()) return fail(planned.status());
   const std::vector<double>& weights = planned->filter_weights;
   auto epsilon_after = [&](int64_t n) -> StatusOr<privacy::PrivacyEstimate> {
-    if (fixed) return privacy::EstimateEpsilon(kind, q, sigma, n, delta);
+    if (fixed) return privacy::EstimateEpsilon(kind, {q, sigma}, n, delta);
     return privacy::FilterEpsilon(q, sigma, n, delta, weights);
   };
   const int64_t steps = planned->steps;
   double epsilon = 0;
   if (steps > 0) {
-    auto at = residency ? privacy::EstimateEpsilon(kind, q, sigma, steps, delta)
+    auto at = residency ? privacy::EstimateEpsilon(kind, {q, sigma}, steps, delta)
                         : epsilon_after(steps);
     if (!at.ok()) return fail(at.status());
     epsilon = at->epsilon;
@@ -512,7 +512,7 @@ int RunPlan(const Parsed& p, bool json_output, std::ostream& out, std::ostream& 
 }
 
 int RunEpsilon(const Parsed& p, bool json_output, std::ostream& out, std::ostream& err) {
-  auto estimate = privacy::EstimateEpsilon(p.accountant, p.sampling_rate, p.noise_multiplier,
+  auto estimate = privacy::EstimateEpsilon(p.accountant, {p.sampling_rate, p.noise_multiplier},
                                            p.steps, p.delta);
   if (!estimate.ok()) return Fail(err, estimate.status());
   if (json_output) {
@@ -535,7 +535,7 @@ int RunSigma(const Parsed& p, bool json_output, std::ostream& out, std::ostream&
                                                   p.sampling_rate, p.steps, p.delta);
   if (!sigma.ok()) return Fail(err, sigma.status());
   auto estimate =
-      privacy::EstimateEpsilon(p.accountant, p.sampling_rate, *sigma, p.steps, p.delta);
+      privacy::EstimateEpsilon(p.accountant, {p.sampling_rate, *sigma}, p.steps, p.delta);
   if (!estimate.ok()) return Fail(err, estimate.status());
   if (json_output) {
     JsonObject json;
@@ -572,7 +572,7 @@ int RunSteps(const Parsed& p, bool json_output, std::ostream& out, std::ostream&
                 return privacy::FilterEpsilon(p.sampling_rate, p.noise_multiplier, *steps,
                                               p.delta, *weights);
               }()
-            : privacy::EstimateEpsilon(p.accountant, p.sampling_rate, p.noise_multiplier,
+            : privacy::EstimateEpsilon(p.accountant, {p.sampling_rate, p.noise_multiplier},
                                        *steps, p.delta);
     if (!computed.ok()) return Fail(err, computed.status());
     estimate = *computed;

@@ -11,23 +11,19 @@
 
 namespace vipsd::privacy {
 
-StatusOr<FixedScheduleAccountant> FixedScheduleAccountant::Create(double sampling_rate,
-                                                                  double noise_multiplier) {
-  if (!(sampling_rate > 0.0 && sampling_rate <= 1.0)) {
-    return InvalidArgumentError("fixed schedule: sampling rate must be in (0, 1]");
+StatusOr<FixedScheduleAccountant> FixedScheduleAccountant::Create(const SampledGaussian& step) {
+  if (const Status valid = ValidateSampledGaussian(step, /*require_noise=*/true); !valid.ok()) {
+    return InvalidArgumentError("fixed schedule: " + std::string(valid.message()));
   }
-  if (!(noise_multiplier > 0.0) || !std::isfinite(noise_multiplier)) {
-    return InvalidArgumentError("fixed schedule: noise multiplier must be finite and > 0");
-  }
-  VIPSD_ASSIGN_OR_RETURN(auto curve, SampledGaussianRdpCurve(sampling_rate, noise_multiplier,
+  VIPSD_ASSIGN_OR_RETURN(auto curve, SampledGaussianRdpCurve(step.sampling_rate,
+                                                             step.noise_multiplier,
                                                              DefaultRdpOrders()));
-  return FixedScheduleAccountant(sampling_rate, noise_multiplier, std::move(curve));
+  return FixedScheduleAccountant(step, std::move(curve));
 }
 
-FixedScheduleAccountant::FixedScheduleAccountant(double sampling_rate, double noise_multiplier,
+FixedScheduleAccountant::FixedScheduleAccountant(const SampledGaussian& step,
                                                  std::vector<double> per_step_rdp)
-    : sampling_rate_(sampling_rate),
-      noise_multiplier_(noise_multiplier),
+    : step_(step),
       per_step_rdp_(std::make_shared<const std::vector<double>>(std::move(per_step_rdp))),
       memo_(std::make_shared<Memo>()) {}
 
@@ -35,15 +31,15 @@ FixedScheduleAccountant::Memo::~Memo() {
   if (prefetch.joinable()) prefetch.join();
 }
 
-StatusOr<ScheduleEpsilon> FixedScheduleAccountant::Compute(double sampling_rate,
-                                                           double noise_multiplier,
+StatusOr<ScheduleEpsilon> FixedScheduleAccountant::Compute(const SampledGaussian& step,
                                                            const std::vector<double>& per_step_rdp,
                                                            int64_t steps, double delta) {
   ScheduleEpsilon out;
   PldOptions options;
   options.discretization = kScheduleDiscretization;
   VIPSD_ASSIGN_OR_RETURN(out.pld,
-                         PldEpsilon(sampling_rate, noise_multiplier, steps, delta, options));
+                         PldEpsilon(step.sampling_rate, step.noise_multiplier, steps, delta,
+                                    options));
   const std::vector<double>& orders = DefaultRdpOrders();
   std::vector<double> rdp(orders.size());
   for (size_t i = 0; i < orders.size(); ++i) {
@@ -81,7 +77,7 @@ StatusOr<ScheduleEpsilon> FixedScheduleAccountant::Epsilon(int64_t steps, double
   }
   VIPSD_ASSIGN_OR_RETURN(
       const ScheduleEpsilon out,
-      Compute(sampling_rate_, noise_multiplier_, *per_step_rdp_, steps, delta));
+      Compute(step_, *per_step_rdp_, steps, delta));
   Store(*memo_, steps, delta, out);
   return out;
 }
@@ -100,9 +96,8 @@ void FixedScheduleAccountant::Prefetch(int64_t steps, double delta) const {
   // before its std::thread is replaced (under prefetch_mutex).
   if (memo.prefetch.joinable()) memo.prefetch.join();
   // The thread uses the memo by reference: ~Memo joins it first.
-  memo.prefetch = std::thread([&memo, q = sampling_rate_, sigma = noise_multiplier_,
-                               curve = per_step_rdp_, steps, delta] {
-    auto value = Compute(q, sigma, *curve, steps, delta);
+  memo.prefetch = std::thread([&memo, step = step_, curve = per_step_rdp_, steps, delta] {
+    auto value = Compute(step, *curve, steps, delta);
     if (value.ok()) Store(memo, steps, delta, *value);
     MutexLock lock(&memo.mutex);
     memo.prefetching = false;

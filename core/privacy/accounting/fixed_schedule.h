@@ -51,6 +51,7 @@
 
 #include "core/base/status.h"
 #include "core/base/thread_annotations.h"
+#include "core/privacy/accounting/sampled_gaussian.h"
 
 namespace vipsd::privacy {
 
@@ -69,7 +70,7 @@ struct ScheduleEpsilon {
 class FixedScheduleAccountant {
  public:
   // q ∈ (0, 1], σ > 0.
-  static StatusOr<FixedScheduleAccountant> Create(double sampling_rate, double noise_multiplier);
+  static StatusOr<FixedScheduleAccountant> Create(const SampledGaussian& step);
 
   // ε of `steps` ≥ 0 steps at δ ∈ (0, 1); 0 steps → ε = 0. Memoised.
   StatusOr<ScheduleEpsilon> Epsilon(int64_t steps, double delta) const;
@@ -87,15 +88,13 @@ class FixedScheduleAccountant {
   // Epsilon reports them when asked.
   void Prefetch(int64_t steps, double delta) const;
 
-  double sampling_rate() const { return sampling_rate_; }
-  double noise_multiplier() const { return noise_multiplier_; }
+  // The step every step of the schedule is.
+  const SampledGaussian& step() const { return step_; }
 
  private:
-  FixedScheduleAccountant(double sampling_rate, double noise_multiplier,
-                          std::vector<double> per_step_rdp);
+  FixedScheduleAccountant(const SampledGaussian& step, std::vector<double> per_step_rdp);
 
-  double sampling_rate_;
-  double noise_multiplier_;
+  SampledGaussian step_;
   std::shared_ptr<const std::vector<double>> per_step_rdp_;  // over DefaultRdpOrders()
   struct Memo {
     Mutex mutex;
@@ -108,7 +107,7 @@ class FixedScheduleAccountant {
     ~Memo();                             // joins `prefetch`
   };
   // ε(steps) from the settings alone (no memo).
-  static StatusOr<ScheduleEpsilon> Compute(double sampling_rate, double noise_multiplier,
+  static StatusOr<ScheduleEpsilon> Compute(const SampledGaussian& step,
                                            const std::vector<double>& per_step_rdp,
                                            int64_t steps, double delta);
   static void Store(Memo& memo, int64_t steps, double delta, const ScheduleEpsilon& value);

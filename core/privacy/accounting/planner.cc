@@ -120,17 +120,18 @@ std::optional<AccountantKind> ParseAccountantName(std::string_view name) {
   return std::nullopt;
 }
 
-StatusOr<PrivacyEstimate> EstimateEpsilon(AccountantKind kind, double sampling_rate,
-                                          double noise_multiplier, int64_t steps,
-                                          double delta) {
-  VIPSD_RETURN_IF_ERROR(ValidateCommon(sampling_rate, delta));
-  VIPSD_RETURN_IF_ERROR(ValidateSigma(noise_multiplier));
+StatusOr<PrivacyEstimate> EstimateEpsilon(AccountantKind kind, const SampledGaussian& step,
+                                          int64_t steps, double delta) {
+  VIPSD_RETURN_IF_ERROR(ValidateSampledGaussian(step, /*require_noise=*/true));
+  VIPSD_RETURN_IF_ERROR(ValidateCommon(step.sampling_rate, delta));
+  const double sampling_rate = step.sampling_rate;
+  const double noise_multiplier = step.noise_multiplier;
   if (steps < 1) return InvalidArgumentError("steps must be >= 1");
   PrivacyEstimate estimate;
   switch (kind) {
     case AccountantKind::kFixed: {
       VIPSD_ASSIGN_OR_RETURN(auto fixed,
-                             FixedScheduleAccountant::Create(sampling_rate, noise_multiplier));
+                             FixedScheduleAccountant::Create(step));
       VIPSD_ASSIGN_OR_RETURN(auto at, fixed.Epsilon(steps, delta));
       estimate.epsilon = at.epsilon;
       estimate.fixed_pld = at.pld;
@@ -181,7 +182,7 @@ StatusOr<double> NoiseMultiplierForEpsilon(AccountantKind kind, double target_ep
   if (steps < 1) return InvalidArgumentError("steps must be >= 1");
   auto meets = [&](double sigma) -> StatusOr<bool> {
     VIPSD_ASSIGN_OR_RETURN(auto estimate,
-                           EstimateEpsilon(kind, sampling_rate, sigma, steps, delta));
+                           EstimateEpsilon(kind, {sampling_rate, sigma}, steps, delta));
     return estimate.epsilon <= target_epsilon;
   };
   // Bracket [low, high] with high meeting the target and low not.
@@ -273,8 +274,8 @@ StatusOr<int64_t> MaxStepsForEpsilon(AccountantKind kind, double target_epsilon,
                                                           RdpConversion::kImproved));
       return epsilon.epsilon <= target_epsilon;
     }
-    VIPSD_ASSIGN_OR_RETURN(auto estimate, EstimateEpsilon(kind, sampling_rate,
-                                                          noise_multiplier, steps, delta));
+    VIPSD_ASSIGN_OR_RETURN(auto estimate, EstimateEpsilon(kind, {sampling_rate, noise_multiplier},
+                                                          steps, delta));
     return estimate.epsilon <= target_epsilon;
   };
   return LargestFitting(fits);
@@ -288,7 +289,7 @@ StatusOr<PrivacyEstimate> FilterEpsilon(double sampling_rate, double noise_multi
   if (steps < 1) return InvalidArgumentError("steps must be >= 1");
   RdpAccountant filter;
   VIPSD_RETURN_IF_ERROR(filter.SetFilterWeights(filter_weights));
-  VIPSD_RETURN_IF_ERROR(filter.Compose(sampling_rate, noise_multiplier, steps));
+  VIPSD_RETURN_IF_ERROR(filter.Compose({sampling_rate, noise_multiplier}, steps));
   VIPSD_ASSIGN_OR_RETURN(auto at, filter.GetEpsilon(delta, RdpConversion::kImproved,
                                                      Adaptivity::kAdaptiveFilter));
   PrivacyEstimate estimate;
@@ -307,8 +308,8 @@ StatusOr<int64_t> FilterMaxSteps(double target_epsilon, double sampling_rate,
   VIPSD_RETURN_IF_ERROR(filter.SetFilterWeights(filter_weights));
   return LargestFitting([&](int64_t steps) -> StatusOr<bool> {
     VIPSD_ASSIGN_OR_RETURN(auto check,
-                           filter.CheckCeiling(sampling_rate, noise_multiplier, steps, delta,
-                                               target_epsilon, RdpConversion::kImproved,
+                           filter.CheckCeiling({sampling_rate, noise_multiplier}, steps,
+                                               {target_epsilon, delta}, RdpConversion::kImproved,
                                                Adaptivity::kAdaptiveFilter));
     return !check.would_exceed;
   });
@@ -322,7 +323,7 @@ StatusOr<int64_t> MaxResidencyWindow(AccountantKind kind, double target_epsilon,
   }
   VIPSD_RETURN_IF_ERROR(ValidateTarget(target_epsilon));
   return LargestFitting([&](int64_t window) -> StatusOr<bool> {
-    VIPSD_ASSIGN_OR_RETURN(auto at, EstimateEpsilon(kind, sampling_rate, noise_multiplier,
+    VIPSD_ASSIGN_OR_RETURN(auto at, EstimateEpsilon(kind, {sampling_rate, noise_multiplier},
                                                     window, delta));
     return at.epsilon <= target_epsilon;
   });

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "core/base/status.h"
+#include "core/privacy/accounting/sampled_gaussian.h"
 
 namespace vipsd::privacy {
 
@@ -64,9 +65,8 @@ struct PrivacyEstimate {
 inline constexpr int64_t kMaxPlannedSteps = int64_t{1} << 40;
 
 // ε after `steps` steps. Validates q ∈ (0, 1], σ > 0, steps ≥ 1, δ ∈ (0, 1).
-StatusOr<PrivacyEstimate> EstimateEpsilon(AccountantKind kind, double sampling_rate,
-                                          double noise_multiplier, int64_t steps,
-                                          double delta);
+StatusOr<PrivacyEstimate> EstimateEpsilon(AccountantKind kind, const SampledGaussian& step,
+                                          int64_t steps, double delta);
 
 // Smallest σ, to three significant digits, with ε(σ) ≤ target_epsilon.
 // Searches σ ∈ [1e-2, 1e4]; OutOfRange if the target is not reachable there.

@@ -64,30 +64,27 @@ StatusOr<RdpAccountant> RdpAccountant::Create(std::vector<double> orders) {
   return RdpAccountant(std::move(orders), std::vector<double>(n, 0.0), 0);
 }
 
-StatusOr<std::vector<double>> RdpAccountant::StepCurve(double sampling_rate,
-                                                       double noise_multiplier) const {
+StatusOr<std::vector<double>> RdpAccountant::StepCurve(const SampledGaussian& step) const {
   for (size_t i = 0; i < curve_cache_.size(); ++i) {
-    if (curve_cache_[i].sampling_rate == sampling_rate &&
-        curve_cache_[i].noise_multiplier == noise_multiplier) {
+    if (curve_cache_[i].step == step) {
       std::rotate(curve_cache_.begin() + i, curve_cache_.begin() + i + 1,
                   curve_cache_.end());
       return curve_cache_.back().curve;
     }
   }
-  VIPSD_ASSIGN_OR_RETURN(auto curve, SampledGaussianRdpCurve(sampling_rate,
-                                                            noise_multiplier, orders_));
+  VIPSD_ASSIGN_OR_RETURN(auto curve, SampledGaussianRdpCurve(step.sampling_rate,
+                                                            step.noise_multiplier, orders_));
   if (curve_cache_.size() == kCurveCacheSize) curve_cache_.erase(curve_cache_.begin());
-  curve_cache_.push_back({sampling_rate, noise_multiplier, curve});
+  curve_cache_.push_back({step, curve});
   return curve;
 }
 
-Status RdpAccountant::Compose(double sampling_rate, double noise_multiplier,
-                              int64_t steps) {
+Status RdpAccountant::Compose(const SampledGaussian& step, int64_t steps) {
   VIPSD_RETURN_IF_ERROR(ValidateSteps(steps));
   if (steps_ > std::numeric_limits<int64_t>::max() - steps) {
     return OutOfRangeError("step counter would overflow");
   }
-  VIPSD_ASSIGN_OR_RETURN(auto curve, StepCurve(sampling_rate, noise_multiplier));
+  VIPSD_ASSIGN_OR_RETURN(auto curve, StepCurve(step));
   for (size_t i = 0; i < rdp_.size(); ++i) {
     rdp_[i] += curve[i] * static_cast<double>(steps);
   }
@@ -113,10 +110,10 @@ StatusOr<DeltaAtOrder> RdpAccountant::GetDelta(double epsilon,
 }
 
 StatusOr<EpsilonAtOrder> RdpAccountant::EpsilonIfComposed(
-    double sampling_rate, double noise_multiplier, int64_t steps, double delta,
-    RdpConversion conversion, Adaptivity adaptivity) const {
+    const SampledGaussian& step, int64_t steps, double delta, RdpConversion conversion,
+    Adaptivity adaptivity) const {
   VIPSD_RETURN_IF_ERROR(ValidateSteps(steps));
-  VIPSD_ASSIGN_OR_RETURN(auto curve, StepCurve(sampling_rate, noise_multiplier));
+  VIPSD_ASSIGN_OR_RETURN(auto curve, StepCurve(step));
   for (size_t i = 0; i < curve.size(); ++i) {
     curve[i] = rdp_[i] + curve[i] * static_cast<double>(steps);
   }
@@ -127,15 +124,14 @@ StatusOr<EpsilonAtOrder> RdpAccountant::EpsilonIfComposed(
 }
 
 StatusOr<CeilingCheck> RdpAccountant::CheckCeiling(
-    double sampling_rate, double noise_multiplier, int64_t steps, double delta,
-    double epsilon_ceiling, RdpConversion conversion, Adaptivity adaptivity) const {
-  if (!(epsilon_ceiling > 0.0) || !std::isfinite(epsilon_ceiling)) {
+    const SampledGaussian& step, int64_t steps, const EpsilonDelta& ceiling,
+    RdpConversion conversion, Adaptivity adaptivity) const {
+  if (!(ceiling.epsilon > 0.0) || !std::isfinite(ceiling.epsilon)) {
     return InvalidArgumentError("epsilon ceiling must be finite and > 0");
   }
   VIPSD_ASSIGN_OR_RETURN(auto after,
-                         EpsilonIfComposed(sampling_rate, noise_multiplier, steps,
-                                           delta, conversion, adaptivity));
-  return CeilingCheck{after.epsilon > epsilon_ceiling, after.epsilon, after.order};
+                         EpsilonIfComposed(step, steps, ceiling.delta, conversion, adaptivity));
+  return CeilingCheck{after.epsilon > ceiling.epsilon, after.epsilon, after.order};
 }
 
 std::string RdpAccountant::Serialize() const {

@@ -51,6 +51,7 @@
 
 #include "core/base/status.h"
 #include "core/privacy/accounting/rdp.h"
+#include "core/privacy/accounting/sampled_gaussian.h"
 
 namespace vipsd::privacy {
 
@@ -78,9 +79,9 @@ class RdpAccountant {
   // Custom grid: sorted or not, every order finite and > 1, no duplicates.
   static StatusOr<RdpAccountant> Create(std::vector<double> orders);
 
-  // Adds `steps` Poisson-subsampled Gaussian steps with rate q and noise
-  // multiplier σ. steps ≥ 1.
-  Status Compose(double sampling_rate, double noise_multiplier, int64_t steps = 1);
+  // Adds `steps` Poisson-subsampled Gaussian steps of `step` (q, σ > 0).
+  // steps ≥ 1.
+  Status Compose(const SampledGaussian& step, int64_t steps = 1);
 
   // ε for δ from the cumulative curve. With no steps composed ε = 0.
   StatusOr<EpsilonAtOrder> GetEpsilon(
@@ -89,17 +90,16 @@ class RdpAccountant {
   StatusOr<DeltaAtOrder> GetDelta(
       double epsilon, RdpConversion conversion = RdpConversion::kImproved) const;
 
-  // ε as if `steps` more steps with (q, σ) had been composed; no state change.
+  // ε as if `steps` more steps of `step` had been composed; no state change.
   StatusOr<EpsilonAtOrder> EpsilonIfComposed(
-      double sampling_rate, double noise_multiplier, int64_t steps, double delta,
+      const SampledGaussian& step, int64_t steps, double delta,
       RdpConversion conversion = RdpConversion::kImproved,
       Adaptivity adaptivity = Adaptivity::kFixedSchedule) const;
 
-  // Would composing `steps` more steps make ε exceed `epsilon_ceiling`?
-  // Only public parameters enter this decision.
+  // Would composing `steps` more steps of `step` make ε at the ceiling's δ
+  // exceed its ε? Only public parameters enter this decision.
   StatusOr<CeilingCheck> CheckCeiling(
-      double sampling_rate, double noise_multiplier, int64_t steps, double delta,
-      double epsilon_ceiling,
+      const SampledGaussian& step, int64_t steps, const EpsilonDelta& ceiling,
       RdpConversion conversion = RdpConversion::kImproved,
       Adaptivity adaptivity = Adaptivity::kFixedSchedule) const;
 
@@ -129,8 +129,7 @@ class RdpAccountant {
   // Per-step curve for (q, σ). The last few are cached: the daemon composes
   // the same (q, σ) step after step, and a what-if query usually precedes
   // the matching Compose.
-  StatusOr<std::vector<double>> StepCurve(double sampling_rate,
-                                          double noise_multiplier) const;
+  StatusOr<std::vector<double>> StepCurve(const SampledGaussian& step) const;
 
   std::vector<double> orders_;
   std::vector<double> rdp_;
@@ -138,8 +137,7 @@ class RdpAccountant {
   std::vector<double> filter_weights_;  // empty: uniform
 
   struct CachedCurve {
-    double sampling_rate;
-    double noise_multiplier;
+    SampledGaussian step;
     std::vector<double> curve;
   };
   static constexpr size_t kCurveCacheSize = 4;

@@ -40,38 +40,37 @@ StatusOr<ResidencyAccountant> ResidencyAccountant::Create(int64_t max_residency_
 }
 
 StatusOr<CeilingCheck> ResidencyAccountant::CheckConfiguration(
-    int64_t max_residency_steps, double sampling_rate, double noise_multiplier, double delta,
-    double epsilon_ceiling, Adaptivity adaptivity, std::span<const double> filter_weights) {
+    int64_t max_residency_steps, const SampledGaussian& step, const EpsilonDelta& ceiling,
+    Adaptivity adaptivity, std::span<const double> filter_weights) {
   if (filter_weights.empty()) {
-    return CheckConfiguration(max_residency_steps, sampling_rate, noise_multiplier, delta,
-                              epsilon_ceiling, adaptivity, DefaultRdpOrders(), filter_weights);
+    return CheckConfiguration(max_residency_steps, step, ceiling, adaptivity, DefaultRdpOrders(),
+                              filter_weights);
   }
   const std::optional<RdpOrderGrid> grid = RdpOrderGridWithCount(filter_weights.size());
   if (!grid.has_value()) {
     return InvalidArgumentError("filter weights: no order grid has " +
                                 std::to_string(filter_weights.size()) + " orders");
   }
-  return CheckConfiguration(max_residency_steps, sampling_rate, noise_multiplier, delta,
-                            epsilon_ceiling, adaptivity, RdpOrders(*grid), filter_weights);
+  return CheckConfiguration(max_residency_steps, step, ceiling, adaptivity, RdpOrders(*grid),
+                            filter_weights);
 }
 
 StatusOr<CeilingCheck> ResidencyAccountant::CheckConfiguration(
-    int64_t max_residency_steps, double sampling_rate, double noise_multiplier, double delta,
-    double epsilon_ceiling, Adaptivity adaptivity, std::span<const double> orders,
+    int64_t max_residency_steps, const SampledGaussian& step, const EpsilonDelta& ceiling,
+    Adaptivity adaptivity, std::span<const double> orders,
     std::span<const double> filter_weights) {
   VIPSD_RETURN_IF_ERROR(ValidateResidency(max_residency_steps));
   VIPSD_ASSIGN_OR_RETURN(RdpAccountant fresh,
                          RdpAccountant::Create(std::vector<double>(orders.begin(), orders.end())));
   VIPSD_RETURN_IF_ERROR(
       fresh.SetFilterWeights(std::vector<double>(filter_weights.begin(), filter_weights.end())));
-  return fresh.CheckCeiling(sampling_rate, noise_multiplier, max_residency_steps, delta,
-                            epsilon_ceiling, RdpConversion::kImproved, adaptivity);
+  return fresh.CheckCeiling(step, max_residency_steps, ceiling, RdpConversion::kImproved,
+                            adaptivity);
 }
 
-StatusOr<const std::vector<double>*> ResidencyAccountant::Curve(double sampling_rate,
-                                                                double noise_multiplier) {
+StatusOr<const std::vector<double>*> ResidencyAccountant::Curve(const SampledGaussian& step) {
   for (auto it = curve_cache_.begin(); it != curve_cache_.end(); ++it) {
-    if (it->sampling_rate == sampling_rate && it->noise_multiplier == noise_multiplier) {
+    if (it->step == step) {
       if (std::next(it) != curve_cache_.end()) {
         CachedCurve hit = std::move(*it);
         curve_cache_.erase(it);
@@ -81,36 +80,39 @@ StatusOr<const std::vector<double>*> ResidencyAccountant::Curve(double sampling_
     }
   }
   VIPSD_ASSIGN_OR_RETURN(auto curve,
-                         SampledGaussianRdpCurve(sampling_rate, noise_multiplier, orders_));
+                         SampledGaussianRdpCurve(step.sampling_rate, step.noise_multiplier,
+                                                 orders_));
   if (curve_cache_.size() >= kCurveCacheSize) curve_cache_.erase(curve_cache_.begin());
-  curve_cache_.push_back({sampling_rate, noise_multiplier, std::move(curve)});
+  curve_cache_.push_back({step, std::move(curve)});
   return &curve_cache_.back().curve;
 }
 
-StatusOr<CeilingCheck> ResidencyAccountant::CheckCeiling(double sampling_rate,
-                                                         double noise_multiplier, double delta,
-                                                         double epsilon_ceiling,
+StatusOr<CeilingCheck> ResidencyAccountant::CheckCeiling(const SampledGaussian& step,
+                                                         const EpsilonDelta& ceiling,
                                                          Adaptivity adaptivity) {
-  if (!(epsilon_ceiling > 0.0) || !std::isfinite(epsilon_ceiling)) {
+  if (!(ceiling.epsilon > 0.0) || !std::isfinite(ceiling.epsilon)) {
     return InvalidArgumentError("epsilon ceiling must be finite and > 0");
   }
-  if (!(delta > 0.0 && delta < 1.0)) return InvalidArgumentError("delta must be in (0, 1)");
-  VIPSD_ASSIGN_OR_RETURN(const std::vector<double>* next, Curve(sampling_rate, noise_multiplier));
+  if (!(ceiling.delta > 0.0 && ceiling.delta < 1.0)) {
+    return InvalidArgumentError("delta must be in (0, 1)");
+  }
+  VIPSD_ASSIGN_OR_RETURN(const std::vector<double>* next, Curve(step));
   std::vector<double> window = *next;
   for (const Segment& segment : window_) {
     VIPSD_ASSIGN_OR_RETURN(const std::vector<double>* curve,
-                           Curve(segment.sampling_rate, segment.noise_multiplier));
+                           Curve(segment.step));
     for (size_t i = 0; i < window.size(); ++i) {
       window[i] += (*curve)[i] * static_cast<double>(segment.count);
     }
   }
   VIPSD_ASSIGN_OR_RETURN(auto at_order,
-                         ConvertForAdaptivity(orders_, window, delta, RdpConversion::kImproved,
+                         ConvertForAdaptivity(orders_, window, ceiling.delta,
+                                              RdpConversion::kImproved,
                                               adaptivity, filter_weights_));
   CeilingCheck check;
   check.epsilon_after = at_order.epsilon;
   check.order = at_order.order;
-  check.would_exceed = !(at_order.epsilon <= epsilon_ceiling);
+  check.would_exceed = !(at_order.epsilon <= ceiling.epsilon);
   return check;
 }
 
@@ -120,20 +122,17 @@ Status ResidencyAccountant::SetFilterWeights(std::vector<double> weights) {
   return Status::Ok();
 }
 
-Status ResidencyAccountant::RecordStep(double sampling_rate, double noise_multiplier,
-                                       double window_epsilon) {
-  if (!(sampling_rate > 0 && sampling_rate <= 1) || !(noise_multiplier > 0) ||
-      !std::isfinite(noise_multiplier)) {
-    return InvalidArgumentError("RecordStep needs q in (0, 1] and a finite sigma > 0");
+Status ResidencyAccountant::RecordStep(const SampledGaussian& step, double window_epsilon) {
+  if (const Status valid = ValidateSampledGaussian(step, /*require_noise=*/true); !valid.ok()) {
+    return InvalidArgumentError("RecordStep: " + std::string(valid.message()));
   }
   if (!(window_epsilon >= 0) || !std::isfinite(window_epsilon)) {
     return InvalidArgumentError("RecordStep needs a finite window epsilon >= 0");
   }
-  if (!window_.empty() && window_.back().sampling_rate == sampling_rate &&
-      window_.back().noise_multiplier == noise_multiplier) {
+  if (!window_.empty() && window_.back().step == step) {
     ++window_.back().count;
   } else {
-    window_.push_back({sampling_rate, noise_multiplier, 1});
+    window_.push_back({step, 1});
   }
   ++steps_;
   worst_epsilon_ = std::max(worst_epsilon_, window_epsilon);
@@ -177,8 +176,8 @@ std::string ResidencyAccountant::Serialize() const {
   for (double order : orders_) out << " " << HexDouble(order);
   out << "\nsegments " << window_.size() << "\n";
   for (const Segment& segment : window_) {
-    out << HexDouble(segment.sampling_rate) << " " << HexDouble(segment.noise_multiplier) << " "
-        << segment.count << "\n";
+    out << HexDouble(segment.step.sampling_rate) << " " << HexDouble(segment.step.noise_multiplier)
+        << " " << segment.count << "\n";
   }
   out << "end\n";
   return out.str();
@@ -229,9 +228,9 @@ StatusOr<ResidencyAccountant> ResidencyAccountant::Deserialize(std::string_view 
     std::string q_text, sigma_text;
     Segment segment{};
     if (!(in >> q_text >> sigma_text >> segment.count) ||
-        !ParseHexDouble(q_text, &segment.sampling_rate) ||
-        !ParseHexDouble(sigma_text, &segment.noise_multiplier) || !(segment.sampling_rate > 0) ||
-        segment.sampling_rate > 1 || !(segment.noise_multiplier > 0) || segment.count < 1 ||
+        !ParseHexDouble(q_text, &segment.step.sampling_rate) ||
+        !ParseHexDouble(sigma_text, &segment.step.noise_multiplier) ||
+        !ValidateSampledGaussian(segment.step, /*require_noise=*/true).ok() || segment.count < 1 ||
         segment.count > max_residency) {
       return bad("bad segment " + std::to_string(i));
     }

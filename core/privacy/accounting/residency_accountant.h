@@ -57,9 +57,8 @@ class ResidencyAccountant {
   // check ("is this M affordable at all?"), over the state directory's
   // `orders` with its filter weights (empty = uniform).
   static StatusOr<CeilingCheck> CheckConfiguration(int64_t max_residency_steps,
-                                                   double sampling_rate,
-                                                   double noise_multiplier, double delta,
-                                                   double epsilon_ceiling,
+                                                   const SampledGaussian& step,
+                                                   const EpsilonDelta& ceiling,
                                                    Adaptivity adaptivity,
                                                    std::span<const double> orders,
                                                    std::span<const double> filter_weights);
@@ -67,20 +66,18 @@ class ResidencyAccountant {
   // non-empty ones the grid with as many orders (RdpOrderGridWithCount: a
   // ledger written before the current grid keeps its own, rdp.h).
   static StatusOr<CeilingCheck> CheckConfiguration(int64_t max_residency_steps,
-                                                   double sampling_rate,
-                                                   double noise_multiplier, double delta,
-                                                   double epsilon_ceiling,
+                                                   const SampledGaussian& step,
+                                                   const EpsilonDelta& ceiling,
                                                    Adaptivity adaptivity,
                                                    std::span<const double> filter_weights = {});
 
-  // ε of the window the next step (q, σ) would close.
-  StatusOr<CeilingCheck> CheckCeiling(double sampling_rate, double noise_multiplier,
-                                      double delta, double epsilon_ceiling,
+  // ε of the window the next step (q, σ) would close, against the ceiling.
+  StatusOr<CeilingCheck> CheckCeiling(const SampledGaussian& step, const EpsilonDelta& ceiling,
                                       Adaptivity adaptivity);
 
   // Records a step that ran with (q, σ); `window_epsilon` is the ε its check
   // reported (kept as the worst per-record ε so far).
-  Status RecordStep(double sampling_rate, double noise_multiplier, double window_epsilon);
+  Status RecordStep(const SampledGaussian& step, double window_epsilon);
 
   // Lowers M (reload). Raising it is refused: the steps before the current
   // window are no longer known, so a longer window cannot be checked.
@@ -110,15 +107,14 @@ class ResidencyAccountant {
 
  private:
   struct Segment {
-    double sampling_rate;
-    double noise_multiplier;
+    SampledGaussian step;
     int64_t count;
     bool operator==(const Segment&) const = default;
   };
 
   ResidencyAccountant(int64_t max_residency_steps, std::vector<double> orders)
       : max_residency_steps_(max_residency_steps), orders_(std::move(orders)) {}
-  StatusOr<const std::vector<double>*> Curve(double sampling_rate, double noise_multiplier);
+  StatusOr<const std::vector<double>*> Curve(const SampledGaussian& step);
   void TrimWindow();
 
   int64_t max_residency_steps_;
@@ -129,8 +125,7 @@ class ResidencyAccountant {
   std::vector<double> filter_weights_;  // empty: uniform
 
   struct CachedCurve {
-    double sampling_rate;
-    double noise_multiplier;
+    SampledGaussian step;
     std::vector<double> curve;
   };
   std::vector<CachedCurve> curve_cache_;  // small; most recent last

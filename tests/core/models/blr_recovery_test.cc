@@ -104,8 +104,8 @@ std::unique_ptr<BlrModel> NewModel() {
 
 svi::DriverConfig Schedule(double sigma) {
   svi::DriverConfig config;
-  config.sampling_rate = 0.05;
-  config.noise_multiplier = sigma;
+  config.mechanism.sampling_rate = 0.05;
+  config.mechanism.noise_multiplier = sigma;
   config.tau0 = 1;
   config.kappa = 0.7;
   config.threads = 2;
@@ -162,7 +162,7 @@ TEST(BlrRecoveryTest, PrivateRunChargesTheAccountantOncePerStep) {
   // One mechanism per step over both blocks: the accountant holds exactly
   // kSteps steps of (q, σ), i.e. the same curve as composing them at once.
   privacy::RdpAccountant expected;
-  ASSERT_TRUE(expected.Compose(0.05, 1.0, kSteps).ok());
+  ASSERT_TRUE(expected.Compose({0.05, 1.0}, kSteps).ok());
   EXPECT_NEAR(accountant.GetEpsilon(1e-5)->epsilon, expected.GetEpsilon(1e-5)->epsilon, 1e-9);
   // Still a useful model at this noise level.
   EXPECT_GE(Correlation(model->mean(), data.true_weights), 0.9);

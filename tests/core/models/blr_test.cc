@@ -326,7 +326,7 @@ TEST(BlrMStepTest, MatchesTheHandWorkedTwoDimensionalCase) {
   // Sum: s1 = (0.3, −0.2); s2 = [[0.2, 0.05], [0.05, 0.1]] packed (a11, a12, a22).
   Eigen::VectorXd sum(5);
   sum << 0.3, -0.2, 0.2, 0.05, 0.1;
-  ASSERT_TRUE(model->MStep(sum, q, rho, 0.0).ok());
+  ASSERT_TRUE(model->MStep(sum, {q, 0.0}, rho).ok());
   // A = ρ S2/q, B = ρ S1/q (from zero); exact: v1 = v2 = 0.
   const double a11 = 0.25 * 0.4, a12 = 0.25 * 0.1, a22 = 0.25 * 0.2;
   const double b1 = 0.25 * 0.6, b2 = 0.25 * -0.4;
@@ -374,14 +374,14 @@ TEST(BlrMStepTest, NoiseVariancesFollowTheStepsNoise) {
   const Eigen::VectorXd sum = Eigen::VectorXd::Constant(5, 0.5);
   double v1 = 0, v2 = 0;
   for (const auto& [q, rho] : {std::pair{0.5, 0.6}, std::pair{0.25, 0.4}, std::pair{0.5, 0.3}}) {
-    ASSERT_TRUE(model->MStep(sum, q, rho, 3.0).ok());
+    ASSERT_TRUE(model->MStep(sum, {q, 3.0}, rho).ok());
     v1 = (1 - rho) * (1 - rho) * v1 + std::pow(rho * (*std_per_block)[0] / q, 2);
     v2 = (1 - rho) * (1 - rho) * v2 + std::pow(rho * (*std_per_block)[1] / q, 2);
     EXPECT_DOUBLE_EQ(model->noise_variance_s1(), v1);
     EXPECT_DOUBLE_EQ(model->noise_variance_s2(), v2);
   }
   // An exact step adds nothing and shrinks what is left by (1 − ρ)².
-  ASSERT_TRUE(model->MStep(sum, 0.5, 0.5, 0.0).ok());
+  ASSERT_TRUE(model->MStep(sum, {0.5, 0.0}, 0.5).ok());
   EXPECT_DOUBLE_EQ(model->noise_variance_s1(), 0.25 * v1);
 }
 
@@ -409,7 +409,7 @@ TEST(BlrMStepTest, TheReleasedVarianceIsThatOfTheTruthGivenTheNoisySums) {
     auto model = MakeModel(1, 1e8, 1e8);
     Eigen::VectorXd sum(2);
     sum << b, a;
-    ASSERT_TRUE(model->MStep(sum, 1.0, 1.0, sigma).ok());
+    ASSERT_TRUE(model->MStep(sum, {1.0, sigma}, 1.0).ok());
     const double mu = model->mean()[0], var = model->covariance()(0, 0);
     z2_new += (m - mu) * (m - mu) / var;
     variance_sum += var;
@@ -528,7 +528,7 @@ TEST(BlrMStepTest, NinetyFivePercentIntervalsCoverTheTruthOnSyntheticData) {
       for (Eigen::Index k = 0; k < sum.size(); ++k) {
         sum[k] += (k < kDim ? (*std_per_block)[0] : (*std_per_block)[1]) * normal(gen);
       }
-      ASSERT_TRUE(model->MStep(sum, q, std::pow(1.0 + t, -0.7), sigma).ok());
+      ASSERT_TRUE(model->MStep(sum, {q, sigma}, std::pow(1.0 + t, -0.7)).ok());
     }
     for (int j = 0; j < kDim; ++j) {
       ++total;
@@ -546,15 +546,15 @@ TEST(BlrMStepTest, RejectsBadInputAndLeavesTheModelUnchanged) {
   auto model = MakeModel(2);
   const auto before = model->CheckpointArrays();
   Eigen::VectorXd sum = Eigen::VectorXd::Constant(5, 0.1);
-  EXPECT_EQ(model->MStep(Eigen::VectorXd::Zero(4), 0.5, 0.5, 0.0).code(),
+  EXPECT_EQ(model->MStep(Eigen::VectorXd::Zero(4), {0.5, 0.0}, 0.5).code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(model->MStep(sum, 0.0, 0.5, 0.0).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(model->MStep(sum, 1.5, 0.5, 0.0).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(model->MStep(sum, 0.5, 0.0, 0.0).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(model->MStep(sum, {0.0, 0.0}, 0.5).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(model->MStep(sum, {1.5, 0.0}, 0.5).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(model->MStep(sum, {0.5, 0.0}, 0.0).code(), StatusCode::kInvalidArgument);
   sum[3] = NAN;
-  EXPECT_EQ(model->MStep(sum, 0.5, 0.5, 0.0).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(model->MStep(sum, {0.5, 0.0}, 0.5).code(), StatusCode::kOutOfRange);
   sum[3] = 1e308;
-  EXPECT_FALSE(model->MStep(sum, 1e-10, 0.5, 0.0).ok());  // S/q overflows
+  EXPECT_FALSE(model->MStep(sum, {1e-10, 0.0}, 0.5).ok());  // S/q overflows
   const auto after = model->CheckpointArrays();
   ASSERT_EQ(before.size(), after.size());
   for (size_t i = 0; i < before.size(); ++i) EXPECT_EQ(before[i].data, after[i].data);
@@ -564,7 +564,7 @@ TEST(BlrModelTest, ReleaseHoldsMeanCovarianceNoiseShareAndQAlpha) {
   auto model = MakeModel(3, 2.0, 5.0);
   Eigen::VectorXd sum(3 + 6);
   sum << 0.4, -0.1, 0.2, 30, 5, 20, 0.0, 1, 25;
-  ASSERT_TRUE(model->MStep(sum, 0.1, 0.6, 0.5).ok());
+  ASSERT_TRUE(model->MStep(sum, {0.1, 0.5}, 0.6).ok());
   const auto arrays = model->ReleaseArrays();
   std::vector<std::string> names;
   for (const auto& array : arrays) names.push_back(array.name);
@@ -601,7 +601,7 @@ TEST(BlrModelTest, NoiseNeverMakesThePosteriorMoreConfident) {
   Eigen::VectorXd exact(kDim + 6);
   exact << 20, -10, 5, 400, 50, 300, 10, 40, 200;
   auto reference = MakeModel(kDim);
-  for (int t = 1; t <= 5; ++t) ASSERT_TRUE(reference->MStep(exact, 0.5, 0.5, 0.0).ok());
+  for (int t = 1; t <= 5; ++t) ASSERT_TRUE(reference->MStep(exact, {0.5, 0.0}, 0.5).ok());
   std::mt19937_64 gen(4);
   std::normal_distribution<double> normal;
   for (double sigma : {1.0, 4.0, 16.0}) {
@@ -615,7 +615,7 @@ TEST(BlrModelTest, NoiseNeverMakesThePosteriorMoreConfident) {
         for (Eigen::Index k = 0; k < noisy.size(); ++k) {
           noisy[k] += (k < kDim ? s[0] : s[1]) * normal(gen);
         }
-        ASSERT_TRUE(model->MStep(noisy, 0.5, 0.5, sigma).ok());
+        ASSERT_TRUE(model->MStep(noisy, {0.5, sigma}, 0.5).ok());
       }
       variance += model->covariance().diagonal() / kDraws;
     }
@@ -632,7 +632,7 @@ TEST(BlrModelTest, CheckpointRoundTripIsBitExactAndResumesIdentically) {
   auto random_sum = [&] {
     return Eigen::VectorXd(Eigen::VectorXd::NullaryExpr(9, [&] { return normal(gen); }));
   };
-  for (int t = 0; t < 4; ++t) ASSERT_TRUE(a->MStep(random_sum(), 0.2, 0.3, 1.5).ok());
+  for (int t = 0; t < 4; ++t) ASSERT_TRUE(a->MStep(random_sum(), {0.2, 1.5}, 0.3).ok());
   const auto checkpoint = a->CheckpointArrays();
   auto b = MakeModel(3);
   ASSERT_TRUE(b->RestoreCheckpoint(checkpoint).ok());
@@ -644,8 +644,8 @@ TEST(BlrModelTest, CheckpointRoundTripIsBitExactAndResumesIdentically) {
     EXPECT_EQ(restored[i].data, checkpoint[i].data);
   }
   const Eigen::VectorXd next = random_sum();
-  ASSERT_TRUE(a->MStep(next, 0.2, 0.25, 1.5).ok());
-  ASSERT_TRUE(b->MStep(next, 0.2, 0.25, 1.5).ok());
+  ASSERT_TRUE(a->MStep(next, {0.2, 1.5}, 0.25).ok());
+  ASSERT_TRUE(b->MStep(next, {0.2, 1.5}, 0.25).ok());
   const auto release_a = a->ReleaseArrays();
   const auto release_b = b->ReleaseArrays();
   for (size_t i = 0; i < release_a.size(); ++i) EXPECT_EQ(release_a[i].data, release_b[i].data);
@@ -675,7 +675,7 @@ TEST(BlrModelTest, RestoresACheckpointOfTheEarlierFormat) {
 
 TEST(BlrModelTest, RestoreRejectsBadCheckpointsByArrayNameAndKeepsState) {
   auto model = MakeModel(2);
-  ASSERT_TRUE(model->MStep(Eigen::VectorXd::Constant(5, 0.5), 0.5, 0.5, 1.0).ok());
+  ASSERT_TRUE(model->MStep(Eigen::VectorXd::Constant(5, 0.5), {0.5, 1.0}, 0.5).ok());
   const auto good = model->CheckpointArrays();  // s1, s2, v1, v2, shape, rate
   const auto before = model->ReleaseArrays();
   auto expect_error = [&](std::vector<model::NamedArray> arrays, const std::string& text) {

@@ -98,8 +98,8 @@ TEST(LdaRecoveryTest, NonPrivateSviRecoversKnownTopics) {
   for (size_t d = 0; d < pool.size(); ++d) pool[d].word_ids = corpus.train[d];
   testing::ZeroNoiseSource noise(7);  // sampling bits only; σ = 0 adds no noise
   svi::DriverConfig driver_config;
-  driver_config.sampling_rate = 0.05;
-  driver_config.noise_multiplier = 0;
+  driver_config.mechanism.sampling_rate = 0.05;
+  driver_config.mechanism.noise_multiplier = 0;
   driver_config.tau0 = 10;
   driver_config.kappa = 0.7;
   driver_config.threads = 2;
@@ -157,8 +157,8 @@ std::unique_ptr<LdaModel> Fit(const LdaConfig& config,
   EXPECT_TRUE(noise.ok());
   privacy::RdpAccountant accountant;
   svi::DriverConfig driver_config;
-  driver_config.sampling_rate = 1.0;
-  driver_config.noise_multiplier = sigma;
+  driver_config.mechanism.sampling_rate = 1.0;
+  driver_config.mechanism.noise_multiplier = sigma;
   driver_config.tau0 = 1;
   driver_config.kappa = 0.7;
   driver_config.threads = 2;

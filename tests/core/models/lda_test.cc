@@ -210,7 +210,7 @@ TEST(LdaModelTest, MStepBlendsTheClampedNoisySumDividedByQ) {
   Eigen::VectorXd sum(15);
   for (int i = 0; i < 15; ++i) sum[i] = (i % 4 == 0) ? -2.0 : 0.5 * i;  // word-major v·K + k
   const double q = 0.25, rho = 0.3;
-  ASSERT_TRUE((*model)->MStep(sum, q, rho, 0.0).ok());
+  ASSERT_TRUE((*model)->MStep(sum, {q, 0.0}, rho).ok());
   for (int k = 0; k < 3; ++k) {
     for (int v = 0; v < 5; ++v) {
       const double s = std::max(0.0, sum[v * 3 + k]);
@@ -223,9 +223,9 @@ TEST(LdaModelTest, MStepBlendsTheClampedNoisySumDividedByQ) {
               boost::math::digamma(l(1, 2)) - boost::math::digamma(l.row(1).sum()), 1e-12);
   EXPECT_EQ((*model)->noise().floor, 0.0);  // σ = 0: no noise
   EXPECT_EQ((*model)->noise().variance, 0.0);
-  EXPECT_FALSE((*model)->MStep(Eigen::VectorXd::Zero(14), q, rho, 0.0).ok());
-  EXPECT_FALSE((*model)->MStep(sum, 0.0, rho, 0.0).ok());
-  EXPECT_FALSE((*model)->MStep(sum, q, 0.0, 0.0).ok());
+  EXPECT_FALSE((*model)->MStep(Eigen::VectorXd::Zero(14), {q, 0.0}, rho).ok());
+  EXPECT_FALSE((*model)->MStep(sum, {0.0, 0.0}, rho).ok());
+  EXPECT_FALSE((*model)->MStep(sum, {q, 0.0}, 0.0).ok());
 }
 
 TEST(LdaModelTest, NoiseFollowsTheExactRecursions) {
@@ -237,8 +237,8 @@ TEST(LdaModelTest, NoiseFollowsTheExactRecursions) {
   const double s = (*stds)[0] / q;
   EXPECT_NEAR((*stds)[0], sigma * 0.1 * 10, 1e-2 * (*stds)[0]);  // σ·C on the noise's grid
   const Eigen::VectorXd sum = Eigen::VectorXd::Constant(15, 2.0);
-  ASSERT_TRUE((*model)->MStep(sum, q, 0.5, sigma).ok());
-  ASSERT_TRUE((*model)->MStep(sum, q, 0.25, sigma).ok());
+  ASSERT_TRUE((*model)->MStep(sum, {q, sigma}, 0.5).ok());
+  ASSERT_TRUE((*model)->MStep(sum, {q, sigma}, 0.25).ok());
   const double mean = s / std::sqrt(2 * M_PI), spread = s * s * (0.5 - 0.5 / M_PI);
   const auto& noise = (*model)->noise();
   EXPECT_NEAR(noise.floor, 0.75 * 0.5 * mean + 0.25 * mean, 1e-12 * mean);
@@ -247,7 +247,7 @@ TEST(LdaModelTest, NoiseFollowsTheExactRecursions) {
   EXPECT_NEAR(noise.variance, 0.75 * 0.75 * 0.25 * s * s + 0.0625 * s * s, 1e-12 * s * s);
   // A non-private step keeps the earlier steps' noise, decayed.
   const LdaModel::Noise before = noise;
-  ASSERT_TRUE((*model)->MStep(sum, q, 0.5, 0.0).ok());
+  ASSERT_TRUE((*model)->MStep(sum, {q, 0.0}, 0.5).ok());
   EXPECT_NEAR((*model)->noise().floor, 0.5 * before.floor, 1e-15);
   EXPECT_NEAR((*model)->noise().variance, 0.25 * before.variance, 1e-12);
 }
@@ -306,7 +306,7 @@ TEST(LdaModelTest, TheStatedNoiseIsTheNoiseInLambda) {
       if (noisy) {
         for (auto& entry : sum) entry += noise(rng);
       }
-      EXPECT_TRUE((*model)->MStep(sum, q, rho, sigma).ok());
+      EXPECT_TRUE((*model)->MStep(sum, {q, sigma}, rho).ok());
     }
     return std::move(*model);
   };
@@ -370,7 +370,7 @@ TEST(LdaModelTest, MStepResultDoesNotDependOnItsThreadCount) {
       Eigen::VectorXd sum(7 * 1001);
       for (auto& entry : sum) entry = (rng() % 3 == 0) ? value(rng) : 0.0;
       // Noisy steps too: the noise-aware estimate's reductions.
-      ASSERT_TRUE((*model)->MStep(sum, 0.1, 0.4, step == 1 ? 0.0 : 0.2).ok());
+      ASSERT_TRUE((*model)->MStep(sum, {0.1, step == 1 ? 0.0 : 0.2}, 0.4).ok());
     }
     lambda[threads - 1] = (*model)->lambda();
     expectations[threads - 1] = (*model)->exp_elog_beta();
@@ -393,7 +393,7 @@ TEST(LdaModelTest, MStepResultDoesNotDependOnItsThreadCount) {
 TEST(LdaModelTest, ReleaseIsLambdaRowMajorWithTheNoise) {
   auto model = LdaModel::Create(SmallConfig(10));
   ASSERT_TRUE(model.ok());
-  ASSERT_TRUE((*model)->MStep(Eigen::VectorXd::LinSpaced(15, 0, 7), 0.5, 0.5, 1.0).ok());
+  ASSERT_TRUE((*model)->MStep(Eigen::VectorXd::LinSpaced(15, 0, 7), {0.5, 1.0}, 0.5).ok());
   const auto arrays = (*model)->ReleaseArrays();
   std::vector<std::string> names;
   for (const auto& array : arrays) names.push_back(array.name);
@@ -415,7 +415,7 @@ TEST(LdaModelTest, CheckpointRestoresLambdaAndTheNoiseExactlyAndRejectsMismatche
   ASSERT_TRUE(trained.ok());
   Eigen::VectorXd sum(15);
   for (int i = 0; i < 15; ++i) sum[i] = 0.7 * i - 3;
-  ASSERT_TRUE((*trained)->MStep(sum, 0.5, 0.4, 0.5).ok());
+  ASSERT_TRUE((*trained)->MStep(sum, {0.5, 0.5}, 0.4).ok());
   const auto checkpoint = (*trained)->CheckpointArrays();
   ASSERT_EQ(checkpoint.size(), 4u);
 
@@ -431,8 +431,8 @@ TEST(LdaModelTest, CheckpointRestoresLambdaAndTheNoiseExactlyAndRejectsMismatche
   EXPECT_EQ((*restored)->noise().floor_variance, (*trained)->noise().floor_variance);
   EXPECT_EQ((*restored)->noise().variance, (*trained)->noise().variance);
   // The next step agrees too.
-  ASSERT_TRUE((*trained)->MStep(sum, 0.5, 0.3, 0.5).ok());
-  ASSERT_TRUE((*restored)->MStep(sum, 0.5, 0.3, 0.5).ok());
+  ASSERT_TRUE((*trained)->MStep(sum, {0.5, 0.5}, 0.3).ok());
+  ASSERT_TRUE((*restored)->MStep(sum, {0.5, 0.5}, 0.3).ok());
   EXPECT_EQ((*restored)->lambda(), (*trained)->lambda());
   EXPECT_EQ((*restored)->noise().floor, (*trained)->noise().floor);
 
@@ -461,7 +461,7 @@ TEST(LdaModelTest, CheckpointRestoresLambdaAndTheNoiseExactlyAndRejectsMismatche
 TEST(LdaModelTest, EarlierCheckpointFormatRestoresLambda) {
   auto trained = LdaModel::Create(SmallConfig(10));
   ASSERT_TRUE(trained.ok());
-  ASSERT_TRUE((*trained)->MStep(Eigen::VectorXd::LinSpaced(15, 0, 7), 0.5, 0.5, 1.0).ok());
+  ASSERT_TRUE((*trained)->MStep(Eigen::VectorXd::LinSpaced(15, 0, 7), {0.5, 1.0}, 0.5).ok());
   auto old = (*trained)->CheckpointArrays();
   old.resize(1);
   auto restored = LdaModel::Create(SmallConfig(10));

@@ -83,8 +83,8 @@ TEST(SbnRecoveryTest, NonPrivateSviImprovesReconstructionAndBeatsTheMarginalBase
   ASSERT_TRUE(model.ok());
   testing::ZeroNoiseSource bits(5);  // σ = 0: only the sampling bits are used
   svi::DriverConfig config;
-  config.sampling_rate = 0.05;
-  config.noise_multiplier = 0;
+  config.mechanism.sampling_rate = 0.05;
+  config.mechanism.noise_multiplier = 0;
   config.tau0 = 1;
   config.kappa = 0.7;
   auto driver = svi::StepDriver::Create(model->get(), &bits, nullptr, config);
@@ -123,8 +123,8 @@ TEST(SbnRecoveryTest, PrivateRunChargesTheAccountantOncePerStep) {
   ASSERT_TRUE(noise.ok());
   privacy::RdpAccountant accountant;
   svi::DriverConfig config;
-  config.sampling_rate = 0.2;
-  config.noise_multiplier = 1.5;
+  config.mechanism.sampling_rate = 0.2;
+  config.mechanism.noise_multiplier = 1.5;
   config.tau0 = 1;
   config.kappa = 0.7;
   config.delta = 1e-5;
@@ -140,7 +140,7 @@ TEST(SbnRecoveryTest, PrivateRunChargesTheAccountantOncePerStep) {
   }
   auto spent = accountant.GetEpsilon(1e-5);
   ASSERT_TRUE(spent.ok());
-  auto planned = privacy::EstimateEpsilon(privacy::AccountantKind::kRdp, 0.2, 1.5, steps, 1e-5);
+  auto planned = privacy::EstimateEpsilon(privacy::AccountantKind::kRdp, {0.2, 1.5}, steps, 1e-5);
   ASSERT_TRUE(planned.ok());
   EXPECT_NEAR(spent->epsilon, planned->epsilon, 1e-9 * planned->epsilon);
   // The posterior stays finite and usable after noisy steps.

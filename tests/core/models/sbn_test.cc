@@ -484,7 +484,7 @@ TEST(SbnMStepTest, TinyCaseMatchesTheFormulas) {
       2.0, 1.0, 2.0,               // xi_zz row 0 packed (0,0),(0,1),(1,1)
       0.0, 5.0, 0.0;               // xi_zz row 1
   const double rho = 0.5;
-  ASSERT_TRUE(model->MStep(sum, q, rho, 0.0).ok());
+  ASSERT_TRUE(model->MStep(sum, {q, 0.0}, rho).ok());
   const auto after = ByName(model->CheckpointArrays());
 
   const double n = 20.0;
@@ -550,16 +550,16 @@ TEST(SbnMStepTest, ValidatesInputsAndLeavesModelUnchangedOnError) {
   auto model = MakeModel(Config(3, 2));
   const auto before = model->CheckpointArrays();
   const auto size = static_cast<Eigen::Index>(model->statistic_layout().total_size());
-  EXPECT_FALSE(model->MStep(Eigen::VectorXd::Zero(size - 1), 0.5, 0.5, 0.0).ok());
-  EXPECT_FALSE(model->MStep(Eigen::VectorXd::Zero(size), 0.0, 0.5, 0.0).ok());
-  EXPECT_FALSE(model->MStep(Eigen::VectorXd::Zero(size), 0.5, 1.5, 0.0).ok());
+  EXPECT_FALSE(model->MStep(Eigen::VectorXd::Zero(size - 1), {0.5, 0.0}, 0.5).ok());
+  EXPECT_FALSE(model->MStep(Eigen::VectorXd::Zero(size), {0.0, 0.0}, 0.5).ok());
+  EXPECT_FALSE(model->MStep(Eigen::VectorXd::Zero(size), {0.5, 0.0}, 1.5).ok());
   Eigen::VectorXd bad = Eigen::VectorXd::Zero(size);
   bad[4] = NAN;
-  EXPECT_EQ(model->MStep(bad, 0.5, 0.5, 0.0).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(model->MStep(bad, {0.5, 0.0}, 0.5).code(), StatusCode::kOutOfRange);
   const auto after = model->CheckpointArrays();
   for (size_t i = 0; i < before.size(); ++i) EXPECT_EQ(before[i].data, after[i].data);
   // A zero (empty-batch) sum is a valid step: the posterior moves to the prior.
-  EXPECT_TRUE(model->MStep(Eigen::VectorXd::Zero(size), 0.5, 1.0, 0.0).ok());
+  EXPECT_TRUE(model->MStep(Eigen::VectorXd::Zero(size), {0.5, 0.0}, 1.0).ok());
   EXPECT_NEAR(model->w_mean().norm(), 0.0, 1e-12);
   EXPECT_NEAR(model->c_variance()[0], 1.0, 1e-12);  // α_c = 1
 }
@@ -587,7 +587,7 @@ TEST(SbnMStepTest, ExactStatisticsGiveTheBatchPosterior) {
     zz.diagonal() = fit->z_mean;
     for (int64_t row = 0; row < j; ++row) expected[row] += fit->xi[row] * zz;
   }
-  ASSERT_TRUE(model->MStep(sum, 1.0, 1.0, 0.0).ok());
+  ASSERT_TRUE(model->MStep(sum, {1.0, 0.0}, 1.0).ok());
   const auto arrays = ByName(model->CheckpointArrays());
   for (int64_t row = 0; row < j; ++row) {
     int index = 0;
@@ -615,7 +615,7 @@ TEST(SbnCheckpointTest, RoundTripIsBitExactAndReproducesTheEStep) {
       ASSERT_TRUE(model->EStep(RecordOf(y), record_rng, *scratch, statistic).ok());
       for (size_t i = 0; i < statistic.indices.size(); ++i) sum[statistic.indices[i]] += statistic.values[i];
     }
-    ASSERT_TRUE(model->MStep(sum, 0.3, 0.6, 0.0).ok());
+    ASSERT_TRUE(model->MStep(sum, {0.3, 0.0}, 0.6).ok());
   }
   const auto checkpoint = model->CheckpointArrays();
   SbnConfig other_config = Config(j, k);

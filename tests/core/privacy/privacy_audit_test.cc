@@ -53,7 +53,7 @@ constexpr int kEvaluation = 3000;   // trials per pool for the bound
 // daemon's claim for a single release.
 double ClaimedEpsilon() {
   privacy::RdpAccountant accountant;
-  EXPECT_TRUE(accountant.Compose(1.0, kSigma, 1).ok());
+  EXPECT_TRUE(accountant.Compose({1.0, kSigma}, 1).ok());
   auto spent = accountant.GetEpsilon(kDelta, privacy::RdpConversion::kImproved,
                                      privacy::Adaptivity::kFixedSchedule);
   EXPECT_TRUE(spent.ok());
@@ -79,8 +79,8 @@ void Report(const char* model, const AuditResult& result, double claimed) {
 // thousands of them).
 svi::DriverConfig AuditDriver() {
   svi::DriverConfig driver;
-  driver.sampling_rate = 1.0;
-  driver.noise_multiplier = kSigma;
+  driver.mechanism.sampling_rate = 1.0;
+  driver.mechanism.noise_multiplier = kSigma;
   driver.delta = kDelta;
   driver.epsilon_ceiling = 1e9;
   driver.enforce_ceiling = false;

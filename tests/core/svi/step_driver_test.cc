@@ -40,8 +40,8 @@ std::vector<model::Record> Pool(size_t size, uint64_t seed = 9) {
 
 DriverConfig Private(double ceiling = 100) {
   DriverConfig config;
-  config.sampling_rate = 0.2;
-  config.noise_multiplier = 1.5;
+  config.mechanism.sampling_rate = 0.2;
+  config.mechanism.noise_multiplier = 1.5;
   config.tau0 = 1;
   config.kappa = 0.7;
   config.delta = 1e-5;
@@ -93,14 +93,14 @@ TEST(StepDriverTest, ChargesTheAccountantExactlyOncePerStep) {
   // One charge per step, each at the step's own (q, sigma): the same sum of
   // twelve single-step curves, bit for bit.
   privacy::RdpAccountant expected;
-  for (int t = 1; t <= 12; ++t) ASSERT_TRUE(expected.Compose(0.2, 1.5, 1).ok());
+  for (int t = 1; t <= 12; ++t) ASSERT_TRUE(expected.Compose({0.2, 1.5}, 1).ok());
   EXPECT_EQ(accountant.GetEpsilon(1e-5)->epsilon, expected.GetEpsilon(1e-5)->epsilon);
   // A thirteenth charge would show: twelve steps composed at once agree to
   // rounding, thirteen do not.
   privacy::RdpAccountant at_once;
-  ASSERT_TRUE(at_once.Compose(0.2, 1.5, 12).ok());
+  ASSERT_TRUE(at_once.Compose({0.2, 1.5}, 12).ok());
   EXPECT_NEAR(accountant.GetEpsilon(1e-5)->epsilon, at_once.GetEpsilon(1e-5)->epsilon, 1e-9);
-  ASSERT_TRUE(at_once.Compose(0.2, 1.5, 1).ok());
+  ASSERT_TRUE(at_once.Compose({0.2, 1.5}, 1).ok());
   EXPECT_GT(at_once.GetEpsilon(1e-5)->epsilon, accountant.GetEpsilon(1e-5)->epsilon + 1e-3);
 }
 
@@ -225,7 +225,7 @@ TEST(StepDriverTest, ResultDoesNotDependOnTheThreadCount) {
     config.threads = threads;
     auto driver = StepDriver::Create(model->get(), noise->get(), &accountant, config);
     ASSERT_TRUE(driver.ok());
-    config.sampling_rate = 0.5;
+    config.mechanism.sampling_rate = 0.5;
     ASSERT_TRUE((*driver)->Reconfigure(config).ok());
     const auto pool = Pool(1000);
     for (int t = 0; t < 5; ++t) ASSERT_TRUE((*driver)->Step(pool).ok());
@@ -243,7 +243,7 @@ TEST(StepDriverTest, PhaseTimesSplitTheStep) {
   ASSERT_TRUE(model.ok() && noise.ok());
   privacy::RdpAccountant accountant;
   DriverConfig config = Private();
-  config.sampling_rate = 0.5;
+  config.mechanism.sampling_rate = 0.5;
   config.threads = 2;
   auto driver = StepDriver::Create(model->get(), noise->get(), &accountant, config);
   ASSERT_TRUE(driver.ok());
@@ -273,7 +273,7 @@ TEST(StepDriverTest, AccumulatorsReusedAcrossStepsLeaveNoTrace) {
       ASSERT_TRUE(model.ok() && noise.ok());
       privacy::RdpAccountant accountant;
       DriverConfig config = Private();
-      config.sampling_rate = 0.5;
+      config.mechanism.sampling_rate = 0.5;
       config.threads = threads;
       const auto pool = Pool(600);
       std::unique_ptr<StepDriver> driver;
@@ -327,7 +327,7 @@ class ProbeModel final : public model::Model {
     out.values = {1.0};
     return Status::Ok();
   }
-  Status MStep(const Eigen::VectorXd& sum, double, double, double) override {
+  Status MStep(const Eigen::VectorXd& sum, const privacy::SampledGaussian&, double) override {
     last_sum = sum[0];
     return Status::Ok();
   }
@@ -345,8 +345,8 @@ TEST(StepDriverTest, PoissonSamplingIncludesEachRecordWithProbabilityQ) {
   ProbeModel model;
   testing::ZeroNoiseSource noise(5);
   DriverConfig config;
-  config.sampling_rate = 0.1;
-  config.noise_multiplier = 0;  // non-private: no accountant needed
+  config.mechanism.sampling_rate = 0.1;
+  config.mechanism.noise_multiplier = 0;  // non-private: no accountant needed
   config.threads = 2;
   auto driver = StepDriver::Create(&model, &noise, nullptr, config);
   ASSERT_TRUE(driver.ok()) << driver.status().message();
@@ -362,7 +362,7 @@ TEST(StepDriverTest, PoissonSamplingIncludesEachRecordWithProbabilityQ) {
   }
   // Binomial(400·1000, 0.1): mean 40000, sd 190.
   EXPECT_NEAR(static_cast<double>(model.calls.load()), 40000.0, 6 * 190.0);
-  config.sampling_rate = 1.0;
+  config.mechanism.sampling_rate = 1.0;
   ASSERT_TRUE((*driver)->Reconfigure(config).ok());
   const int64_t before = model.calls.load();
   ASSERT_TRUE((*driver)->Step(pool).ok());
@@ -394,9 +394,9 @@ TEST(StepDriverTest, RefusesUnsafeConfigurations) {
   auto driver = StepDriver::Create(bounded->get(), noise->get(), &accountant, Private());
   ASSERT_TRUE(driver.ok());
   config = Private();
-  config.noise_multiplier = 0;
+  config.mechanism.noise_multiplier = 0;
   EXPECT_FALSE((*driver)->Reconfigure(config).ok());
-  config.noise_multiplier = 2.0;
+  config.mechanism.noise_multiplier = 2.0;
   EXPECT_TRUE((*driver)->Reconfigure(config).ok());
 }
 
@@ -442,7 +442,7 @@ struct SplitRun {
 TEST(StepDriverTest, AStepSplitAcrossThreeProcessesEqualsTheWholeStepBitForBit) {
   const Streams streams = MakeStreams(120);
   DriverConfig config = Private();
-  config.sampling_rate = 0.4;
+  config.mechanism.sampling_rate = 0.4;
   // One process holding every stream.
   auto one_model = models::LdaModel::Create(Lda(20));
   auto one_noise = privacy::SecureNoiseSource::CreateReproducible(77);
@@ -452,7 +452,8 @@ TEST(StepDriverTest, AStepSplitAcrossThreeProcessesEqualsTheWholeStepBitForBit) 
   ASSERT_TRUE(one.ok());
   std::vector<Eigen::VectorXd> one_sums;
   (*one)->set_release_observer(
-      [&](const Eigen::VectorXd& sum, int64_t, double, double, double) { one_sums.push_back(sum); });
+      [&](const Eigen::VectorXd& sum, int64_t, const privacy::SampledGaussian&,
+          double) { one_sums.push_back(sum); });
 
   // A coordinator and three workers, each with its own model replica.
   SplitRun split;
@@ -484,7 +485,8 @@ TEST(StepDriverTest, AStepSplitAcrossThreeProcessesEqualsTheWholeStepBitForBit) 
   }
   std::vector<Eigen::VectorXd> split_sums;
   split.driver->set_release_observer(
-      [&](const Eigen::VectorXd& sum, int64_t, double, double, double) { split_sums.push_back(sum); });
+      [&](const Eigen::VectorXd& sum, int64_t, const privacy::SampledGaussian&,
+          double) { split_sums.push_back(sum); });
 
   const privacy::BlockLayout& layout = split.model->statistic_layout();
   for (int t = 1; t <= 6; ++t) {

@@ -46,7 +46,7 @@ class SpikeModel final : public model::Model {
     out.values = {0.8};
     return Status::Ok();
   }
-  Status MStep(const Eigen::VectorXd& sum, double, double, double) override {
+  Status MStep(const Eigen::VectorXd& sum, const privacy::SampledGaussian&, double) override {
     last_sum = sum;
     return Status::Ok();
   }
@@ -93,8 +93,8 @@ struct Data {
 
 DriverConfig UnitConfig(double q, int64_t cap, int threads = 1) {
   DriverConfig config;
-  config.sampling_rate = q;
-  config.noise_multiplier = 0;  // the exact sum: each step's choices are visible
+  config.mechanism.sampling_rate = q;
+  config.mechanism.noise_multiplier = 0;  // the exact sum: each step's choices are visible
   config.threads = threads;
   config.max_records_per_unit = cap;
   return config;
@@ -107,7 +107,8 @@ std::vector<Eigen::VectorXd> RunSteps(const Data& data, const DriverConfig& conf
   testing::ZeroNoiseSource noise(seed);
   privacy::RdpAccountant accountant;  // a private driver charges its steps
   auto driver = StepDriver::Create(&model, &noise,
-                                   config.noise_multiplier > 0 ? &accountant : nullptr, config);
+                                   config.mechanism.is_private() ? &accountant : nullptr,
+                                   config);
   EXPECT_TRUE(driver.ok()) << driver.status().message();
   std::vector<Eigen::VectorXd> sums;
   if (!driver.ok()) return sums;
@@ -236,7 +237,7 @@ TEST(UnitSamplingTest, TheSumDoesNotDependOnTheThreadCount) {
   // clipped and rounded before they are summed.
   for (const double sigma : {0.0, 1.0}) {
     DriverConfig one_thread = UnitConfig(0.5, 2, 1), four_threads = UnitConfig(0.5, 2, 4);
-    one_thread.noise_multiplier = four_threads.noise_multiplier = sigma;
+    one_thread.mechanism.noise_multiplier = four_threads.mechanism.noise_multiplier = sigma;
     one_thread.epsilon_ceiling = four_threads.epsilon_ceiling = 1000;  // every step runs
     const auto one = RunSteps(d, one_thread, 5, 4);
     const auto four = RunSteps(d, four_threads, 5, 4);

@@ -68,9 +68,9 @@ TEST(WorkExchangeTest, AReleaseRoundTripsAndOutOfRangeOnesAreRefused) {
   release.step = 41;
   release.slot = 1234;
   release.delta_step = 41;
-  release.delta_sampling_rate = 0.25;
+  release.delta_mechanism.sampling_rate = 0.25;
   release.delta_rho = 0.125;
-  release.delta_noise_multiplier = 2.5;
+  release.delta_mechanism.noise_multiplier = 2.5;
   release.delta_sum = std::string("sum\0bytes", 9);
   const std::string bytes = EncodeWorkRelease(release);
   ASSERT_EQ(*WorkMessageKindOf(bytes), WorkMessageKind::kRelease);
@@ -84,9 +84,9 @@ TEST(WorkExchangeTest, AReleaseRoundTripsAndOutOfRangeOnesAreRefused) {
   EXPECT_EQ(decoded->step, release.step);
   EXPECT_EQ(decoded->slot, release.slot);
   EXPECT_EQ(decoded->delta_step, release.delta_step);
-  EXPECT_EQ(decoded->delta_sampling_rate, release.delta_sampling_rate);
+  EXPECT_EQ(decoded->delta_mechanism.sampling_rate, release.delta_mechanism.sampling_rate);
   EXPECT_EQ(decoded->delta_rho, release.delta_rho);
-  EXPECT_EQ(decoded->delta_noise_multiplier, 2.5);
+  EXPECT_EQ(decoded->delta_mechanism.noise_multiplier, 2.5);
   EXPECT_EQ(decoded->delta_sum, release.delta_sum);
   EXPECT_FALSE(DecodeWorkRelease(bytes.substr(0, bytes.size() - 1)).ok());
   std::string flipped = bytes;
@@ -100,10 +100,10 @@ TEST(WorkExchangeTest, AReleaseRoundTripsAndOutOfRangeOnesAreRefused) {
   bad.delta_rho = 0;
   EXPECT_TRUE(refused(bad));
   bad = release;
-  bad.delta_noise_multiplier = -1;
+  bad.delta_mechanism.noise_multiplier = -1;
   EXPECT_TRUE(refused(bad));
   bad = release;
-  bad.delta_sampling_rate = 1.5;
+  bad.delta_mechanism.sampling_rate = 1.5;
   EXPECT_TRUE(refused(bad));
   bad = release;
   bad.delta_sum.clear();
@@ -164,9 +164,9 @@ TEST(WorkExchangeTest, APlanWithAReleasedSumRoundTripsAndMustNameItsBase) {
   plan.delta_base = 2;
   plan.delta_base_offset = 40;
   plan.delta_step = 2;
-  plan.delta_sampling_rate = 0.25;
+  plan.delta_mechanism.sampling_rate = 0.25;
   plan.delta_rho = 0.375;
-  plan.delta_noise_multiplier = 1.75;
+  plan.delta_mechanism.noise_multiplier = 1.75;
   auto decoded = DecodeWorkPlan(EncodeWorkPlan(plan));
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
   EXPECT_TRUE(decoded->model.empty());
@@ -174,9 +174,9 @@ TEST(WorkExchangeTest, APlanWithAReleasedSumRoundTripsAndMustNameItsBase) {
   EXPECT_EQ(decoded->delta_base, 2);
   EXPECT_EQ(decoded->delta_base_offset, 40);
   EXPECT_EQ(decoded->delta_step, 2);
-  EXPECT_EQ(decoded->delta_sampling_rate, 0.25);
+  EXPECT_EQ(decoded->delta_mechanism.sampling_rate, 0.25);
   EXPECT_EQ(decoded->delta_rho, 0.375);
-  EXPECT_EQ(decoded->delta_noise_multiplier, 1.75);
+  EXPECT_EQ(decoded->delta_mechanism.noise_multiplier, 1.75);
   EXPECT_EQ(decoded->delta_release_offset, -1);
   // Or the sum by the offset of the release appended ahead of the plan.
   WorkPlan named = plan;
@@ -201,10 +201,10 @@ TEST(WorkExchangeTest, APlanWithAReleasedSumRoundTripsAndMustNameItsBase) {
       {"no base offset", [](WorkPlan& p) { p.delta_base_offset = -1; }},
       {"released before its base", [](WorkPlan& p) { p.delta_step = 1; }},
       {"released at the plan's own step", [](WorkPlan& p) { p.delta_step = p.step; }},
-      {"q of 0", [](WorkPlan& p) { p.delta_sampling_rate = 0; }},
+      {"q of 0", [](WorkPlan& p) { p.delta_mechanism.sampling_rate = 0; }},
       {"rho above 1", [](WorkPlan& p) { p.delta_rho = 1.5; }},
       {"rho not finite", [](WorkPlan& p) { p.delta_rho = std::nan(""); }},
-      {"negative sigma", [](WorkPlan& p) { p.delta_noise_multiplier = -0.5; }},
+      {"negative sigma", [](WorkPlan& p) { p.delta_mechanism.noise_multiplier = -0.5; }},
       {"a base without a sum", [](WorkPlan& p) { p.delta_sum.clear(); p.model = "m"; }},
       {"the sum and a release", [](WorkPlan& p) { p.delta_release_offset = 41; }},
       {"a release before its base",

@@ -28,8 +28,8 @@ LedgerState FreshState(ScheduleKind schedule) {
   state.source = SourceKind::kFile;
   state.schedule = schedule;
   if (schedule == ScheduleKind::kFixed) {
-    state.fixed_sampling_rate = 0.1;
-    state.fixed_noise_multiplier = 1.0;
+    state.fixed_step.sampling_rate = 0.1;
+    state.fixed_step.noise_multiplier = 1.0;
   }
   return state;
 }
@@ -59,7 +59,7 @@ struct Fixture {
 TEST(LedgerKeeperTest, TheCommittedStateMovesOnlyWithADurableCommit) {
   Fixture f("committed");
   ASSERT_TRUE(f.keeper->Commit(1).ok());
-  ASSERT_TRUE(f.keeper->Charge(0.1, 1.0).ok());
+  ASSERT_TRUE(f.keeper->Charge({0.1, 1.0}).ok());
   EXPECT_EQ(f.keeper->committed().accountant.steps(), 0);  // not durable yet
   f.disk_full = true;
   EXPECT_EQ(f.keeper->CommitOrRetry(2, 1000.0), LedgerKeeper::CommitResult::kFailed);
@@ -91,18 +91,18 @@ TEST(LedgerKeeperTest, TheCommittedStateMovesOnlyWithADurableCommit) {
 
 TEST(LedgerKeeperTest, TheCeilingCheckOfAFixedScheduleCountsTheStepsItWouldComplete) {
   Fixture f("fixed", ScheduleKind::kFixed);
-  auto fixed = privacy::FixedScheduleAccountant::Create(0.1, 1.0);
+  auto fixed = privacy::FixedScheduleAccountant::Create({0.1, 1.0});
   ASSERT_TRUE(fixed.ok());
   const double one = fixed->Epsilon(1, 1e-5)->epsilon;
   const double two = fixed->Epsilon(2, 1e-5)->epsilon;
   double after = 0, window = 0;
-  EXPECT_TRUE(f.keeper->AdmitsStep(0.1, 1.0, 1e-5, two, &after, &window));
+  EXPECT_TRUE(f.keeper->AdmitsStep({0.1, 1.0}, {two, 1e-5}, &after, &window));
   EXPECT_DOUBLE_EQ(after, one);
-  ASSERT_TRUE(f.keeper->Charge(0.1, 1.0).ok());
-  EXPECT_TRUE(f.keeper->AdmitsStep(0.1, 1.0, 1e-5, two, &after, &window));
+  ASSERT_TRUE(f.keeper->Charge({0.1, 1.0}).ok());
+  EXPECT_TRUE(f.keeper->AdmitsStep({0.1, 1.0}, {two, 1e-5}, &after, &window));
   EXPECT_DOUBLE_EQ(after, two);
-  ASSERT_TRUE(f.keeper->Charge(0.1, 1.0).ok());
-  EXPECT_FALSE(f.keeper->AdmitsStep(0.1, 1.0, 1e-5, two, &after, &window));
+  ASSERT_TRUE(f.keeper->Charge({0.1, 1.0}).ok());
+  EXPECT_FALSE(f.keeper->AdmitsStep({0.1, 1.0}, {two, 1e-5}, &after, &window));
   EXPECT_GT(after, two);
   // One code path for ε: what the keeper states is LedgerSpent's.
   EXPECT_DOUBLE_EQ(f.keeper->EpsilonOf(f.keeper->state(), 1e-5, true),
@@ -113,9 +113,9 @@ TEST(LedgerKeeperTest, TheCeilingCheckOfAFixedScheduleCountsTheStepsItWouldCompl
 TEST(LedgerKeeperTest, TheAdaptiveFilterAdmitsAStepOnlyWithinTheCeiling) {
   Fixture f("adaptive");
   double after = 0, window = 0;
-  EXPECT_TRUE(f.keeper->AdmitsStep(0.5, 1.0, 1e-5, 100, &after, &window));
+  EXPECT_TRUE(f.keeper->AdmitsStep({0.5, 1.0}, {100, 1e-5}, &after, &window));
   EXPECT_GT(after, 0);
-  EXPECT_FALSE(f.keeper->AdmitsStep(0.5, 1.0, 1e-5, after / 2, &after, &window));
+  EXPECT_FALSE(f.keeper->AdmitsStep({0.5, 1.0}, {after / 2, 1e-5}, &after, &window));
   EXPECT_EQ(window, 0);  // global mode: no window
 }
 
@@ -159,7 +159,7 @@ TEST(LedgerEditTest, AnEditThatIsRefusedChangesNothing) {
   ASSERT_TRUE(ApplyLedgerEdit(LedgerEdit::WarningLevel(0.5), &state).ok());
   ASSERT_TRUE(ApplyLedgerEdit(LedgerEdit::SetNextStep(4), &state).ok());
   ASSERT_TRUE(ApplyLedgerEdit(LedgerEdit::BindFederationRun(std::string(32, 'b')), &state).ok());
-  ASSERT_TRUE(ApplyLedgerEdit(LedgerEdit::Charge(0.1, 1.0), &state).ok());
+  ASSERT_TRUE(ApplyLedgerEdit(LedgerEdit::Charge({0.1, 1.0}), &state).ok());
   const std::string before = Ledger::Encode(state);
   const std::vector<std::pair<std::string, LedgerEdit>> refused = {
       {"a stream twice", LedgerEdit::AddStream("docs:0", 0)},
@@ -173,7 +173,7 @@ TEST(LedgerEditTest, AnEditThatIsRefusedChangesNothing) {
       {"a longer window", LedgerEdit::SetWindowSlots(20)},
       {"an interval before the last slot", LedgerEdit::SetInterval(2, 2)},
       {"a residency edit on a global ledger", LedgerEdit::SetResidencySteps(5)},
-      {"a charge the accountant refuses", LedgerEdit::Charge(1.5, 1.0)},
+      {"a charge the accountant refuses", LedgerEdit::Charge({1.5, 1.0})},
   };
   for (const auto& [what, edit] : refused) {
     EXPECT_FALSE(ApplyLedgerEdit(edit, &state).ok()) << what;

@@ -220,7 +220,7 @@ TEST(PublisherTest, StatusJsonStatesTheLastReleaseAndTheRunsPublicSettings) {
   config::VipsdConfig config;
   config.file = "/etc/vipsd.yaml";
   config.state_directory = dir;
-  config.driver.noise_multiplier = 1.0;
+  config.driver.mechanism.noise_multiplier = 1.0;
   config.driver.delta = 1e-5;
   config.driver.epsilon_ceiling = 4;
   ASSERT_TRUE(f.publisher

@@ -1156,7 +1156,7 @@ void HaltsExactlyBeforeTheCeiling(const std::string& schedule) {
     EXPECT_EQ(state->schedule, ScheduleKind::kAdaptive);
     auto spent = state->accountant.GetEpsilon(1e-5, privacy::RdpConversion::kImproved,
                                               privacy::Adaptivity::kAdaptiveFilter);
-    auto next = state->accountant.CheckCeiling(0.2, 1.5, 1, 1e-5, 3.0,
+    auto next = state->accountant.CheckCeiling({0.2, 1.5}, 1, {3.0, 1e-5},
                                                privacy::RdpConversion::kImproved,
                                                privacy::Adaptivity::kAdaptiveFilter);
     EXPECT_LE(spent->epsilon, 3.0);
@@ -1176,9 +1176,9 @@ void HaltsExactlyBeforeTheCeiling(const std::string& schedule) {
     // Fixed (the default for a new directory): pinned in the ledger, and the
     // step count is the planner's answer.
     EXPECT_EQ(state->schedule, ScheduleKind::kFixed);
-    EXPECT_EQ(state->fixed_sampling_rate, 0.2);
-    EXPECT_EQ(state->fixed_noise_multiplier, 1.5);
-    auto fixed = privacy::FixedScheduleAccountant::Create(0.2, 1.5);
+    EXPECT_EQ(state->fixed_step.sampling_rate, 0.2);
+    EXPECT_EQ(state->fixed_step.noise_multiplier, 1.5);
+    auto fixed = privacy::FixedScheduleAccountant::Create({0.2, 1.5});
     ASSERT_TRUE(fixed.ok());
     EXPECT_LE(fixed->Epsilon(steps, 1e-5)->epsilon, 3.0);
     EXPECT_GT(fixed->Epsilon(steps + 1, 1e-5)->epsilon, 3.0);
@@ -1186,7 +1186,7 @@ void HaltsExactlyBeforeTheCeiling(const std::string& schedule) {
     spent_epsilon = fixed->Epsilon(steps, 1e-5)->epsilon;
     // More steps than the adaptive filter would have allowed.
     privacy::RdpAccountant filter;
-    ASSERT_TRUE(filter.Compose(0.2, 1.5, steps).ok());
+    ASSERT_TRUE(filter.Compose({0.2, 1.5}, steps).ok());
     EXPECT_GT(filter.GetEpsilon(1e-5, privacy::RdpConversion::kImproved,
                                 privacy::Adaptivity::kAdaptiveFilter)->epsilon, 3.0);
   }

@@ -298,8 +298,8 @@ TEST(OfflineRunTest, APublicPriorIsCheckedRecordedAndPinnedToTheStateDirectory) 
   // The public model: σ = 0 on the public file, into its own directories.
   auto fit_public = [&](const std::string& name, int64_t steps) {
     config::VipsdConfig open = *loaded;
-    open.driver.noise_multiplier = 0;
-    open.driver.sampling_rate = 1;
+    open.driver.mechanism.noise_multiplier = 0;
+    open.driver.mechanism.sampling_rate = 1;
     open.max_steps = steps;
     open.publish_every = steps;
     open.source_path = dir + "/public.jsonl";
@@ -388,7 +388,7 @@ TEST(OfflineRunTest, APrivateRunRefusesAStateDirectoryThatRanNonPrivateSteps) {
   auto config = config::LoadConfigFile(dir + "/vipsd.yaml");
   ASSERT_TRUE(config.ok());
   config::VipsdConfig open = *config;
-  open.driver.noise_multiplier = 0;
+  open.driver.mechanism.noise_multiplier = 0;
   ASSERT_TRUE(RunOffline(open).ok());
   auto run = RunOffline(*config);
   ASSERT_FALSE(run.ok());
@@ -421,7 +421,7 @@ TEST(OfflineRunTest, APrivateRunRefusesAStateDirectoryThatRanNonPrivateSteps) {
   ASSERT_TRUE(secure.ok());
   ASSERT_TRUE(RunOffline(*secure).ok());
   config::VipsdConfig unnoised = *secure;
-  unnoised.driver.noise_multiplier = 0;
+  unnoised.driver.mechanism.noise_multiplier = 0;
   config::VipsdConfig fixed = *secure;
   fixed.noise_mode = config::NoiseMode::kFixedSeed;
   for (const auto* later : {&unnoised, &fixed}) {

@@ -95,8 +95,8 @@ TEST(FederationTest, PlansAndSharesRoundTripAndAnythingElseIsRefused) {
   plan.owner = std::string(32, 'f');
   plan.step = 7;
   plan.slot = 9;
-  plan.sampling_rate = 0.25;
-  plan.noise_multiplier = 1.5;
+  plan.mechanism.sampling_rate = 0.25;
+  plan.mechanism.noise_multiplier = 1.5;
   plan.cut_time_ms = 1767225600000;
   plan.participants = {"h1", "h2", "h3"};
   plan.incarnations = {std::string(32, '1'), std::string(32, '2'), std::string(32, '3')};
@@ -115,7 +115,7 @@ TEST(FederationTest, PlansAndSharesRoundTripAndAnythingElseIsRefused) {
   EXPECT_EQ(decoded->tolerated, 1u);
   EXPECT_EQ(decoded->cut_time_ms, plan.cut_time_ms);
   EXPECT_EQ(decoded->model, plan.model);
-  EXPECT_EQ(decoded->noise_multiplier, 1.5);
+  EXPECT_EQ(decoded->mechanism.noise_multiplier, 1.5);
   EXPECT_EQ(decoded->run, plan.run);
   EXPECT_EQ(decoded->incarnations, plan.incarnations);
   EXPECT_EQ(decoded->terms, plan.terms);
@@ -219,11 +219,11 @@ TEST(FederationTest, ThePlannersSharesAreTheDaemonsForEveryModel) {
                                   {"b", std::string(64, '2')},
                                   {"c", std::string(64, '3')}};
     config->federation.tolerated_holders = 1;
-    if (!config->is_private()) config->driver.noise_multiplier = 1.3;
+    if (!config->is_private()) config->driver.mechanism.noise_multiplier = 1.3;
     auto bundle = BuildModel(*config);
     ASSERT_TRUE(bundle.ok()) << bundle.status().ToString();
-    auto daemon_noise = privacy::DistributedNoiseFor(bundle->model->statistic_layout(),
-                                                     config->driver.noise_multiplier, 3, 1);
+    auto daemon_noise = privacy::DistributedNoiseFor(
+        bundle->model->statistic_layout(), config->driver.mechanism.noise_multiplier, 3, 1);
     auto planner_noise = tools::FederatedNoiseOf(*config);
     ASSERT_TRUE(daemon_noise.ok() && planner_noise.ok());
     EXPECT_EQ(planner_noise->share_sigma2.numerator, daemon_noise->share_sigma2.numerator);

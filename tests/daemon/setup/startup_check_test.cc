@@ -21,8 +21,8 @@ using ::testing::HasSubstr;
 config::VipsdConfig Config() {
   config::VipsdConfig config;
   config.file = "c.yaml";
-  config.driver.sampling_rate = 0.1;
-  config.driver.noise_multiplier = 1.0;
+  config.driver.mechanism.sampling_rate = 0.1;
+  config.driver.mechanism.noise_multiplier = 1.0;
   config.driver.delta = 1e-5;
   config.driver.epsilon_ceiling = 10;
   config.window_steps = 20;
@@ -58,8 +58,8 @@ LedgerState State(ScheduleKind schedule, AccountingMode mode) {
   state.run_id = std::string(32, 'c');
   state.schedule = schedule;
   state.mode = mode;
-  state.fixed_sampling_rate = 0.1;
-  state.fixed_noise_multiplier = 1.0;
+  state.fixed_step.sampling_rate = 0.1;
+  state.fixed_step.noise_multiplier = 1.0;
   state.windows = *svi::SlotWindows::Create(1000, 1, 20);
   if (mode == AccountingMode::kResidency) state.residency = *privacy::ResidencyAccountant::Create(20);
   return state;
@@ -68,7 +68,7 @@ LedgerState State(ScheduleKind schedule, AccountingMode mode) {
 TEST(StartupCheckTest, AReloadKeepsAFixedSchedulesPinnedQAndSigma) {
   const config::VipsdConfig running = Config();
   config::VipsdConfig next = running;
-  next.driver.sampling_rate = 0.2;
+  next.driver.mechanism.sampling_rate = 0.2;
   const LedgerState state = State(ScheduleKind::kFixed, AccountingMode::kGlobal);
   auto refused = CheckReload(running, next, state, "/s/ledger", /*paced=*/true);
   EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
@@ -98,8 +98,8 @@ TEST(StartupCheckTest, AReloadMayShortenTheWindowButNeverLengthenIt) {
 TEST(StartupCheckTest, AReloadRefusesAResidencyWindowTheCeilingCannotPay) {
   const config::VipsdConfig running = Config();
   config::VipsdConfig next = running;
-  next.driver.noise_multiplier = 0.5;
-  next.driver.sampling_rate = 1;
+  next.driver.mechanism.noise_multiplier = 0.5;
+  next.driver.mechanism.sampling_rate = 1;
   next.driver.epsilon_ceiling = 1;
   const LedgerState state = State(ScheduleKind::kAdaptive, AccountingMode::kResidency);
   auto refused = CheckReload(running, next, state, "/s/ledger", true);
@@ -204,7 +204,7 @@ TEST(StartupCheckTest, AStartRecordsDeltaAndRefusesToRaiseIt) {
     EXPECT_TRUE(warnings.lines.empty()) << warnings.lines[0];
   }
   // A non-private run neither checks nor records it.
-  config.driver.noise_multiplier = 0;
+  config.driver.mechanism.noise_multiplier = 0;
   config.driver.delta = 0.5;
   LedgerState never_private = fresh->state;
   never_private.delta = 0;

@@ -24,7 +24,7 @@ LedgerState Steps(int64_t steps, const std::string& run = "0123456789abcdef01234
   state.next_step = steps + 1;
   state.noise.private_steps = steps;
   if (steps > 0) {
-    EXPECT_TRUE(state.accountant.Compose(0.01, 1.1, steps).ok());
+    EXPECT_TRUE(state.accountant.Compose({0.01, 1.1}, steps).ok());
   }
   return state;
 }

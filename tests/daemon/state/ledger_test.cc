@@ -28,7 +28,7 @@ LedgerState Global(int64_t steps) {
   state.model_fingerprint = std::string(64, 'a');
   state.next_step = steps + 1;
   state.noise.private_steps = steps;
-  EXPECT_TRUE(state.accountant.Compose(0.01, 1.1, steps).ok());
+  EXPECT_TRUE(state.accountant.Compose({0.01, 1.1}, steps).ok());
   auto windows = svi::SlotWindows::Create(1764000000.5, 0.25, svi::kWindowAll);
   EXPECT_TRUE(windows.ok());
   state.windows = std::move(*windows);
@@ -236,16 +236,16 @@ TEST(LedgerTest, DeltaIsRecordedInVersion7AndOlderLedgersHaveNone) {
 TEST(LedgerTest, AFixedScheduleIsPinnedAndAVersion3LedgerReadsAsAdaptive) {
   LedgerState state = Global(9);
   state.schedule = ScheduleKind::kFixed;
-  state.fixed_sampling_rate = 0.01;
-  state.fixed_noise_multiplier = 1.1;
+  state.fixed_step.sampling_rate = 0.01;
+  state.fixed_step.noise_multiplier = 1.1;
   const std::string bytes = Ledger::Encode(state);
   EXPECT_EQ(bytes.rfind("vipsd-ledger 5\n", 0), 0u);
   EXPECT_NE(bytes.find("\nschedule fixed "), std::string::npos);
   auto decoded = Ledger::Decode(bytes, "ledger");
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
   EXPECT_EQ(decoded->schedule, ScheduleKind::kFixed);
-  EXPECT_EQ(decoded->fixed_sampling_rate, 0.01);
-  EXPECT_EQ(decoded->fixed_noise_multiplier, 1.1);
+  EXPECT_EQ(decoded->fixed_step.sampling_rate, 0.01);
+  EXPECT_EQ(decoded->fixed_step.noise_multiplier, 1.1);
   EXPECT_EQ(Ledger::Encode(*decoded), bytes);
 
   // The same ledger as version 3 (no schedule line): existing state
@@ -284,7 +284,7 @@ TEST(LedgerTest, TheFilterSplitOfAnAdaptiveScheduleIsKeptExactlyAndCheckedBehind
   auto residency = privacy::ResidencyAccountant::Create(50);
   ASSERT_TRUE(residency.ok());
   ASSERT_TRUE(residency->SetFilterWeights(*weights).ok());
-  ASSERT_TRUE(residency->RecordStep(0.01, 1.1, 0.5).ok());
+  ASSERT_TRUE(residency->RecordStep({0.01, 1.1}, 0.5).ok());
   state.residency = std::move(*residency);
   const std::string bytes = Ledger::Encode(state);
   EXPECT_NE(bytes.find("\nschedule adaptive weighted\n"), std::string::npos);
@@ -334,7 +334,7 @@ TEST(LedgerTest, ResidencyStateRoundTrips) {
   state.source = SourceKind::kKafka;
   auto residency = privacy::ResidencyAccountant::Create(5);
   ASSERT_TRUE(residency.ok());
-  for (int i = 0; i < 7; ++i) ASSERT_TRUE(residency->RecordStep(0.05, 2.0, 0.125).ok());
+  for (int i = 0; i < 7; ++i) ASSERT_TRUE(residency->RecordStep({0.05, 2.0}, 0.125).ok());
   state.residency = std::move(*residency);
   auto decoded = Ledger::Decode(Ledger::Encode(state), "ledger");
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
@@ -377,7 +377,7 @@ TEST(LedgerTest, AnyFlippedByteIsDetected) {
 
 TEST(LedgerTest, OlderVersionsAreRefusedWithTheReason) {
   privacy::RdpAccountant accountant;
-  ASSERT_TRUE(accountant.Compose(0.02, 1.3, 9).ok());
+  ASSERT_TRUE(accountant.Compose({0.02, 1.3}, 9).ok());
   auto v1 = Ledger::Decode("vipsd-ledger 1\nnext_step 10\n" + accountant.Serialize(), "/s/ledger");
   ASSERT_FALSE(v1.ok());
   EXPECT_EQ(v1.status().code(), StatusCode::kDataLoss);
@@ -429,7 +429,7 @@ TEST(LedgerTest, ResidencyCountersNearOverflowAreRefusedBehindAValidChecksum) {
   state.mode = AccountingMode::kResidency;
   auto residency = privacy::ResidencyAccountant::Create(5);
   ASSERT_TRUE(residency.ok());
-  for (int i = 0; i < 7; ++i) ASSERT_TRUE(residency->RecordStep(0.05, 2.0, 0.125).ok());
+  for (int i = 0; i < 7; ++i) ASSERT_TRUE(residency->RecordStep({0.05, 2.0}, 0.125).ok());
   state.residency = std::move(*residency);
   const std::string body = Body(Ledger::Encode(state));
   ASSERT_TRUE(Ledger::Decode(Resign(EditResidencySection(body, [](std::string t) { return t; })),

@@ -211,7 +211,7 @@ TEST(CoordinatorTest, ASharedStepIsBitForBitTheStepOfOneProcess) {
   EXPECT_EQ(out.partials_local, 1);   // docs:0, summed here
   EXPECT_EQ(out.partials_remote, 1);  // docs:1, by the worker
   EXPECT_EQ(out.window_offsets, 9);
-  EXPECT_EQ(shared->sampling_rate, f.config.driver.sampling_rate);
+  EXPECT_EQ(shared->mechanism.sampling_rate, f.config.driver.mechanism.sampling_rate);
 
   // One process, the same seed, every record of both windows.
   const SoloResult alone = SoloStep(f, *f.topic);
@@ -487,7 +487,7 @@ TEST_P(CoordinatorDeltaTest, PlansCarryTheReleasedSumAfterTheFirstAndTheRunStays
     EXPECT_EQ(plans[i].delta_base, plans[i - 1].step);
     EXPECT_EQ(plans[i].delta_base_offset, plan_offsets[i - 1]);
     EXPECT_EQ(plans[i].delta_step, plans[i - 1].step);
-    EXPECT_EQ(plans[i].delta_sampling_rate, f.config.driver.sampling_rate);
+    EXPECT_EQ(plans[i].delta_mechanism.sampling_rate, f.config.driver.mechanism.sampling_rate);
     const WorkRelease& release = releases[i - 1];
     EXPECT_GT(release_offsets[i - 1], plan_offsets[i - 1]);
     EXPECT_LT(release_offsets[i - 1], plan_offsets[i]);
@@ -497,7 +497,7 @@ TEST_P(CoordinatorDeltaTest, PlansCarryTheReleasedSumAfterTheFirstAndTheRunStays
     EXPECT_EQ(release.step, plans[i].delta_base);
     EXPECT_EQ(release.slot, plans[i - 1].slot);
     EXPECT_EQ(release.delta_step, plans[i].delta_step);
-    EXPECT_EQ(release.delta_sampling_rate, plans[i].delta_sampling_rate);
+    EXPECT_EQ(release.delta_mechanism.sampling_rate, plans[i].delta_mechanism.sampling_rate);
     EXPECT_EQ(release.delta_rho, plans[i].delta_rho);
     EXPECT_LT(release.delta_sum.size(), plans[0].model.size());
   }

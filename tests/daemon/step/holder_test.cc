@@ -179,8 +179,8 @@ struct HolderFixture {
     plan.owner = std::string(32, 'a');
     plan.step = step;
     plan.slot = step;
-    plan.sampling_rate = 0.5;
-    plan.noise_multiplier = 1.0;
+    plan.mechanism.sampling_rate = 0.5;
+    plan.mechanism.noise_multiplier = 1.0;
     plan.cut_time_ms = NowMs();
     plan.participants = {named ? "h1" : "h2"};
     plan.incarnations = {named ? incarnation : std::string(32, '2')};

@@ -75,7 +75,7 @@ std::map<std::string, std::string> Reference(
   auto noise = privacy::SecureNoiseSource::CreateReproducible(1);
   privacy::RdpAccountant accountant;
   svi::DriverConfig driver_config = f.config.driver;
-  driver_config.sampling_rate = plan.sampling_rate;
+  driver_config.mechanism.sampling_rate = plan.sampling_rate;
   auto driver = svi::StepDriver::Create(bundle.model.get(), noise->get(), &accountant,
                                         driver_config, plan.step);
   std::map<std::string, std::string> sums;
@@ -150,7 +150,7 @@ WorkPlan DeltaPlan(const WorkPlan& base, int64_t base_offset, const ModelBundle&
   plan.delta_base = base.step;
   plan.delta_base_offset = base_offset;
   plan.delta_step = base.step;
-  plan.delta_sampling_rate = base.sampling_rate;
+  plan.delta_mechanism.sampling_rate = base.sampling_rate;
   plan.delta_rho = rho;
   return plan;
 }
@@ -165,9 +165,9 @@ WorkRelease ReleaseAhead(const WorkPlan& plan, const WorkPlan& next) {
   release.step = plan.step;
   release.slot = plan.slot;
   release.delta_step = next.delta_step;
-  release.delta_sampling_rate = next.delta_sampling_rate;
+  release.delta_mechanism.sampling_rate = next.delta_mechanism.sampling_rate;
   release.delta_rho = next.delta_rho;
-  release.delta_noise_multiplier = next.delta_noise_multiplier;
+  release.delta_mechanism.noise_multiplier = next.delta_mechanism.noise_multiplier;
   release.delta_sum = next.delta_sum;
   return release;
 }
@@ -178,7 +178,7 @@ std::vector<model::NamedArray> MSteppedModel(const WorkFixture& f, double q,
                                              const std::vector<double>& rhos) {
   ModelBundle bundle = std::move(BuildModel(f.config)).value();
   for (size_t i = 0; i < released.size(); ++i) {
-    EXPECT_TRUE(bundle.model->MStep(released[i], q, rhos[i], 0.0).ok());
+    EXPECT_TRUE(bundle.model->MStep(released[i], {q, 0.0}, rhos[i]).ok());
   }
   return bundle.model->CheckpointArrays();
 }

@@ -70,7 +70,7 @@ TEST(FilterWeightsTest, TheFilterIsNeverCheaperThanPlainRdpAndBeatsTheUniformSpl
     for (int64_t steps : {int64_t{1}, int64_t{10}, int64_t{100}, int64_t{1000}}) {
       RdpAccountant weighted;
       ASSERT_TRUE(weighted.SetFilterWeights(*weights).ok());
-      ASSERT_TRUE(weighted.Compose(c.q, c.sigma, steps).ok());
+      ASSERT_TRUE(weighted.Compose({c.q, c.sigma}, steps).ok());
       RdpAccountant uniform = weighted;
       ASSERT_TRUE(uniform.SetFilterWeights({}).ok());
       const double filter =
@@ -115,8 +115,8 @@ TEST(FilterWeightsTest, ResidencyDesignsForTheWindow) {
   // The longest window the planner finds starts, one more does not.
   auto longest = MaxResidencyWindow(AccountantKind::kFilter, 2.0, 0.01, 1.1, 1e-6);
   ASSERT_TRUE(longest.ok());
-  EXPECT_LE(EstimateEpsilon(AccountantKind::kFilter, 0.01, 1.1, *longest, 1e-6)->epsilon, 2.0);
-  EXPECT_GT(EstimateEpsilon(AccountantKind::kFilter, 0.01, 1.1, *longest + 1, 1e-6)->epsilon,
+  EXPECT_LE(EstimateEpsilon(AccountantKind::kFilter, {0.01, 1.1}, *longest, 1e-6)->epsilon, 2.0);
+  EXPECT_GT(EstimateEpsilon(AccountantKind::kFilter, {0.01, 1.1}, *longest + 1, 1e-6)->epsilon,
             2.0);
 }
 
@@ -206,7 +206,7 @@ TEST(FilterWeightsTest, AtTheHorizonTheFilterIsWithinATenthOfAPercentOfTheRealOr
       ASSERT_TRUE(weights.ok());
       RdpAccountant filter;
       ASSERT_TRUE(filter.SetFilterWeights(*weights).ok());
-      ASSERT_TRUE(filter.Compose(q, sigma, horizon).ok());
+      ASSERT_TRUE(filter.Compose({q, sigma}, horizon).ok());
       const double charged =
           filter.GetEpsilon(delta, RdpConversion::kImproved, Adaptivity::kAdaptiveFilter)->epsilon;
       const double optimum = half_delta_optimum(q, sigma, static_cast<double>(horizon), delta);

@@ -25,13 +25,13 @@ const std::vector<Setting> kSettings = {
 
 TEST(FixedScheduleAccountantTest, IsTheSmallerOfPldAndRdpAndNeverBelowTheLowerBound) {
   for (const Setting& c : kSettings) {
-    auto fixed = FixedScheduleAccountant::Create(c.q, c.sigma);
+    auto fixed = FixedScheduleAccountant::Create({c.q, c.sigma});
     ASSERT_TRUE(fixed.ok());
     auto at = fixed->Epsilon(c.steps, c.delta);
     ASSERT_TRUE(at.ok());
     // RDP: the plain (fixed-schedule) conversion of the composed curve.
     RdpAccountant rdp;
-    ASSERT_TRUE(rdp.Compose(c.q, c.sigma, c.steps).ok());
+    ASSERT_TRUE(rdp.Compose({c.q, c.sigma}, c.steps).ok());
     const auto plain = rdp.GetEpsilon(c.delta);
     EXPECT_NEAR(at->rdp, plain->epsilon, 1e-12 * plain->epsilon);
     // PLD at the schedule's spacing.
@@ -57,7 +57,7 @@ TEST(FixedScheduleAccountantTest, IsTheSmallerOfPldAndRdpAndNeverBelowTheLowerBo
 TEST(FixedScheduleAccountantTest, TheDemoSettingAllowsFarMoreStepsThanTheAdaptiveFilter) {
   // q = 0.1, σ = 2, δ = 1e-5, ceiling 4: the adaptive RDP filter allows 150
   // steps (with the old 162-order grid), plain RDP 234, PLD about 276.
-  auto fixed = FixedScheduleAccountant::Create(0.1, 2.0);
+  auto fixed = FixedScheduleAccountant::Create({0.1, 2.0});
   ASSERT_TRUE(fixed.ok());
   const int64_t steps = *fixed->MaxSteps(1e-5, 4.0, int64_t{1} << 30);
   EXPECT_GE(steps, 270);
@@ -65,13 +65,13 @@ TEST(FixedScheduleAccountantTest, TheDemoSettingAllowsFarMoreStepsThanTheAdaptiv
   EXPECT_GT(fixed->Epsilon(steps + 1, 1e-5)->epsilon, 4.0);
   EXPECT_STREQ(fixed->Epsilon(steps, 1e-5)->accountant(), "pld");
   RdpAccountant filter;
-  ASSERT_TRUE(filter.Compose(0.1, 2.0, steps).ok());
+  ASSERT_TRUE(filter.Compose({0.1, 2.0}, steps).ok());
   EXPECT_GT(filter.GetEpsilon(1e-5, RdpConversion::kImproved, Adaptivity::kAdaptiveFilter)->epsilon,
             4.0);
 }
 
 TEST(FixedScheduleAccountantTest, EdgesAndInvalidArguments) {
-  auto fixed = FixedScheduleAccountant::Create(0.5, 1.0);
+  auto fixed = FixedScheduleAccountant::Create({0.5, 1.0});
   ASSERT_TRUE(fixed.ok());
   EXPECT_EQ(fixed->Epsilon(0, 1e-5)->epsilon, 0.0);
   EXPECT_FALSE(fixed->Epsilon(-1, 1e-5).ok());
@@ -80,19 +80,19 @@ TEST(FixedScheduleAccountantTest, EdgesAndInvalidArguments) {
   // One step is already over a tiny ceiling: zero steps.
   EXPECT_EQ(*fixed->MaxSteps(1e-5, 0.01, 1000), 0);
   // The search stops at its limit.
-  auto generous = FixedScheduleAccountant::Create(0.001, 10.0);
+  auto generous = FixedScheduleAccountant::Create({0.001, 10.0});
   EXPECT_EQ(*generous->MaxSteps(1e-5, 10.0, 64), 64);
-  EXPECT_FALSE(FixedScheduleAccountant::Create(0.0, 1.0).ok());
-  EXPECT_FALSE(FixedScheduleAccountant::Create(1.5, 1.0).ok());
-  EXPECT_FALSE(FixedScheduleAccountant::Create(0.5, 0.0).ok());
+  EXPECT_FALSE(FixedScheduleAccountant::Create({0.0, 1.0}).ok());
+  EXPECT_FALSE(FixedScheduleAccountant::Create({1.5, 1.0}).ok());
+  EXPECT_FALSE(FixedScheduleAccountant::Create({0.5, 0.0}).ok());
 }
 
 // Prefetch (issue 30) computes in the background exactly what Epsilon
 // computes, from any number of threads at once (TSan runs this test), and an
 // accountant that goes away while a prefetch runs waits for it.
 TEST(FixedScheduleAccountantTest, PrefetchGivesTheSameValuesFromAnyThread) {
-  auto reference = FixedScheduleAccountant::Create(0.1, 2.0);
-  auto accountant = FixedScheduleAccountant::Create(0.1, 2.0);
+  auto reference = FixedScheduleAccountant::Create({0.1, 2.0});
+  auto accountant = FixedScheduleAccountant::Create({0.1, 2.0});
   ASSERT_TRUE(reference.ok() && accountant.ok());
   std::vector<std::thread> threads;
   for (int t = 0; t < 3; ++t) {
@@ -114,7 +114,7 @@ TEST(FixedScheduleAccountantTest, PrefetchGivesTheSameValuesFromAnyThread) {
   }
   // A copy shares the memo and the prefetch; the last one to go waits.
   {
-    auto short_lived = FixedScheduleAccountant::Create(0.2, 1.5);
+    auto short_lived = FixedScheduleAccountant::Create({0.2, 1.5});
     ASSERT_TRUE(short_lived.ok());
     const FixedScheduleAccountant copy = *short_lived;
     copy.Prefetch(400, 1e-5);

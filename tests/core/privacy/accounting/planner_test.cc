@@ -19,12 +19,12 @@ bool HasThreeDigits(double x) {
 
 double RdpEpsilon(double q, double sigma, int64_t steps, double delta) {
   RdpAccountant accountant;
-  EXPECT_TRUE(accountant.Compose(q, sigma, steps).ok());
+  EXPECT_TRUE(accountant.Compose({q, sigma}, steps).ok());
   return accountant.GetEpsilon(delta)->epsilon;
 }
 
 TEST(PlannerTest, RdpEstimateMatchesTheAccountant) {
-  auto estimate = EstimateEpsilon(AccountantKind::kRdp, 0.004, 1.0, 100, 1e-3);
+  auto estimate = EstimateEpsilon(AccountantKind::kRdp, {0.004, 1.0}, 100, 1e-3);
   ASSERT_TRUE(estimate.ok());
   EXPECT_EQ(estimate->epsilon, RdpEpsilon(0.004, 1.0, 100, 1e-3));
   ASSERT_TRUE(estimate->order.has_value());
@@ -75,11 +75,11 @@ TEST(PlannerTest, OtherAccountantsPlanConsistently) {
     auto sigma = NoiseMultiplierForEpsilon(kind, 1.0, 0.02, 50, 1e-5);
     ASSERT_TRUE(sigma.ok()) << AccountantName(kind) << ": " << sigma.status().message();
     EXPECT_TRUE(HasThreeDigits(*sigma));
-    auto at = EstimateEpsilon(kind, 0.02, *sigma, 50, 1e-5);
+    auto at = EstimateEpsilon(kind, {0.02, *sigma}, 50, 1e-5);
     ASSERT_TRUE(at.ok());
     EXPECT_LE(at->epsilon, 1.0);
     EXPECT_FALSE(at->order.has_value());
-    auto below = EstimateEpsilon(kind, 0.02, *sigma * 0.99, 50, 1e-5);
+    auto below = EstimateEpsilon(kind, {0.02, *sigma * 0.99}, 50, 1e-5);
     ASSERT_TRUE(below.ok());
     EXPECT_GT(below->epsilon, 1.0) << AccountantName(kind);
     planned[kind == AccountantKind::kPld ? 0 : 1] = *sigma;
@@ -92,8 +92,8 @@ TEST(PlannerTest, OtherAccountantsPlanConsistently) {
   auto steps = MaxStepsForEpsilon(AccountantKind::kStrong, 20.0, 0.02, 2.0, 1e-5);
   ASSERT_TRUE(steps.ok()) << steps.status().message();
   ASSERT_GT(*steps, 0);
-  EXPECT_LE(EstimateEpsilon(AccountantKind::kStrong, 0.02, 2.0, *steps, 1e-5)->epsilon, 20.0);
-  EXPECT_GT(EstimateEpsilon(AccountantKind::kStrong, 0.02, 2.0, *steps + 1, 1e-5)->epsilon,
+  EXPECT_LE(EstimateEpsilon(AccountantKind::kStrong, {0.02, 2.0}, *steps, 1e-5)->epsilon, 20.0);
+  EXPECT_GT(EstimateEpsilon(AccountantKind::kStrong, {0.02, 2.0}, *steps + 1, 1e-5)->epsilon,
             20.0);
 }
 
@@ -105,10 +105,10 @@ TEST(PlannerTest, AccountantNamesRoundTrip) {
 }
 
 TEST(PlannerTest, RejectsInvalidParameters) {
-  EXPECT_FALSE(EstimateEpsilon(AccountantKind::kRdp, 0.0, 1.0, 10, 1e-5).ok());
-  EXPECT_FALSE(EstimateEpsilon(AccountantKind::kRdp, 0.1, -1.0, 10, 1e-5).ok());
-  EXPECT_FALSE(EstimateEpsilon(AccountantKind::kRdp, 0.1, 1.0, 0, 1e-5).ok());
-  EXPECT_FALSE(EstimateEpsilon(AccountantKind::kRdp, 0.1, 1.0, 10, 1.0).ok());
+  EXPECT_FALSE(EstimateEpsilon(AccountantKind::kRdp, {0.0, 1.0}, 10, 1e-5).ok());
+  EXPECT_FALSE(EstimateEpsilon(AccountantKind::kRdp, {0.1, -1.0}, 10, 1e-5).ok());
+  EXPECT_FALSE(EstimateEpsilon(AccountantKind::kRdp, {0.1, 1.0}, 0, 1e-5).ok());
+  EXPECT_FALSE(EstimateEpsilon(AccountantKind::kRdp, {0.1, 1.0}, 10, 1.0).ok());
   EXPECT_FALSE(NoiseMultiplierForEpsilon(AccountantKind::kRdp, 0.0, 0.1, 10, 1e-5).ok());
   EXPECT_FALSE(MaxStepsForEpsilon(AccountantKind::kRdp, -1.0, 0.1, 1.0, 1e-5).ok());
 }

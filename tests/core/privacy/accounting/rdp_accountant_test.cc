@@ -23,7 +23,7 @@ TEST(RdpAccountantTest, EmptyAccountantHasSpentNothing) {
 
 TEST(RdpAccountantTest, ComposeAddsTheStepCurvePerOrder) {
   RdpAccountant accountant;
-  ASSERT_TRUE(accountant.Compose(0.01, 1.1, 250).ok());
+  ASSERT_TRUE(accountant.Compose({0.01, 1.1}, 250).ok());
   auto curve = SampledGaussianRdpCurve(0.01, 1.1, accountant.orders());
   ASSERT_TRUE(curve.ok());
   for (size_t i = 0; i < curve->size(); ++i) {
@@ -34,8 +34,8 @@ TEST(RdpAccountantTest, ComposeAddsTheStepCurvePerOrder) {
 
 TEST(RdpAccountantTest, StepByStepEqualsBatchedComposition) {
   RdpAccountant one_by_one, batched;
-  for (int i = 0; i < 100; ++i) ASSERT_TRUE(one_by_one.Compose(0.02, 0.9).ok());
-  ASSERT_TRUE(batched.Compose(0.02, 0.9, 100).ok());
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(one_by_one.Compose({0.02, 0.9}).ok());
+  ASSERT_TRUE(batched.Compose({0.02, 0.9}, 100).ok());
   auto a = one_by_one.GetEpsilon(1e-5);
   auto b = batched.GetEpsilon(1e-5);
   ASSERT_TRUE(a.ok() && b.ok());
@@ -45,9 +45,9 @@ TEST(RdpAccountantTest, StepByStepEqualsBatchedComposition) {
 
 TEST(RdpAccountantTest, HeterogeneousStepsComposePerOrder) {
   RdpAccountant accountant;
-  ASSERT_TRUE(accountant.Compose(0.01, 1.0, 300).ok());
-  ASSERT_TRUE(accountant.Compose(0.05, 2.0, 40).ok());
-  ASSERT_TRUE(accountant.Compose(1.0, 30.0, 2).ok());
+  ASSERT_TRUE(accountant.Compose({0.01, 1.0}, 300).ok());
+  ASSERT_TRUE(accountant.Compose({0.05, 2.0}, 40).ok());
+  ASSERT_TRUE(accountant.Compose({1.0, 30.0}, 2).ok());
   const auto& orders = accountant.orders();
   auto c1 = SampledGaussianRdpCurve(0.01, 1.0, orders);
   auto c2 = SampledGaussianRdpCurve(0.05, 2.0, orders);
@@ -68,7 +68,7 @@ TEST(RdpAccountantTest, HeterogeneousStepsComposePerOrder) {
 TEST(RdpAccountantTest, EpsilonGrowsWithStepsAndRateAndFallsWithNoise) {
   auto epsilon = [](double q, double sigma, int64_t steps) {
     RdpAccountant accountant;
-    EXPECT_TRUE(accountant.Compose(q, sigma, steps).ok());
+    EXPECT_TRUE(accountant.Compose({q, sigma}, steps).ok());
     return accountant.GetEpsilon(1e-5)->epsilon;
   };
   double previous = 0;
@@ -93,8 +93,8 @@ TEST(RdpAccountantTest, EpsilonGrowsWithStepsAndRateAndFallsWithNoise) {
 
 TEST(RdpAccountantTest, TenMillionStepsStayFiniteAndOrdered) {
   RdpAccountant small_rate, large_noise;
-  ASSERT_TRUE(small_rate.Compose(1e-6, 0.5, 10'000'000).ok());
-  ASSERT_TRUE(large_noise.Compose(1e-5, 10.0, 10'000).ok());
+  ASSERT_TRUE(small_rate.Compose({1e-6, 0.5}, 10'000'000).ok());
+  ASSERT_TRUE(large_noise.Compose({1e-5, 10.0}, 10'000).ok());
   for (const RdpAccountant* accountant : {&small_rate, &large_noise}) {
     auto epsilon = accountant->GetEpsilon(1e-6);
     ASSERT_TRUE(epsilon.ok());
@@ -108,7 +108,7 @@ TEST(RdpAccountantTest, TenMillionStepsStayFiniteAndOrdered) {
 
 TEST(RdpAccountantTest, DeltaAndEpsilonAreConsistent) {
   RdpAccountant accountant;
-  ASSERT_TRUE(accountant.Compose(0.004, 1.0, 1000).ok());
+  ASSERT_TRUE(accountant.Compose({0.004, 1.0}, 1000).ok());
   for (double delta : {1e-3, 1e-5, 1e-9}) {
     auto epsilon = accountant.GetEpsilon(delta);
     ASSERT_TRUE(epsilon.ok());
@@ -120,14 +120,14 @@ TEST(RdpAccountantTest, DeltaAndEpsilonAreConsistent) {
 
 TEST(RdpAccountantTest, WhatIfQueriesDoNotChangeState) {
   RdpAccountant accountant;
-  ASSERT_TRUE(accountant.Compose(0.01, 1.0, 10).ok());
+  ASSERT_TRUE(accountant.Compose({0.01, 1.0}, 10).ok());
   const RdpAccountant before = accountant;
-  auto if_composed = accountant.EpsilonIfComposed(0.01, 1.0, 5, 1e-5);
-  auto check = accountant.CheckCeiling(0.01, 1.0, 5, 1e-5, 0.1);
+  auto if_composed = accountant.EpsilonIfComposed({0.01, 1.0}, 5, 1e-5);
+  auto check = accountant.CheckCeiling({0.01, 1.0}, 5, {0.1, 1e-5});
   ASSERT_TRUE(if_composed.ok() && check.ok());
   EXPECT_EQ(accountant, before);
   RdpAccountant composed = accountant;
-  ASSERT_TRUE(composed.Compose(0.01, 1.0, 5).ok());
+  ASSERT_TRUE(composed.Compose({0.01, 1.0}, 5).ok());
   EXPECT_NEAR(if_composed->epsilon, composed.GetEpsilon(1e-5)->epsilon, 1e-12);
   EXPECT_EQ(check->epsilon_after, if_composed->epsilon);
 }
@@ -147,14 +147,14 @@ TEST(RdpAccountantTest, CeilingStopsMixedScheduleJustBeforeCrossing) {
     int ran = 0;
     for (int t = 0; t < 100000; ++t) {
       const Step& step = schedule[(t / 7) % 4];
-      auto check = accountant.CheckCeiling(step.q, step.sigma, 1, delta, ceiling,
+      auto check = accountant.CheckCeiling({step.q, step.sigma}, 1, {ceiling, delta},
                                            RdpConversion::kImproved, adaptivity);
       ASSERT_TRUE(check.ok());
       if (check->would_exceed) {
         EXPECT_GT(check->epsilon_after, ceiling);
         break;
       }
-      ASSERT_TRUE(accountant.Compose(step.q, step.sigma).ok());
+      ASSERT_TRUE(accountant.Compose({step.q, step.sigma}).ok());
       ++ran;
     }
     ASSERT_GT(ran, 28) << "the run should cycle through every (q, σ)";
@@ -166,7 +166,7 @@ TEST(RdpAccountantTest, CeilingStopsMixedScheduleJustBeforeCrossing) {
     // The refused step really would have crossed it.
     const Step& next = schedule[(ran / 7) % 4];
     RdpAccountant one_more = accountant;
-    ASSERT_TRUE(one_more.Compose(next.q, next.sigma).ok());
+    ASSERT_TRUE(one_more.Compose({next.q, next.sigma}).ok());
     EXPECT_GT(one_more.GetEpsilon(delta, RdpConversion::kImproved, adaptivity)->epsilon,
               ceiling);
   }
@@ -174,7 +174,7 @@ TEST(RdpAccountantTest, CeilingStopsMixedScheduleJustBeforeCrossing) {
 
 TEST(RdpAccountantTest, AdaptiveFilterPaysTheDocumentedUnionBound) {
   RdpAccountant accountant;
-  ASSERT_TRUE(accountant.Compose(0.01, 1.0, 500).ok());
+  ASSERT_TRUE(accountant.Compose({0.01, 1.0}, 500).ok());
   const double delta = 1e-5;
   auto fixed = accountant.GetEpsilon(delta);
   auto adaptive =
@@ -190,8 +190,8 @@ TEST(RdpAccountantTest, AdaptiveFilterPaysTheDocumentedUnionBound) {
 
 TEST(RdpAccountantTest, SerializeRestoreGivesIdenticalEpsilon) {
   RdpAccountant accountant;
-  ASSERT_TRUE(accountant.Compose(0.013, 1.37, 1234).ok());
-  ASSERT_TRUE(accountant.Compose(0.0007, 4.1, 99).ok());
+  ASSERT_TRUE(accountant.Compose({0.013, 1.37}, 1234).ok());
+  ASSERT_TRUE(accountant.Compose({0.0007, 4.1}, 99).ok());
   const std::string text = accountant.Serialize();
   auto restored = RdpAccountant::Deserialize(text);
   ASSERT_TRUE(restored.ok()) << restored.status().message();
@@ -204,8 +204,8 @@ TEST(RdpAccountantTest, SerializeRestoreGivesIdenticalEpsilon) {
   }
   EXPECT_EQ(restored->Serialize(), text);
   // A restored accountant keeps composing from where it was.
-  ASSERT_TRUE(restored->Compose(0.013, 1.37).ok());
-  ASSERT_TRUE(accountant.Compose(0.013, 1.37).ok());
+  ASSERT_TRUE(restored->Compose({0.013, 1.37}).ok());
+  ASSERT_TRUE(accountant.Compose({0.013, 1.37}).ok());
   EXPECT_EQ(*restored, accountant);
 }
 
@@ -213,7 +213,7 @@ TEST(RdpAccountantTest, SerializeKeepsInfiniteOrdersAndCustomGrids) {
   auto accountant = RdpAccountant::Create({1.5, 2, 32, 1e6});
   ASSERT_TRUE(accountant.ok());
   // Order 1e6 with σ = 0.5 and q = 0.9 overflows to +∞; that must survive.
-  ASSERT_TRUE(accountant->Compose(0.9, 0.5, 3).ok());
+  ASSERT_TRUE(accountant->Compose({0.9, 0.5}, 3).ok());
   auto restored = RdpAccountant::Deserialize(accountant->Serialize());
   ASSERT_TRUE(restored.ok()) << restored.status().message();
   EXPECT_EQ(*restored, *accountant);
@@ -221,7 +221,7 @@ TEST(RdpAccountantTest, SerializeKeepsInfiniteOrdersAndCustomGrids) {
 
 TEST(RdpAccountantTest, CorruptStateIsRejectedNotReset) {
   RdpAccountant accountant;
-  ASSERT_TRUE(accountant.Compose(0.01, 1.0, 10).ok());
+  ASSERT_TRUE(accountant.Compose({0.01, 1.0}, 10).ok());
   const std::string good = accountant.Serialize();
   const std::string bad_inputs[] = {
       "",
@@ -248,17 +248,17 @@ TEST(RdpAccountantTest, CorruptStateIsRejectedNotReset) {
 
 TEST(RdpAccountantTest, RejectsInvalidArgumentsWithoutChangingState) {
   RdpAccountant accountant;
-  ASSERT_TRUE(accountant.Compose(0.01, 1.0, 10).ok());
+  ASSERT_TRUE(accountant.Compose({0.01, 1.0}, 10).ok());
   const RdpAccountant before = accountant;
-  EXPECT_FALSE(accountant.Compose(0.0, 1.0).ok());
-  EXPECT_FALSE(accountant.Compose(1.5, 1.0).ok());
-  EXPECT_FALSE(accountant.Compose(0.1, 0.0).ok());
-  EXPECT_FALSE(accountant.Compose(0.1, NAN).ok());
-  EXPECT_FALSE(accountant.Compose(0.1, 1.0, 0).ok());
+  EXPECT_FALSE(accountant.Compose({0.0, 1.0}).ok());
+  EXPECT_FALSE(accountant.Compose({1.5, 1.0}).ok());
+  EXPECT_FALSE(accountant.Compose({0.1, 0.0}).ok());
+  EXPECT_FALSE(accountant.Compose({0.1, NAN}).ok());
+  EXPECT_FALSE(accountant.Compose({0.1, 1.0}, 0).ok());
   EXPECT_EQ(accountant, before);
   EXPECT_FALSE(accountant.GetEpsilon(0.0).ok());
   EXPECT_FALSE(accountant.GetEpsilon(1.0).ok());
-  EXPECT_FALSE(accountant.CheckCeiling(0.01, 1.0, 1, 1e-5, 0.0).ok());
+  EXPECT_FALSE(accountant.CheckCeiling({0.01, 1.0}, 1, {0.0, 1e-5}).ok());
   EXPECT_FALSE(RdpAccountant::Create({}).ok());
   EXPECT_FALSE(RdpAccountant::Create({1.0, 2.0}).ok());
   EXPECT_FALSE(RdpAccountant::Create({2.0, 2.0}).ok());

@@ -203,7 +203,7 @@ TEST(RdpOrderGridTest, AStateWrittenWithAnOlderGridKeepsIt) {
   auto weights = ConcentratedFilterWeights(v2, 0.01, 1.1, 1e-6, 500);
   ASSERT_TRUE(weights.ok());
   ASSERT_TRUE(accountant->SetFilterWeights(*weights).ok());
-  ASSERT_TRUE(accountant->Compose(0.01, 1.1, 200).ok());
+  ASSERT_TRUE(accountant->Compose({0.01, 1.1}, 200).ok());
   const std::string text = accountant->Serialize();
   auto restored = RdpAccountant::Deserialize(text);
   ASSERT_TRUE(restored.ok());
@@ -218,8 +218,8 @@ TEST(RdpOrderGridTest, AStateWrittenWithAnOlderGridKeepsIt) {
       DeserializeFilterWeights(SerializeFilterWeights(v2, *weights), DefaultRdpOrders()).ok());
   EXPECT_FALSE(RdpAccountant().SetFilterWeights(*weights).ok());
   // Charging goes on over the ledger's grid, bit for bit as before.
-  ASSERT_TRUE(restored->Compose(0.01, 1.1, 1).ok());
-  ASSERT_TRUE(accountant->Compose(0.01, 1.1, 1).ok());
+  ASSERT_TRUE(restored->Compose({0.01, 1.1}, 1).ok());
+  ASSERT_TRUE(accountant->Compose({0.01, 1.1}, 1).ok());
   EXPECT_EQ(restored->rdp(), accountant->rdp());
   for (Adaptivity adaptivity : {Adaptivity::kFixedSchedule, Adaptivity::kAdaptiveFilter}) {
     const auto before = accountant->GetEpsilon(1e-6, RdpConversion::kImproved, adaptivity);
@@ -230,19 +230,19 @@ TEST(RdpOrderGridTest, AStateWrittenWithAnOlderGridKeepsIt) {
   // The residency start-up check of such a directory (the daemon passes only
   // the weights) finds their grid by their count.
   const auto by_count = ResidencyAccountant::CheckConfiguration(
-      500, 0.01, 1.1, 1e-6, 2.0, Adaptivity::kAdaptiveFilter, *weights);
+      500, {0.01, 1.1}, {2.0, 1e-6}, Adaptivity::kAdaptiveFilter, *weights);
   const auto explicit_grid = ResidencyAccountant::CheckConfiguration(
-      500, 0.01, 1.1, 1e-6, 2.0, Adaptivity::kAdaptiveFilter, v2, *weights);
+      500, {0.01, 1.1}, {2.0, 1e-6}, Adaptivity::kAdaptiveFilter, v2, *weights);
   ASSERT_TRUE(by_count.ok()) << by_count.status().ToString();
   ASSERT_TRUE(explicit_grid.ok());
   EXPECT_EQ(by_count->epsilon_after, explicit_grid->epsilon_after);
   EXPECT_EQ(by_count->order, explicit_grid->order);
   auto fresh = RdpAccountant::Create(v2);
   ASSERT_TRUE(fresh->SetFilterWeights(*weights).ok());
-  const auto direct = fresh->EpsilonIfComposed(0.01, 1.1, 500, 1e-6, RdpConversion::kImproved,
+  const auto direct = fresh->EpsilonIfComposed({0.01, 1.1}, 500, 1e-6, RdpConversion::kImproved,
                                                Adaptivity::kAdaptiveFilter);
   EXPECT_EQ(by_count->epsilon_after, direct->epsilon);
-  EXPECT_FALSE(ResidencyAccountant::CheckConfiguration(500, 0.01, 1.1, 1e-6, 2.0,
+  EXPECT_FALSE(ResidencyAccountant::CheckConfiguration(500, {0.01, 1.1}, {2.0, 1e-6},
                                                        Adaptivity::kAdaptiveFilter,
                                                        std::vector<double>(100, 0.001))
                    .ok());
