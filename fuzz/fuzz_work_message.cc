@@ -9,6 +9,7 @@
 // released sum no model beside it and a base before it, a release
 // (WorkRelease) a released step at or after its plan's step with q and ρ in
 // (0, 1] and a sum. The first byte picks plan, partial or release.
+#include <limits>
 #include <string>
 
 #include "daemon/io/work_exchange.h"
@@ -73,10 +74,12 @@ void Partial(const std::string& bytes) {
 void Release(const std::string& bytes) {
   const auto release = daemon::DecodeWorkRelease(bytes);
   if (!release.ok()) return;
+  const double q = release->delta_mechanism.sampling_rate;
+  const double sigma = release->delta_mechanism.noise_multiplier;
   if (release->step < 1 || release->delta_step < release->step || release->delta_sum.empty() ||
-      !(release->delta_sampling_rate > 0 && release->delta_sampling_rate <= 1) ||
+      !(q > 0 && q <= 1) || !(sigma >= 0 && sigma < std::numeric_limits<double>::infinity()) ||
       !(release->delta_rho > 0 && release->delta_rho <= 1)) {
-    fuzz::Violated("a decoded release has a step, q, rho or sum out of range");
+    fuzz::Violated("a decoded release has a step, q, sigma, rho or sum out of range");
   }
   const std::string encoded = daemon::EncodeWorkRelease(*release);
   const auto again = daemon::DecodeWorkRelease(encoded);
