@@ -646,14 +646,13 @@ StatusOr<StepResult> StepDriver::MStepOn(StepResult result,
   // 5. M-step on the released sum.
   auto clock = std::chrono::steady_clock::now();
   result.rho = StepSize(config_.tau0, config_.kappa, next_step_);
+  // The sum's q, and the σ its release used (0 for an exact sum).
+  const privacy::SampledGaussian released_by{config_.mechanism.sampling_rate,
+                                             release.noise_multiplier};
   // The observer first: what it does with the sum (a coordinator encodes it
   // for the next plan) overlaps the M-step.
-  if (on_release_) {
-    on_release_(release.noisy_sum, next_step_,
-                {config_.mechanism.sampling_rate, release.noise_multiplier}, result.rho);
-  }
-  VIPSD_RETURN_IF_ERROR(model_->MStep(release.noisy_sum, {config_.mechanism.sampling_rate,
-                                                          release.noise_multiplier}, result.rho));
+  if (on_release_) on_release_(release.noisy_sum, next_step_, released_by, result.rho);
+  VIPSD_RETURN_IF_ERROR(model_->MStep(release.noisy_sum, released_by, result.rho));
   result.phase_seconds.mstep = Lap(clock);
   ++next_step_;
   return result;

@@ -187,7 +187,8 @@ StatusOr<ScheduleKind> ResolveSchedule(const config::VipsdConfig& config,
       return FailedPreconditionError(
           config::KeyWhere(config, "privacy.noise_multiplier") + "schedule fixed pins it to " +
           ShortestNumber(ledger->fixed_step.noise_multiplier) +
-          " for this state directory (ledger " + ledger_path + "); got " + ShortestNumber(config.driver.mechanism.noise_multiplier));
+          " for this state directory (ledger " + ledger_path + "); got " +
+          ShortestNumber(config.driver.mechanism.noise_multiplier));
     }
   }
   return ledger->schedule;
