@@ -888,7 +888,7 @@ StatusOr<release::Release> Daemon::BuildRelease(double publish_time) const {
   facts.mechanism = model_step_result_.has_value() ? model_step_result_->mechanism
                                                    : driver_->config().mechanism;
   // The grid and the discrete noise (public: functions of the layout and σ).
-  if (facts.mechanism.noise_multiplier > 0) {
+  if (facts.mechanism.is_private()) {
     auto discrete =
         privacy::DiscreteNoiseFor(bundle_.model->statistic_layout(),
                                   facts.mechanism.noise_multiplier);

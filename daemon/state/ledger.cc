@@ -322,8 +322,7 @@ Status DecodeLines(Reader& reader, int version, LedgerState& state, bool* weight
       if (!(words >> q >> sigma)) return reader.Bad("bad schedule line");
       if (!ParseHexDouble(q, &state.fixed_step.sampling_rate) ||
           !ParseHexDouble(sigma, &state.fixed_step.noise_multiplier) ||
-          !(state.fixed_step.sampling_rate > 0 && state.fixed_step.sampling_rate <= 1) ||
-          !(state.fixed_step.noise_multiplier > 0)) {
+          !privacy::ValidateSampledGaussian(state.fixed_step, /*require_noise=*/true).ok()) {
         return reader.Bad("bad schedule values (q must be in (0, 1], sigma finite and > 0)");
       }
     } else if (words >> value) {

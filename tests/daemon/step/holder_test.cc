@@ -14,6 +14,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -39,6 +40,37 @@ using namespace std::chrono_literals;
 constexpr int64_t kShareDelayMs = 1000;
 
 int64_t NowMs() { return static_cast<int64_t>(std::floor(WallNow() * 1000)); }
+
+// The messages logged at one level while it lives (it replaces the log
+// sink, and removes it when it goes, also when an assertion ends the test
+// early).
+class LevelLog {
+ public:
+  explicit LevelLog(LogLevel level) {
+    SetLogSink([this, level](LogLevel at, std::string_view, std::string_view message) {
+      if (at != level) return;
+      std::lock_guard<std::mutex> lock(mutex_);
+      lines_.emplace_back(message);
+    });
+  }
+  ~LevelLog() { SetLogSink(nullptr); }
+  LevelLog(const LevelLog&) = delete;
+  LevelLog& operator=(const LevelLog&) = delete;
+
+  // The lines that contain `needle`.
+  std::vector<std::string> With(std::string_view needle) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<std::string> found;
+    for (const std::string& line : lines_) {
+      if (line.find(needle) != std::string::npos) found.push_back(line);
+    }
+    return found;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<std::string> lines_;
+};
 
 // A source whose fetches stall: every poll reports the assignment and
 // nothing else (no record, no end reached); the bounds are the log's.
@@ -210,10 +242,15 @@ struct HolderFixture {
     return joins.empty() ? FederatedShare{} : joins.back().share;
   }
 
-  int64_t StepsCharged() {
+  // The holder's ledger as committed now.
+  StatusOr<LedgerState> ReadLedger() {
     std::ifstream in(config.state_directory + "/ledger", std::ios::binary);
     const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    auto state = Ledger::Decode(bytes, "ledger");
+    return Ledger::Decode(bytes, "ledger");
+  }
+
+  int64_t StepsCharged() {
+    auto state = ReadLedger();
     return state.ok() ? state->accountant.steps() : -1;
   }
 };
@@ -253,12 +290,7 @@ TEST(HolderTest, AMessageOfAnOlderVipsdIsIgnoredAndSaidOnce) {
   // An aggregator of an older vipsd (VFP2 plans): the holder cannot follow
   // them, says so once (they repeat every round), and answers the plans of
   // its own version as before.
-  std::mutex mutex;
-  std::vector<std::string> warnings;
-  SetLogSink([&](LogLevel level, std::string_view, std::string_view message) {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (level == LogLevel::kWarning) warnings.emplace_back(message);
-  });
+  LevelLog warnings(LogLevel::kWarning);
   {
     HolderFixture f("older");
     f.Start();
@@ -276,16 +308,11 @@ TEST(HolderTest, AMessageOfAnOlderVipsdIsIgnoredAndSaidOnce) {
     EXPECT_EQ(answered.back().share.kind, ShareKind::kShare);
     f.Stop();
   }
-  SetLogSink(nullptr);
-  int said = 0;
-  for (const std::string& line : warnings) {
-    if (line.find("a federated message of an older vipsd (VFP2/VFS2") == std::string::npos) continue;
-    ++said;
-    EXPECT_NE(line.find("answers only plans of its own version (said once per run)"),
-              std::string::npos)
-        << line;
-  }
-  EXPECT_EQ(said, 1);
+  const auto said = warnings.With("a federated message of an older vipsd (VFP2/VFS2");
+  ASSERT_EQ(said.size(), 1u);
+  EXPECT_NE(said[0].find("answers only plans of its own version (said once per run)"),
+            std::string::npos)
+      << said[0];
 }
 
 TEST(HolderTest, ItsShareLeavesAtThePlansTimePlusItsDelayHoweverLongTheRoundTook) {
@@ -397,12 +424,7 @@ TEST(HolderTest, InputNotReadToTheCutByTheShareTimeDeclinesOnceUnchargedAndStops
   // read. The decline leaves at the share time with the fixed reason (which
   // failure it was stays in the holder's log), nothing is charged, and the
   // holder asks to join no more this run.
-  std::mutex mutex;
-  std::vector<std::string> errors;
-  SetLogSink([&](LogLevel level, std::string_view, std::string_view message) {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (level == LogLevel::kError) errors.emplace_back(message);
-  });
+  LevelLog errors(LogLevel::kError);
   {
     HolderFixture f("stalled");
     f.Start(0ms, /*stalled_input=*/true);
@@ -422,13 +444,11 @@ TEST(HolderTest, InputNotReadToTheCutByTheShareTimeDeclinesOnceUnchargedAndStops
     }
     f.Stop();
   }
-  SetLogSink(nullptr);
-  int said = 0;
-  for (const std::string& line : errors) {
-    said += line.find("its input was not read to the slot's cut by its share time "
-                      "(nothing charged)") != std::string::npos;
-  }
-  EXPECT_EQ(said, 1);
+  EXPECT_EQ(errors
+                .With("its input was not read to the slot's cut by its share time "
+                      "(nothing charged)")
+                .size(),
+            1u);
 }
 
 TEST(HolderTest, ABudgetWarningIsRecordedWithItsRoundsCommitAndSaidOncePerLevel) {
@@ -436,12 +456,7 @@ TEST(HolderTest, ABudgetWarningIsRecordedWithItsRoundsCommitAndSaidOncePerLevel)
   // whose charge crosses a warn_at fraction records the level in its ledger
   // with that round's commit, shows it on the metric and says it once; a
   // later round below the next fraction says nothing more.
-  std::mutex mutex;
-  std::vector<std::string> warnings;
-  SetLogSink([&](LogLevel level, std::string_view, std::string_view message) {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (level == LogLevel::kWarning) warnings.emplace_back(message);
-  });
+  LevelLog warnings(LogLevel::kWarning);
   double level_after[2] = {-1, -1};
   {
     HolderFixture f("warning");
@@ -458,10 +473,7 @@ TEST(HolderTest, ABudgetWarningIsRecordedWithItsRoundsCommitAndSaidOncePerLevel)
       for (int i = 0; i < 100 && f.metrics->steps_total().Value() < round; ++i) {
         std::this_thread::sleep_for(10ms);
       }
-      std::ifstream in(f.config.state_directory + "/ledger", std::ios::binary);
-      const std::string bytes((std::istreambuf_iterator<char>(in)),
-                              std::istreambuf_iterator<char>());
-      auto state = Ledger::Decode(bytes, "ledger");
+      auto state = f.ReadLedger();
       ASSERT_TRUE(state.ok()) << state.status().ToString();
       EXPECT_EQ(state->accountant.steps(), round);
       level_after[round - 1] = state->warning_level;
@@ -470,18 +482,13 @@ TEST(HolderTest, ABudgetWarningIsRecordedWithItsRoundsCommitAndSaidOncePerLevel)
     }
     f.Stop();
   }
-  SetLogSink(nullptr);
   EXPECT_EQ(level_after[0], 1e-6);
   EXPECT_EQ(level_after[1], 1e-6);
-  int said = 0;
-  for (const std::string& line : warnings) {
-    if (line.find("privacy budget warning") == std::string::npos) continue;
-    ++said;
-    EXPECT_NE(line.find("of ceiling=1000 crossed warn_at=1e-06 for this holder's records"),
-              std::string::npos)
-        << line;
-  }
-  EXPECT_EQ(said, 1);
+  const auto said = warnings.With("privacy budget warning");
+  ASSERT_EQ(said.size(), 1u);
+  EXPECT_NE(said[0].find("of ceiling=1000 crossed warn_at=1e-06 for this holder's records"),
+            std::string::npos)
+      << said[0];
 }
 
 TEST(HolderTest, APlanOfOtherTermsStopsTheHolderNamingTheKeyBeforeAnythingIsCharged) {
