@@ -12,7 +12,8 @@
 // --target-epsilon E picks σ with the planner (core/privacy/accounting/planner.h, RDP):
 // the smallest 3-digit σ whose ε after --steps steps at rate q is ≤ E.
 // --release-dir DIR writes the final release (manifest + .npy) for
-// `vipsd-eval DIR --test FILE`.
+// `vipsd-eval DIR --test FILE`; --public-prior DIR makes a non-private
+// release the prior (model.public_prior, docs/models.md "Public priors").
 //
 // This is a benchmark on data we own, not the daemon: it prints counts of
 // rejected records, which the daemon would never do.
@@ -26,11 +27,13 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <variant>
 #include <vector>
 
 #include "connectors/decode/blr_record_decoder.h"
+#include "connectors/file/release_reader.h"
 #include "core/models/blr.h"
 #include "core/models/blr_eval.h"
 #include "core/privacy/accounting/planner.h"
@@ -146,8 +149,9 @@ int main(int argc, char** argv) {
   if (argc % 2 == 0 || !args.count("--train") || !args.count("--test") || !args.count("--dim")) {
     std::cerr << "usage: blr_run --train FILE --test FILE --dim D [--q 0.01] [--steps 1000] "
                  "[--sigma 0 | --target-epsilon E] [--delta 1e-5] [--tau0 1] [--kappa 0.7] "
-                 "[--threads 1] [--a0 1] [--b0 1] [--eigenvalue-floor 1e-6] "
-                 "[--norm-rule reject|rescale] [--seed 0] [--newton L2] [--release-dir DIR]\n";
+                 "[--threads 1] [--a0 1] [--b0 1] [--eigenvalue-floor 1e-6] [--prior-groups G0,G1,...] "
+                 "[--norm-rule reject|rescale] [--seed 0] [--newton L2] [--release-dir DIR] "
+                 "[--public-prior RELEASE_DIR]\n";
     return 2;
   }
   const int64_t dim = std::stoll(args["--dim"]);
@@ -163,8 +167,25 @@ int main(int argc, char** argv) {
   config.prior_shape = std::stod(get("--a0", "1"));
   config.prior_rate = std::stod(get("--b0", "1"));
   config.eigenvalue_floor = std::stod(get("--eigenvalue-floor", "1e-6"));
+  if (args.count("--prior-groups")) {  // comma-separated, one group index per coefficient
+    std::stringstream list(args["--prior-groups"]);
+    for (std::string item; std::getline(list, item, ',');) {
+      config.prior_group.push_back(std::stoi(item));
+    }
+  }
   auto model = models::BlrModel::Create(config);
   if (!model.ok()) return Fail(model.status());
+  if (args.count("--public-prior")) {  // model.public_prior: a non-private BLR release
+    auto prior = connectors::ReadReleaseDirectory(args["--public-prior"]);
+    if (!prior.ok()) return Fail(prior.status());
+    if (prior->metadata.is_private || prior->metadata.model_type != "blr") {
+      return Fail(InvalidArgumentError("--public-prior: not a non-private BLR release"));
+    }
+    std::vector<model::NamedArray> arrays;
+    for (auto& array : prior->arrays) arrays.push_back({array.name, array.shape, array.data});
+    const Status set = (*model)->SetPublicPrior(arrays);
+    if (!set.ok()) return Fail(set);
+  }
 
   svi::DriverConfig driver_config;
   driver_config.mechanism.sampling_rate = std::stod(get("--q", "0.01"));
@@ -229,6 +250,7 @@ int main(int argc, char** argv) {
   auto evaluation = models::EvaluateBlr(*posterior, test_x, test_y);
   if (!evaluation.ok()) return Fail(evaluation.status());
   const double epsilon = sigma > 0 ? accountant.GetEpsilon(driver_config.delta)->epsilon : 0.0;
+  const Eigen::VectorXd alpha = (*model)->expected_alpha();  // per prior group
   nlohmann::json out = {
       {"model", "blr"},
       {"steps", ran},
@@ -245,7 +267,7 @@ int main(int argc, char** argv) {
       {"test_records", test->records.size()},
       {"test_rejected", test->rejected},
       {"train_wall_s", wall},
-      {"expected_alpha", (*model)->expected_alpha()},
+      {"expected_alpha", std::vector<double>(alpha.data(), alpha.data() + alpha.size())},
       {"auc", evaluation->auc},
       {"log_loss", evaluation->log_loss},
       {"accuracy", evaluation->accuracy},

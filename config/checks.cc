@@ -58,6 +58,32 @@ void CheckNormRule(Section& blr, VipsdConfig& config) {
   }
 }
 
+// model.blr.prior_groups → blr.prior_group: group g is the g-th run of
+// consecutive coefficients; the sizes must cover blr.dimension exactly.
+void CheckBlrPriorGroups(Section& blr, VipsdConfig& config) {
+  config.blr.prior_group.clear();
+  if (config.blr_prior_groups.empty()) return;
+  if (!config.public_prior_path.empty()) {
+    blr.ErrorAt("prior_groups",
+                "cannot be combined with model.public_prior: the public prior's precision has one "
+                "scale, learned from the data; remove one of them");
+    return;
+  }
+  double total = 0;
+  for (double size : config.blr_prior_groups) total += size;
+  if (total != static_cast<double>(config.blr.dim)) {
+    blr.ErrorAt("prior_groups", "the group sizes sum to " + ShortestNumber(total) +
+                                    "; they must sum to model.blr.dimension (" +
+                                    std::to_string(config.blr.dim) + ")");
+    return;
+  }
+  for (size_t g = 0; g < config.blr_prior_groups.size(); ++g) {
+    config.blr.prior_group.insert(config.blr.prior_group.end(),
+                                  static_cast<size_t>(config.blr_prior_groups[g]),
+                                  static_cast<int32_t>(g));
+  }
+}
+
 // A file run stops at max_steps, max_epochs or the privacy ceiling.
 void CheckOfflineStop(Section& schedule, VipsdConfig& config) {
   if (config.max_epochs / config.driver.mechanism.sampling_rate > 1e12) {

@@ -37,6 +37,7 @@ void CheckNoiseSeed(Section& privacy, VipsdConfig& config);
 void CheckResidencyIsPrivate(Section& privacy, VipsdConfig& config);
 void CheckWarnAtIncreasing(Section& privacy, VipsdConfig& config);
 void CheckNormRule(Section& blr, VipsdConfig& config);
+void CheckBlrPriorGroups(Section& blr, VipsdConfig& config);
 void CheckOfflineStop(Section& schedule, VipsdConfig& config);
 void CheckLedgerKey(Section& state, VipsdConfig& config);
 void CheckStandby(Section& state, VipsdConfig& config);

@@ -122,10 +122,14 @@ struct VipsdConfig {
   std::string vocabulary_path;  // LDA only
   // model.public_prior (docs/models.md, "Public priors"): a vipsd release of
   // a model of the same type and dimensions fitted on public data only, the
-  // start of the run; "" = none. LDA only.
+  // start of the run (LDA) or the prior (BLR); "" = none. LDA and BLR.
   std::string public_prior_path;
-  models::BlrConfig blr;
+  models::BlrConfig blr;  // blr.prior_group is filled from blr_prior_groups
   std::string blr_norm_rule = "rescale";  // rescale | reject (non-private only)
+  // model.blr.prior_groups: the sizes of consecutive groups of coefficients
+  // that share a prior precision (docs/models.md, "Prior groups"); empty =
+  // one group.
+  std::vector<double> blr_prior_groups;
   models::SbnConfig sbn;
 
   // privacy + schedule → the step driver

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 
 #include "config/checks.h"
 #include "core/privacy/mechanisms/privacy_unit.h"
@@ -58,6 +59,7 @@ bool StartDelay(double x) { return x >= 0 && x <= 3600; }
 bool Fraction(double x) { return x > 0 && x <= 1; }     // (0, 1]
 bool OpenFraction(double x) { return x > 0 && x < 1; }  // (0, 1)
 bool UpToAMillion(double x) { return x > 0 && x <= 1e6; }
+bool GroupSize(double x) { return x >= 1 && x <= 1024 && x == std::floor(x); }
 bool DecayExponent(double x) { return x > 0.5 && x <= 1; }  // κ: Σρ_t = ∞, Σρ_t² < ∞
 bool SlotInterval(double x) { return x >= 0.01 && x <= 86400 * 7; }
 bool WithinTenIntervals(double x, const VipsdConfig& config) {
@@ -307,7 +309,7 @@ void AddModel(std::vector<Key>& keys) {
                         "a number in (0, 1]"));
   AddEstep(keys, "model.lda", VIPSD_MEMBER(lda));
 
-  keys.push_back(SectionRow("model.public_prior").Only(Dimension::kModelType, "lda"));
+  keys.push_back(SectionRow("model.public_prior").Only(Dimension::kModelType, "lda|blr"));
   keys.push_back(Path("model.public_prior.release", VIPSD_MEMBER(public_prior_path)).Required());
 
   keys.push_back(SectionRow("model.blr").Required().Only(Dimension::kModelType, "blr"));
@@ -320,6 +322,11 @@ void AddModel(std::vector<Key>& keys) {
                         UpToAMillion, "a number in (0, 1e6]"));
   keys.push_back(String("model.blr.norm_rule", VIPSD_MEMBER(blr_norm_rule), {"rescale", "reject"})
                      .Check(CheckNormRule));
+  keys.push_back(NumberList("model.blr.prior_groups", VIPSD_MEMBER(blr_prior_groups), GroupSize,
+                            "integers in [1, 1024] (the sizes of consecutive groups of "
+                            "coefficients with their own prior precision, summing to "
+                            "model.blr.dimension)")
+                     .Check(CheckBlrPriorGroups));
 
   keys.push_back(
       SectionRow("model.sbn").Required().Only(Dimension::kModelType, "sbn").Check(CheckSbn));
@@ -642,12 +649,24 @@ Choices ChoicesOf(const VipsdConfig& config) {
 }
 
 bool When::Holds(const Choices& choices) const {
-  return choices[static_cast<size_t>(dimension)] == value;
+  // `value` may list alternatives: "lda|blr".
+  const std::string& choice = choices[static_cast<size_t>(dimension)];
+  for (size_t start = 0;;) {
+    const size_t bar = value.find('|', start);
+    const size_t end = bar == std::string::npos ? value.size() : bar;
+    if (value.compare(start, end - start, choice) == 0) return true;
+    if (bar == std::string::npos) return false;
+    start = bar + 1;
+  }
 }
 
 std::string When::Refusal() const {
   if (!refusal.empty()) return refusal;
-  return "only allowed with " + std::string(DimensionKey(dimension)) + ": " + value;
+  std::string alternatives = value;
+  for (size_t bar; (bar = alternatives.find('|')) != std::string::npos;) {
+    alternatives.replace(bar, 1, " or ");
+  }
+  return "only allowed with " + std::string(DimensionKey(dimension)) + ": " + alternatives;
 }
 
 bool AppliesWith(const Key& key, const Choices& choices) {

@@ -71,10 +71,12 @@ std::string OnlyWith(const std::vector<Choices>& combinations, const std::vector
     std::set<std::string> all, here;
     for (size_t i : matching) all.insert(combinations[i][d]);
     for (size_t i : seen) here.insert(combinations[i][d]);
-    if (here.size() != 1 || all.size() < 2) continue;
+    if (here.empty() || here.size() == all.size()) continue;
+    std::string values;  // "lda" or, for a key of several values, "blr or lda"
+    for (const std::string& value : here) values += (values.empty() ? "" : " or ") + value;
     out += (out.empty() ? "" : ", ") +
-           std::string(internal::DimensionKey(internal::kDimensions[d])) + ": " + *here.begin();
-    std::erase_if(matching, [&](size_t i) { return combinations[i][d] != *here.begin(); });
+           std::string(internal::DimensionKey(internal::kDimensions[d])) + ": " + values;
+    std::erase_if(matching, [&](size_t i) { return here.count(combinations[i][d]) == 0; });
   }
   return out;
 }

@@ -72,6 +72,46 @@ double StandardNormal(std::mt19937_64& bits) {
   return radius * std::cos(2.0 * std::numbers::pi * OpenUnit(bits));
 }
 
+// Step 2 with a prior that is not E[α] I (blr.h, "Prior groups", "Public
+// prior"): Λ0 = diag(E[α_g(j)]) for prior groups, or Λ0 = E[α] R with the
+// public prior's precision R and mean m0. P = Λ0 + V diag(f·λ) Vᵀ is then
+// not diagonal in A's eigenbasis, so it is inverted by Cholesky; the mean is
+// P⁻¹ (V diag(f) Vᵀ B + Λ0 m0). The floor bounds each group's precision
+// from below (P ⪰ Λ0 since f·λ ≥ 0).
+struct DenseMoments {
+  Eigen::MatrixXd precision, data_covariance;
+  Eigen::VectorXd mean;
+};
+StatusOr<DenseMoments> DensePosterior(const Eigen::VectorXd& a, const Eigen::MatrixXd& v,
+                                          const Eigen::VectorXd& statistic_s1,
+                                          const EigenvalueMap& map, const BlrPrior& prior) {
+  const Eigen::Index d = a.size();
+  Eigen::VectorXd kept(d), shrinkage(d);
+  for (Eigen::Index i = 0; i < d; ++i) {
+    const double lambda = map.Signal(a[i]);
+    shrinkage[i] = map.Shrinkage(lambda);
+    kept[i] = shrinkage[i] * lambda;
+  }
+  DenseMoments out;
+  out.precision = v * kept.asDiagonal() * v.transpose();
+  Eigen::VectorXd rhs = v * shrinkage.cwiseProduct(v.transpose() * statistic_s1);
+  if (prior.public_precision != nullptr) {
+    out.precision += prior.diagonal[0] * *prior.public_precision;
+    rhs += prior.diagonal[0] * (*prior.public_precision * *prior.public_mean);
+  } else {
+    out.precision.diagonal() += prior.diagonal.cwiseMax(map.eigenvalue_floor);
+  }
+  out.precision = 0.5 * (out.precision + out.precision.transpose()).eval();
+  const Eigen::LLT<Eigen::MatrixXd> cholesky(out.precision);
+  if (cholesky.info() != Eigen::Success) {
+    return OutOfRangeError("blr posterior precision is not positive definite");
+  }
+  out.data_covariance = cholesky.solve(Eigen::MatrixXd::Identity(d, d));
+  out.data_covariance = 0.5 * (out.data_covariance + out.data_covariance.transpose()).eval();
+  out.mean = cholesky.solve(rhs);
+  return out;
+}
+
 // Step 3 (blr.h): the covariance of μ(A + E) − its mean over draws of E,
 // a symmetric matrix with one N(0, v2) entry per element of the packed
 // upper triangle (the mechanism's noise), each draw's mean map derived as
@@ -79,7 +119,8 @@ double StandardNormal(std::mt19937_64& bits) {
 // deterministic function of (A, B, v1, v2, E[α]).
 StatusOr<Eigen::MatrixXd> NoiseShare(const Eigen::MatrixXd& statistic_s2,
                                      const Eigen::VectorXd& statistic_s1,
-                                     double noise_variance_s2, const EigenvalueMap& map) {
+                                     double noise_variance_s2, const EigenvalueMap& map,
+                                     const BlrPrior* prior) {
   const Eigen::Index d = statistic_s1.size();
   const int draws = BlrNoiseShareDraws(d);
   std::mt19937_64 bits(kNoiseShareSeed);
@@ -101,9 +142,16 @@ StatusOr<Eigen::MatrixXd> NoiseShare(const Eigen::MatrixXd& statistic_s2,
     if (solver.info() != Eigen::Success) {
       return OutOfRangeError("blr: symmetric eigendecomposition did not converge");
     }
-    for (Eigen::Index i = 0; i < d; ++i) phi[i] = map.Mean(solver.eigenvalues()[i]);
-    means.col(k) =
-        solver.eigenvectors() * phi.cwiseProduct(solver.eigenvectors().transpose() * statistic_s1);
+    if (prior == nullptr) {
+      for (Eigen::Index i = 0; i < d; ++i) phi[i] = map.Mean(solver.eigenvalues()[i]);
+      means.col(k) = solver.eigenvectors() *
+                     phi.cwiseProduct(solver.eigenvectors().transpose() * statistic_s1);
+    } else {
+      VIPSD_ASSIGN_OR_RETURN(const DenseMoments moments,
+                             DensePosterior(solver.eigenvalues(), solver.eigenvectors(),
+                                              statistic_s1, map, *prior));
+      means.col(k) = moments.mean;
+    }
   }
   const Eigen::VectorXd center = means.rowwise().mean();
   means.colwise() -= center;
@@ -115,29 +163,43 @@ StatusOr<Eigen::MatrixXd> NoiseShare(const Eigen::MatrixXd& statistic_s2,
 StatusOr<Posterior> DerivePosterior(const BlrModel::Spectrum& spectrum,
                                     const Eigen::MatrixXd& statistic_s2,
                                     const Eigen::VectorXd& statistic_s1, double noise_variance_s1,
-                                    double noise_variance_s2, double expected_alpha,
+                                    double noise_variance_s2, const BlrPrior& prior,
                                     double eigenvalue_floor, bool noise_share) {
   const Eigen::Index d = spectrum.values.size();
   const Eigen::VectorXd& a = spectrum.values;
   const Eigen::MatrixXd& v = spectrum.vectors;
+  // One prior precision for every coordinate and a zero prior mean: P is
+  // diagonal in A's eigenbasis (blr.h, step 2). Otherwise the general
+  // derivation.
+  const bool isotropic = prior.public_precision == nullptr &&
+                         (prior.diagonal.array() == prior.diagonal[0]).all();
   const EigenvalueMap map{
       kSignalEdgeFraction * 2.0 * std::sqrt(static_cast<double>(d) * noise_variance_s2),
-      noise_variance_s1, expected_alpha, eigenvalue_floor};
-  Eigen::VectorXd p(d), phi(d);
-  for (Eigen::Index i = 0; i < d; ++i) {
-    const double lambda = map.Signal(a[i]);
-    p[i] = map.Precision(lambda);
-    phi[i] = map.Shrinkage(lambda) / p[i];
-  }
+      noise_variance_s1, prior.diagonal[0], eigenvalue_floor};
   Posterior out;
-  out.precision = v * p.asDiagonal() * v.transpose();
-  out.precision = 0.5 * (out.precision + out.precision.transpose()).eval();
-  out.data_covariance = v * p.cwiseInverse().asDiagonal() * v.transpose();
-  out.data_covariance = 0.5 * (out.data_covariance + out.data_covariance.transpose()).eval();
-  out.mean = v * phi.cwiseProduct(v.transpose() * statistic_s1);
+  if (isotropic) {
+    Eigen::VectorXd p(d), phi(d);
+    for (Eigen::Index i = 0; i < d; ++i) {
+      const double lambda = map.Signal(a[i]);
+      p[i] = map.Precision(lambda);
+      phi[i] = map.Shrinkage(lambda) / p[i];
+    }
+    out.precision = v * p.asDiagonal() * v.transpose();
+    out.precision = 0.5 * (out.precision + out.precision.transpose()).eval();
+    out.data_covariance = v * p.cwiseInverse().asDiagonal() * v.transpose();
+    out.data_covariance = 0.5 * (out.data_covariance + out.data_covariance.transpose()).eval();
+    out.mean = v * phi.cwiseProduct(v.transpose() * statistic_s1);
+  } else {
+    VIPSD_ASSIGN_OR_RETURN(DenseMoments moments,
+                           DensePosterior(a, v, statistic_s1, map, prior));
+    out.precision = std::move(moments.precision);
+    out.data_covariance = std::move(moments.data_covariance);
+    out.mean = std::move(moments.mean);
+  }
   if (noise_share && noise_variance_s2 > 0) {
     VIPSD_ASSIGN_OR_RETURN(out.noise_covariance,
-                           NoiseShare(statistic_s2, statistic_s1, noise_variance_s2, map));
+                           NoiseShare(statistic_s2, statistic_s1, noise_variance_s2, map,
+                                      isotropic ? nullptr : &prior));
     out.noise_covariance = 0.5 * (out.noise_covariance + out.noise_covariance.transpose()).eval();
   } else {
     out.noise_covariance = Eigen::MatrixXd::Zero(d, d);
@@ -166,8 +228,34 @@ model::NamedArray ScalarArray(const std::string& name, double value) {
 
 }  // namespace
 
+int64_t PriorGroupCount(const BlrConfig& c) {
+  int64_t groups = 1;
+  for (int32_t g : c.prior_group) groups = std::max<int64_t>(groups, int64_t{g} + 1);
+  return groups;
+}
+
 Status ValidateBlrConfig(const BlrConfig& c) {
   if (c.dim < 1 || c.dim > kMaxDim) return FieldError("dim", "in [1, 1024]");
+  if (!c.prior_group.empty()) {
+    if (c.prior_group.size() != static_cast<size_t>(c.dim)) {
+      return FieldError("prior_group", "empty or one group index per coefficient (blr.dim = " +
+                                           std::to_string(c.dim) + " entries)");
+    }
+    const int64_t groups = PriorGroupCount(c);
+    std::vector<bool> used(static_cast<size_t>(std::min<int64_t>(groups, c.dim)), false);
+    for (int32_t g : c.prior_group) {
+      if (g < 0 || g >= c.dim) {
+        return FieldError("prior_group", "made of group indices in [0, blr.dim)");
+      }
+      used[static_cast<size_t>(g)] = true;
+    }
+    for (size_t g = 0; g < used.size(); ++g) {
+      if (!used[g]) {
+        return FieldError("prior_group", "made of the group indices 0 .. G-1, each used (group " +
+                                             std::to_string(g) + " has no coefficient)");
+      }
+    }
+  }
   if (!IsPositiveFinite(c.prior_shape)) return FieldError("prior_shape", "finite and > 0");
   if (!IsPositiveFinite(c.prior_rate)) return FieldError("prior_rate", "finite and > 0");
   if (!IsPositiveFinite(c.eigenvalue_floor) || c.eigenvalue_floor > 1e6) {
@@ -199,15 +287,39 @@ StatusOr<std::unique_ptr<BlrModel>> BlrModel::Create(const BlrConfig& config) {
           {privacy::BlockSpec{"s1", privacy::BlockKind::kVector, dim, kS1Bound},
            privacy::BlockSpec{"s2", privacy::BlockKind::kSymmetricMatrix, dim, kS2Bound}}));
   std::unique_ptr<BlrModel> model(new BlrModel(config, std::move(layout)));
-  // The prior: q(α) = Gamma(a0, b0), q(m) = N(0, I / E[α]).
-  VIPSD_RETURN_IF_ERROR(model->SetState(Eigen::MatrixXd::Zero(config.dim, config.dim),
-                                        Eigen::VectorXd::Zero(config.dim), 0, 0,
-                                        config.prior_shape, config.prior_rate));
+  // The prior: q(α_g) = Gamma(a0, b0) for every group, q(m) = N(0, I / E[α]).
+  const int64_t groups = PriorGroupCount(config);
+  VIPSD_RETURN_IF_ERROR(model->SetState(
+      Eigen::MatrixXd::Zero(config.dim, config.dim), Eigen::VectorXd::Zero(config.dim), 0, 0,
+      Eigen::VectorXd::Constant(groups, config.prior_shape),
+      Eigen::VectorXd::Constant(groups, config.prior_rate)));
   return model;
 }
 
 BlrModel::BlrModel(const BlrConfig& config, privacy::BlockLayout layout)
-    : config_(config), layout_(std::move(layout)) {}
+    : config_(config), layout_(std::move(layout)) {
+  group_of_.assign(static_cast<size_t>(config.dim), 0);
+  if (!config.prior_group.empty()) {
+    std::copy(config.prior_group.begin(), config.prior_group.end(), group_of_.begin());
+  }
+}
+
+Eigen::VectorXd BlrModel::expected_alpha() const { return alpha_shape_.cwiseQuotient(alpha_rate_); }
+
+Eigen::VectorXd BlrModel::prior_precision() const {
+  return PriorPrecision(alpha_shape_.cwiseQuotient(alpha_rate_));
+}
+
+BlrPrior BlrModel::PriorOf(const Eigen::VectorXd& expected_alpha) const {
+  if (public_precision_.size() == 0) return BlrPrior{PriorPrecision(expected_alpha)};
+  return BlrPrior{expected_alpha, &public_precision_, &public_mean_};
+}
+
+Eigen::VectorXd BlrModel::PriorPrecision(const Eigen::VectorXd& expected_alpha) const {
+  Eigen::VectorXd out(config_.dim);
+  for (Eigen::Index j = 0; j < config_.dim; ++j) out[j] = expected_alpha[group_of_[j]];
+  return out;
+}
 
 std::vector<std::pair<std::string, int64_t>> BlrModel::dimensions() const {
   return {{"d", config_.dim}};
@@ -218,8 +330,9 @@ std::unique_ptr<model::EStepScratch> BlrModel::NewScratch() const {
 }
 
 Status BlrModel::SetState(Eigen::MatrixXd statistic_s2, Eigen::VectorXd statistic_s1,
-                          double noise_variance_s1, double noise_variance_s2, double alpha_shape,
-                          double alpha_rate, const Spectrum* spectrum) {
+                          double noise_variance_s1, double noise_variance_s2,
+                          Eigen::VectorXd alpha_shape, Eigen::VectorXd alpha_rate,
+                          const Spectrum* spectrum) {
   if (!statistic_s2.allFinite() || !statistic_s1.allFinite()) {
     return OutOfRangeError("blr statistics are not finite");
   }
@@ -227,25 +340,29 @@ Status BlrModel::SetState(Eigen::MatrixXd statistic_s2, Eigen::VectorXd statisti
         std::isfinite(noise_variance_s2))) {
     return OutOfRangeError("blr noise variances must be finite and >= 0");
   }
-  if (!IsPositiveFinite(alpha_shape) || !IsPositiveFinite(alpha_rate) ||
-      !IsPositiveFinite(alpha_shape / alpha_rate)) {
-    return OutOfRangeError("blr q(alpha) parameters must be finite and > 0");
+  for (Eigen::Index g = 0; g < alpha_shape.size(); ++g) {
+    if (!IsPositiveFinite(alpha_shape[g]) || !IsPositiveFinite(alpha_rate[g]) ||
+        !IsPositiveFinite(alpha_shape[g] / alpha_rate[g])) {
+      return OutOfRangeError("blr q(alpha) parameters must be finite and > 0");
+    }
   }
   if (spectrum == nullptr) {
     VIPSD_ASSIGN_OR_RETURN(const Spectrum decomposed, Decompose(statistic_s2));
     return SetState(std::move(statistic_s2), std::move(statistic_s1), noise_variance_s1,
-                    noise_variance_s2, alpha_shape, alpha_rate, &decomposed);
+                    noise_variance_s2, std::move(alpha_shape), std::move(alpha_rate),
+                    &decomposed);
   }
-  VIPSD_ASSIGN_OR_RETURN(Posterior posterior,
-                         DerivePosterior(*spectrum, statistic_s2, statistic_s1, noise_variance_s1,
-                                         noise_variance_s2, alpha_shape / alpha_rate,
-                                         config_.eigenvalue_floor, /*noise_share=*/true));
+  VIPSD_ASSIGN_OR_RETURN(
+      Posterior posterior,
+      DerivePosterior(*spectrum, statistic_s2, statistic_s1, noise_variance_s1, noise_variance_s2,
+                      PriorOf(alpha_shape.cwiseQuotient(alpha_rate)), config_.eigenvalue_floor,
+                      /*noise_share=*/true));
   statistic_s2_ = std::move(statistic_s2);
   statistic_s1_ = std::move(statistic_s1);
   noise_variance_s1_ = noise_variance_s1;
   noise_variance_s2_ = noise_variance_s2;
-  alpha_shape_ = alpha_shape;
-  alpha_rate_ = alpha_rate;
+  alpha_shape_ = std::move(alpha_shape);
+  alpha_rate_ = std::move(alpha_rate);
   precision_ = std::move(posterior.precision);
   data_covariance_ = std::move(posterior.data_covariance);
   noise_covariance_ = std::move(posterior.noise_covariance);
@@ -366,53 +483,148 @@ Status BlrModel::MStep(const Eigen::VectorXd& statistic_sum,
   }
   // q(α) from q(m) with the new statistics (and the current E[α]); then the
   // posterior again with the new E[α] (SetState), on the same spectrum.
-  // The evidence update (blr.h, "q(α)"): the γ = d − E[α] tr Σ_data
-  // directions the data determine, against the squared norm of the mean
-  // and the noise share N (taken from the current release: the share is
-  // derived once per step, in SetState).
+  // The evidence update (blr.h, "q(α)"), per group g: the γ_g = d_g −
+  // E[α_g] Σ_{j∈g} Σ_data,jj directions the data determine, against the
+  // squared norm of the group's mean and noise share N (taken from the
+  // current release: the share is derived once per step, in SetState).
   VIPSD_ASSIGN_OR_RETURN(const Spectrum spectrum, Decompose(statistic_s2));
+  const Eigen::VectorXd alpha = expected_alpha();
   VIPSD_ASSIGN_OR_RETURN(Posterior posterior,
                          DerivePosterior(spectrum, statistic_s2, statistic_s1, noise_variance_s1,
-                                         noise_variance_s2, expected_alpha(),
+                                         noise_variance_s2, PriorOf(alpha),
                                          config_.eigenvalue_floor, /*noise_share=*/false));
-  const double determined = std::max(
-      static_cast<double>(config_.dim) - expected_alpha() * posterior.data_covariance.trace(), 0.0);
-  const double shape_target = config_.prior_shape + 0.5 * determined;
-  const double rate_target =
-      config_.prior_rate + 0.5 * (posterior.mean.squaredNorm() + noise_covariance_.trace());
-  const double alpha_shape = keep * alpha_shape_ + rho * shape_target;
-  const double alpha_rate = keep * alpha_rate_ + rho * rate_target;
+  const Eigen::Index groups = alpha.size();
+  Eigen::VectorXd size = Eigen::VectorXd::Zero(groups), variance = Eigen::VectorXd::Zero(groups),
+                  norm = Eigen::VectorXd::Zero(groups);
+  if (has_public_prior()) {
+    // Λ0 = E[α] R: γ = d − E[α] tr(R Σ_data) against the prior's
+    // Mahalanobis norm E[(m − m0)ᵀ R (m − m0)] (mean and noise share).
+    const Eigen::VectorXd offset = posterior.mean - public_mean_;
+    size[0] = static_cast<double>(config_.dim);
+    variance[0] = public_precision_.cwiseProduct(posterior.data_covariance).sum();
+    norm[0] = offset.dot(public_precision_ * offset) +
+              public_precision_.cwiseProduct(noise_covariance_).sum();
+  } else if (groups == 1) {
+    size[0] = static_cast<double>(config_.dim);
+    variance[0] = posterior.data_covariance.trace();
+    norm[0] = posterior.mean.squaredNorm() + noise_covariance_.trace();
+  } else {
+    for (Eigen::Index j = 0; j < config_.dim; ++j) {
+      const int32_t g = group_of_[j];
+      size[g] += 1;
+      variance[g] += posterior.data_covariance(j, j);
+      norm[g] += posterior.mean[j] * posterior.mean[j] + noise_covariance_(j, j);
+    }
+  }
+  Eigen::VectorXd alpha_shape(groups), alpha_rate(groups);
+  for (Eigen::Index g = 0; g < groups; ++g) {
+    const double determined = std::max(size[g] - alpha[g] * variance[g], 0.0);
+    alpha_shape[g] = keep * alpha_shape_[g] + rho * (config_.prior_shape + 0.5 * determined);
+    alpha_rate[g] = keep * alpha_rate_[g] + rho * (config_.prior_rate + 0.5 * norm[g]);
+  }
   return SetState(std::move(statistic_s2), std::move(statistic_s1), noise_variance_s1,
-                  noise_variance_s2, alpha_shape, alpha_rate, &spectrum);
+                  noise_variance_s2, std::move(alpha_shape), std::move(alpha_rate), &spectrum);
+}
+
+Status BlrModel::SetPublicPrior(std::span<const model::NamedArray> arrays) {
+  if (alpha_shape_.size() > 1) {
+    return FailedPreconditionError(
+        "blr: a public prior has one scale for its precision; it cannot be combined with "
+        "prior groups");
+  }
+  const int64_t d = config_.dim;
+  const model::NamedArray* mean = nullptr;
+  const model::NamedArray* covariance = nullptr;
+  for (const model::NamedArray& array : arrays) {
+    if (array.name == "mean") mean = &array;
+    if (array.name == "covariance") covariance = &array;
+  }
+  if (mean == nullptr || mean->shape != std::vector<int64_t>{d} ||
+      mean->data.size() != static_cast<size_t>(d)) {
+    return InvalidArgumentError("its array \"mean\" is missing or not of length d = " +
+                                std::to_string(d));
+  }
+  if (covariance == nullptr || covariance->shape != std::vector<int64_t>{d, d} ||
+      covariance->data.size() != static_cast<size_t>(d * d)) {
+    return InvalidArgumentError("its array \"covariance\" is missing or not d x d (d = " +
+                                std::to_string(d) + ")");
+  }
+  Eigen::VectorXd public_mean = Eigen::Map<const Eigen::VectorXd>(mean->data.data(), d);
+  const Eigen::MatrixXd sigma = Eigen::Map<const RowMajorMatrix>(covariance->data.data(), d, d);
+  if (!public_mean.allFinite() || !sigma.allFinite() ||
+      (sigma - sigma.transpose()).cwiseAbs().maxCoeff() > 1e-9 * sigma.cwiseAbs().maxCoeff()) {
+    return InvalidArgumentError("its \"mean\" and \"covariance\" must be finite and the "
+                                "covariance symmetric");
+  }
+  const Eigen::LLT<Eigen::MatrixXd> cholesky(0.5 * (sigma + sigma.transpose()));
+  if (cholesky.info() != Eigen::Success) {
+    return InvalidArgumentError("its \"covariance\" is not positive definite");
+  }
+  Eigen::MatrixXd precision = cholesky.solve(Eigen::MatrixXd::Identity(d, d));
+  precision = 0.5 * (precision + precision.transpose()).eval();
+  if (!precision.allFinite()) {
+    return InvalidArgumentError("its \"covariance\" cannot be inverted in double precision");
+  }
+  // The state restarts from the prior: q(α) = Gamma(a0, b0), A = B = 0, so
+  // q(m) = N(m0, (E[α] R)⁻¹).
+  Eigen::VectorXd saved_mean = std::move(public_mean_);
+  Eigen::MatrixXd saved_precision = std::move(public_precision_);
+  public_mean_ = std::move(public_mean);
+  public_precision_ = std::move(precision);
+  Status status = SetState(Eigen::MatrixXd::Zero(d, d), Eigen::VectorXd::Zero(d), 0, 0,
+                           Eigen::VectorXd::Constant(1, config_.prior_shape),
+                           Eigen::VectorXd::Constant(1, config_.prior_rate));
+  if (!status.ok()) {
+    public_mean_ = std::move(saved_mean);
+    public_precision_ = std::move(saved_precision);
+    return InvalidArgumentError("it gives no valid prior: " + status.message());
+  }
+  return Status::Ok();
+}
+
+std::vector<model::NamedArray> BlrModel::AlphaArrays() const {
+  if (alpha_shape_.size() == 1) {
+    return {ScalarArray("alpha_shape", alpha_shape_[0]),
+            ScalarArray("alpha_rate", alpha_rate_[0])};
+  }
+  model::NamedArray group{"prior_group", {config_.dim}, {}};
+  for (int32_t g : group_of_) group.data.push_back(g);
+  return {VectorArray("alpha_shape", alpha_shape_), VectorArray("alpha_rate", alpha_rate_),
+          std::move(group)};
 }
 
 std::vector<model::NamedArray> BlrModel::ReleaseArrays() const {
-  return {VectorArray("mean", mean_),
-          MatrixArray("covariance", covariance_),
-          MatrixArray("noise_covariance", noise_covariance_),
-          ScalarArray("alpha_shape", alpha_shape_),
-          ScalarArray("alpha_rate", alpha_rate_),
-          ScalarArray("noise_variance_s1", noise_variance_s1_),
-          ScalarArray("noise_variance_s2", noise_variance_s2_)};
+  std::vector<model::NamedArray> out = {VectorArray("mean", mean_),
+                                        MatrixArray("covariance", covariance_),
+                                        MatrixArray("noise_covariance", noise_covariance_)};
+  for (model::NamedArray& array : AlphaArrays()) out.push_back(std::move(array));
+  out.push_back(ScalarArray("noise_variance_s1", noise_variance_s1_));
+  out.push_back(ScalarArray("noise_variance_s2", noise_variance_s2_));
+  return out;
 }
 
 std::vector<model::NamedArray> BlrModel::CheckpointArrays() const {
-  return {VectorArray("statistic_s1", statistic_s1_),
-          MatrixArray("statistic_s2", statistic_s2_),
-          ScalarArray("noise_variance_s1", noise_variance_s1_),
-          ScalarArray("noise_variance_s2", noise_variance_s2_),
-          ScalarArray("alpha_shape", alpha_shape_),
-          ScalarArray("alpha_rate", alpha_rate_)};
+  std::vector<model::NamedArray> out = {VectorArray("statistic_s1", statistic_s1_),
+                                        MatrixArray("statistic_s2", statistic_s2_),
+                                        ScalarArray("noise_variance_s1", noise_variance_s1_),
+                                        ScalarArray("noise_variance_s2", noise_variance_s2_)};
+  for (model::NamedArray& array : AlphaArrays()) out.push_back(std::move(array));
+  return out;
 }
 
 Status BlrModel::RestoreCheckpoint(std::span<const model::NamedArray> arrays) {
   const int64_t d = config_.dim;
+  const int64_t groups = alpha_shape_.size();
   // Current format, and the earlier one ("precision", "precision_mean"):
-  // name → expected shape.
-  const std::vector<std::pair<std::string, std::vector<int64_t>>> known = {
-      {"statistic_s1", {d}},      {"statistic_s2", {d, d}},   {"noise_variance_s1", {}},
-      {"noise_variance_s2", {}},  {"alpha_shape", {}},        {"alpha_rate", {}},
-      {"precision", {d, d}},      {"precision_mean", {d}}};
+  // name → expected shape. q(α) is a scalar pair with one prior group, one
+  // entry per group (and the group of every coefficient) with several.
+  const std::vector<int64_t> alpha_shape_of =
+      groups == 1 ? std::vector<int64_t>{} : std::vector<int64_t>{groups};
+  std::vector<std::pair<std::string, std::vector<int64_t>>> known = {
+      {"statistic_s1", {d}},     {"statistic_s2", {d, d}},        {"noise_variance_s1", {}},
+      {"noise_variance_s2", {}}, {"alpha_shape", alpha_shape_of}, {"alpha_rate", alpha_shape_of},
+      {"precision", {d, d}},     {"precision_mean", {d}}};
+  if (groups > 1) known.push_back({"prior_group", {d}});
   std::map<std::string, const model::NamedArray*> found;
   for (const model::NamedArray& array : arrays) {
     const auto entry = std::find_if(known.begin(), known.end(),
@@ -440,16 +652,28 @@ Status BlrModel::RestoreCheckpoint(std::span<const model::NamedArray> arrays) {
                            found.count("noise_variance_s1") + found.count("noise_variance_s2") ==
                        4;
   const bool earlier = found.count("precision") + found.count("precision_mean") == 2;
+  const size_t grouped = groups > 1 ? 1 : 0;
   if (current == earlier || found.count("alpha_shape") + found.count("alpha_rate") != 2 ||
-      found.size() != (current ? 6u : 4u)) {
+      found.count("prior_group") != grouped || found.size() != (current ? 6u : 4u) + grouped) {
     return InvalidArgumentError(
         "a BLR checkpoint holds \"statistic_s1\", \"statistic_s2\", \"noise_variance_s1\", "
         "\"noise_variance_s2\", \"alpha_shape\" and \"alpha_rate\" (or, written by an earlier "
-        "vipsd, \"precision\", \"precision_mean\", \"alpha_shape\" and \"alpha_rate\")");
+        "vipsd, \"precision\", \"precision_mean\", \"alpha_shape\" and \"alpha_rate\"), and "
+        "with several prior groups also \"prior_group\"");
   }
-  const double alpha_shape = found["alpha_shape"]->data[0];
-  const double alpha_rate = found["alpha_rate"]->data[0];
-  if (!(alpha_shape > 0) || !(alpha_rate > 0)) {
+  if (groups > 1) {
+    for (Eigen::Index j = 0; j < d; ++j) {
+      if (found["prior_group"]->data[static_cast<size_t>(j)] != group_of_[j]) {
+        return InvalidArgumentError(
+            "checkpoint array \"prior_group\" differs from this model's blr.prior_group");
+      }
+    }
+  }
+  Eigen::VectorXd alpha_shape = Eigen::Map<const Eigen::VectorXd>(
+      found["alpha_shape"]->data.data(), static_cast<Eigen::Index>(groups));
+  Eigen::VectorXd alpha_rate = Eigen::Map<const Eigen::VectorXd>(
+      found["alpha_rate"]->data.data(), static_cast<Eigen::Index>(groups));
+  if (!(alpha_shape.array() > 0).all() || !(alpha_rate.array() > 0).all()) {
     return InvalidArgumentError("checkpoint arrays \"alpha_shape\" and \"alpha_rate\" must be > 0");
   }
   const std::string matrix_name = current ? "statistic_s2" : "precision";
@@ -464,11 +688,16 @@ Status BlrModel::RestoreCheckpoint(std::span<const model::NamedArray> arrays) {
     noise_variance_s1 = found["noise_variance_s1"]->data[0];
     noise_variance_s2 = found["noise_variance_s2"]->data[0];
   } else {
+    if (has_public_prior()) {
+      return InvalidArgumentError(
+          "a BLR checkpoint of the earlier format (\"precision\", \"precision_mean\") predates "
+          "public priors and cannot be restored into a model with one");
+    }
     // Λ = E[α] I + (the running estimate of S2/q), η = the one of S1/q.
-    matrix.diagonal().array() -= alpha_shape / alpha_rate;
+    matrix.diagonal() -= PriorPrecision(alpha_shape.cwiseQuotient(alpha_rate));
   }
   Status status = SetState(std::move(matrix), std::move(vector), noise_variance_s1,
-                           noise_variance_s2, alpha_shape, alpha_rate);
+                           noise_variance_s2, std::move(alpha_shape), std::move(alpha_rate));
   if (!status.ok()) {
     return InvalidArgumentError("checkpoint arrays give no valid posterior: " + status.message());
   }

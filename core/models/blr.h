@@ -5,7 +5,9 @@
 // Wang, Paisley, "Stochastic Variational Inference" (JMLR 2013).
 //
 // Model. y_n ~ Bernoulli(σ(mᵀx_n)), m | α ~ N(0, α⁻¹ I), α ~ Gamma(a0, b0)
-// (shape a0, rate b0). With ω_n ~ PG(1, 0) the likelihood becomes
+// (shape a0, rate b0). With prior groups (BlrConfig::prior_group, "Prior
+// groups" below) m_j | α ~ N(0, α_g(j)⁻¹) with one α_g ~ Gamma(a0, b0) per
+// group; what follows is written for one group. With ω_n ~ PG(1, 0) the likelihood becomes
 // conditionally Gaussian in m (Polson et al. 2013, Theorem 1):
 //   p(y_n | m, ω_n) ∝ exp((y_n − ½) x_nᵀm − ½ ω_n (x_nᵀm)²).
 // Mean field q(m) q(α) Π_n q(ω_n) gives
@@ -100,6 +102,14 @@
 //     step's target towards the current E[α], so a short private run gets
 //     nearer to it (docs/results.md, "Calibrated posteriors");
 //     a ← (1 − ρ) a + ρ â,  b ← (1 − ρ) b + ρ b̂,  E[α] = a / b,
+//  Prior groups: the prior precision is D = diag(E[α_g(j)]) and P = D +
+//     V diag(f·λ) Vᵀ is not diagonal in A's eigenbasis; Σ_data = P⁻¹ by
+//     Cholesky and μ = P⁻¹ V diag(f) Vᵀ B, in each bootstrap draw too (D's
+//     entries floored at eigenvalue_floor). q(α_g) by the evidence update
+//     on the group's coefficients: γ_g = d_g − E[α_g] Σ_{j∈g} Σ_data,jj,
+//     b̂_g = b0 + ½ Σ_{j∈g} (μ_j² + N_jj). When every E[α_g] is equal the
+//     eigenbasis derivation is used, so one group is bit for bit the model
+//     without groups.
 //  the posterior is derived again with the new E[α], and the E-step uses
 //  E[mmᵀ] = μμᵀ + Σ_data. All of this reads only the released sums, the
 //  public q, ρ, σ and bounds: post-processing, no privacy cost. The eigen-
@@ -107,8 +117,19 @@
 //  Sums are divided by q, never by the realised batch size (docs/models.md,
 //  "The stochastic step").
 //
-// Initialisation (public, data-independent): q(α) = the prior Gamma(a0,
-// b0); A = 0, B = 0, v1 = v2 = 0, so q(m) = N(0, (b0/a0) I).
+// Public prior (SetPublicPrior; model.public_prior): the release N(m0, S)
+// of a non-private fit on public records becomes the prior m | α ~ N(m0,
+// (α R)⁻¹), R = S⁻¹, α ~ Gamma(a0, b0) a scale learned by the evidence
+// update: γ = d − E[α] tr(R Σ_data) against E[(m − m0)ᵀ R (m − m0)] =
+// (μ − m0)ᵀ R (μ − m0) + tr(R N). At a0 = b0 = 1 the run starts from the
+// public posterior itself; where the private data disagree with it, E[α]
+// falls and the prior widens (it never moves m0). The posterior is the
+// general one of "Prior groups" with Λ0 = E[α] R and mean m0. Not with
+// prior groups (one scale).
+//
+// Initialisation (public, data-independent): q(α_g) = the prior Gamma(a0,
+// b0); A = 0, B = 0, v1 = v2 = 0, so q(m) = N(0, (b0/a0) I) (with a public
+// prior, N(m0, (b0/a0) S)).
 //
 // Release arrays (row-major doubles; all public post-processing):
 //   "mean"              (d)     μ
@@ -116,13 +137,15 @@
 //   "noise_covariance"  (d, d)  the share of Σ due to the noise left in A
 //                               (zero for a non-private run); the noise in
 //                               B is already inside Σ_data = Σ − it
-//   "alpha_shape" ()  a   } q(α) = Gamma(a, b), E[α] = a / b
-//   "alpha_rate"  ()  b   }
+//   "alpha_shape" ()  a   } q(α) = Gamma(a, b), E[α] = a / b; with G > 1
+//   "alpha_rate"  ()  b   } prior groups, shape (G): one q(α_g) per group,
+//   "prior_group" (d)        and the group of every coefficient (G > 1 only)
 //   "noise_variance_s1" (), "noise_variance_s2" ()   v1, v2
 // Checkpoint arrays (the whole state, restored bit-exactly):
 //   "statistic_s1" (d) B; "statistic_s2" (d, d) A, exactly symmetric;
 //   "noise_variance_s1" (); "noise_variance_s2" (); "alpha_shape" ();
-//   "alpha_rate" (). μ, Σ and E[mmᵀ] are recomputed from them
+//   "alpha_rate" () (both (G), and "prior_group" (d), with G > 1 groups; a
+//   checkpoint restores only into a model of the same grouping). μ, Σ and E[mmᵀ] are recomputed from them
 //   deterministically. A checkpoint of the earlier format ("precision",
 //   "precision_mean") is restored as A = Λ − E[α] I, B = η, v1 = v2 = 0: the
 //   noise of the steps before it is then not counted (docs/models.md).
@@ -167,6 +190,23 @@ struct BlrConfig {
   // Absolute floor of the posterior precision's eigenvalues (a guard for a
   // tiny E[α], see the header); finite, in (0, 1e6].
   double eigenvalue_floor = 1e-6;
+  // The prior group of every coefficient (header, "Prior groups"): empty
+  // (one α for all), or d entries that use each of 0 .. G−1, G ≤ d. Public:
+  // it names columns, never values.
+  std::vector<int32_t> prior_group;
+};
+
+// G of prior_group (1 when it is empty). Precondition: validated.
+int64_t PriorGroupCount(const BlrConfig& config);
+
+// The prior of q(m) a posterior is derived with (blr.cc): Λ0 =
+// diag(diagonal) (E[α_g(j)] per coefficient) and mean 0 without a public
+// prior; with one, Λ0 = diagonal[0] · R (diagonal holds E[α] alone) and
+// mean m0, R and m0 the public prior's precision and mean.
+struct BlrPrior {
+  Eigen::VectorXd diagonal;
+  const Eigen::MatrixXd* public_precision = nullptr;
+  const Eigen::VectorXd* public_mean = nullptr;
 };
 
 // Checks the ranges above; messages name the field ("blr.dim", …) and the
@@ -200,6 +240,14 @@ class BlrModel final : public model::Model {
   std::vector<model::NamedArray> ReleaseArrays() const override;
   std::vector<model::NamedArray> CheckpointArrays() const override;
   Status RestoreCheckpoint(std::span<const model::NamedArray> arrays) override;
+  // The public prior (header, "Public prior"): `arrays` are a non-private
+  // BLR release of the same d, of which "mean" (d) and "covariance" (d, d,
+  // symmetric positive definite) are used. Resets the state to the prior.
+  // INVALID_ARGUMENT (model unchanged) for a missing or malformed array;
+  // FAILED_PRECONDITION with prior groups (one scale for the public
+  // precision; blr.prior_group must be empty).
+  Status SetPublicPrior(std::span<const model::NamedArray> arrays) override;
+  bool has_public_prior() const { return public_precision_.size() > 0; }
 
   const BlrConfig& config() const { return config_; }
   const Eigen::VectorXd& mean() const { return mean_; }              // μ
@@ -212,9 +260,11 @@ class BlrModel final : public model::Model {
   const Eigen::VectorXd& statistic_s1() const { return statistic_s1_; }  // B
   double noise_variance_s1() const { return noise_variance_s1_; }        // v1
   double noise_variance_s2() const { return noise_variance_s2_; }        // v2
-  double alpha_shape() const { return alpha_shape_; }
-  double alpha_rate() const { return alpha_rate_; }
-  double expected_alpha() const { return alpha_shape_ / alpha_rate_; }
+  // q(α_g) = Gamma(alpha_shape[g], alpha_rate[g]), one entry per prior group.
+  const Eigen::VectorXd& alpha_shape() const { return alpha_shape_; }
+  const Eigen::VectorXd& alpha_rate() const { return alpha_rate_; }
+  Eigen::VectorXd expected_alpha() const;  // E[α_g], per group
+  Eigen::VectorXd prior_precision() const;  // E[α_g(j)], per coefficient
 
   // ⟨ξ⟩ of a feature vector of length d against the current q(m) (what
   // EStep uses). Precondition: x.size() == d, finite.
@@ -234,8 +284,14 @@ class BlrModel final : public model::Model {
   // finite; otherwise returns an error and changes nothing. `spectrum`:
   // Decompose(statistic_s2) when the caller has it (nullptr: computed).
   Status SetState(Eigen::MatrixXd statistic_s2, Eigen::VectorXd statistic_s1,
-                  double noise_variance_s1, double noise_variance_s2, double alpha_shape,
-                  double alpha_rate, const Spectrum* spectrum = nullptr);
+                  double noise_variance_s1, double noise_variance_s2, Eigen::VectorXd alpha_shape,
+                  Eigen::VectorXd alpha_rate, const Spectrum* spectrum = nullptr);
+  // E[α] per group → per coefficient.
+  Eigen::VectorXd PriorPrecision(const Eigen::VectorXd& expected_alpha) const;
+  // The prior a derivation uses at these E[α].
+  BlrPrior PriorOf(const Eigen::VectorXd& expected_alpha) const;
+  // q(α)'s release and checkpoint arrays (header).
+  std::vector<model::NamedArray> AlphaArrays() const;
 
   BlrConfig config_;
   privacy::BlockLayout layout_;
@@ -244,8 +300,12 @@ class BlrModel final : public model::Model {
   Eigen::VectorXd statistic_s1_;  // B
   double noise_variance_s1_ = 0;  // v1
   double noise_variance_s2_ = 0;  // v2
-  double alpha_shape_ = 0;        // a
-  double alpha_rate_ = 0;         // b
+  Eigen::VectorXd alpha_shape_;   // a_g
+  Eigen::VectorXd alpha_rate_;    // b_g
+  std::vector<int32_t> group_of_;  // the prior group of each coefficient
+  // The public prior's mean m0 and precision R (empty: none).
+  Eigen::VectorXd public_mean_;
+  Eigen::MatrixXd public_precision_;
   // Derived from the state.
   Eigen::MatrixXd precision_;         // P
   Eigen::MatrixXd data_covariance_;   // Σ_data

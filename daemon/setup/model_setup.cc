@@ -19,13 +19,20 @@ namespace vipsd::daemon {
 namespace {
 
 std::string ModelFingerprint(const model::Model& model, const std::string& vocabulary_fp,
-                             const std::string& public_prior_fp) {
+                             const std::string& public_prior_fp,
+                             const std::vector<double>& blr_prior_groups) {
   std::ostringstream text;
   text << "model " << model.type();
   for (const auto& [name, value] : model.dimensions()) text << " " << name << "=" << value;
   text << " vocabulary=" << vocabulary_fp;
   // A model that starts from a public prior has another history.
   if (!public_prior_fp.empty()) text << " public_prior=" << public_prior_fp;
+  // So does one whose coefficients share their prior precisions otherwise
+  // (and its checkpoint holds one q(α) per group).
+  if (!blr_prior_groups.empty()) {
+    text << " prior_groups=";
+    for (double size : blr_prior_groups) text << static_cast<int64_t>(size) << ",";
+  }
   return release::Blake2bHex(text.str());
 }
 
@@ -159,7 +166,8 @@ StatusOr<ModelBundle> BuildModel(const config::VipsdConfig& config) {
     VIPSD_RETURN_IF_ERROR(ApplyPublicPrior(config, bundle));
   }
   bundle.model_fingerprint = ModelFingerprint(*bundle.model, bundle.vocabulary_fingerprint,
-                                              bundle.public_prior_fingerprint);
+                                              bundle.public_prior_fingerprint,
+                                              config.blr_prior_groups);
   bundle.record_settings =
       RecordSettings(config, bundle.vocabulary_fingerprint, bundle.public_prior_fingerprint);
   return bundle;
@@ -229,6 +237,10 @@ std::string ConfigFingerprint(const config::VipsdConfig& c) {
   } else if (c.model_type == "blr") {
     text << " d=" << c.blr.dim << " a0=" << c.blr.prior_shape << " b0=" << c.blr.prior_rate
          << " floor=" << c.blr.eigenvalue_floor << " norm_rule=" << c.blr_norm_rule;
+    if (!c.blr_prior_groups.empty()) {  // one group: as before groups existed
+      text << " groups=";
+      for (double size : c.blr_prior_groups) text << static_cast<int64_t>(size) << ",";
+    }
   } else if (c.model_type == "sbn") {
     const auto& f = c.sbn.clip_fractions;
     text << " J=" << c.sbn.visible << " K=" << c.sbn.hidden
@@ -279,8 +291,6 @@ release::Release MakeRelease(const ModelBundle& bundle, const config::VipsdConfi
   if (m.model_type == "lda") {
     m.vocabulary_source = AbsolutePath(config.vocabulary_path);
     m.hyperparameters = {{"alpha", config.lda.alpha}, {"eta", config.lda.eta}};
-    m.public_prior_fingerprint = bundle.public_prior_fingerprint;
-    m.public_prior_source = bundle.public_prior_source;
   } else if (m.model_type == "blr") {
     m.hyperparameters = {{"prior_shape", config.blr.prior_shape},
                          {"prior_rate", config.blr.prior_rate}};
@@ -289,6 +299,9 @@ release::Release MakeRelease(const ModelBundle& bundle, const config::VipsdConfi
                          {"visible_bias_prior_precision", config.sbn.visible_bias_prior_precision},
                          {"hidden_bias_prior_precision", config.sbn.hidden_bias_prior_precision}};
   }
+  // What the model started from (LDA) or its prior (BLR); empty without one.
+  m.public_prior_fingerprint = bundle.public_prior_fingerprint;
+  m.public_prior_source = bundle.public_prior_source;
   if (config.privacy_unit != config::PrivacyUnit::kRecord) {
     m.privacy_unit = std::string(config::PrivacyUnitName(config.privacy_unit));
     if (config.privacy_unit == config::PrivacyUnit::kField) m.unit_field = config.unit_field;

@@ -697,6 +697,58 @@ TEST(ConfigTest, BlrExampleParsesAndModelSectionsMustMatchTheType) {
   EXPECT_EQ(config->model_type, "blr");
   EXPECT_EQ(config->blr.dim, 92);
   EXPECT_EQ(config->blr_norm_rule, "rescale");
+  // prior_groups: consecutive runs of coefficients, group g the g-th run.
+  ASSERT_EQ(config->blr.prior_group.size(), 92u);
+  EXPECT_EQ(config->blr.prior_group[0], 0);
+  EXPECT_EQ(config->blr.prior_group[1], 1);
+  EXPECT_EQ(config->blr.prior_group[5], 1);
+  EXPECT_EQ(config->blr.prior_group[6], 2);
+  EXPECT_EQ(config->blr.prior_group[91], 8);
+  EXPECT_EQ(models::PriorGroupCount(config->blr), 9);
+  const std::string groups = "prior_groups: [1, 5, 9, 7, 15, 6, 5, 2, 42]";
+  for (const auto& [replacement, expected] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"prior_groups: [1, 5, 9, 7, 15, 6, 5, 2, 41]",
+            "model.blr.prior_groups: the group sizes sum to 91; they must sum to "
+            "model.blr.dimension (92)"},
+           {"prior_groups: [1, 5, 9, 7, 15, 6, 5, 2, 41.5, 0.5]",
+            "model.blr.prior_groups: must be integers in [1, 1024]"}}) {
+    std::string changed = text.str();
+    changed.replace(changed.find(groups), groups.size(), replacement);
+    auto refused = ParseConfig(changed, "g.yaml");
+    ASSERT_FALSE(refused.ok()) << replacement;
+    EXPECT_THAT(refused.status().message(),
+                HasSubstr("g.yaml:" + std::to_string(LineOf(changed, "prior_groups")) + ": " +
+                          expected));
+  }
+  std::string one_group = text.str();
+  one_group.replace(one_group.find(groups), groups.size(), "");
+  auto ungrouped = ParseConfig(one_group, "g.yaml");
+  ASSERT_TRUE(ungrouped.ok()) << ungrouped.status().message();
+  EXPECT_TRUE(ungrouped->blr.prior_group.empty());
+  // A public prior (LDA and BLR) has one scale: not with prior groups.
+  const std::string public_prior = "  public_prior:\n    release: public/step-9\n";
+  std::string with_public = one_group;
+  with_public.replace(with_public.find("privacy:"), 0, public_prior);
+  auto public_blr = ParseConfig(with_public, "/etc/vipsd/p.yaml");
+  ASSERT_TRUE(public_blr.ok()) << public_blr.status().message();
+  EXPECT_EQ(public_blr->public_prior_path, "/etc/vipsd/public/step-9");
+  std::string both = text.str();
+  both.replace(both.find("privacy:"), 0, public_prior);
+  auto refused = ParseConfig(both, "g.yaml");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("g.yaml:" + std::to_string(LineOf(both, "prior_groups")) +
+                        ": model.blr.prior_groups: cannot be combined with model.public_prior"));
+  std::ifstream sbn_in(std::string(VIPSD_SOURCE_DIR) + "/config/examples/sbn_offline.yaml");
+  std::ostringstream sbn;
+  sbn << sbn_in.rdbuf();
+  std::string sbn_public = sbn.str();
+  sbn_public.replace(sbn_public.find("privacy:"), 0, public_prior);
+  auto no_sbn = ParseConfig(sbn_public, "s.yaml");
+  ASSERT_FALSE(no_sbn.ok());
+  EXPECT_THAT(no_sbn.status().message(),
+              HasSubstr("model.public_prior: only allowed with model.type: lda or blr"));
   std::string mixed = text.str();
   mixed.replace(mixed.find("privacy:"), 8,
                 "  lda:\n    topics: 3\nprivacy:");

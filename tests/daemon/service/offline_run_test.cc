@@ -6,10 +6,14 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <random>
+#include <sstream>
+#include <tuple>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -381,6 +385,93 @@ TEST(OfflineRunTest, APublicPriorIsCheckedRecordedAndPinnedToTheStateDirectory) 
   EXPECT_NE(other_vocabulary.status().message().find("was fitted with another vocabulary"),
             std::string::npos)
       << other_vocabulary.status().message();
+}
+
+// The same for BLR, whose public prior is a prior (docs/models.md, "Public
+// priors"): the private model starts at the public posterior (mean and
+// covariance, at the default a0 = b0 = 1), its releases name the public
+// release, and a public release of another dimension or a private one is
+// refused with key and line.
+TEST(OfflineRunTest, ABlrPublicPriorIsWhereTheModelStartsAndIsNamedInItsReleases) {
+  const std::string dir = ::testing::TempDir() + "offline_run_blr_public_prior";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  auto write_records = [&](const std::string& name, int count, int dim, int seed) {
+    std::ofstream out(dir + "/" + name);
+    std::mt19937_64 gen(static_cast<uint64_t>(seed));
+    std::uniform_real_distribution<double> uniform(-0.5, 0.5);
+    for (int i = 0; i < count; ++i) {
+      std::vector<double> x(static_cast<size_t>(dim));
+      for (double& v : x) v = uniform(gen);
+      out << "{\"x\": [";
+      for (int j = 0; j < dim; ++j) out << (j ? ", " : "") << x[static_cast<size_t>(j)];
+      out << "], \"y\": " << (x[0] - x[1] > 0 ? 1 : 0) << "}\n";
+    }
+  };
+  write_records("train.jsonl", 300, 3, 1);
+  write_records("public.jsonl", 200, 3, 2);
+  write_records("public4.jsonl", 200, 4, 3);
+  auto config_text = [&](int dim, const std::string& source, const std::string& extra,
+                         double sigma, const std::string& out) {
+    std::ostringstream text;
+    text << "model:\n  type: blr\n  blr:\n    dimension: " << dim << "\n" << extra
+         << "privacy:\n  noise_multiplier: " << sigma << "\n  sampling_rate: "
+         << (sigma > 0 ? 0.5 : 1.0) << "\n  delta: 1.0e-5\n  epsilon_ceiling: 50\n"
+         << "schedule:\n  max_steps: 3\nsource:\n  type: file\n  path: " << source << "\n"
+         << "sink:\n  type: file\n  directory: " << out << "_releases\n  publish_every: 3\n"
+         << "state:\n  directory: " << out << "_state\ndead_letter:\n  path: " << out
+         << "_dead.jsonl\n";
+    std::ofstream(dir + "/" + out + ".yaml", std::ios::trunc) << text.str();
+    return config::LoadConfigFile(dir + "/" + out + ".yaml");
+  };
+  for (const auto& [dim, source, name] :
+       {std::tuple{3, "public.jsonl", "public"}, std::tuple{4, "public4.jsonl", "public4"}}) {
+    auto open = config_text(dim, source, "", 0, name);
+    ASSERT_TRUE(open.ok()) << open.status().message();
+    ASSERT_TRUE(RunOffline(*open).ok());
+  }
+  const std::string public_release = dir + "/public_releases/step-3";
+  auto prior = [&](const std::string& release) {
+    return config_text(3, "train.jsonl", "  public_prior:\n    release: " + release + "\n", 2.0,
+                       "private");
+  };
+  auto config = prior(public_release);
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  auto bundle = BuildModel(*config);
+  ASSERT_TRUE(bundle.ok()) << bundle.status().message();
+  auto public_model = connectors::ReadReleaseDirectory(public_release);
+  ASSERT_TRUE(public_model.ok());
+  const std::string digest = release::Blake2bHex(Slurp(public_release + "/manifest.json"));
+  EXPECT_EQ(bundle->public_prior_fingerprint, digest);
+  const auto start = bundle->model->ReleaseArrays();
+  for (const std::string name : {"mean", "covariance"}) {
+    const auto& theirs = *std::find_if(public_model->arrays.begin(), public_model->arrays.end(),
+                                       [&](const auto& a) { return a.name == name; });
+    const auto& ours = *std::find_if(start.begin(), start.end(),
+                                     [&](const auto& a) { return a.name == name; });
+    ASSERT_EQ(ours.data.size(), theirs.data.size());
+    for (size_t i = 0; i < ours.data.size(); ++i) {
+      EXPECT_NEAR(ours.data[i], theirs.data[i], 1e-9 * (1 + std::abs(theirs.data[i]))) << name;
+    }
+  }
+  ASSERT_TRUE(RunOffline(*config).ok());
+  auto released = connectors::ReadReleaseDirectory(dir + "/private_releases/step-3");
+  ASSERT_TRUE(released.ok()) << released.status().message();
+  EXPECT_EQ(released->metadata.public_prior_fingerprint, digest);
+  EXPECT_EQ(released->metadata.public_prior_source, public_release);
+  for (const auto& [release, says] :
+       {std::pair{dir + "/public4_releases/step-3", "its dimensions differ from the model's (d = 3)"},
+        std::pair{dir + "/private_releases/step-3", "is a private release"}}) {
+    auto bad = prior(release);
+    ASSERT_TRUE(bad.ok()) << bad.status().message();
+    auto built = BuildModel(*bad);
+    ASSERT_FALSE(built.ok()) << release;
+    EXPECT_NE(built.status().message().find(dir + "/private.yaml:6: model.public_prior.release: " +
+                                            release),
+              std::string::npos)
+        << built.status().message();
+    EXPECT_NE(built.status().message().find(says), std::string::npos) << built.status().message();
+  }
 }
 
 TEST(OfflineRunTest, APrivateRunRefusesAStateDirectoryThatRanNonPrivateSteps) {
