@@ -2,7 +2,7 @@
 """LDA's stated noise and the public prior on Wikipedia (docs/results.md §6, §7).
 
   bench/lda_noise_aware.py [--build build] [--data out/results/wikipedia]
-                           [--out out/lda-noise] [--parts noise,public]
+                           [--out out/lda-noise] [--parts noise,public,people]
 
 Every run is bench/lda_svi_run with the settings of docs/results.md §1 (K =
 50, α = η = 0.02, N = 500, a = 0.1, q = 1, T = 15, τ0 = 1, κ = 0.7, δ = 1e-5;
@@ -19,6 +19,13 @@ Every run is bench/lda_svi_run with the settings of docs/results.md §1 (K =
           chosen on the validation file) and scored alone (the public-only
           line); then private runs start from it, on the validation file at
           ε = 2 and on the test file at each ε.
+  people  how many people a useful model needs (issue 48): docs/results.md
+          §4's article-level settings at ε = 4 (K = 10, α = 0.1, cap 64,
+          σ = 4.19), trained on the first 2,000 / 5,000 / 10,000 / all of
+          the private articles (ranked by sha256("people:" + article), so
+          the sets are nested), from a random start and from a public fit
+          of the public slice at K = 10 (the public part's fit settings);
+          test file. Writes OUT/people.png when matplotlib is there.
 
 Prints JSON. Needs Debian's python3 with numpy and scipy. Wall time on 2
 cores: about 4.5 minutes per private run (2 + 4 of them).
@@ -39,6 +46,8 @@ def main():
     ap.add_argument("--data", default=os.path.join(ROOT, "out", "results", "wikipedia"))
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "lda-noise"))
     ap.add_argument("--parts", default="noise,public")
+    ap.add_argument("--tau0-public", default="1",
+                    help="people: τ0 of the public-start runs (chosen by --parts people_tau)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     binary = os.path.join(args.build, "bench", "lda_svi_run")
@@ -98,7 +107,105 @@ def main():
         for eps, sigma in (("1", 14.5), ("2", 7.73), ("4", 4.19)):
             report[f"public_start_test_eps{eps}"] = run(
                 f"public_test_eps{eps}", start + ["--test", test, "--sigma", str(sigma)] + common)
+    if "people_tau" in args.parts.split(","):
+        # τ0 of a public start, chosen on the validation file with every
+        # private article: a larger τ0 keeps more of the public λ through
+        # the noisy steps (ρ_1 = (τ0 + 1)^-0.7).
+        public_dir = os.path.join(args.out, "public")
+        subset = os.path.join(public_dir, "people_23193_ids.jsonl")
+        unit = ["--V", "10000", "--K", "10", "--alpha", "0.1", "--eta", "0.02", "--N", "500",
+                "--clip", "0.1", "--threads", "2", "--delta", "1e-05", "--q", "1.0",
+                "--steps", "15", "--epsilon", "100", "--sigma", "4.19", "--unit-cap", "64"]
+        for tau0 in ("1", "16", "64", "256"):
+            report[f"people_val_public_tau{tau0}"] = run(
+                f"people_val_public_tau{tau0}",
+                ["--train", subset, "--test", val, "--seed", "1", "--tau0", tau0,
+                 "--public-lambda", os.path.join(public_dir, "public_lambda_k10.bin")] + unit)
+            print("tau0", tau0, report[f"people_val_public_tau{tau0}"], file=sys.stderr,
+                  flush=True)
+    if "people" in args.parts.split(","):
+        people(args, run, report, test, args.tau0_public)
     print(json.dumps(report, indent=1))
+
+
+UNIGRAM, BEST_NONPRIVATE = 4922.0, 2736.0  # docs/results.md §1, test file
+
+
+def share_of_gap(perplexity):
+    return (UNIGRAM - perplexity) / (UNIGRAM - BEST_NONPRIVATE)
+
+
+def people(args, run, report, test, tau0_public="1"):
+    public_dir = os.path.join(args.out, "public")
+    train = os.path.join(args.data, "train_ids.jsonl")
+    subprocess.run([sys.executable, os.path.join(HERE, "public_slice.py"), train, public_dir],
+                   check=True, capture_output=True, text=True)
+    public_ids = os.path.join(public_dir, "public_ids.jsonl")
+    private_ids = os.path.join(public_dir, "private_ids.jsonl")
+    sys.path.insert(0, HERE)
+    from public_slice import article
+    import hashlib
+    by_article = {}
+    with open(private_ids) as f:
+        for line in f:
+            by_article.setdefault(article(json.loads(line)["id"]), []).append(line)
+    ranked = sorted(by_article, key=lambda a: hashlib.sha256(("people:" + a).encode()).digest())
+    unit = ["--V", "10000", "--K", "10", "--alpha", "0.1", "--eta", "0.02", "--N", "500",
+            "--clip", "0.1", "--threads", "2", "--delta", "1e-05", "--q", "1.0", "--steps", "15",
+            "--tau0", "1", "--epsilon", "100", "--sigma", "4.19", "--unit-cap", "64"]
+    public_lambda = os.path.join(public_dir, "public_lambda_k10.bin")
+    run("people_public_fit", ["--train", public_ids, "--test", test, "--V", "10000", "--K", "10",
+                              "--alpha", "0.1", "--eta", "0.5", "--threads", "2", "--batch", "256",
+                              "--passes", "20", "--tau0", "64", "--lambda-out", public_lambda])
+    public_only = run("people_public_only", ["--train", public_ids, "--test", test, "--V", "10000",
+                                             "--K", "10", "--alpha", "0.1", "--eta", "0.02",
+                                             "--threads", "2", "--batch", "256", "--steps", "0",
+                                             "--public-lambda", public_lambda])
+    rows = {"public_only": {"perplexity": public_only, "share": share_of_gap(public_only)}}
+    for count in (2000, 5000, 10000, len(ranked)):
+        subset = os.path.join(public_dir, f"people_{count}_ids.jsonl")
+        if not os.path.exists(subset):
+            with open(subset, "w") as f:
+                for a in ranked[:count]:
+                    f.writelines(by_article[a])
+        random_start = run(f"people_{count}_random", ["--train", subset, "--test", test,
+                                                      "--seed", "1"] + unit)
+        suffix = "" if tau0_public == "1" else f"_tau{tau0_public}"
+        public_unit = unit[:unit.index("--tau0") + 1] + [tau0_public] + unit[unit.index("--tau0") + 2:]
+        public_start = run(f"people_{count}_public{suffix}",
+                           ["--train", subset, "--test", test, "--seed", "1", "--public-lambda",
+                            public_lambda] + public_unit)
+        rows[str(count)] = {"articles": count, "paragraphs": sum(len(by_article[a])
+                                                                 for a in ranked[:count]),
+                            "random_start": random_start, "public_start": public_start,
+                            "random_share": share_of_gap(random_start),
+                            "public_share": share_of_gap(public_start)}
+        print("people", count, json.dumps(rows[str(count)]), file=sys.stderr, flush=True)
+    report["people"] = rows
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    counts = [r["articles"] for k, r in rows.items() if k != "public_only"]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(counts, [rows[str(c)]["random_start"] for c in counts], "o-", label="random start")
+    ax.plot(counts, [rows[str(c)]["public_start"] for c in counts], "s-",
+            label=f"public start (431 public articles, τ0 = {args.tau0_public})")
+    ax.axhline(public_only, color="grey", ls="--", label="public only")
+    ax.axhline(UNIGRAM, color="black", ls=":", label="unigram")
+    ax.axhline(BEST_NONPRIVATE, color="green", ls=":", label="best non-private (all data)")
+    ax.set_xscale("log")
+    ax.set_xticks(counts)
+    ax.set_xticklabels([f"{c:,}" for c in counts])
+    ax.minorticks_off()
+    ax.set_xlabel("people (articles) in the private training data")
+    ax.set_ylabel("test perplexity")
+    ax.set_title("Article-level privacy, ε = 4, K = 10")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(args.out, "people.png"), dpi=110)
 
 
 if __name__ == "__main__":
