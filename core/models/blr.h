@@ -7,7 +7,8 @@
 // Model. y_n ~ Bernoulli(σ(mᵀx_n)), m | α ~ N(0, α⁻¹ I), α ~ Gamma(a0, b0)
 // (shape a0, rate b0). With prior groups (BlrConfig::prior_group, "Prior
 // groups" below) m_j | α ~ N(0, α_g(j)⁻¹) with one α_g ~ Gamma(a0, b0) per
-// group; what follows is written for one group. With ω_n ~ PG(1, 0) the likelihood becomes
+// group; what follows is written for one group. With ω_n ~ PG(1, 0) the
+// likelihood becomes
 // conditionally Gaussian in m (Polson et al. 2013, Theorem 1):
 //   p(y_n | m, ω_n) ∝ exp((y_n − ½) x_nᵀm − ½ ω_n (x_nᵀm)²).
 // Mean field q(m) q(α) Π_n q(ω_n) gives
@@ -145,7 +146,8 @@
 //   "statistic_s1" (d) B; "statistic_s2" (d, d) A, exactly symmetric;
 //   "noise_variance_s1" (); "noise_variance_s2" (); "alpha_shape" ();
 //   "alpha_rate" () (both (G), and "prior_group" (d), with G > 1 groups; a
-//   checkpoint restores only into a model of the same grouping). μ, Σ and E[mmᵀ] are recomputed from them
+//   checkpoint restores only into a model of the same grouping). μ, Σ and
+//   E[mmᵀ] are recomputed from them
 //   deterministically. A checkpoint of the earlier format ("precision",
 //   "precision_mean") is restored as A = Λ − E[α] I, B = η, v1 = v2 = 0: the
 //   noise of the steps before it is then not counted (docs/models.md).

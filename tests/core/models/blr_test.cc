@@ -933,7 +933,8 @@ TEST(BlrModelTest, AGroupedCheckpointNamesItsGroupsAndRestoresOnlyIntoThem) {
   ASSERT_TRUE(a->MStep(sum, {0.5, 1.0}, 0.5).ok());
   const auto checkpoint = a->CheckpointArrays();
   auto find = [](const std::vector<model::NamedArray>& arrays, const std::string& name) {
-    return std::find_if(arrays.begin(), arrays.end(), [&](const auto& x) { return x.name == name; });
+    return std::find_if(arrays.begin(), arrays.end(),
+                        [&](const auto& x) { return x.name == name; });
   };
   ASSERT_NE(find(checkpoint, "prior_group"), checkpoint.end());
   EXPECT_EQ(find(checkpoint, "prior_group")->data, (std::vector<double>{0, 1, 1}));

@@ -460,7 +460,8 @@ TEST(OfflineRunTest, ABlrPublicPriorIsWhereTheModelStartsAndIsNamedInItsReleases
   EXPECT_EQ(released->metadata.public_prior_fingerprint, digest);
   EXPECT_EQ(released->metadata.public_prior_source, public_release);
   for (const auto& [release, says] :
-       {std::pair{dir + "/public4_releases/step-3", "its dimensions differ from the model's (d = 3)"},
+       {std::pair{dir + "/public4_releases/step-3",
+                  "its dimensions differ from the model's (d = 3)"},
         std::pair{dir + "/private_releases/step-3", "is a private release"}}) {
     auto bad = prior(release);
     ASSERT_TRUE(bad.ok()) << bad.status().message();
