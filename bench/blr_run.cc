@@ -149,7 +149,8 @@ int main(int argc, char** argv) {
   if (argc % 2 == 0 || !args.count("--train") || !args.count("--test") || !args.count("--dim")) {
     std::cerr << "usage: blr_run --train FILE --test FILE --dim D [--q 0.01] [--steps 1000] "
                  "[--sigma 0 | --target-epsilon E] [--delta 1e-5] [--tau0 1] [--kappa 0.7] "
-                 "[--threads 1] [--a0 1] [--b0 1] [--eigenvalue-floor 1e-6] [--prior-groups G0,G1,...] "
+                 "[--threads 1] [--a0 1] [--b0 1] [--eigenvalue-floor 1e-6] "
+                 "[--prior-groups G0,G1,...] "
                  "[--norm-rule reject|rescale] [--seed 0] [--newton L2] [--release-dir DIR] "
                  "[--public-prior RELEASE_DIR]\n";
     return 2;

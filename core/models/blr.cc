@@ -76,8 +76,9 @@ double StandardNormal(std::mt19937_64& bits) {
 // prior"): Λ0 = diag(E[α_g(j)]) for prior groups, or Λ0 = E[α] R with the
 // public prior's precision R and mean m0. P = Λ0 + V diag(f·λ) Vᵀ is then
 // not diagonal in A's eigenbasis, so it is inverted by Cholesky; the mean is
-// P⁻¹ (V diag(f) Vᵀ B + Λ0 m0). The floor bounds each group's precision
-// from below (P ⪰ Λ0 since f·λ ≥ 0).
+// P⁻¹ (V diag(f) Vᵀ B + Λ0 m0). The floor bounds each group's precision,
+// or the public precision's scale, from below (P ⪰ Λ0 since f·λ ≥ 0), so
+// P stays positive definite where the noise leaves no signal.
 struct DenseMoments {
   Eigen::MatrixXd precision, data_covariance;
   Eigen::VectorXd mean;
@@ -96,8 +97,9 @@ StatusOr<DenseMoments> DensePosterior(const Eigen::VectorXd& a, const Eigen::Mat
   out.precision = v * kept.asDiagonal() * v.transpose();
   Eigen::VectorXd rhs = v * shrinkage.cwiseProduct(v.transpose() * statistic_s1);
   if (prior.public_precision != nullptr) {
-    out.precision += prior.diagonal[0] * *prior.public_precision;
-    rhs += prior.diagonal[0] * (*prior.public_precision * *prior.public_mean);
+    const double scale = std::max(prior.diagonal[0], map.eigenvalue_floor);
+    out.precision += scale * *prior.public_precision;
+    rhs += scale * (*prior.public_precision * *prior.public_mean);
   } else {
     out.precision.diagonal() += prior.diagonal.cwiseMax(map.eigenvalue_floor);
   }
@@ -306,9 +308,7 @@ BlrModel::BlrModel(const BlrConfig& config, privacy::BlockLayout layout)
 
 Eigen::VectorXd BlrModel::expected_alpha() const { return alpha_shape_.cwiseQuotient(alpha_rate_); }
 
-Eigen::VectorXd BlrModel::prior_precision() const {
-  return PriorPrecision(alpha_shape_.cwiseQuotient(alpha_rate_));
-}
+Eigen::VectorXd BlrModel::prior_precision() const { return PriorPrecision(expected_alpha()); }
 
 BlrPrior BlrModel::PriorOf(const Eigen::VectorXd& expected_alpha) const {
   if (public_precision_.size() == 0) return BlrPrior{PriorPrecision(expected_alpha)};

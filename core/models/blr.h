@@ -125,8 +125,8 @@
 // (μ − m0)ᵀ R (μ − m0) + tr(R N). At a0 = b0 = 1 the run starts from the
 // public posterior itself; where the private data disagree with it, E[α]
 // falls and the prior widens (it never moves m0). The posterior is the
-// general one of "Prior groups" with Λ0 = E[α] R and mean m0. Not with
-// prior groups (one scale).
+// general one of "Prior groups" with Λ0 = E[α] R and mean m0 (E[α] floored
+// at eigenvalue_floor there). Not with prior groups (one scale).
 //
 // Initialisation (public, data-independent): q(α_g) = the prior Gamma(a0,
 // b0); A = 0, B = 0, v1 = v2 = 0, so q(m) = N(0, (b0/a0) I) (with a public

@@ -18,6 +18,13 @@
 namespace vipsd::daemon {
 namespace {
 
+// model.blr.prior_groups as fingerprints spell it: "1,5,9,".
+std::string GroupSizes(const std::vector<double>& sizes) {
+  std::string out;
+  for (double size : sizes) out += std::to_string(static_cast<int64_t>(size)) + ",";
+  return out;
+}
+
 std::string ModelFingerprint(const model::Model& model, const std::string& vocabulary_fp,
                              const std::string& public_prior_fp,
                              const std::vector<double>& blr_prior_groups) {
@@ -29,10 +36,7 @@ std::string ModelFingerprint(const model::Model& model, const std::string& vocab
   if (!public_prior_fp.empty()) text << " public_prior=" << public_prior_fp;
   // So does one whose coefficients share their prior precisions otherwise
   // (and its checkpoint holds one q(α) per group).
-  if (!blr_prior_groups.empty()) {
-    text << " prior_groups=";
-    for (double size : blr_prior_groups) text << static_cast<int64_t>(size) << ",";
-  }
+  if (!blr_prior_groups.empty()) text << " prior_groups=" << GroupSizes(blr_prior_groups);
   return release::Blake2bHex(text.str());
 }
 
@@ -237,10 +241,8 @@ std::string ConfigFingerprint(const config::VipsdConfig& c) {
   } else if (c.model_type == "blr") {
     text << " d=" << c.blr.dim << " a0=" << c.blr.prior_shape << " b0=" << c.blr.prior_rate
          << " floor=" << c.blr.eigenvalue_floor << " norm_rule=" << c.blr_norm_rule;
-    if (!c.blr_prior_groups.empty()) {  // one group: as before groups existed
-      text << " groups=";
-      for (double size : c.blr_prior_groups) text << static_cast<int64_t>(size) << ",";
-    }
+    // One group: the text of before groups existed.
+    if (!c.blr_prior_groups.empty()) text << " groups=" << GroupSizes(c.blr_prior_groups);
   } else if (c.model_type == "sbn") {
     const auto& f = c.sbn.clip_fractions;
     text << " J=" << c.sbn.visible << " K=" << c.sbn.hidden
