@@ -309,7 +309,7 @@ void AddModel(std::vector<Key>& keys) {
                         "a number in (0, 1]"));
   AddEstep(keys, "model.lda", VIPSD_MEMBER(lda));
 
-  keys.push_back(SectionRow("model.public_prior").Only(Dimension::kModelType, "lda|blr"));
+  keys.push_back(SectionRow("model.public_prior").Only(Dimension::kModelType, "lda|blr|sbn"));
   keys.push_back(Path("model.public_prior.release", VIPSD_MEMBER(public_prior_path)).Required());
 
   keys.push_back(SectionRow("model.blr").Required().Only(Dimension::kModelType, "blr"));

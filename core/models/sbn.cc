@@ -650,4 +650,78 @@ Status SbnModel::RestoreCheckpoint(std::span<const model::NamedArray> arrays) {
   return Status::Ok();
 }
 
+Status SbnModel::SetPublicPrior(std::span<const model::NamedArray> arrays) {
+  const int64_t j = config_.visible;
+  const int64_t k = config_.hidden;
+  const int64_t p = SbnPackedSize(k);
+  // Messages: "the public prior's array \"w_mean\" must have shape (J, K) = (…)".
+  auto named = [](const Status& status, std::string_view shape) {
+    std::string message(status.message());
+    const std::string must = "must have shape ";
+    if (const size_t at = message.find(must); at != std::string::npos) {
+      message.insert(at + must.size(), std::string(shape) + " = ");
+    }
+    return InvalidArgumentError("the public prior's " + message + " (an sbn release)");
+  };
+  auto matrix = [&](std::string_view name, int64_t rows, int64_t cols,
+                    std::string_view shape) -> StatusOr<Eigen::MatrixXd> {
+    auto out = MatrixFrom(FindArray(arrays, name), name, rows, cols);
+    if (!out.ok()) return named(out.status(), shape);
+    return out;
+  };
+  auto vector = [&](std::string_view name, int64_t size,
+                    std::string_view shape) -> StatusOr<Eigen::VectorXd> {
+    auto out = VectorFrom(FindArray(arrays, name), name, size);
+    if (!out.ok()) return named(out.status(), shape);
+    return out;
+  };
+  VIPSD_ASSIGN_OR_RETURN(const Eigen::MatrixXd w_mean, matrix("w_mean", j, k, "(J, K)"));
+  VIPSD_ASSIGN_OR_RETURN(const Eigen::MatrixXd w_covariance,
+                         matrix("w_covariance", j, p, "(J, K(K+1)/2)"));
+  VIPSD_ASSIGN_OR_RETURN(const Eigen::VectorXd b_mean, vector("b_mean", k, "(K,)"));
+  VIPSD_ASSIGN_OR_RETURN(const Eigen::VectorXd b_variance, vector("b_variance", k, "(K,)"));
+  VIPSD_ASSIGN_OR_RETURN(const Eigen::VectorXd c_mean, vector("c_mean", j, "(J,)"));
+  VIPSD_ASSIGN_OR_RETURN(const Eigen::VectorXd c_variance, vector("c_variance", j, "(J,)"));
+  // A variance gives a valid precision iff it is > 0 and its inverse finite.
+  for (const auto& [name, variance] :
+       {std::pair<const char*, const Eigen::VectorXd*>{"b_variance", &b_variance},
+        std::pair<const char*, const Eigen::VectorXd*>{"c_variance", &c_variance}}) {
+    if (!(variance->array() > 0).all() || !variance->cwiseInverse().allFinite()) {
+      return InvalidArgumentError("the public prior's array \"" + std::string(name) +
+                                  "\" must be > 0 (a variance whose inverse is finite)");
+    }
+  }
+  Eigen::MatrixXd w_precision(j, p);
+  Eigen::MatrixXd w_precision_mean(j, k);
+  Eigen::MatrixXd covariance(k, k);
+  Eigen::LLT<Eigen::MatrixXd> llt(k);
+  const Eigen::MatrixXd identity = Eigen::MatrixXd::Identity(k, k);
+  for (Eigen::Index row = 0; row < j; ++row) {
+    UnpackRow(w_covariance, row, covariance);
+    llt.compute(covariance);
+    Eigen::MatrixXd precision;
+    if (llt.info() == Eigen::Success) {
+      precision = llt.solve(identity);
+      precision = 0.5 * (precision + precision.transpose()).eval();
+    }
+    if (llt.info() != Eigen::Success || !precision.allFinite()) {
+      return InvalidArgumentError("the public prior's array \"w_covariance\" has a row (" +
+                                  std::to_string(row) +
+                                  ") that is not positive definite with a finite inverse");
+    }
+    PackRow(precision, row, w_precision);
+    w_precision_mean.row(row) = (precision * w_mean.row(row).transpose()).transpose();
+  }
+  const Eigen::VectorXd b_precision = b_variance.cwiseInverse();
+  const Eigen::VectorXd c_precision = c_variance.cwiseInverse();
+  Status status = SetState(std::move(w_precision), std::move(w_precision_mean), b_precision,
+                           b_mean.cwiseProduct(b_precision), c_precision,
+                           c_mean.cwiseProduct(c_precision));
+  if (!status.ok()) {
+    return InvalidArgumentError("the public prior's array \"w_covariance\" (or the state derived "
+                                "from its arrays) is invalid: " + status.message());
+  }
+  return Status::Ok();
+}
+
 }  // namespace vipsd::models

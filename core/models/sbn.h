@@ -137,6 +137,30 @@
 // A small initial variance matters: with unit variances the E-step's
 // penalty ½Σ_j ξ_j E[w_jk²] switches every hidden unit off and SVI stalls.
 //
+// Public start (SetPublicPrior; model.public_prior, docs/models.md "Public
+// priors"): instead of the random initialisation the run starts from the
+// variational state of a NON-PRIVATE SBN release fitted on public records
+// (same J and K): Λ_j = Σ_j⁻¹, h_j = Λ_jμ_j from its "w_mean" and
+// "w_covariance", and the bias precisions and precision-means from
+// "b_mean"/"b_variance" and "c_mean"/"c_variance" (so the model's release
+// arrays equal the public ones up to the rounding of Σ → Λ → Σ). It is
+// ONLY the start, as for LDA: the prior of W stays N(0, α_W⁻¹ I) (and those
+// of b and c stay theirs), every later step is the same private step on the
+// same statistic, charged the same ε, and the SVI blend η ← (1 − ρ)η + ρη̂
+// forgets the start at the rate Π_t(1 − ρ_t) like any other start. What it
+// buys is an E-step that already assigns records to hidden units the public
+// data know, so the first noisy statistics carry that structure instead of
+// the noise having to break the symmetry of a random start. The public
+// precisions are those of the public fit (they scale with its number of
+// records, not with the private pool's); this model's init_seed is then
+// unused and the public release's hyperparameters are not read (its prior
+// precisions may differ). Why not also the prior of W
+// (as BLR does): a public posterior's precision grows with the number of
+// public records, so as a fixed prior it would outweigh the private data
+// unless its scale were learnt (BLR's evidence update of α); an SBN has no
+// such update, and the M-step's projection and ceiling (above) are derived
+// for the isotropic α_W I only.
+//
 // Release arrays (row-major doubles; all public post-processing):
 //   "w_mean"        (J, K)  μ
 //   "w_covariance"  (J, P)  row j = Σ_j packed (LAPACK 'U', as above)
@@ -296,6 +320,14 @@ class SbnModel final : public model::Model {
   // finite, precisions > 0 and every Λ_j positive definite; otherwise
   // INVALID_ARGUMENT naming the array and the model is unchanged.
   Status RestoreCheckpoint(std::span<const model::NamedArray> arrays) override;
+  // The public start (header, "Public start"): `arrays` are the release
+  // arrays of a non-private SBN fit of the same J and K ("w_mean" (J, K),
+  // "w_covariance" (J, K(K+1)/2), "b_mean" and "b_variance" (K), "c_mean"
+  // and "c_variance" (J); others are ignored). Each must be present with
+  // that shape and finite, every variance > 0 and every Σ_j positive
+  // definite (a precision Σ_j⁻¹ that is valid); otherwise INVALID_ARGUMENT
+  // naming the array (and its expected shape) and the model is unchanged.
+  Status SetPublicPrior(std::span<const model::NamedArray> arrays) override;
 
   const SbnConfig& config() const { return config_; }
   const SbnExpectations& expectations() const { return expectations_; }

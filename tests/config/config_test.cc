@@ -726,7 +726,8 @@ TEST(ConfigTest, BlrExampleParsesAndModelSectionsMustMatchTheType) {
   auto ungrouped = ParseConfig(one_group, "g.yaml");
   ASSERT_TRUE(ungrouped.ok()) << ungrouped.status().message();
   EXPECT_TRUE(ungrouped->blr.prior_group.empty());
-  // A public prior (LDA and BLR) has one scale: not with prior groups.
+  // A public prior (allowed for every model type) has one scale for BLR:
+  // not with prior groups.
   const std::string public_prior = "  public_prior:\n    release: public/step-9\n";
   std::string with_public = one_group;
   with_public.replace(with_public.find("privacy:"), 0, public_prior);
@@ -743,12 +744,21 @@ TEST(ConfigTest, BlrExampleParsesAndModelSectionsMustMatchTheType) {
   std::ifstream sbn_in(std::string(VIPSD_SOURCE_DIR) + "/config/examples/sbn_offline.yaml");
   std::ostringstream sbn;
   sbn << sbn_in.rdbuf();
+  // SBN has a public start too (issue 48: every model).
   std::string sbn_public = sbn.str();
   sbn_public.replace(sbn_public.find("privacy:"), 0, public_prior);
-  auto no_sbn = ParseConfig(sbn_public, "s.yaml");
-  ASSERT_FALSE(no_sbn.ok());
-  EXPECT_THAT(no_sbn.status().message(),
-              HasSubstr("model.public_prior: only allowed with model.type: lda or blr"));
+  auto public_sbn = ParseConfig(sbn_public, "/etc/vipsd/s.yaml");
+  ASSERT_TRUE(public_sbn.ok()) << public_sbn.status().message();
+  EXPECT_EQ(public_sbn->model_type, "sbn");
+  EXPECT_EQ(public_sbn->public_prior_path, "/etc/vipsd/public/step-9");
+  // A public_prior section still needs its release, with key and line.
+  std::string no_release = sbn.str();
+  no_release.replace(no_release.find("privacy:"), 0, "  public_prior: {}\n");
+  auto refused_sbn = ParseConfig(no_release, "s.yaml");
+  ASSERT_FALSE(refused_sbn.ok());
+  EXPECT_THAT(refused_sbn.status().message(),
+              HasSubstr("s.yaml:" + std::to_string(LineOf(no_release, "public_prior")) +
+                        ": model.public_prior.release: required key is missing"));
   std::string mixed = text.str();
   mixed.replace(mixed.find("privacy:"), 8,
                 "  lda:\n    topics: 3\nprivacy:");

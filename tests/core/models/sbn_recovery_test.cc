@@ -3,10 +3,12 @@
 // ("bars": each hidden unit switches on one row of a 4 × 4 image),
 // non-private SVI improves held-out reconstruction over steps and beats the
 // per-pixel marginal baseline; a private run charges the accountant exactly
-// once per step and still learns the visible biases.
+// once per step and still learns the visible biases; a public start helps a
+// private run at large noise.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -147,6 +149,89 @@ TEST(SbnRecoveryTest, PrivateRunChargesTheAccountantOncePerStep) {
   EXPECT_TRUE(model->get()->w_mean().allFinite());
   const SbnHeldOutResult result = Evaluate(**model, data);
   EXPECT_GT(result.accuracy_mean, 0.3);
+}
+
+// A public start (SbnModel::SetPublicPrior; docs/models.md, "Public
+// priors"): a non-private fit on separate public records drawn from the same
+// network, used as the start of a private run at large noise, ends with a
+// better held-out likelihood and reconstruction than the same private run
+// (same records, same noise) from the usual random start.
+std::unique_ptr<SbnModel> FitPublic(uint64_t seed, int records, int steps) {
+  const Data data = Generate(seed, records, 0);
+  auto model = SbnModel::Create(ModelConfig());
+  EXPECT_TRUE(model.ok());
+  testing::ZeroNoiseSource bits(seed);
+  svi::DriverConfig config;
+  config.mechanism.sampling_rate = 0.1;
+  config.mechanism.noise_multiplier = 0;
+  config.tau0 = 1;
+  config.kappa = 0.7;
+  auto driver = svi::StepDriver::Create(model->get(), &bits, nullptr, config);
+  EXPECT_TRUE(driver.ok());
+  for (int step = 0; step < steps; ++step) EXPECT_TRUE((*driver)->Step(data.pool).ok());
+  return std::move(*model);
+}
+
+// `steps` private steps (σ, q) from the usual start or from `start`.
+SbnHeldOutResult RunPrivate(const Data& data, const std::vector<model::NamedArray>* start,
+                            uint64_t noise_seed, double sigma, double q, int steps) {
+  auto model = SbnModel::Create(ModelConfig());
+  EXPECT_TRUE(model.ok());
+  if (start != nullptr) {
+    const Status set = (*model)->SetPublicPrior(*start);
+    EXPECT_TRUE(set.ok()) << set.ToString();
+  }
+  auto noise = privacy::SecureNoiseSource::CreateReproducible(noise_seed);  // test: not private
+  EXPECT_TRUE(noise.ok());
+  privacy::RdpAccountant accountant;
+  svi::DriverConfig config;
+  config.mechanism.sampling_rate = q;
+  config.mechanism.noise_multiplier = sigma;
+  config.tau0 = 1;
+  config.kappa = 0.7;
+  config.delta = 1e-5;
+  config.epsilon_ceiling = 1e6;
+  auto driver = svi::StepDriver::Create(model->get(), noise->get(), &accountant, config);
+  EXPECT_TRUE(driver.ok());
+  for (int step = 0; step < steps; ++step) {
+    auto result = (*driver)->Step(data.pool);
+    EXPECT_TRUE(result.ok() && result->outcome == svi::StepResult::Outcome::kRan);
+  }
+  EXPECT_EQ(accountant.steps(), steps);  // the public start costs no step
+  return Evaluate(**model, data);
+}
+
+// Measured (seeds 0, 1, 2; held-out accuracy from E[z] / IS log-likelihood
+// per image): usual start 0.570 / −11.04, 0.603 / −11.07, 0.677 / −11.01;
+// public start 0.793 / −10.73, 0.791 / −10.84, 0.856 / −10.71 (marginal
+// baseline ≈ 0.50 / −11.10, the public fit alone ≈ 0.95 / −6.9: the
+// private steps pull the start towards their noisy estimates). The gain
+// shrinks with more steps (20 steps: +0.05 to +0.14 accuracy over 10
+// seeds) and is all but gone at σ ≥ 2, where both runs end near the
+// baseline (differences within 0.07 accuracy and 0.03 log-likelihood).
+TEST(SbnRecoveryTest, APublicStartHelpsAPrivateRunAtLargeNoise) {
+  // σ = 1 at q = 0.2 (about 200 of 1,000 records per step) for 5 steps,
+  // ε ≈ 4.5 at δ = 1e-5: noise of the size of the W statistics.
+  constexpr double kSigma = 1.0;
+  constexpr double kRate = 0.2;
+  constexpr int kSteps = 5;
+  constexpr int kSeeds = 3;
+  double accuracy_gain = 0;
+  double loglik_gain = 0;
+  for (uint64_t seed = 0; seed < kSeeds; ++seed) {
+    const Data data = Generate(10 + seed, 1000, 400);
+    const auto public_model = FitPublic(20 + seed, 1000, 20);  // other records, same network
+    const std::vector<model::NamedArray> start = public_model->ReleaseArrays();
+    const SbnHeldOutResult usual = RunPrivate(data, nullptr, 30 + seed, kSigma, kRate, kSteps);
+    const SbnHeldOutResult from_public =
+        RunPrivate(data, &start, 30 + seed, kSigma, kRate, kSteps);
+    EXPECT_GT(from_public.accuracy_mean, usual.accuracy_mean + 0.05) << "seed " << seed;
+    EXPECT_GT(from_public.loglik_per_record, usual.loglik_per_record + 0.05) << "seed " << seed;
+    accuracy_gain += (from_public.accuracy_mean - usual.accuracy_mean) / kSeeds;
+    loglik_gain += (from_public.loglik_per_record - usual.loglik_per_record) / kSeeds;
+  }
+  EXPECT_GT(accuracy_gain, 0.1);
+  EXPECT_GT(loglik_gain, 0.1);
 }
 
 }  // namespace

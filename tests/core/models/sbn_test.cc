@@ -1,7 +1,8 @@
 // Sigmoid belief network (core/models/sbn.h): configuration, layout and
 // bounds (random and adversarial records and parameters), the E-step against
 // a brute-force enumeration of z ∈ {0,1}^K, the M-step formulas on a tiny
-// case, release/checkpoint arrays and the bit-exact checkpoint round trip.
+// case, release/checkpoint arrays and the bit-exact checkpoint round trip,
+// and the public start (SetPublicPrior) from a release.
 #include "core/models/sbn.h"
 
 #include <gtest/gtest.h>
@@ -675,6 +676,135 @@ TEST(SbnCheckpointTest, InvalidCheckpointsAreRejectedAndLeaveTheModelUnchanged) 
     const auto after = model->ReleaseArrays();
     for (size_t i = 0; i < before.size(); ++i) EXPECT_EQ(before[i].data, after[i].data);
   }
+}
+
+// ---------------------------------------------------------- public start --
+
+const model::NamedArray& Named(const std::vector<model::NamedArray>& arrays,
+                               const std::string& name) {
+  return *std::find_if(arrays.begin(), arrays.end(),
+                       [&](const model::NamedArray& a) { return a.name == name; });
+}
+
+// The state a public release describes is exactly where the model starts:
+// its checkpoint (natural parameters) is the public model's and its release
+// the public release, up to the rounding of Σ → Λ → Σ; nothing of the
+// model's own random start survives.
+TEST(SbnPublicPriorTest, TheStartIsThePublicReleasesState) {
+  std::mt19937_64 rng(21);
+  const int64_t j = 6, k = 3;
+  auto public_model = MakeModel(Config(j, k));
+  ASSERT_TRUE(public_model->RestoreCheckpoint(CheckpointOf(RandomPosterior(rng, j, k, 1.5, 0.3)))
+                  .ok());
+  std::vector<model::NamedArray> release = public_model->ReleaseArrays();
+  release.push_back({"unrelated", {1}, {7.0}});  // other arrays are ignored
+  SbnConfig config = Config(j, k);
+  config.init_seed = 99;
+  auto model = MakeModel(config);
+  const auto before = model->CheckpointArrays();
+  ASSERT_TRUE(model->SetPublicPrior(release).ok());
+  auto close = [](const std::vector<double>& a, const std::vector<double>& b, double tolerance) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (std::fabs(a[i] - b[i]) > tolerance * (1 + std::fabs(b[i]))) return false;
+    }
+    return true;
+  };
+  const auto expected = public_model->CheckpointArrays();
+  const auto got = model->CheckpointArrays();
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].name, expected[i].name);
+    EXPECT_EQ(got[i].shape, expected[i].shape);
+    EXPECT_TRUE(close(got[i].data, expected[i].data, 1e-10)) << got[i].name;
+    EXPECT_FALSE(close(got[i].data, before[i].data, 1e-3)) << got[i].name;  // moved
+  }
+  for (const auto& array : public_model->ReleaseArrays()) {
+    EXPECT_TRUE(close(Named(model->ReleaseArrays(), array.name).data, array.data, 1e-10))
+        << array.name;
+  }
+  // So the E-step sees the public parameters.
+  const std::vector<double> y = {1, 0, 0, 1, 1, 0};
+  auto fit = model->FitRecord(y);
+  auto public_fit = public_model->FitRecord(y);
+  ASSERT_TRUE(fit.ok() && public_fit.ok());
+  EXPECT_TRUE(fit->z_mean.isApprox(public_fit->z_mean, 1e-8));
+}
+
+// A release that is not an SBN release of this J and K, or whose values are
+// not a valid posterior, is refused by array name (and expected shape), and
+// the model keeps its state.
+TEST(SbnPublicPriorTest, MalformedPublicReleasesAreRefusedByArrayAndLeaveTheModelUnchanged) {
+  std::mt19937_64 rng(22);
+  const int64_t j = 6, k = 3;
+  auto public_model = MakeModel(Config(j, k));
+  ASSERT_TRUE(public_model->RestoreCheckpoint(CheckpointOf(RandomPosterior(rng, j, k, 1.0, 0.5)))
+                  .ok());
+  const std::vector<model::NamedArray> good = public_model->ReleaseArrays();
+  auto at = [](std::vector<model::NamedArray>& arrays, const std::string& name) -> auto& {
+    return *std::find_if(arrays.begin(), arrays.end(),
+                         [&](const model::NamedArray& a) { return a.name == name; });
+  };
+  struct Case {
+    std::string says;
+    std::function<void(std::vector<model::NamedArray>&)> mutate;
+  };
+  const std::vector<Case> cases = {
+      {"array \"w_mean\" is missing",
+       [&](auto& a) { a.erase(std::find_if(a.begin(), a.end(), [](const auto& x) {
+                        return x.name == "w_mean";
+                      })); }},
+      // A checkpoint (natural parameters) is not a release.
+      {"array \"w_mean\" is missing", [&](auto& a) { a = public_model->CheckpointArrays(); }},
+      {"array \"w_mean\" must have shape (J, K) = (6, 3)",
+       [&](auto& a) { at(a, "w_mean").shape = {3, 6}; }},
+      {"array \"w_covariance\" must have shape (J, K(K+1)/2) = (6, 6)",
+       [&](auto& a) { at(a, "w_covariance").shape = {6, 9}; at(a, "w_covariance").data.resize(54); }},
+      {"array \"b_mean\" must have shape (K,) = (3,)",
+       [&](auto& a) { at(a, "b_mean").data.push_back(0); at(a, "b_mean").shape = {4}; }},
+      {"array \"b_variance\" must have shape (K,) = (3,)",
+       [&](auto& a) { at(a, "b_variance").shape = {1, 3}; }},
+      {"array \"c_mean\" must have shape (J,) = (6,)",
+       [&](auto& a) { at(a, "c_mean").data.pop_back(); at(a, "c_mean").shape = {5}; }},
+      {"array \"c_variance\" is missing",
+       [&](auto& a) { at(a, "c_variance").name = "c_var"; }},
+      {"array \"w_mean\" has a non-finite value", [&](auto& a) { at(a, "w_mean").data[4] = INFINITY; }},
+      {"array \"w_covariance\" has a non-finite value",
+       [&](auto& a) { at(a, "w_covariance").data[7] = NAN; }},
+      {"array \"c_mean\" has a non-finite value", [&](auto& a) { at(a, "c_mean").data[2] = NAN; }},
+      {"array \"b_variance\" must be > 0", [&](auto& a) { at(a, "b_variance").data[1] = 0.0; }},
+      {"array \"c_variance\" must be > 0", [&](auto& a) { at(a, "c_variance").data[5] = -0.5; }},
+      // A variance whose precision is not finite.
+      {"array \"c_variance\" must be > 0", [&](auto& a) { at(a, "c_variance").data[0] = 1e-320; }},
+      // Row 1's covariance [[1, 2, 0], [2, 1, 0], [0, 0, 1]] is indefinite
+      // (packed 'U': (0,0) (0,1) (1,1) (0,2) (1,2) (2,2)).
+      {"array \"w_covariance\" has a row (1) that is not positive definite",
+       [&](auto& a) {
+         auto& data = at(a, "w_covariance").data;
+         const std::vector<double> row = {1, 2, 1, 0, 0, 1};
+         std::copy(row.begin(), row.end(), data.begin() + 6);
+       }},
+      // Singular: a zero variance on the diagonal.
+      {"array \"w_covariance\" has a row (4) that is not positive definite",
+       [&](auto& a) {
+         auto& data = at(a, "w_covariance").data;
+         std::fill(data.begin() + 24, data.begin() + 30, 0.0);
+       }},
+  };
+  auto model = MakeModel(Config(j, k));
+  const auto before = model->CheckpointArrays();
+  for (const Case& c : cases) {
+    std::vector<model::NamedArray> arrays = good;
+    c.mutate(arrays);
+    const Status status = model->SetPublicPrior(arrays);
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << c.says;
+    EXPECT_NE(status.message().find("the public prior's " + c.says), std::string::npos)
+        << status.message();
+    const auto after = model->CheckpointArrays();
+    for (size_t i = 0; i < before.size(); ++i) EXPECT_EQ(before[i].data, after[i].data) << c.says;
+  }
+  // The unchanged release is accepted by the same model.
+  EXPECT_TRUE(model->SetPublicPrior(good).ok());
 }
 
 TEST(SbnInitTest, InitialisationIsSeededAndSmall) {
