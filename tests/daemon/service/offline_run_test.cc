@@ -17,6 +17,8 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <cstring>
 
@@ -64,6 +66,24 @@ std::string MakeRunDirectory(const std::string& name, double ceiling, int64_t ma
 std::string Slurp(const std::string& path) {
   std::ifstream in(path);
   return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Each (public release, reason) of `refused`, named in the configuration
+// `prior(release)` (a function returning a loaded config), fails BuildModel
+// with "CONFIG:LINE: model.public_prior.release: RELEASE" and the reason.
+template <typename Prior>
+void ExpectPublicPriorsRefused(const Prior& prior, const std::string& where,
+                               const std::vector<std::pair<std::string, std::string>>& refused) {
+  for (const auto& [release, says] : refused) {
+    auto bad = prior(release);
+    ASSERT_TRUE(bad.ok()) << bad.status().message();
+    auto built = BuildModel(*bad);
+    ASSERT_FALSE(built.ok()) << release;
+    EXPECT_NE(built.status().message().find(where + ": model.public_prior.release: " + release),
+              std::string::npos)
+        << built.status().message();
+    EXPECT_NE(built.status().message().find(says), std::string::npos) << built.status().message();
+  }
 }
 
 TEST(OfflineRunTest, RunsStepsWritesLedgerAndDecodableReleases) {
@@ -459,20 +479,10 @@ TEST(OfflineRunTest, ABlrPublicPriorIsWhereTheModelStartsAndIsNamedInItsReleases
   ASSERT_TRUE(released.ok()) << released.status().message();
   EXPECT_EQ(released->metadata.public_prior_fingerprint, digest);
   EXPECT_EQ(released->metadata.public_prior_source, public_release);
-  for (const auto& [release, says] :
-       {std::pair{dir + "/public4_releases/step-3",
-                  "its dimensions differ from the model's (d = 3)"},
-        std::pair{dir + "/private_releases/step-3", "is a private release"}}) {
-    auto bad = prior(release);
-    ASSERT_TRUE(bad.ok()) << bad.status().message();
-    auto built = BuildModel(*bad);
-    ASSERT_FALSE(built.ok()) << release;
-    EXPECT_NE(built.status().message().find(dir + "/private.yaml:6: model.public_prior.release: " +
-                                            release),
-              std::string::npos)
-        << built.status().message();
-    EXPECT_NE(built.status().message().find(says), std::string::npos) << built.status().message();
-  }
+  ExpectPublicPriorsRefused(
+      prior, dir + "/private.yaml:6",
+      {{dir + "/public4_releases/step-3", "its dimensions differ from the model's (d = 3)"},
+       {dir + "/private_releases/step-3", "is a private release"}});
 }
 
 // The same for SBN, whose public prior is a start (core/models/sbn.h,
@@ -559,20 +569,10 @@ TEST(OfflineRunTest, AnSbnPublicPriorIsWhereTheModelStartsAndIsNamedInItsRelease
   EXPECT_TRUE(released->metadata.is_private);
   EXPECT_EQ(released->metadata.public_prior_fingerprint, digest);
   EXPECT_EQ(released->metadata.public_prior_source, public_release);
-  for (const auto& [release, says] :
-       {std::pair{dir + "/public3_releases/step-3",
-                  "its dimensions differ from the model's (K = 2)"},
-        std::pair{dir + "/private_releases/step-3", "is a private release"}}) {
-    auto bad = prior(release);
-    ASSERT_TRUE(bad.ok()) << bad.status().message();
-    auto built = BuildModel(*bad);
-    ASSERT_FALSE(built.ok()) << release;
-    EXPECT_NE(built.status().message().find(dir + "/private.yaml:7: model.public_prior.release: " +
-                                            release),
-              std::string::npos)
-        << built.status().message();
-    EXPECT_NE(built.status().message().find(says), std::string::npos) << built.status().message();
-  }
+  ExpectPublicPriorsRefused(
+      prior, dir + "/private.yaml:7",
+      {{dir + "/public3_releases/step-3", "its dimensions differ from the model's (K = 2)"},
+       {dir + "/private_releases/step-3", "is a private release"}});
 }
 
 TEST(OfflineRunTest, APrivateRunRefusesAStateDirectoryThatRanNonPrivateSteps) {
