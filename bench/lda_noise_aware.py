@@ -2,7 +2,7 @@
 """LDA's stated noise and the public prior on Wikipedia (docs/results.md §6, §7).
 
   bench/lda_noise_aware.py [--build build] [--data out/results/wikipedia]
-                           [--out out/lda-noise] [--parts noise,public,people]
+                           [--out out/lda-noise] [--parts noise,public,...]
 
 Every run is bench/lda_svi_run with the settings of docs/results.md §1 (K =
 50, α = η = 0.02, N = 500, a = 0.1, q = 1, T = 15, τ0 = 1, κ = 0.7, δ = 1e-5;
@@ -26,12 +26,18 @@ Every run is bench/lda_svi_run with the settings of docs/results.md §1 (K =
           the sets are nested), from a random start and from a public fit
           of the public slice at K = 10 (the public part's fit settings);
           test file. Writes OUT/people.png when matplotlib is there.
+  public_steps  fewer private steps at the same ε from the public start
+          (T = 3, 5, 8 with their σ; τ0 = 1 and 16), validation file, ε = 2.
+  seeds   the public-start lines again with --seed 2 and 3: record level
+          at ε = 1 and 2, and the people part's run on every private
+          article (τ0 = 256). A public start does not depend on the seed,
+          so these runs differ in their noise.
   ood     the out-of-domain public start: the training files of 20
           Newsgroups, Reuters-21578 and AG News (../shared/data, 31,728
           documents) tokenised into the Wikipedia vocabulary, fitted with
           the public part's settings, scored alone, and used as the start
-          of record-level private runs on the whole training file at ε = 2,
-          beside a random start with the same seed.
+          of record-level private runs on the whole training file at ε =
+          1, 2 and 4, each beside a random start with the same seed.
 
 Prints JSON. Needs Debian's python3 with numpy and scipy. Wall time on 2
 cores: about 4.5 minutes per private run (2 + 4 of them).
