@@ -59,6 +59,32 @@ void PackRow(const Eigen::MatrixXd& matrix, Eigen::Index row, Eigen::MatrixXd& p
   }
 }
 
+// For each row r of `packed` (J rows, each a packed SPD K × K matrix A_r)
+// and of `vectors` (J × K): `inverse` row r = A_r⁻¹ (packed, symmetrised)
+// and `solved` row r = A_r⁻¹ v_r, by one Cholesky factorisation per row.
+// Returns the first row whose A_r is not positive definite or whose results
+// are not finite, or -1 when every row is; rows from there on are unset.
+Eigen::Index InvertPackedRows(const Eigen::MatrixXd& packed, const Eigen::MatrixXd& vectors,
+                              Eigen::MatrixXd& inverse, Eigen::MatrixXd& solved) {
+  const Eigen::Index k = vectors.cols();
+  inverse.resize(packed.rows(), packed.cols());
+  solved.resize(vectors.rows(), k);
+  Eigen::MatrixXd matrix(k, k);
+  Eigen::LLT<Eigen::MatrixXd> llt(k);
+  const Eigen::MatrixXd identity = Eigen::MatrixXd::Identity(k, k);
+  for (Eigen::Index row = 0; row < packed.rows(); ++row) {
+    UnpackRow(packed, row, matrix);
+    llt.compute(matrix);
+    if (llt.info() != Eigen::Success) return row;
+    Eigen::MatrixXd inverted = llt.solve(identity);
+    inverted = 0.5 * (inverted + inverted.transpose()).eval();
+    solved.row(row) = llt.solve(vectors.row(row).transpose()).transpose();
+    if (!inverted.allFinite() || !solved.row(row).allFinite()) return row;
+    PackRow(inverted, row, inverse);
+  }
+  return -1;
+}
+
 using RowMajorMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 model::NamedArray MatrixArray(const std::string& name, const Eigen::MatrixXd& matrix) {
@@ -374,8 +400,6 @@ std::vector<std::pair<std::string, int64_t>> SbnModel::dimensions() const {
 Status SbnModel::SetState(Eigen::MatrixXd w_precision, Eigen::MatrixXd w_precision_mean,
                           Eigen::VectorXd b_precision, Eigen::VectorXd b_precision_mean,
                           Eigen::VectorXd c_precision, Eigen::VectorXd c_precision_mean) {
-  const Eigen::Index j = config_.visible;
-  const Eigen::Index k = config_.hidden;
   if (!w_precision.allFinite() || !w_precision_mean.allFinite() || !b_precision.allFinite() ||
       !b_precision_mean.allFinite() || !c_precision.allFinite() || !c_precision_mean.allFinite()) {
     return OutOfRangeError("sbn: updated natural parameters are not finite");
@@ -383,22 +407,13 @@ Status SbnModel::SetState(Eigen::MatrixXd w_precision, Eigen::MatrixXd w_precisi
   if (!(b_precision.array() > 0).all() || !(c_precision.array() > 0).all()) {
     return OutOfRangeError("sbn: updated bias precisions are not all > 0");
   }
-  Eigen::MatrixXd w_mean(j, k);
-  Eigen::MatrixXd w_covariance(j, SbnPackedSize(k));
-  Eigen::MatrixXd precision(k, k);
-  Eigen::LLT<Eigen::MatrixXd> llt(k);
-  const Eigen::MatrixXd identity = Eigen::MatrixXd::Identity(k, k);
-  for (Eigen::Index row = 0; row < j; ++row) {
-    UnpackRow(w_precision, row, precision);
-    llt.compute(precision);
-    if (llt.info() != Eigen::Success) {
-      return OutOfRangeError("sbn: a W row precision is not positive definite (row " +
-                             std::to_string(row) + ")");
-    }
-    Eigen::MatrixXd covariance = llt.solve(identity);
-    covariance = 0.5 * (covariance + covariance.transpose()).eval();
-    w_mean.row(row) = llt.solve(w_precision_mean.row(row).transpose()).transpose();
-    PackRow(covariance, row, w_covariance);
+  Eigen::MatrixXd w_covariance;
+  Eigen::MatrixXd w_mean;
+  if (const Eigen::Index bad =
+          InvertPackedRows(w_precision, w_precision_mean, w_covariance, w_mean);
+      bad >= 0) {
+    return OutOfRangeError("sbn: a W row precision is not positive definite with a finite "
+                           "inverse (row " + std::to_string(bad) + ")");
   }
   Eigen::VectorXd b_variance = b_precision.cwiseInverse();
   Eigen::VectorXd c_variance = c_precision.cwiseInverse();
@@ -691,26 +706,15 @@ Status SbnModel::SetPublicPrior(std::span<const model::NamedArray> arrays) {
                                   "\" must be > 0 (a variance whose inverse is finite)");
     }
   }
-  Eigen::MatrixXd w_precision(j, p);
-  Eigen::MatrixXd w_precision_mean(j, k);
-  Eigen::MatrixXd covariance(k, k);
-  Eigen::LLT<Eigen::MatrixXd> llt(k);
-  const Eigen::MatrixXd identity = Eigen::MatrixXd::Identity(k, k);
-  for (Eigen::Index row = 0; row < j; ++row) {
-    UnpackRow(w_covariance, row, covariance);
-    llt.compute(covariance);
-    Eigen::MatrixXd precision;
-    if (llt.info() == Eigen::Success) {
-      precision = llt.solve(identity);
-      precision = 0.5 * (precision + precision.transpose()).eval();
-    }
-    if (llt.info() != Eigen::Success || !precision.allFinite()) {
-      return InvalidArgumentError("the public prior's array \"w_covariance\" has a row (" +
-                                  std::to_string(row) +
-                                  ") that is not positive definite with a finite inverse");
-    }
-    PackRow(precision, row, w_precision);
-    w_precision_mean.row(row) = (precision * w_mean.row(row).transpose()).transpose();
+  // Λ_j = Σ_j⁻¹ and h_j = Λ_j μ_j = Σ_j⁻¹ μ_j.
+  Eigen::MatrixXd w_precision;
+  Eigen::MatrixXd w_precision_mean;
+  if (const Eigen::Index bad =
+          InvertPackedRows(w_covariance, w_mean, w_precision, w_precision_mean);
+      bad >= 0) {
+    return InvalidArgumentError("the public prior's array \"w_covariance\" has a row (" +
+                                std::to_string(bad) +
+                                ") that is not positive definite with a finite inverse");
   }
   const Eigen::VectorXd b_precision = b_variance.cwiseInverse();
   const Eigen::VectorXd c_precision = c_variance.cwiseInverse();
