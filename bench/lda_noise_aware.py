@@ -38,6 +38,19 @@ Every run is bench/lda_svi_run with the settings of docs/results.md §1 (K =
           the public part's settings, scored alone, and used as the start
           of record-level private runs on the whole training file at ε =
           1, 2 and 4, each beside a random start with the same seed.
+  blend   the shipped public start (model.public_prior.weight, core/models/
+          lda.h): λ₀ = (1 − m)·random start + m·public topics at the random
+          start's mass. The parts above start from the public λ as it is
+          (--lambda-in: the full start that came first); this part from the
+          blend (--public-lambda, --public-weight). m chosen on the
+          validation file at ε = 2 (m = 0.5 ... 0.005), and between 0.01
+          and 0.02 also at ε = 1 and 4; then, at --weight (default 0.01,
+          the shipped default), three runs (--seed 1, 2, 3) of
+          the record-level lines at ε = 1 and 2 and of the article-level
+          line (all private articles, K = 10, ε = 4; τ0 chosen on the
+          validation file between 1 and 256), the out-of-domain news start
+          at ε = 1, 2, 4 (beside the ood part's random starts), and the
+          people part's smaller sets.
 
 Prints JSON. Needs Debian's python3 with numpy and scipy. Wall time on 2
 cores: about 4.5 minutes per private run (2 + 4 of them).
@@ -59,6 +72,8 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "lda-noise"))
     ap.add_argument("--parts", default="noise,public",
                     help="comma-separated: noise, public, people_tau, people, ood")
+    ap.add_argument("--weight", default="0.01",
+                    help="blend: model.public_prior.weight of the test-file runs")
     ap.add_argument("--tau0-public", default="1",
                     help="people: τ0 of the public-start runs (chosen by --parts people_tau)")
     args = ap.parse_args()
@@ -120,8 +135,8 @@ def main():
         report["public_only_test"] = run(
             "public_only_test", ["--train", public_ids, "--test", test, "--V", "10000", "--K", "50",
                                  "--alpha", "0.02", "--eta", "0.02", "--threads", "2",
-                                 "--batch", "256", "--steps", "0", "--public-lambda", public_lambda])
-        start = ["--train", private_ids, "--public-lambda", public_lambda, "--seed", "1"]
+                                 "--batch", "256", "--steps", "0", "--lambda-in", public_lambda])
+        start = ["--train", private_ids, "--lambda-in", public_lambda, "--seed", "1"]
         report["public_start_validation_eps2"] = run(
             "public_val_eps2", start + ["--test", val, "--sigma", "7.73"] + common)
         for eps, sigma in (("1", 14.5), ("2", 7.73), ("4", 4.19)):
@@ -133,7 +148,7 @@ def main():
         # (σ from `vipsd-privacy sigma --target-epsilon 2 --sampling-rate 1
         # --delta 1e-5 --steps T`), and τ0. Validation file, ε = 2.
         public_dir, public_lambda = public_fit()
-        start = ["--train", os.path.join(public_dir, "private_ids.jsonl"), "--public-lambda",
+        start = ["--train", os.path.join(public_dir, "private_ids.jsonl"), "--lambda-in",
                  public_lambda, "--seed", "1", "--test", val]
         for steps, sigma, tau0 in (("3", "3.46", "1"), ("5", "4.46", "1"), ("8", "5.64", "1"),
                                    ("5", "4.46", "16"), ("3", "3.46", "16")):
@@ -148,7 +163,7 @@ def main():
         # articles, τ0 = 256, --seed 1) again with --seed 2 and 3 (each run
         # also draws its own noise).
         public_dir, public_lambda = public_fit()
-        start = ["--train", os.path.join(public_dir, "private_ids.jsonl"), "--public-lambda",
+        start = ["--train", os.path.join(public_dir, "private_ids.jsonl"), "--lambda-in",
                  public_lambda, "--test", test]
         unit = ["--V", "10000", "--K", "10", "--alpha", "0.1", "--eta", "0.02", "--N", "500",
                 "--clip", "0.1", "--threads", "2", "--delta", "1e-05", "--q", "1.0",
@@ -162,7 +177,7 @@ def main():
             name = f"people_23193_public_tau256_seed{seed}"
             report[name] = run(name, [
                 "--train", os.path.join(public_dir, "people_23193_ids.jsonl"), "--test", test,
-                "--seed", seed, "--public-lambda",
+                "--seed", seed, "--lambda-in",
                 os.path.join(public_dir, "public_lambda_k10.bin")] + unit)
             print(name, report[name], file=sys.stderr, flush=True)
     if "people_tau" in args.parts.split(","):
@@ -178,7 +193,7 @@ def main():
             report[f"people_val_public_tau{tau0}"] = run(
                 f"people_val_public_tau{tau0}",
                 ["--train", subset, "--test", val, "--seed", "1", "--tau0", tau0,
-                 "--public-lambda", os.path.join(public_dir, "public_lambda_k10.bin")] + unit)
+                 "--lambda-in", os.path.join(public_dir, "public_lambda_k10.bin")] + unit)
             print("tau0", tau0, report[f"people_val_public_tau{tau0}"], file=sys.stderr,
                   flush=True)
     if "people" in args.parts.split(","):
@@ -209,17 +224,81 @@ def main():
             "ood_public_only_test", ["--train", public_ids, "--test", test, "--V", "10000",
                                      "--K", "50", "--alpha", "0.02", "--eta", "0.02",
                                      "--threads", "2", "--batch", "256", "--steps", "0",
-                                     "--public-lambda", ood_lambda])
+                                     "--lambda-in", ood_lambda])
         for eps, sigma in (("2", "7.73"), ("1", "14.5"), ("4", "4.19")):
             for name, extra in ((f"ood_random_eps{eps}", []),
-                                (f"ood_start_eps{eps}", ["--public-lambda", ood_lambda])):
+                                (f"ood_start_eps{eps}", ["--lambda-in", ood_lambda])):
                 report[name] = run(name, ["--train", train, "--test", test, "--sigma", sigma,
                                           "--seed", "1"] + extra + common)
                 print(name, report[name], file=sys.stderr, flush=True)
+    if "blend" in args.parts.split(","):
+        blend(args, run, report, train, val, test, common)
     print(json.dumps(report, indent=1))
 
 
 UNIGRAM, BEST_NONPRIVATE = 4922.0, 2736.0  # docs/results.md §1, test file
+
+
+def blend(args, run, report, train, val, test, common):
+    public_dir = os.path.join(args.out, "public")
+    private_ids = os.path.join(public_dir, "private_ids.jsonl")
+    public_lambda = os.path.join(public_dir, "public_lambda.bin")
+    ood_lambda = os.path.join(args.out, "ood", "ood_lambda.bin")
+    for path in (private_ids, public_lambda, ood_lambda):
+        if not os.path.exists(path):
+            sys.exit(f"lda_noise_aware: {path} is missing (run --parts public,ood first)")
+    sigma = {"1": "14.5", "2": "7.73", "4": "4.19"}
+
+    def note(name):
+        print(name, report[name], file=sys.stderr, flush=True)
+
+    for m in ("0.5", "0.25", "0.1", "0.05", "0.02", "0.01", "0.005"):
+        name = f"blend_val_eps2_m{m}"
+        report[name] = run(name, ["--train", private_ids, "--test", val, "--seed", "1",
+                                  "--public-lambda", public_lambda, "--public-weight", m,
+                                  "--sigma", sigma["2"]] + common)
+        note(name)
+    for eps in ("1", "4"):
+        for m in ("0.01", "0.02"):
+            name = f"blend_val_eps{eps}_m{m}"
+            report[name] = run(name, ["--train", private_ids, "--test", val, "--seed", "1",
+                                      "--public-lambda", public_lambda, "--public-weight", m,
+                                      "--sigma", sigma[eps]] + common)
+            note(name)
+    m = args.weight
+    start = ["--public-lambda", public_lambda, "--public-weight", m]
+    for seed in ("1", "2", "3"):
+        for eps in ("1", "2"):
+            name = f"blend_test_eps{eps}_m{m}_seed{seed}"
+            report[name] = run(name, ["--train", private_ids, "--test", test, "--seed", seed,
+                                      "--sigma", sigma[eps]] + start + common)
+            note(name)
+    for eps in ("1", "2", "4"):
+        name = f"blend_ood_eps{eps}_m{m}"
+        report[name] = run(name, ["--train", train, "--test", test, "--seed", "1",
+                                  "--sigma", sigma[eps], "--public-lambda", ood_lambda,
+                                  "--public-weight", m] + common)
+        note(name)
+    # Article level (the people part's settings, every private article).
+    unit = ["--V", "10000", "--K", "10", "--alpha", "0.1", "--eta", "0.02", "--N", "500",
+            "--clip", "0.1", "--threads", "2", "--delta", "1e-05", "--q", "1.0", "--steps", "15",
+            "--epsilon", "100", "--sigma", "4.19", "--unit-cap", "64", "--public-lambda",
+            os.path.join(public_dir, "public_lambda_k10.bin"), "--public-weight", m]
+    everyone = os.path.join(public_dir, "people_23193_ids.jsonl")
+    best_tau0 = None
+    for tau0 in ("1", "256"):
+        name = f"blend_people_val_m{m}_tau{tau0}"
+        report[name] = run(name, ["--train", everyone, "--test", val, "--seed", "1",
+                                  "--tau0", tau0] + unit)
+        note(name)
+        if best_tau0 is None or report[name] < report[f"blend_people_val_m{m}_tau{best_tau0}"]:
+            best_tau0 = tau0
+    for count in ("2000", "5000", "10000", "23193"):
+        for seed in ("1", "2", "3") if count == "23193" else ("1",):
+            name = f"blend_people_{count}_m{m}_tau{best_tau0}_seed{seed}"
+            report[name] = run(name, ["--train", os.path.join(public_dir, f"people_{count}_ids.jsonl"),
+                                      "--test", test, "--seed", seed, "--tau0", best_tau0] + unit)
+            note(name)
 
 
 def share_of_gap(perplexity):
@@ -251,7 +330,7 @@ def people(args, run, report, test, tau0_public="1"):
     public_only = run("people_public_only", ["--train", public_ids, "--test", test, "--V", "10000",
                                              "--K", "10", "--alpha", "0.1", "--eta", "0.02",
                                              "--threads", "2", "--batch", "256", "--steps", "0",
-                                             "--public-lambda", public_lambda])
+                                             "--lambda-in", public_lambda])
     rows = {"public_only": {"perplexity": public_only, "share": share_of_gap(public_only)}}
     for count in (2000, 5000, 10000, len(ranked)):
         subset = os.path.join(public_dir, f"people_{count}_ids.jsonl")
@@ -264,7 +343,7 @@ def people(args, run, report, test, tau0_public="1"):
         suffix = "" if tau0_public == "1" else f"_tau{tau0_public}"
         public_unit = unit[:unit.index("--tau0") + 1] + [tau0_public] + unit[unit.index("--tau0") + 2:]
         public_start = run(f"people_{count}_public{suffix}",
-                           ["--train", subset, "--test", test, "--seed", "1", "--public-lambda",
+                           ["--train", subset, "--test", test, "--seed", "1", "--lambda-in",
                             public_lambda] + public_unit)
         rows[str(count)] = {"articles": count, "paragraphs": sum(len(by_article[a])
                                                                  for a in ranked[:count]),

@@ -101,7 +101,10 @@ int main(int argc, char** argv) {
                  "       [--validation IDS.jsonl] [--eval-every S (perplexity on --test every S steps)]\n"
                  "       [--unit-cap C (unit-level privacy, the article as the unit)]\n"
                  "       [--public-lambda FILE (a public start: K x V doubles as --lambda-out\n"
-                 "        writes, from a run on public data)]\n";
+                 "        writes, from a run on public data)] [--public-weight M (its share\n"
+                 "        of the start, model.public_prior.weight; default 0.01)]\n"
+                 "       [--lambda-in FILE (start from these K x V doubles exactly, e.g. to\n"
+                 "        score a public fit alone with --steps 0)]\n";
     return 2;
   }
   int64_t train_tokens = 0, test_tokens = 0;
@@ -139,25 +142,34 @@ int main(int argc, char** argv) {
   lda.estep_tolerance = 1e-3;
   lda.init_seed = std::stoull(get("--seed", "0"));
   lda.mstep_threads = std::stoi(get("--threads", "1"));  // the M-step uses the driver's threads
+  lda.public_start_weight = std::stod(
+      get("--public-weight", std::to_string(vipsd::models::kDefaultPublicStartWeight)));
   auto model = vipsd::models::LdaModel::Create(lda);
   if (!model.ok()) {
     std::cerr << model.status().ToString() << "\n";
     return 1;
   }
-  if (args.count("--public-lambda")) {  // model.public_prior with a release's λ
-    std::ifstream f(args["--public-lambda"], std::ios::binary);
+  for (const char* flag : {"--public-lambda", "--lambda-in"}) {
+    if (!args.count(flag)) continue;
+    std::ifstream f(args[flag], std::ios::binary);
     vipsd::model::NamedArray lambda{"lambda", {lda.num_topics, lda.vocabulary_size}, {}};
     lambda.data.resize(static_cast<size_t>(lda.num_topics * lda.vocabulary_size));
     f.read(reinterpret_cast<char*>(lambda.data.data()),
            static_cast<std::streamsize>(lambda.data.size() * sizeof(double)));
     if (!f || f.peek() != std::char_traits<char>::eof()) {
-      std::cerr << "--public-lambda: not K x V doubles\n";
+      std::cerr << flag << ": not K x V doubles\n";
       return 2;
     }
+    // --public-lambda is model.public_prior (the blended start);
+    // --lambda-in sets λ as it is.
     const vipsd::Status set =
-        (*model)->SetPublicPrior(std::vector<vipsd::model::NamedArray>{lambda});
+        std::string(flag) == "--public-lambda"
+            ? (*model)->SetPublicPrior(std::vector<vipsd::model::NamedArray>{lambda})
+            : (*model)->SetLambda(Eigen::Map<const Eigen::Matrix<double, Eigen::Dynamic,
+                                                                  Eigen::Dynamic, Eigen::RowMajor>>(
+                  lambda.data.data(), lda.num_topics, lda.vocabulary_size));
     if (!set.ok()) {
-      std::cerr << set.ToString() << "\n";
+      std::cerr << flag << ": " << set.ToString() << "\n";
       return 2;
     }
   }

@@ -311,6 +311,9 @@ void AddModel(std::vector<Key>& keys) {
 
   keys.push_back(SectionRow("model.public_prior").Only(Dimension::kModelType, "lda|blr|sbn"));
   keys.push_back(Path("model.public_prior.release", VIPSD_MEMBER(public_prior_path)).Required());
+  keys.push_back(Number("model.public_prior.weight", VIPSD_MEMBER(lda.public_start_weight),
+                        Fraction, "a number in (0, 1] (the public start's share of λ₀)")
+                     .Only(Dimension::kModelType, "lda"));
 
   keys.push_back(SectionRow("model.blr").Required().Only(Dimension::kModelType, "blr"));
   keys.push_back(Integer("model.blr.dimension", VIPSD_MEMBER(blr.dim), 1, 1024).Required());

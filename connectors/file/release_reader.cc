@@ -95,6 +95,7 @@ constexpr Field kOptionalFields[] = {{"schedule", Kind::kString},
                                      {"vocabulary_source", Kind::kString},
                                      {"public_prior_fingerprint", Kind::kString},
                                      {"public_prior_source", Kind::kString},
+                                     {"public_prior_weight", Kind::kNumber},
                                      {"hyperparameters", Kind::kObject},
                                      {"privacy_unit", Kind::kString},
                                      {"unit_field", Kind::kString},
@@ -204,6 +205,9 @@ Status ReadMetadata(const json& manifest, const std::string& where,
   }
   if (manifest.contains("public_prior_source")) {
     m.public_prior_source = manifest["public_prior_source"].get<std::string>();
+  }
+  if (manifest.contains("public_prior_weight")) {
+    m.public_prior_weight = manifest["public_prior_weight"].get<double>();
   }
   if (manifest.contains("hyperparameters")) {
     for (const auto& [name, value] : manifest["hyperparameters"].items()) {

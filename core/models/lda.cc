@@ -128,9 +128,23 @@ Status FieldError(const std::string& field, const std::string& allowed) {
   return InvalidArgumentError("lda." + field + " must be " + allowed);
 }
 
+// The seeded random start λ ~ Gamma(100, 1/100) per cell (LdaConfig::init_seed).
+Eigen::MatrixXd RandomStart(const LdaConfig& config) {
+  std::mt19937_64 rng(config.init_seed);
+  std::gamma_distribution<double> gamma(100.0, 1.0 / 100.0);
+  Eigen::MatrixXd lambda(config.num_topics, config.vocabulary_size);
+  for (Eigen::Index v = 0; v < lambda.cols(); ++v) {
+    for (Eigen::Index k = 0; k < lambda.rows(); ++k) lambda(k, v) = gamma(rng);
+  }
+  return lambda;
+}
+
 }  // namespace
 
 Status ValidateLdaConfig(const LdaConfig& c) {
+  if (!(c.public_start_weight > 0 && c.public_start_weight <= 1)) {
+    return FieldError("public_start_weight", "in (0, 1]");
+  }
   if (c.num_topics < 1 || c.num_topics > 100000) return FieldError("num_topics", "in [1, 100000]");
   if (c.vocabulary_size < 1 || c.vocabulary_size > 10000000) {
     return FieldError("vocabulary_size", "in [1, 10000000]");
@@ -231,13 +245,7 @@ StatusOr<std::unique_ptr<LdaModel>> LdaModel::Create(const LdaConfig& config) {
           "topic_word", privacy::BlockKind::kVector,
           static_cast<size_t>(config.num_topics * config.vocabulary_size), bound}}));
   std::unique_ptr<LdaModel> model(new LdaModel(config, std::move(layout)));
-  std::mt19937_64 rng(config.init_seed);
-  std::gamma_distribution<double> gamma(100.0, 1.0 / 100.0);
-  Eigen::MatrixXd lambda(config.num_topics, config.vocabulary_size);
-  for (Eigen::Index v = 0; v < lambda.cols(); ++v) {
-    for (Eigen::Index k = 0; k < lambda.rows(); ++k) lambda(k, v) = gamma(rng);
-  }
-  VIPSD_RETURN_IF_ERROR(model->SetLambda(lambda));
+  VIPSD_RETURN_IF_ERROR(model->SetLambda(RandomStart(config)));
   return model;
 }
 
@@ -308,9 +316,18 @@ Status LdaModel::SetPublicPrior(std::span<const model::NamedArray> arrays) {
   if (found == arrays.end()) {
     return InvalidArgumentError("the public prior has no array \"lambda\" (an LDA release)");
   }
-  VIPSD_ASSIGN_OR_RETURN(const Eigen::MatrixXd lambda,
+  VIPSD_ASSIGN_OR_RETURN(const Eigen::MatrixXd public_lambda,
                          LambdaFromArray(*found, "the public prior's array"));
-  return SetLambda(lambda);  // checks finite and > 0
+  if (!public_lambda.allFinite() || !(public_lambda.array() > 0).all()) {
+    return InvalidArgumentError("the public prior's \"lambda\" must be finite and > 0");
+  }
+  const double m = config_.public_start_weight;
+  Eigen::MatrixXd start = RandomStart(config_);
+  for (Eigen::Index k = 0; k < start.rows(); ++k) {
+    const double scale = start.row(k).sum() / public_lambda.row(k).sum();
+    start.row(k) = (1 - m) * start.row(k) + (m * scale) * public_lambda.row(k);
+  }
+  return SetLambda(start);  // checks finite and > 0 (a sum that overflowed)
 }
 
 Eigen::VectorXd LdaModel::NoiseShare() const {

@@ -73,6 +73,9 @@
 
 namespace vipsd::models {
 
+// model.public_prior.weight's default (LdaConfig::public_start_weight).
+inline constexpr double kDefaultPublicStartWeight = 0.01;
+
 struct LdaConfig {
   int64_t num_topics = 0;       // K ≥ 1
   int64_t vocabulary_size = 0;  // V ≥ 1
@@ -86,6 +89,9 @@ struct LdaConfig {
   // Seed of the (public, data-independent) initialisation
   // λ ~ Gamma(100, 1/100), as in Hoffman's online LDA and scikit-learn.
   uint64_t init_seed = 0;
+  // m ∈ (0, 1]: the public start's share of λ₀ (SetPublicPrior). The
+  // default was chosen on the validation file (docs/results.md §7).
+  double public_start_weight = kDefaultPublicStartWeight;
   // Threads for the K·V work of MStep (the blend and E[log β]), in [1, 256];
   // typically the step driver's thread count. Every entry is computed the
   // same way whatever the count (columns are split, row sums stay serial),
@@ -119,7 +125,18 @@ class LdaModel final : public model::Model {
   // "lambda" and the noise scalars (header, "M-step").
   std::vector<model::NamedArray> CheckpointArrays() const override;
   Status RestoreCheckpoint(std::span<const model::NamedArray> arrays) override;
-  // The start λ₀ = the public release's "lambda" (no noise counted).
+  // The public start (no noise counted): a blend of the seeded random start
+  // R (Create) and the public release's "lambda" P, each public topic
+  // rescaled to its random topic's mass:
+  //   λ₀[k] = (1 − m)·R[k] + m·(|R[k]| / |P[k]|)·P[k],  m = public_start_weight,
+  // |x| = Σ_v x_v. So every topic keeps the random start's mass and only its
+  // shape moves towards the public topic. Why a blend: the start decides
+  // which topics the first E-step sorts documents into; a full public start
+  // (m = 1) locks the private run into the public topics, which costs
+  // quality when the public source is of another kind, and a small share
+  // gives the first E-step the public structure without that lock
+  // (docs/results.md §7 measures m). R is regenerated from init_seed, so the
+  // result does not depend on what λ was before the call.
   Status SetPublicPrior(std::span<const model::NamedArray> arrays) override;
 
   const LdaConfig& config() const { return config_; }

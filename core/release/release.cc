@@ -186,6 +186,7 @@ std::string ManifestJsonUnchecked(const Release& release,
   if (!m.public_prior_fingerprint.empty()) {
     field("public_prior_fingerprint", JsonString(m.public_prior_fingerprint));
     field("public_prior_source", JsonString(m.public_prior_source));
+    if (m.public_prior_weight > 0) field("public_prior_weight", JsonNumber(m.public_prior_weight));
   }
   field("hyperparameters", JsonNumberObject(m.hyperparameters));
   if (m.privacy_unit != "record") {
@@ -293,6 +294,11 @@ Status ValidateShapeAndProvenance(const ReleaseMetadata& m) {
     return FieldError("public_prior_source",
                       "0-4096 printable ASCII characters, and empty without a "
                       "public_prior_fingerprint");
+  }
+  if (!(m.public_prior_weight == 0 || (m.public_prior_weight > 0 && m.public_prior_weight <= 1)) ||
+      (m.public_prior_fingerprint.empty() && m.public_prior_weight != 0)) {
+    return FieldError("public_prior_weight",
+                      "0 (none) or in (0, 1], and 0 without a public_prior_fingerprint");
   }
   keys.clear();
   for (const auto& [name, value] : m.hyperparameters) {

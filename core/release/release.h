@@ -100,6 +100,10 @@ struct ReleaseMetadata {
   // both "" if none (optional fields, omitted then).
   std::string public_prior_fingerprint;
   std::string public_prior_source;
+  // LDA's public start: the public topics' share of the start
+  // (model.public_prior.weight), in (0, 1]; 0 = none (other models, or no
+  // public prior; optional field, omitted then).
+  double public_prior_weight = 0;
   // The model's public priors a consumer needs to use it (LDA: alpha, eta;
   // BLR: prior_shape, prior_rate; SBN: the prior precisions), each finite
   // and > 0 (optional field; empty for releases written before it existed).

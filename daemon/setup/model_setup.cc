@@ -11,6 +11,7 @@
 #include "connectors/decode/unit_decoder.h"
 #include "connectors/file/file_util.h"
 #include "connectors/file/release_reader.h"
+#include "core/base/format.h"
 #include "core/models/blr.h"
 #include "core/models/lda.h"
 #include "core/models/sbn.h"
@@ -27,16 +28,22 @@ std::string GroupSizes(const std::vector<double>& sizes) {
 
 std::string ModelFingerprint(const model::Model& model, const std::string& vocabulary_fp,
                              const std::string& public_prior_fp,
-                             const std::vector<double>& blr_prior_groups) {
+                             const config::VipsdConfig& config) {
   std::ostringstream text;
   text << "model " << model.type();
   for (const auto& [name, value] : model.dimensions()) text << " " << name << "=" << value;
   text << " vocabulary=" << vocabulary_fp;
   // A model that starts from a public prior has another history.
   if (!public_prior_fp.empty()) text << " public_prior=" << public_prior_fp;
+  // And so does one that starts from another share of it (LDA's blend).
+  if (!public_prior_fp.empty() && model.type() == "lda") {
+    text << " public_start_weight=" << ShortestNumber(config.lda.public_start_weight);
+  }
   // So does one whose coefficients share their prior precisions otherwise
   // (and its checkpoint holds one q(α) per group).
-  if (!blr_prior_groups.empty()) text << " prior_groups=" << GroupSizes(blr_prior_groups);
+  if (!config.blr_prior_groups.empty()) {
+    text << " prior_groups=" << GroupSizes(config.blr_prior_groups);
+  }
   return release::Blake2bHex(text.str());
 }
 
@@ -170,8 +177,7 @@ StatusOr<ModelBundle> BuildModel(const config::VipsdConfig& config) {
     VIPSD_RETURN_IF_ERROR(ApplyPublicPrior(config, bundle));
   }
   bundle.model_fingerprint = ModelFingerprint(*bundle.model, bundle.vocabulary_fingerprint,
-                                              bundle.public_prior_fingerprint,
-                                              config.blr_prior_groups);
+                                              bundle.public_prior_fingerprint, config);
   bundle.record_settings =
       RecordSettings(config, bundle.vocabulary_fingerprint, bundle.public_prior_fingerprint);
   return bundle;
@@ -186,6 +192,8 @@ std::string RecordSettings(const config::VipsdConfig& config,
       out += path + " (BLAKE2b-256 of its terms): " + vocabulary_fingerprint + "\n";
     } else if (path == "model.public_prior.release") {
       out += path + " (BLAKE2b-256 of its manifest): " + public_prior_fingerprint + "\n";
+    } else if (path == "model.public_prior.weight" && config.public_prior_path.empty()) {
+      continue;  // its default, and no public start to weigh
     } else if (path.rfind("model.", 0) == 0 || path == "source.max_record_bytes" ||
                path == "source.timestamps" ||
                path.rfind("privacy.unit", 0) == 0 || path == "privacy.max_records_per_unit") {
@@ -304,6 +312,9 @@ release::Release MakeRelease(const ModelBundle& bundle, const config::VipsdConfi
   // What the model started from (LDA) or its prior (BLR); empty without one.
   m.public_prior_fingerprint = bundle.public_prior_fingerprint;
   m.public_prior_source = bundle.public_prior_source;
+  if (m.model_type == "lda" && !bundle.public_prior_fingerprint.empty()) {
+    m.public_prior_weight = config.lda.public_start_weight;
+  }
   if (config.privacy_unit != config::PrivacyUnit::kRecord) {
     m.privacy_unit = std::string(config::PrivacyUnitName(config.privacy_unit));
     if (config.privacy_unit == config::PrivacyUnit::kField) m.unit_field = config.unit_field;

@@ -80,6 +80,7 @@ METADATA_FIELDS = {
 # Added within schema 1 (older releases lack them); checked when present.
 OPTIONAL_METADATA_FIELDS = {"schedule": str, "conversion": str, "vocabulary_source": str,
                             "public_prior_fingerprint": str, "public_prior_source": str,
+                            "public_prior_weight": _NUMBER,
                             "hyperparameters": dict, "privacy_unit": str, "unit_field": str,
                             "max_records_per_unit": int}
 _UNIT_FIELD = re.compile(r"[A-Za-z0-9_.\-]{1,128}\Z")
@@ -258,6 +259,10 @@ def _metadata_problem(m):
             or (prior_source and not prior)):
         return ("public_prior_source must be 0-4096 printable ASCII characters, and empty "
                 "without a public_prior_fingerprint")
+    weight = m.get("public_prior_weight", 0)
+    if not (weight == 0 or 0 < weight <= 1) or (weight != 0 and not prior):
+        return ("public_prior_weight must be 0 (none) or in (0, 1], and 0 without a "
+                "public_prior_fingerprint")
     for name, value in m.get("hyperparameters", {}).items():
         if not _KEY_NAME.match(name):
             return "hyperparameters must be keyed by names of [A-Za-z0-9_] (1-64)"

@@ -751,6 +751,15 @@ TEST(ConfigTest, BlrExampleParsesAndModelSectionsMustMatchTheType) {
   ASSERT_TRUE(public_sbn.ok()) << public_sbn.status().message();
   EXPECT_EQ(public_sbn->model_type, "sbn");
   EXPECT_EQ(public_sbn->public_prior_path, "/etc/vipsd/public/step-9");
+  // The public start's weight is LDA's (its start is a blend): refused for
+  // the other models with key and line.
+  std::string sbn_weight = sbn.str();
+  sbn_weight.replace(sbn_weight.find("privacy:"), 0, public_prior + "    weight: 0.5\n");
+  auto refused_weight = ParseConfig(sbn_weight, "s.yaml");
+  ASSERT_FALSE(refused_weight.ok());
+  EXPECT_THAT(refused_weight.status().message(),
+              HasSubstr("s.yaml:" + std::to_string(LineOf(sbn_weight, "weight: 0.5")) +
+                        ": model.public_prior.weight: only allowed with model.type: lda"));
   // A public_prior section still needs its release, with key and line.
   std::string no_release = sbn.str();
   no_release.replace(no_release.find("privacy:"), 0, "  public_prior: {}\n");
@@ -838,6 +847,35 @@ TEST(ConfigTest, SbnExampleParses) {
   ASSERT_FALSE(refused.ok());
   EXPECT_THAT(refused.status().message(),
               HasSubstr("model.sbn.clip_fractions.xi_zz: must be a number in (0, 1]"));
+}
+
+// LDA's public start: model.public_prior.weight is the public topics' share
+// of λ₀ (core/models/lda.h), in (0, 1], with its default when absent.
+TEST(ConfigTest, TheLdaPublicStartWeightIsReadAndItsRangeNamed) {
+  std::ifstream in(std::string(VIPSD_SOURCE_DIR) + "/config/examples/lda_public_prior.yaml");
+  std::ostringstream text;
+  text << in.rdbuf();
+  const std::string weight = "weight: 0.01 ";
+  ASSERT_NE(text.str().find(weight), std::string::npos);
+  for (const auto& [value, expected] : std::vector<std::pair<std::string, double>>{
+           {"0.25", 0.25}, {"1", 1.0}, {"", models::kDefaultPublicStartWeight}}) {
+    std::string changed = text.str();
+    changed.replace(changed.find(weight), weight.size(),
+                    value.empty() ? "# no weight " : "weight: " + value + " ");
+    auto config = ParseConfig(changed, "/etc/vipsd/p.yaml");
+    ASSERT_TRUE(config.ok()) << config.status().message();
+    EXPECT_EQ(config->lda.public_start_weight, expected) << value;
+  }
+  for (const std::string value : {"0", "-0.1", "1.5", "nan", "much"}) {
+    std::string changed = text.str();
+    changed.replace(changed.find(weight), weight.size(), "weight: " + value + " ");
+    auto refused = ParseConfig(changed, "p.yaml");
+    ASSERT_FALSE(refused.ok()) << value;
+    EXPECT_THAT(refused.status().message(),
+                HasSubstr("p.yaml:" + std::to_string(LineOf(changed, "weight: " + value)) +
+                          ": model.public_prior.weight: "));
+    EXPECT_THAT(refused.status().message(), HasSubstr("(0, 1]")) << value;
+  }
 }
 
 TEST(ConfigTest, EveryErrorOfAFileIsReportedAtOnceSortedByLine) {

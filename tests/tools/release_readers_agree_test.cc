@@ -46,6 +46,7 @@ release::Release GoodRelease() {
   m.vocabulary_source = "/srv/vocab.txt";
   m.public_prior_fingerprint = std::string(64, 'c');
   m.public_prior_source = "/srv/public/topics";
+  m.public_prior_weight = 0.25;
   m.hyperparameters = {{"alpha", 0.5}, {"eta", 0.1}};
   m.vocabulary_fingerprint = std::string(64, 'a');
   m.config_fingerprint = std::string(64, 'b');
@@ -171,6 +172,10 @@ TEST(ReleaseReadersAgreeTest, BothReadAValidReleaseAndBothRefuseEveryDamagedOne)
       {"public_prior_source without a fingerprint",
        InManifest("\"public_prior_fingerprint\": \"" + std::string(64, 'c') + "\"",
                   "\"public_prior_fingerprint\": \"\"")},
+      {"public_prior_weight above 1",
+       InManifest("\"public_prior_weight\": 0.25", "\"public_prior_weight\": 1.5")},
+      {"public_prior_weight a string",
+       InManifest("\"public_prior_weight\": 0.25", "\"public_prior_weight\": \"0.25\"")},
       {"private without noise", InManifest("\"noise_multiplier\": 1.1", "\"noise_multiplier\": 0.0")},
   };
   for (const Case& c : cases) {

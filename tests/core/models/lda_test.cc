@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -504,6 +505,83 @@ TEST(LdaModelTest, ConfigValidationNamesTheField) {
   EXPECT_TRUE(LdaModel::Create(SmallConfig(0)).ok());
   EXPECT_FALSE((*LdaModel::Create(SmallConfig(0)))->has_proven_bounds());
   EXPECT_TRUE((*LdaModel::Create(SmallConfig(10)))->has_proven_bounds());
+}
+
+// model.public_prior for LDA (lda.h, SetPublicPrior): the start blends the
+// seeded random start R with the public λ P, each public topic rescaled to
+// the random topic's mass, computed here by hand; the result does not depend
+// on the λ before the call; no noise is counted for it.
+TEST(LdaModelTest, ThePublicStartBlendsThePublicTopicsIntoTheSeededRandomStart) {
+  const Eigen::MatrixXd random_start = (*LdaModel::Create(SmallConfig(10)))->lambda();
+  std::vector<double> p(15);
+  for (size_t i = 0; i < p.size(); ++i) p[i] = 0.5 + static_cast<double>((i * 7) % 11);
+  const model::NamedArray public_lambda{"lambda", {3, 5}, p};
+  for (const double m : {0.1, 0.5, 1.0}) {
+    LdaConfig config = SmallConfig(10);
+    config.public_start_weight = m;
+    auto model = LdaModel::Create(config);
+    ASSERT_TRUE(model.ok());
+    // A λ set before (a restored release, a noisy step) is not blended in.
+    ASSERT_TRUE((*model)->SetLambda(Eigen::MatrixXd::Constant(3, 5, 40.0)).ok());
+    ASSERT_TRUE((*model)->MStep(Eigen::VectorXd::LinSpaced(15, 0, 7), {0.5, 1.0}, 0.5).ok());
+    ASSERT_GT((*model)->noise().variance, 0);
+    const model::NamedArray arrays[] = {{"noise_floor", {1}, {0.0}}, public_lambda};
+    ASSERT_TRUE((*model)->SetPublicPrior(arrays).ok());
+    for (int k = 0; k < 3; ++k) {
+      double r_mass = 0, p_mass = 0;
+      for (int v = 0; v < 5; ++v) {
+        r_mass += random_start(k, v);
+        p_mass += p[static_cast<size_t>(k * 5 + v)];
+      }
+      for (int v = 0; v < 5; ++v) {
+        const double expected = (1 - m) * random_start(k, v) +
+                                m * r_mass / p_mass * p[static_cast<size_t>(k * 5 + v)];
+        EXPECT_NEAR((*model)->lambda()(k, v), expected, 1e-13 * expected) << m << " " << k;
+      }
+      // Every topic keeps the random start's mass.
+      EXPECT_NEAR((*model)->lambda().row(k).sum(), r_mass, 1e-12 * r_mass);
+    }
+    EXPECT_EQ((*model)->noise().variance, 0);
+    EXPECT_EQ((*model)->noise().floor, 0);
+  }
+}
+
+TEST(LdaModelTest, AMalformedPublicStartIsRefusedAndLeavesTheModelUnchanged) {
+  auto model = LdaModel::Create(SmallConfig(10));
+  ASSERT_TRUE(model.ok());
+  const Eigen::MatrixXd before = (*model)->lambda();
+  std::vector<double> good(15, 2.0);
+  auto with = [&](std::vector<double> data, std::vector<int64_t> shape = {3, 5},
+                  std::string name = "lambda") {
+    return std::vector<model::NamedArray>{{std::move(name), std::move(shape), std::move(data)}};
+  };
+  std::vector<double> zero = good, negative = good, infinite = good, nan = good;
+  zero[4] = 0;
+  negative[7] = -1;
+  infinite[0] = std::numeric_limits<double>::infinity();
+  nan[14] = std::nan("");
+  const std::vector<std::pair<std::vector<model::NamedArray>, std::string>> cases = {
+      {with(good, {3, 5}, "beta"), "no array \"lambda\""},
+      {with(good, {5, 3}), "shape K x V = 3 x 5"},
+      {with(std::vector<double>(14, 2.0), {3, 5}), "shape K x V = 3 x 5"},
+      {with(zero), "finite and > 0"},
+      {with(negative), "finite and > 0"},
+      {with(infinite), "finite and > 0"},
+      {with(nan), "finite and > 0"},
+  };
+  for (const auto& [arrays, says] : cases) {
+    const Status set = (*model)->SetPublicPrior(arrays);
+    ASSERT_FALSE(set.ok()) << says;
+    EXPECT_NE(set.message().find(says), std::string::npos) << set.message();
+    EXPECT_EQ((*model)->lambda(), before);
+  }
+  LdaConfig config = SmallConfig(10);
+  for (const double m : {0.0, -0.5, 1.5, std::nan("")}) {
+    config.public_start_weight = m;
+    auto refused = LdaModel::Create(config);
+    ASSERT_FALSE(refused.ok()) << m;
+    EXPECT_NE(refused.status().message().find("public_start_weight"), std::string::npos);
+  }
 }
 
 }  // namespace

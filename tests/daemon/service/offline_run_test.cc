@@ -23,6 +23,8 @@
 #include <cstring>
 
 #include "connectors/file/release_reader.h"
+#include "core/base/format.h"
+#include "core/models/lda.h"
 #include "core/release/release.h"
 #include "core/svi/step_randomness.h"
 #include "daemon/setup/model_setup.h"
@@ -304,10 +306,12 @@ TEST(OfflineRunTest, TheStartUpCheckRefusesStateThatDoesNotBelongTogether) {
 
 // model.public_prior end to end (docs/models.md, "Public priors"): a
 // non-private run over a public corpus writes the release a private run
-// starts from. The private model starts exactly at it (nothing else is
-// read into the start); its digest is in the ledger's model fingerprint and
-// in every release's provenance; a restart with another public release is
-// refused; a bad source is named by key and line.
+// starts from. The private model starts exactly at the blend of its seeded
+// random start and that release (nothing else is read into the start); the
+// release's digest and the blend's weight are in the ledger's model
+// fingerprint, and the digest in every release's provenance; a restart with
+// another public release or weight is refused; a bad source is named by key
+// and line.
 TEST(OfflineRunTest, APublicPriorIsCheckedRecordedAndPinnedToTheStateDirectory) {
   const std::string dir = MakeRunDirectory("public_prior", 50.0, 4);
   {
@@ -335,23 +339,62 @@ TEST(OfflineRunTest, APublicPriorIsCheckedRecordedAndPinnedToTheStateDirectory) 
   fit_public("public_a", 5);
   fit_public("public_b", 6);
   const std::string public_a = dir + "/public_a/step-5";
-  auto with_prior = [&](const std::string& release) {
+  auto with_prior = [&](const std::string& release, const std::string& weight = "") {
     std::string text = Slurp(dir + "/vipsd.yaml");
     text.replace(text.find("privacy:\n"), 0,
-                 "  public_prior:\n    release: " + release + "\n");
+                 "  public_prior:\n    release: " + release + "\n" +
+                     (weight.empty() ? "" : "    weight: " + weight + "\n"));
     std::ofstream(dir + "/prior.yaml", std::ios::trunc) << text;
     return config::LoadConfigFile(dir + "/prior.yaml");
   };
-  // The start is the public release's λ, bit for bit, whatever the source.
-  auto config = with_prior(public_a);
-  ASSERT_TRUE(config.ok()) << config.status().message();
-  config::VipsdConfig no_source = *config;
-  no_source.source_path = dir + "/does-not-exist.jsonl";
-  auto bundle = BuildModel(no_source);
-  ASSERT_TRUE(bundle.ok()) << bundle.status().message();
   auto public_release = connectors::ReadReleaseDirectory(public_a);
   ASSERT_TRUE(public_release.ok());
-  EXPECT_EQ(bundle->model->ReleaseArrays()[0].data, public_release->arrays[0].data);
+  const std::vector<double>& p = public_release->arrays[0].data;
+  auto random_start = BuildModel(*loaded);  // no public prior
+  ASSERT_TRUE(random_start.ok()) << random_start.status().message();
+  const std::vector<double> r = random_start->model->ReleaseArrays()[0].data;
+  const size_t topics = static_cast<size_t>(loaded->lda.num_topics);
+  const size_t words = r.size() / topics;
+  ASSERT_EQ(p.size(), r.size());
+  ASSERT_NE(p, r);
+  // The start, whatever the source: λ₀[k] = (1 − m)·R[k] + m·(|R[k]| / |P[k]|)·P[k]
+  // (core/models/lda.h), at the default m and at m = 1 (each topic the
+  // public topic's shape at the random start's mass).
+  for (const auto& [weight, m] : {std::pair<std::string, double>{"", models::kDefaultPublicStartWeight},
+                                  {"1", 1.0}}) {
+    auto config = with_prior(public_a, weight);
+    ASSERT_TRUE(config.ok()) << config.status().message();
+    config::VipsdConfig no_source = *config;
+    no_source.source_path = dir + "/does-not-exist.jsonl";
+    auto bundle = BuildModel(no_source);
+    ASSERT_TRUE(bundle.ok()) << bundle.status().message();
+    const std::vector<double> start = bundle->model->ReleaseArrays()[0].data;
+    ASSERT_EQ(start.size(), r.size());
+    for (size_t k = 0; k < topics; ++k) {
+      double r_mass = 0, p_mass = 0;
+      for (size_t v = 0; v < words; ++v) {
+        r_mass += r[k * words + v];
+        p_mass += p[k * words + v];
+      }
+      for (size_t v = 0; v < words; ++v) {
+        const double expected =
+            (1 - m) * r[k * words + v] + m * r_mass / p_mass * p[k * words + v];
+        EXPECT_NEAR(start[k * words + v], expected, 1e-12 * expected)
+            << "m = " << m << ", topic " << k << ", word " << v;
+      }
+    }
+    EXPECT_NE(bundle->record_settings.find("model.public_prior.weight: " + ShortestNumber(m)),
+              std::string::npos)
+        << bundle->record_settings;
+  }
+  // Without a public prior the weight is not part of the record's settings.
+  EXPECT_EQ(random_start->record_settings.find("model.public_prior.weight"), std::string::npos)
+      << random_start->record_settings;
+
+  auto config = with_prior(public_a);
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  auto bundle = BuildModel(*config);
+  ASSERT_TRUE(bundle.ok()) << bundle.status().message();
   const std::string digest = release::Blake2bHex(Slurp(public_a + "/manifest.json"));
   EXPECT_EQ(bundle->public_prior_fingerprint, digest);
   EXPECT_NE(bundle->record_settings.find(
@@ -366,6 +409,7 @@ TEST(OfflineRunTest, APublicPriorIsCheckedRecordedAndPinnedToTheStateDirectory) 
   ASSERT_TRUE(released.ok()) << released.status().message();
   EXPECT_EQ(released->metadata.public_prior_fingerprint, digest);
   EXPECT_EQ(released->metadata.public_prior_source, public_a);
+  EXPECT_EQ(released->metadata.public_prior_weight, models::kDefaultPublicStartWeight);
   // The same source continues; another one would change the model's history.
   ASSERT_TRUE(RunOffline(*config).ok());
   auto other = with_prior(dir + "/public_b/step-6");
@@ -375,6 +419,14 @@ TEST(OfflineRunTest, APublicPriorIsCheckedRecordedAndPinnedToTheStateDirectory) 
   EXPECT_NE(refused.status().message().find("belongs to a different model"), std::string::npos)
       << refused.status().message();
   EXPECT_NE(refused.status().message().find("public prior"), std::string::npos);
+  // So would another share of the same public release in the start.
+  auto other_weight = with_prior(public_a, "0.5");
+  ASSERT_TRUE(other_weight.ok());
+  auto refused_weight = RunOffline(*other_weight);
+  ASSERT_FALSE(refused_weight.ok());
+  EXPECT_NE(refused_weight.status().message().find("belongs to a different model"),
+            std::string::npos)
+      << refused_weight.status().message();
 
   // Bad sources: named by file, line and key.
   const std::string where = dir + "/prior.yaml:10: model.public_prior.release: ";
@@ -478,6 +530,7 @@ TEST(OfflineRunTest, ABlrPublicPriorIsWhereTheModelStartsAndIsNamedInItsReleases
   auto released = connectors::ReadReleaseDirectory(dir + "/private_releases/step-3");
   ASSERT_TRUE(released.ok()) << released.status().message();
   EXPECT_EQ(released->metadata.public_prior_fingerprint, digest);
+  EXPECT_EQ(released->metadata.public_prior_weight, 0);  // LDA's blend only
   EXPECT_EQ(released->metadata.public_prior_source, public_release);
   ExpectPublicPriorsRefused(
       prior, dir + "/private.yaml:6",
@@ -568,6 +621,7 @@ TEST(OfflineRunTest, AnSbnPublicPriorIsWhereTheModelStartsAndIsNamedInItsRelease
   ASSERT_TRUE(released.ok()) << released.status().message();
   EXPECT_TRUE(released->metadata.is_private);
   EXPECT_EQ(released->metadata.public_prior_fingerprint, digest);
+  EXPECT_EQ(released->metadata.public_prior_weight, 0);  // LDA's blend only
   EXPECT_EQ(released->metadata.public_prior_source, public_release);
   ExpectPublicPriorsRefused(
       prior, dir + "/private.yaml:7",
