@@ -54,7 +54,8 @@ Every run is bench/lda_svi_run with the settings of docs/results.md §1 (K =
           people part's smaller sets.
 
 Prints JSON. Needs Debian's python3 with numpy and scipy. Wall time on 2
-cores: about 4.5 minutes per private run (2 + 4 of them).
+cores: about 4.5 minutes per record-level private run and 2 per
+article-level run on every article (the blend part: 23 runs not cached).
 """
 import argparse
 import json
@@ -72,7 +73,8 @@ def main():
     ap.add_argument("--data", default=os.path.join(ROOT, "out", "results", "wikipedia"))
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "lda-noise"))
     ap.add_argument("--parts", default="noise,public",
-                    help="comma-separated: noise, public, people_tau, people, ood")
+                    help="comma-separated: noise, public, public_steps, seeds, people_tau, "
+                         "people, ood, blend")
     ap.add_argument("--weight", default="0.01",
                     help="blend: model.public_prior.weight of the test-file runs")
     ap.add_argument("--tau0-public", default="1",
@@ -245,9 +247,11 @@ def blend(args, run, report, train, val, test, common):
     private_ids = os.path.join(public_dir, "private_ids.jsonl")
     public_lambda = os.path.join(public_dir, "public_lambda.bin")
     ood_lambda = os.path.join(args.out, "ood", "ood_lambda.bin")
-    for path in (private_ids, public_lambda, ood_lambda):
+    for path in [private_ids, public_lambda, ood_lambda] + [
+            os.path.join(public_dir, f"people_{count}_ids.jsonl")
+            for count in (2000, 5000, 10000, 23193)]:
         if not os.path.exists(path):
-            sys.exit(f"lda_noise_aware: {path} is missing (run --parts public,ood first)")
+            sys.exit(f"lda_noise_aware: {path} is missing (run --parts public,ood,people first)")
     sigma = {"1": "14.5", "2": "7.73", "4": "4.19"}
 
     def note(name):
