@@ -149,6 +149,10 @@ int main(int argc, char** argv) {
     std::cerr << model.status().ToString() << "\n";
     return 1;
   }
+  if (args.count("--public-lambda") && args.count("--lambda-in")) {
+    std::cerr << "--public-lambda and --lambda-in: give one start\n";
+    return 2;
+  }
   for (const char* flag : {"--public-lambda", "--lambda-in"}) {
     if (!args.count(flag)) continue;
     std::ifstream f(args[flag], std::ios::binary);

@@ -246,6 +246,8 @@ std::string ConfigFingerprint(const config::VipsdConfig& c) {
          << " N=" << c.lda.resample_length << " a=" << c.lda.clip_fraction
          << " iters=" << c.lda.estep_max_iterations << " tol=" << c.lda.estep_tolerance
          << " seed=" << c.lda.init_seed;
+    // The public start's share (no public prior: the text of before it existed).
+    if (!c.public_prior_path.empty()) text << " public_weight=" << c.lda.public_start_weight;
   } else if (c.model_type == "blr") {
     text << " d=" << c.blr.dim << " a0=" << c.blr.prior_shape << " b0=" << c.blr.prior_rate
          << " floor=" << c.blr.eigenvalue_floor << " norm_rule=" << c.blr_norm_rule;

@@ -387,9 +387,17 @@ TEST(OfflineRunTest, APublicPriorIsCheckedRecordedAndPinnedToTheStateDirectory) 
               std::string::npos)
         << bundle->record_settings;
   }
-  // Without a public prior the weight is not part of the record's settings.
+  // Without a public prior the weight is not part of the record's settings,
+  // nor of the releases' config fingerprint; with one it is.
   EXPECT_EQ(random_start->record_settings.find("model.public_prior.weight"), std::string::npos)
       << random_start->record_settings;
+  config::VipsdConfig other_share = *loaded;
+  other_share.lda.public_start_weight = 0.5;
+  EXPECT_EQ(ConfigFingerprint(other_share), ConfigFingerprint(*loaded));
+  auto default_share = with_prior(public_a);
+  auto half_share = with_prior(public_a, "0.5");
+  ASSERT_TRUE(default_share.ok() && half_share.ok());
+  EXPECT_NE(ConfigFingerprint(*half_share), ConfigFingerprint(*default_share));
 
   auto config = with_prior(public_a);
   ASSERT_TRUE(config.ok()) << config.status().message();
